@@ -1,0 +1,171 @@
+package fairrelay
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fairrelay/fairrelay/internal/faultpoint"
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// Token is the fencing token a claim hands out: the event id and the
+// generation the claim set. Only the current generation, before the lease
+// runs out, can settle (SPEC §2 settle).
+type Token struct {
+	EventID    string `json:"id"`
+	Generation int64  `json:"generation"`
+}
+
+// Claim is one claimed head: what to deliver and the token to settle it with.
+type Claim struct {
+	Token Token
+	// Flow and Seq place the event in its flow; Body is its payload.
+	Flow string
+	Seq  int64
+	Body []byte
+	// LeaseUntil is the tick at which the lease runs out: a settle at or
+	// after it answers expired.
+	LeaseUntil int64
+	// Ticket is the global ticket this claim took; it is the flow's new
+	// served value.
+	Ticket int64
+	// Attempts is the event's claim count in the current round, this claim
+	// included (1-based).
+	Attempts int64
+}
+
+// Claim takes the eligible head with the smallest served (SPEC §2 claim):
+// ready with next_at <= at, or inflight with a lease that ran out. It returns
+// nil, nil when nothing is eligible (idle; the tick still advances). In the
+// same transaction, every expired inflight head whose round already used the
+// whole budget is quarantined with reason budget_exhausted instead of being
+// claimed ([decision] of SPEC §2). Errors: ErrInvalidInput (at),
+// ErrClockRegressed, ErrBusy (nothing changed; retry), ErrDatabase.
+func (q *Queue) Claim(ctx context.Context, at int64) (*Claim, error) {
+	cs, err := q.ClaimBatch(ctx, at, 1)
+	if err != nil || len(cs) == 0 {
+		return nil, err
+	}
+	return &cs[0], nil
+}
+
+// ClaimBatch takes up to k heads of k distinct flows in one transaction,
+// with exactly the answers k consecutive Claim calls at the same tick would
+// give (group commit: one fsync for many claims). An empty result is idle.
+// Errors as Claim, plus ErrInvalidInput (field "k") for k < 1.
+func (q *Queue) ClaimBatch(ctx context.Context, at int64, k int) ([]Claim, error) {
+	if k < 1 {
+		return nil, invalid("k", "must be at least 1, got %d", k)
+	}
+	var out []Claim
+	err := q.writeTx(ctx, "claim", at, faultpoint.BeforeClaimCommit, faultpoint.AfterClaimCommit, func(tx store.Tx, c *store.Clock) error {
+		out = out[:0]
+		if err := q.promoteDue(ctx, tx, at); err != nil {
+			return err
+		}
+		for len(out) < k {
+			cl, err := q.claimOne(ctx, tx, c, at)
+			if err != nil {
+				return err
+			}
+			if cl == nil {
+				break
+			}
+			out = append(out, *cl)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// promoteDue moves every flow whose head became eligible by tick at (backoff
+// over, lease run out) from the waiting index to the runnable one, so that
+// claim never scans heads that are not eligible. An expired inflight head
+// whose round used the whole budget is quarantined here instead.
+func (q *Queue) promoteDue(ctx context.Context, tx store.Tx, at int64) error {
+	const page = 256
+	for {
+		due, err := tx.FlowListDue(ctx, at, page)
+		if err != nil {
+			return err
+		}
+		for _, f := range due {
+			head, err := q.head(ctx, tx, f)
+			if err != nil {
+				return err
+			}
+			if head.State == store.StateInflight && head.Attempts >= q.policy.Budget {
+				head.State, head.Reason = store.StateQuarantined, ReasonBudgetExhausted
+				if err := tx.EventUpdate(ctx, *head); err != nil {
+					return err
+				}
+				parkHead(&f)
+			} else {
+				f.Runnable, f.WaitUntil = true, nil
+			}
+			if err := tx.FlowUpdate(ctx, f); err != nil {
+				return err
+			}
+		}
+		if len(due) < page {
+			return nil
+		}
+	}
+}
+
+// head loads the flow's head event; a flow in an index always has one.
+func (q *Queue) head(ctx context.Context, tx store.Tx, f store.FlowRow) (*store.EventRow, error) {
+	e, err := tx.EventGetBySeq(ctx, f.Flow, f.HeadSeq)
+	if err != nil {
+		return nil, err
+	}
+	if e == nil {
+		return nil, fmt.Errorf("flow %q: head seq %d is missing: the store is inconsistent", f.Flow, f.HeadSeq)
+	}
+	return e, nil
+}
+
+// claimOne claims the first runnable head in dispatch order, or returns nil.
+func (q *Queue) claimOne(ctx context.Context, tx store.Tx, c *store.Clock, at int64) (*Claim, error) {
+	order := store.OrderFlowID
+	if q.policy.Entry == EntryFair {
+		order = store.OrderCreation
+	}
+	fs, err := tx.FlowPickRunnable(ctx, order, 1)
+	if err != nil || len(fs) == 0 {
+		return nil, err
+	}
+	f := fs[0]
+	head, err := q.head(ctx, tx, f)
+	if err != nil {
+		return nil, err
+	}
+	if head.State != store.StateReady && head.State != store.StateInflight {
+		return nil, fmt.Errorf("flow %q: runnable head %q is %s: the store is inconsistent", f.Flow, head.ID, head.State)
+	}
+	// served moves at claim time, not at success: the claim spends the
+	// flow's turn whatever happens next (SPEC §2).
+	c.Ticket++
+	f.Served = c.Ticket
+	lease := at + q.policy.Lease
+	f.Runnable, f.WaitUntil = false, &lease
+	head.State = store.StateInflight
+	head.Generation++
+	head.Attempts++
+	head.LifetimeAttempts++
+	head.LeaseUntil = lease
+	if err := tx.EventUpdate(ctx, *head); err != nil {
+		return nil, err
+	}
+	if err := tx.FlowUpdate(ctx, f); err != nil {
+		return nil, err
+	}
+	return &Claim{
+		Token: Token{EventID: head.ID, Generation: head.Generation},
+		Flow:  head.Flow, Seq: head.Seq, Body: head.Body,
+		LeaseUntil: lease, Ticket: c.Ticket, Attempts: head.Attempts,
+	}, nil
+}

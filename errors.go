@@ -1,0 +1,103 @@
+package fairrelay
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// Code is the stable, machine-readable name of an error; the script command
+// prints it as {"error": code}.
+type Code string
+
+// Error codes.
+const (
+	// CodeClockRegressed: a write's tick is below the stored tick (SPEC §2).
+	CodeClockRegressed Code = "clock_regressed"
+	// CodeNotFound: no event has the given id (SPEC §6).
+	CodeNotFound Code = "not_found"
+	// CodeInvalidInput: an argument is out of its domain; Error.Field names it.
+	CodeInvalidInput Code = "invalid_input"
+	// CodeBusy: the database was busy or locked; nothing changed and the
+	// caller may retry (SPEC §7).
+	CodeBusy Code = "busy"
+	// CodeNotDatabase: the file or server does not hold a usable database.
+	CodeNotDatabase Code = "not_a_database"
+	// CodeDatabase: any other database error; the wrapped error says more.
+	CodeDatabase Code = "database"
+)
+
+// Error is the error type of every fairrelay operation. Match it with
+// errors.Is against the sentinels below, or errors.As to read Field.
+type Error struct {
+	Code    Code
+	Field   string // for CodeInvalidInput: the field at fault (id, flow, body, at, …)
+	Message string
+	Err     error // the underlying cause, if any
+}
+
+func (e *Error) Error() string {
+	msg := e.Message
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
+	}
+	if e.Err != nil {
+		if msg == "" {
+			return e.Err.Error()
+		}
+		return msg + ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches two *Error values by Code, so errors.Is(err, ErrNotFound) works
+// whatever the message.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Field == "" && t.Message == ""
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrClockRegressed = &Error{Code: CodeClockRegressed}
+	ErrNotFound       = &Error{Code: CodeNotFound}
+	ErrInvalidInput   = &Error{Code: CodeInvalidInput}
+	ErrBusy           = &Error{Code: CodeBusy}
+	ErrNotDatabase    = &Error{Code: CodeNotDatabase}
+	ErrDatabase       = &Error{Code: CodeDatabase}
+)
+
+// CodeOf returns the code of err, or "" when err is not a fairrelay error.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func invalid(field, format string, args ...any) error {
+	return &Error{Code: CodeInvalidInput, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// dbError classifies a backend error under its code, keeping the chain.
+func dbError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	code := CodeDatabase
+	switch {
+	case errors.Is(err, store.ErrBusy):
+		code = CodeBusy
+	case errors.Is(err, store.ErrNotDatabase):
+		code = CodeNotDatabase
+	}
+	return &Error{Code: code, Message: op, Err: err}
+}

@@ -1,0 +1,314 @@
+// Package inbox is the receiver's side of fairrelay (SPEC §3): a store of
+// receipts and the reference effect, the "ledger" projection, written in ONE
+// transaction per delivery, deduplicated by event id and checked against the
+// flow's sequence. It lives in its own database, apart from the queue store.
+//
+// A receiver embeds an Inbox in its own handler (see Handler for HTTP), or
+// runs it as a service with `fairrelay receive`.
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/faultpoint"
+	"github.com/fairrelay/fairrelay/internal/sqlfile"
+	"github.com/fairrelay/fairrelay/internal/store"
+	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+//go:embed migrations
+var migrationsFS embed.FS
+
+var q = sqlfile.Queries(queriesSQL)
+
+// Delivery is one event as the relay sends it.
+type Delivery struct {
+	EventID string
+	Flow    string
+	Seq     int64
+	Body    []byte
+}
+
+// Options configure an Inbox.
+type Options struct {
+	// MaxDelta is the largest ledger delta the receiver supports; a larger
+	// one answers unsupported_delta. Defaults to 0, meaning no limit.
+	MaxDelta int64
+	// BusyTimeout is how long a receive waits for another process's write
+	// lock (SQLite). Defaults to 5s.
+	BusyTimeout time.Duration
+}
+
+// Inbox is one receiver's store. Safe for concurrent use.
+type Inbox struct {
+	db          *sql.DB
+	maxDelta    atomic.Int64
+	unavailable atomic.Bool
+}
+
+// opener lets other backends register by dsn prefix (PostgreSQL).
+var openers = map[string]func(ctx context.Context, dsn string, opts Options) (*sql.DB, error){}
+
+// Open opens (creating if missing) the inbox at dsn — a file path (SQLite) or
+// a postgres:// URL — and applies its migrations. Errors name the field
+// "inbox" for a bad path; database errors wrap the driver's.
+func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	if strings.TrimSpace(dsn) == "" {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "empty path"}
+	}
+	var db *sql.DB
+	for prefix, open := range openers {
+		if strings.HasPrefix(dsn, prefix) {
+			var err error
+			if db, err = open(ctx, dsn, opts); err != nil {
+				return nil, &fairrelay.Error{Code: fairrelay.CodeDatabase, Message: "open inbox", Err: err}
+			}
+		}
+	}
+	if db == nil {
+		var err error
+		if db, err = openSQLite(ctx, dsn, opts); err != nil {
+			return nil, err
+		}
+	}
+	in := &Inbox{db: db}
+	in.maxDelta.Store(opts.MaxDelta)
+	return in, nil
+}
+
+func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: err.Error()}
+	}
+	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "directory " + filepath.Dir(abs) + " does not exist"}
+	}
+	db, err := sql.Open("sqlite", sqlitestore.DSN(abs, opts.BusyTimeout, true))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	migs, err := sqlfile.Migrations(migrationsFS, "migrations/sqlite")
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if _, err := sqlfile.Apply(ctx, db, migs, ""); err != nil {
+		db.Close()
+		return nil, dbError("open inbox", sqlitestore.Translate(err))
+	}
+	return db, nil
+}
+
+// DB returns the inbox's database, for receivers that keep more of their own
+// state beside it and for tests that install triggers.
+func (in *Inbox) DB() *sql.DB { return in.db }
+
+// Close closes the database.
+func (in *Inbox) Close() error { return in.db.Close() }
+
+// SetMaxDelta changes the largest supported delta (0: no limit).
+func (in *Inbox) SetMaxDelta(n int64) { in.maxDelta.Store(n) }
+
+// MaxDelta returns the largest supported delta (0: no limit).
+func (in *Inbox) MaxDelta() int64 { return in.maxDelta.Load() }
+
+// SetUnavailable marks the receiver unavailable (every receive answers
+// retry and writes nothing) or available again.
+func (in *Inbox) SetUnavailable(v bool) { in.unavailable.Store(v) }
+
+func dbError(op string, err error) error {
+	var fe *fairrelay.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	code := fairrelay.CodeDatabase
+	if errors.Is(err, store.ErrBusy) {
+		code = fairrelay.CodeBusy
+	}
+	return &fairrelay.Error{Code: code, Message: op, Err: err}
+}
+
+// Delta parses the ledger body of SPEC §3: a JSON object whose "delta" is a
+// positive integer (other keys are ignored). ok is false for any other body.
+func Delta(body []byte) (delta int64, ok bool) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
+		return 0, false
+	}
+	raw, found := obj["delta"]
+	if !found {
+		return 0, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var n json.Number
+	if err := dec.Decode(&n); err != nil {
+		return 0, false
+	}
+	v, err := n.Int64()
+	if err != nil || v < 1 || v > math.MaxInt64/2 {
+		return 0, false
+	}
+	return v, true
+}
+
+// Receive handles one delivery in one transaction (SPEC §3): unavailable →
+// retry; a known id → duplicate (same flow, seq, body) or id_conflict;
+// seq <= the flow's projected seq → sequence_conflict; seq beyond the next →
+// gap; a body that is not a ledger body → invalid_body; delta over
+// MaxDelta → unsupported_delta; otherwise the receipt and the effect commit
+// together → accepted. Errors (database, busy) reach the caller and nothing
+// is written; they are never turned into an outcome.
+func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, error) {
+	if in.unavailable.Load() {
+		return fairrelay.OutcomeRetry, nil
+	}
+	tx, err := in.db.BeginTx(ctx, nil)
+	if err != nil {
+		return "", dbError("receive: begin transaction", sqlitestore.Translate(err))
+	}
+	defer tx.Rollback()
+	out, err := in.receive(ctx, tx, d)
+	if err != nil {
+		return "", dbError("receive", sqlitestore.Translate(err))
+	}
+	if out != fairrelay.OutcomeAccepted {
+		return out, nil
+	}
+	faultpoint.Hit(faultpoint.BeforeReceiptCommit)
+	if err := tx.Commit(); err != nil {
+		return "", dbError("receive: commit", sqlitestore.Translate(err))
+	}
+	faultpoint.Hit(faultpoint.AfterReceiptCommit)
+	return out, nil
+}
+
+func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay.Outcome, error) {
+	var flow string
+	var seq int64
+	var body []byte
+	err := tx.QueryRowContext(ctx, q["ReceiptGet"], d.EventID).Scan(&flow, &seq, &body)
+	switch {
+	case err == nil:
+		if flow == d.Flow && seq == d.Seq && bytes.Equal(body, d.Body) {
+			return fairrelay.OutcomeDuplicate, nil
+		}
+		return fairrelay.OutcomeIDConflict, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return "", fmt.Errorf("ReceiptGet: %w", err)
+	}
+	var pseq, total int64
+	err = tx.QueryRowContext(ctx, q["ProjectionGet"], d.Flow).Scan(&pseq, &total)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("ProjectionGet: %w", err)
+	}
+	switch {
+	case d.Seq <= pseq:
+		return fairrelay.OutcomeSequenceConflict, nil
+	case d.Seq > pseq+1:
+		return fairrelay.OutcomeGap, nil
+	}
+	delta, ok := Delta(d.Body)
+	if !ok {
+		return fairrelay.OutcomeInvalidBody, nil
+	}
+	if max := in.maxDelta.Load(); max > 0 && delta > max {
+		return fairrelay.OutcomeUnsupportedDelta, nil
+	}
+	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, d.Body); err != nil {
+		return "", fmt.Errorf("ReceiptInsert: %w", err)
+	}
+	if total > math.MaxInt64-delta {
+		return fairrelay.OutcomeInvalidBody, nil
+	}
+	if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, d.Seq, total+delta); err != nil {
+		return "", fmt.Errorf("ProjectionUpsert: %w", err)
+	}
+	return fairrelay.OutcomeAccepted, nil
+}
+
+// Receipt is one receipt in a snapshot.
+type Receipt struct {
+	ID   string `json:"id"`
+	Flow string `json:"flow"`
+	Seq  int64  `json:"seq"`
+}
+
+// Projection is one flow's ledger: the last seq applied and the sum of
+// deltas.
+type Projection struct {
+	Flow  string `json:"flow"`
+	Seq   int64  `json:"seq"`
+	Total int64  `json:"total"`
+}
+
+// Snapshot is the inbox read in one read transaction: receipts by flow then
+// seq, projection by flow.
+type Snapshot struct {
+	Receipts   []Receipt    `json:"receipts"`
+	Projection []Projection `json:"projection"`
+}
+
+// Snapshot reads receipts and projection in one read transaction. Errors:
+// database errors.
+func (in *Inbox) Snapshot(ctx context.Context) (*Snapshot, error) {
+	tx, err := in.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, dbError("inbox snapshot", sqlitestore.Translate(err))
+	}
+	defer tx.Rollback()
+	s := &Snapshot{Receipts: []Receipt{}, Projection: []Projection{}}
+	rows, err := tx.QueryContext(ctx, q["ReceiptList"])
+	if err != nil {
+		return nil, dbError("inbox snapshot", err)
+	}
+	for rows.Next() {
+		var r Receipt
+		if err := rows.Scan(&r.ID, &r.Flow, &r.Seq); err != nil {
+			rows.Close()
+			return nil, dbError("inbox snapshot", err)
+		}
+		s.Receipts = append(s.Receipts, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, dbError("inbox snapshot", err)
+	}
+	rows, err = tx.QueryContext(ctx, q["ProjectionList"])
+	if err != nil {
+		return nil, dbError("inbox snapshot", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p Projection
+		if err := rows.Scan(&p.Flow, &p.Seq, &p.Total); err != nil {
+			return nil, dbError("inbox snapshot", err)
+		}
+		s.Projection = append(s.Projection, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbError("inbox snapshot", err)
+	}
+	return s, nil
+}

@@ -1,0 +1,21 @@
+-- Queries of the inbox, shared by SQLite and PostgreSQL: placeholders are $n,
+-- numbered in order of first appearance (SQLite binds them by position).
+
+-- name: ReceiptGet
+SELECT flow_id, seq, body FROM receipt WHERE event_id = $1;
+
+-- name: ProjectionGet
+SELECT seq, total FROM projection WHERE flow_id = $1;
+
+-- name: ReceiptInsert
+INSERT INTO receipt (event_id, flow_id, seq, body) VALUES ($1, $2, $3, $4);
+
+-- name: ProjectionUpsert
+INSERT INTO projection (flow_id, seq, total) VALUES ($1, $2, $3)
+ON CONFLICT (flow_id) DO UPDATE SET seq = excluded.seq, total = excluded.total;
+
+-- name: ReceiptList
+SELECT event_id, flow_id, seq FROM receipt ORDER BY flow_id, seq;
+
+-- name: ProjectionList
+SELECT flow_id, seq, total FROM projection ORDER BY flow_id;

@@ -1,0 +1,372 @@
+// Package script runs the JSON-lines scenario scripts of SPEC §6: one op per
+// line in, one JSON result per line out, in order. It is the black-box
+// contract of the shared test vectors and the engine of `fairrelay script`.
+package script
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+)
+
+// Runner runs ops against one queue store and one inbox.
+type Runner struct {
+	Queue *fairrelay.Queue
+	Inbox *inbox.Inbox
+}
+
+// MaxLineBytes is the longest script line read, in bytes (a body of the
+// default 1 MiB limit plus room for the op's other fields).
+const MaxLineBytes = 4 << 20
+
+// Run reads ops from r and writes one result line per non-blank line to w.
+// A failing op prints {"error": code, "message": …} and the script goes on.
+// Run returns an error only when the script cannot be read or the output
+// cannot be written.
+func (rn *Runner) Run(ctx context.Context, r io.Reader, w io.Writer) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), MaxLineBytes)
+	bw := bufio.NewWriter(w)
+	defer bw.Flush()
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		out := rn.Do(ctx, line)
+		b, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		bw.Write(b)
+		if err := bw.WriteByte('\n'); err != nil {
+			return err
+		}
+		// Flush per line, so a reader sees each result as soon as it exists.
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read script: %w", err)
+	}
+	return nil
+}
+
+// op is one script line. Pointers tell a missing field from a zero one.
+type op struct {
+	Op                 string          `json:"op"`
+	ID                 *string         `json:"id"`
+	Flow               *string         `json:"flow"`
+	Delta              json.RawMessage `json:"delta"`
+	Body               json.RawMessage `json:"body"`
+	At                 *int64          `json:"at"`
+	Generation         *int64          `json:"generation"`
+	Outcome            *string         `json:"outcome"`
+	ExpectedGeneration *int64          `json:"expected_generation"`
+	Reason             *string         `json:"reason"`
+	Operator           *string         `json:"operator"`
+	MaxDelta           *int64          `json:"max_delta"`
+	Unavailable        *bool           `json:"unavailable"`
+}
+
+// Result is one output line.
+type Result = map[string]any
+
+func errResult(err error) Result {
+	var fe *fairrelay.Error
+	if errors.As(err, &fe) {
+		r := Result{"error": string(fe.Code), "message": fe.Error()}
+		if fe.Field != "" {
+			r["field"] = fe.Field
+		}
+		return r
+	}
+	return Result{"error": string(fairrelay.CodeDatabase), "message": err.Error()}
+}
+
+func invalid(field, format string, args ...any) Result {
+	return errResult(&fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// Do runs one op line and returns its result.
+func (rn *Runner) Do(ctx context.Context, line []byte) Result {
+	var o op
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return invalid(te.Field, "must be a JSON %s", te.Type)
+		}
+		if strings.HasPrefix(err.Error(), "json: unknown field") {
+			return invalid("op", "%s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		return Result{"error": "invalid_json", "message": "line is not a JSON object: " + err.Error()}
+	}
+	if dec.More() {
+		return Result{"error": "invalid_json", "message": "line holds more than one JSON value"}
+	}
+	res, err := rn.do(ctx, o)
+	if err != nil {
+		return errResult(err)
+	}
+	return res
+}
+
+func need[T any](field string, p *T) (T, error) {
+	if p == nil {
+		var zero T
+		return zero, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: "missing"}
+	}
+	return *p, nil
+}
+
+func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
+	switch o.Op {
+	case "enqueue":
+		return rn.enqueue(ctx, o)
+	case "claim":
+		at, err := need("at", o.At)
+		if err != nil {
+			return nil, err
+		}
+		c, err := rn.Queue.Claim(ctx, at)
+		if err != nil {
+			return nil, err
+		}
+		return claimResult(c), nil
+	case "receive":
+		id, err := need("id", o.ID)
+		if err != nil {
+			return nil, err
+		}
+		ev, err := rn.Queue.Event(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out, err := rn.Inbox.Receive(ctx, inbox.Delivery{EventID: ev.ID, Flow: ev.Flow, Seq: ev.Seq, Body: ev.Body})
+		if err != nil {
+			return nil, err
+		}
+		return Result{"status": string(out)}, nil
+	case "settle":
+		id, err := need("id", o.ID)
+		if err != nil {
+			return nil, err
+		}
+		gen, err := need("generation", o.Generation)
+		if err != nil {
+			return nil, err
+		}
+		name, err := need("outcome", o.Outcome)
+		if err != nil {
+			return nil, err
+		}
+		at, err := need("at", o.At)
+		if err != nil {
+			return nil, err
+		}
+		outcome, err := fairrelay.ParseOutcome(name)
+		if err != nil {
+			return nil, err
+		}
+		r, err := rn.Queue.Settle(ctx, fairrelay.Token{EventID: id, Generation: gen}, outcome, at)
+		if err != nil {
+			return nil, err
+		}
+		return settleResult(r), nil
+	case "step":
+		return rn.step(ctx, o)
+	case "redrive":
+		id, err := need("id", o.ID)
+		if err != nil {
+			return nil, err
+		}
+		gen, err := need("expected_generation", o.ExpectedGeneration)
+		if err != nil {
+			return nil, err
+		}
+		reason, err := need("reason", o.Reason)
+		if err != nil {
+			return nil, err
+		}
+		at, err := need("at", o.At)
+		if err != nil {
+			return nil, err
+		}
+		p := fairrelay.RedriveParams{EventID: id, ExpectedGeneration: gen, Reason: reason, At: at}
+		if o.Operator != nil {
+			p.Operator = *o.Operator
+		}
+		r, err := rn.Queue.Redrive(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if r.Status == fairrelay.RedriveRejected {
+			return Result{"status": string(r.Status), "reason": r.RejectReason}, nil
+		}
+		return Result{"status": string(r.Status), "generation": r.Generation}, nil
+	case "inbox":
+		if o.MaxDelta == nil && o.Unavailable == nil {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max_delta", Message: "inbox op needs max_delta and/or unavailable"}
+		}
+		if o.MaxDelta != nil {
+			if *o.MaxDelta < 0 {
+				return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max_delta", Message: "must be >= 0 (0: no limit)"}
+			}
+			rn.Inbox.SetMaxDelta(*o.MaxDelta)
+		}
+		if o.Unavailable != nil {
+			rn.Inbox.SetUnavailable(*o.Unavailable)
+		}
+		return Result{"status": "ok"}, nil
+	case "snapshot":
+		return rn.snapshot(ctx)
+	case "":
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "op", Message: "missing"}
+	}
+	return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "op", Message: fmt.Sprintf("unknown op %q", o.Op)}
+}
+
+// Body builds an event body from a script's delta or body field (SPEC §6):
+// delta n is shorthand for {"delta": n} and must be a positive integer; a
+// body is re-encoded as compact JSON with sorted keys. Errors name the field.
+func Body(delta, body json.RawMessage) ([]byte, error) {
+	switch {
+	case delta != nil && body != nil:
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "delta", Message: "give delta or body, not both"}
+	case delta != nil:
+		d, ok := inbox.Delta([]byte(`{"delta":` + string(delta) + `}`))
+		if !ok {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "delta", Message: fmt.Sprintf("must be a positive integer, got %s", delta)}
+		}
+		return []byte(fmt.Sprintf(`{"delta":%d}`, d)), nil
+	case body != nil:
+		return Canonical(body)
+	}
+	return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "body", Message: "missing: give body or delta"}
+}
+
+// Canonical re-encodes a JSON value compactly with object keys sorted and
+// numbers kept as written.
+func Canonical(raw json.RawMessage) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "body", Message: "not JSON: " + err.Error()}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "body", Message: err.Error()}
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func (rn *Runner) enqueue(ctx context.Context, o op) (Result, error) {
+	id, err := need("id", o.ID)
+	if err != nil {
+		return nil, err
+	}
+	flow, err := need("flow", o.Flow)
+	if err != nil {
+		return nil, err
+	}
+	at, err := need("at", o.At)
+	if err != nil {
+		return nil, err
+	}
+	body, err := Body(o.Delta, o.Body)
+	if err != nil {
+		return nil, err
+	}
+	r, err := rn.Queue.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: flow, Body: body, At: at})
+	if err != nil {
+		return nil, err
+	}
+	return EnqueueResult(r), nil
+}
+
+// EnqueueResult renders an enqueue answer as SPEC §6 prints it.
+func EnqueueResult(r fairrelay.EnqueueResult) Result {
+	if r.Status == fairrelay.EnqueueConflict {
+		return Result{"status": string(r.Status)}
+	}
+	return Result{"status": string(r.Status), "seq": r.Seq}
+}
+
+func claimResult(c *fairrelay.Claim) Result {
+	if c == nil {
+		return Result{"status": "idle"}
+	}
+	return ClaimResult(*c)
+}
+
+// ClaimResult renders a claim as SPEC §6 prints it.
+func ClaimResult(c fairrelay.Claim) Result {
+	return Result{
+		"status": "claimed", "id": c.Token.EventID, "flow": c.Flow, "seq": c.Seq,
+		"generation": c.Token.Generation, "lease_until": c.LeaseUntil, "ticket": c.Ticket, "attempts": c.Attempts,
+	}
+}
+
+// SettleResult renders a settle answer as SPEC §6 prints it.
+func settleResult(r fairrelay.SettleResult) Result {
+	if r.Status == fairrelay.SettleReady {
+		return Result{"status": string(r.Status), "next_at": r.NextAt}
+	}
+	return Result{"status": string(r.Status)}
+}
+
+// step is claim, receive and settle at one tick.
+func (rn *Runner) step(ctx context.Context, o op) (Result, error) {
+	at, err := need("at", o.At)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rn.Queue.Claim(ctx, at)
+	if err != nil || c == nil {
+		return claimResult(c), err
+	}
+	res := ClaimResult(*c)
+	out, err := rn.Inbox.Receive(ctx, inbox.Delivery{EventID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Body: c.Body})
+	if err != nil {
+		return nil, err
+	}
+	res["received"] = string(out)
+	s, err := rn.Queue.Settle(ctx, c.Token, out, at)
+	if err != nil {
+		return nil, err
+	}
+	res["settled"] = string(s.Status)
+	if s.Status == fairrelay.SettleReady {
+		res["next_at"] = s.NextAt
+	}
+	return res, nil
+}
+
+func (rn *Runner) snapshot(ctx context.Context) (Result, error) {
+	qs, err := rn.Queue.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	is, err := rn.Inbox.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Result{
+		"clock": qs.Clock, "flows": qs.Flows, "events": qs.Events, "audit": qs.Audit,
+		"receipts": is.Receipts, "projection": is.Projection,
+	}, nil
+}

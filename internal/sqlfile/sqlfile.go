@@ -1,0 +1,136 @@
+// Package sqlfile loads the embedded SQL of the backends: named queries from
+// a .sql file of "-- name: X" blocks, and numbered migrations from a folder
+// of NNN_title.sql files.
+package sqlfile
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Queries splits src into its "-- name: X" blocks, keyed by name. Comment
+// lines inside a block are dropped. It panics on a repeated name: the files
+// are embedded, so that is a build-time mistake.
+func Queries(src string) map[string]string {
+	out := map[string]string{}
+	var name string
+	var b strings.Builder
+	flush := func() {
+		if name != "" {
+			if _, dup := out[name]; dup {
+				panic("sqlfile: query " + name + " defined twice")
+			}
+			out[name] = strings.TrimSpace(b.String())
+		}
+		b.Reset()
+	}
+	for _, line := range strings.Split(src, "\n") {
+		if rest, ok := strings.CutPrefix(line, "-- name: "); ok {
+			flush()
+			name = strings.TrimSpace(rest)
+			continue
+		}
+		if name != "" && !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	flush()
+	return out
+}
+
+// Migration is one numbered migration.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Migrations reads dir of fsys: every NNN_title.sql file, sorted by version.
+// Errors: a file name without a number, two files with one version.
+func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Migration
+	seen := map[int]string{}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: name must start with a number", e.Name())
+		}
+		if other, dup := seen[v]; dup {
+			return nil, fmt.Errorf("migrations %s and %s share version %d", other, e.Name(), v)
+		}
+		seen[v] = e.Name()
+		body, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: v, Name: e.Name(), SQL: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// Apply runs, in order, each migration whose version is not yet recorded in
+// the table fairrelay_migration, each in its own transaction together with
+// its record, and returns the versions it applied. lock, when not empty, is
+// a statement run first in every transaction to serialise concurrent
+// migrators (PostgreSQL: an advisory lock; SQLite needs none, its
+// transactions are IMMEDIATE). Placeholders are $n, which SQLite and
+// PostgreSQL both accept.
+func Apply(ctx context.Context, db *sql.DB, migs []Migration, lock string) ([]int, error) {
+	var applied []int
+	for _, m := range migs {
+		done, err := applyOne(ctx, db, m, lock)
+		if err != nil {
+			return applied, fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+		if done {
+			applied = append(applied, m.Version)
+		}
+	}
+	return applied, nil
+}
+
+func applyOne(ctx context.Context, db *sql.DB, m Migration, lock string) (bool, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	if lock != "" {
+		if _, err := tx.ExecContext(ctx, lock); err != nil {
+			return false, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS fairrelay_migration (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+		return false, err
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM fairrelay_migration WHERE version = $1`, m.Version).Scan(&n); err != nil {
+		return false, err
+	}
+	if n > 0 {
+		return false, nil
+	}
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO fairrelay_migration (version, applied_at) VALUES ($1, $2)`, m.Version, time.Now().UTC().Format(time.RFC3339)); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
+}

@@ -1,0 +1,191 @@
+package fairrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fairrelay/fairrelay/internal/faultpoint"
+	"github.com/fairrelay/fairrelay/internal/store"
+	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
+)
+
+// MaxIDBytes is the longest event id, flow id or operator name accepted, in
+// bytes.
+const MaxIDBytes = 200
+
+// MaxReasonBytes is the longest redrive reason accepted, in bytes.
+const MaxReasonBytes = 4096
+
+// Config configures a Queue.
+type Config struct {
+	// Policy holds the protocol numbers. Zero fields take their defaults
+	// (see Policy); use ReferencePolicy() for the article's policy.
+	Policy Policy
+	// Logger receives the queue's debug logs. Defaults to a logger that
+	// discards everything.
+	Logger *slog.Logger
+	// BusyTimeout is how long a write waits for another process's lock
+	// before failing with ErrBusy (SQLite only). Defaults to 5s.
+	BusyTimeout time.Duration
+}
+
+// Queue is the queue store of SPEC §2: enqueue, claim, settle, redrive and
+// snapshot, each one atomic transaction that checks and advances the stored
+// tick. A Queue is safe for concurrent use by many goroutines, and many
+// processes may open the same store.
+type Queue struct {
+	store  store.Store
+	policy Policy
+	log    *slog.Logger
+}
+
+// Open opens the queue store named by dsn, creating it and applying the
+// migrations when needed. dsn is a file path (embedded SQLite) or a
+// postgres:// URL. Errors: ErrInvalidInput (field "queue" or a policy field)
+// for a bad path or policy, ErrNotDatabase for a file that is not a database,
+// ErrBusy or ErrDatabase from the backend.
+func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := openStore(ctx, dsn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newQueue(s, cfg), nil
+}
+
+// openStoreFuncs lets backends other than SQLite register themselves by dsn
+// prefix (the PostgreSQL backend registers postgres:// and postgresql://).
+var openStoreFuncs = map[string]func(ctx context.Context, dsn string, cfg Config) (store.Store, error){}
+
+func openStore(ctx context.Context, dsn string, cfg Config) (store.Store, error) {
+	if strings.TrimSpace(dsn) == "" {
+		return nil, invalid("queue", "empty path")
+	}
+	for prefix, open := range openStoreFuncs {
+		if strings.HasPrefix(dsn, prefix) {
+			s, err := open(ctx, dsn, cfg)
+			if err != nil {
+				return nil, openError(err)
+			}
+			return s, nil
+		}
+	}
+	s, err := sqlitestore.Open(ctx, dsn, sqlitestore.Options{BusyTimeout: cfg.BusyTimeout})
+	if err != nil {
+		return nil, openError(err)
+	}
+	return s, nil
+}
+
+func openError(err error) error {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	if errors.Is(err, store.ErrBusy) || errors.Is(err, store.ErrNotDatabase) {
+		return dbError("open", err)
+	}
+	return &Error{Code: CodeInvalidInput, Field: "queue", Message: "cannot open", Err: err}
+}
+
+func newQueue(s store.Store, cfg Config) *Queue {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Queue{store: s, policy: cfg.Policy.withDefaults(), log: log}
+}
+
+// Policy returns the queue's policy with defaults filled in.
+func (q *Queue) Policy() Policy { return q.policy }
+
+// Close releases the store's connections.
+func (q *Queue) Close() error { return q.store.Close() }
+
+// Migrate applies the embedded migrations the store lacks and returns the
+// versions applied (Open already does this; the CLI exposes it).
+func (q *Queue) Migrate(ctx context.Context) ([]int, error) {
+	v, err := q.store.Migrate(ctx)
+	return v, dbError("migrate", err)
+}
+
+// writeTx runs fn in one write transaction after the clock check of SPEC §2:
+// at must be >= the stored tick, which then becomes at. fn's error, or a
+// failed commit, rolls everything back. before and after name the fault
+// points around the commit ("" for none).
+func (q *Queue) writeTx(ctx context.Context, op string, at int64, before, after string, fn func(tx store.Tx, c *store.Clock) error) error {
+	if at < 0 {
+		return invalid("at", "must be a non-negative tick, got %d", at)
+	}
+	tx, err := q.store.Begin(ctx)
+	if err != nil {
+		return dbError(op, err)
+	}
+	defer tx.Rollback(ctx)
+	if err := q.inTx(ctx, op, tx, at, fn); err != nil {
+		return err
+	}
+	if before != "" {
+		faultpoint.Hit(before)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return dbError(op+": commit", err)
+	}
+	if after != "" {
+		faultpoint.Hit(after)
+	}
+	return nil
+}
+
+// inTx is the body of writeTx without begin/commit, shared with the …Tx
+// variants that run inside a caller's transaction.
+func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn func(tx store.Tx, c *store.Clock) error) error {
+	c, err := tx.ClockGet(ctx)
+	if err != nil {
+		return dbError(op, err)
+	}
+	if at < c.Tick {
+		return &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, c.Tick)}
+	}
+	c.Tick = at
+	if err := fn(tx, &c); err != nil {
+		return dbError(op, err)
+	}
+	if err := tx.ClockSet(ctx, c); err != nil {
+		return dbError(op, err)
+	}
+	return nil
+}
+
+func checkID(field, v string) error {
+	switch {
+	case v == "":
+		return invalid(field, "empty")
+	case len(v) > MaxIDBytes:
+		return invalid(field, "%d bytes, more than the limit of %d", len(v), MaxIDBytes)
+	case !utf8.ValidString(v):
+		return invalid(field, "not valid UTF-8")
+	}
+	return nil
+}
+
+// placeHead files the flow's head in the runnable index when it is eligible
+// at tick at (due <= at), or in the waiting index until due otherwise.
+func placeHead(f *store.FlowRow, due, at int64) {
+	if due <= at {
+		f.Runnable, f.WaitUntil = true, nil
+		return
+	}
+	f.Runnable, f.WaitUntil = false, &due
+}
+
+// parkHead takes the flow out of both indexes: its head is quarantined, or
+// the flow has no head.
+func parkHead(f *store.FlowRow) { f.Runnable, f.WaitUntil = false, nil }

@@ -1,0 +1,129 @@
+package fairrelay
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// RedriveParams is an operator's decision to put a quarantined head back in
+// dispatch (SPEC §2 redrive).
+type RedriveParams struct {
+	// EventID is the quarantined event.
+	EventID string
+	// ExpectedGeneration must equal the event's current generation
+	// (optimistic concurrency, not authentication).
+	ExpectedGeneration int64
+	// Reason says why; it must be non-empty after trimming, at most
+	// MaxReasonBytes bytes of UTF-8. It is kept in the audit row.
+	Reason string
+	// Operator names who decided; optional, at most MaxIDBytes bytes.
+	Operator string
+	// At is the tick of the write.
+	At int64
+}
+
+// RedriveStatus is the answer of redrive.
+type RedriveStatus string
+
+const (
+	// RedriveReady: the event is ready again with a new generation and a
+	// fresh round of attempts; an audit row was appended.
+	RedriveReady RedriveStatus = "ready"
+	// RedriveRejected: nothing changed but the tick; RejectReason says why.
+	RedriveRejected RedriveStatus = "rejected"
+)
+
+// Reasons a redrive is rejected, checked in this order (SPEC §2).
+const (
+	RejectEmptyReason        = "empty_reason"
+	RejectNotQuarantined     = "not_quarantined"
+	RejectGenerationMismatch = "generation_mismatch"
+)
+
+// RedriveResult is the answer of Redrive: the new generation when ready, the
+// reject reason when rejected.
+type RedriveResult struct {
+	Status       RedriveStatus `json:"status"`
+	Generation   int64         `json:"generation,omitempty"`
+	RejectReason string        `json:"reason,omitempty"`
+}
+
+// Redrive is the only way out of quarantine (SPEC §2): for an event that is
+// quarantined now at ExpectedGeneration, in one transaction it becomes ready
+// at At with generation+1 and attempts 0 (lifetime attempts, ids, seq and
+// body unchanged) and an audit row records the operator, the reason, the
+// quarantine reason it cleared and the new generation. Otherwise it answers
+// rejected and changes nothing but the tick. Errors: ErrNotFound for an
+// unknown id; ErrInvalidInput naming id, operator, reason or at;
+// ErrClockRegressed; ErrBusy; ErrDatabase (an audit insert that fails rolls
+// the whole redrive back).
+func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, error) {
+	if err := checkID("id", p.EventID); err != nil {
+		return RedriveResult{}, err
+	}
+	if p.Operator != "" {
+		if err := checkID("operator", p.Operator); err != nil {
+			return RedriveResult{}, err
+		}
+	}
+	if len(p.Reason) > MaxReasonBytes {
+		return RedriveResult{}, invalid("reason", "%d bytes, more than the limit of %d", len(p.Reason), MaxReasonBytes)
+	}
+	if !utf8.ValidString(p.Reason) {
+		return RedriveResult{}, invalid("reason", "not valid UTF-8")
+	}
+	var res RedriveResult
+	err := q.writeTx(ctx, "redrive", p.At, "", "", func(tx store.Tx, c *store.Clock) error {
+		e, err := tx.EventGet(ctx, p.EventID)
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			return &Error{Code: CodeNotFound, Message: "no event with id " + quote(p.EventID)}
+		}
+		switch {
+		case strings.TrimSpace(p.Reason) == "":
+			res = RedriveResult{Status: RedriveRejected, RejectReason: RejectEmptyReason}
+			return nil
+		case e.State != store.StateQuarantined:
+			res = RedriveResult{Status: RedriveRejected, RejectReason: RejectNotQuarantined}
+			return nil
+		case e.Generation != p.ExpectedGeneration:
+			res = RedriveResult{Status: RedriveRejected, RejectReason: RejectGenerationMismatch}
+			return nil
+		}
+		f, err := tx.FlowGet(ctx, e.Flow)
+		if err != nil {
+			return err
+		}
+		previous := e.Reason
+		e.State, e.Reason = store.StateReady, ""
+		e.Generation++
+		e.Attempts = 0
+		e.NextAt = p.At
+		if err := tx.EventUpdate(ctx, *e); err != nil {
+			return err
+		}
+		// A quarantined event is always its flow's head.
+		placeHead(f, p.At, p.At)
+		if err := tx.FlowUpdate(ctx, *f); err != nil {
+			return err
+		}
+		a := store.AuditRow{EventID: e.ID, Action: "redrive", Reason: p.Reason, PreviousReason: &previous, Generation: e.Generation, At: p.At}
+		if p.Operator != "" {
+			a.Operator = &p.Operator
+		}
+		if err := tx.AuditInsert(ctx, a); err != nil {
+			return err
+		}
+		res = RedriveResult{Status: RedriveReady, Generation: e.Generation}
+		return nil
+	})
+	return res, err
+}
+
+func quote(s string) string { return strconv.Quote(s) }

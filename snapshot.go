@@ -1,0 +1,276 @@
+package fairrelay
+
+import (
+	"context"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// State is an event's state (SPEC §1).
+type State string
+
+// The event states. StateAcked is final.
+const (
+	StateReady       State = store.StateReady
+	StateInflight    State = store.StateInflight
+	StateAcked       State = store.StateAcked
+	StateQuarantined State = store.StateQuarantined
+)
+
+// ClockState is the store's clock: the last tick written and the last ticket
+// handed out.
+type ClockState struct {
+	Tick   int64 `json:"tick"`
+	Ticket int64 `json:"ticket"`
+}
+
+// FlowState is one flow in a snapshot: its last seq and its served ticket.
+type FlowState struct {
+	Flow   string `json:"flow"`
+	Seq    int64  `json:"seq"`
+	Served int64  `json:"served"`
+}
+
+// EventState is one event in a snapshot (SPEC §6). Reason is set only when
+// quarantined, NextAt only when ready, LeaseUntil only when inflight; both are
+// ticks.
+type EventState struct {
+	ID               string  `json:"id"`
+	Flow             string  `json:"flow"`
+	Seq              int64   `json:"seq"`
+	State            State   `json:"state"`
+	Generation       int64   `json:"generation"`
+	Attempts         int64   `json:"attempts"`
+	LifetimeAttempts int64   `json:"lifetime_attempts"`
+	Reason           *string `json:"reason"`
+	NextAt           *int64  `json:"next_at"`
+	LeaseUntil       *int64  `json:"lease_until"`
+}
+
+// AuditEntry is one audit row: a redrive decision (SPEC §2). Generation is
+// the new generation; PreviousReason the quarantine reason it cleared.
+type AuditEntry struct {
+	ID             string  `json:"id"`
+	Action         string  `json:"action"`
+	Reason         string  `json:"reason"`
+	Operator       *string `json:"operator"`
+	PreviousReason *string `json:"previous_reason"`
+	Generation     int64   `json:"generation"`
+	At             int64   `json:"at"`
+}
+
+// Snapshot is the whole queue store read in one read transaction (SPEC §6
+// shape): flows by flow id, events by flow then seq, audit as written.
+type Snapshot struct {
+	Clock  ClockState   `json:"clock"`
+	Flows  []FlowState  `json:"flows"`
+	Events []EventState `json:"events"`
+	Audit  []AuditEntry `json:"audit"`
+}
+
+func eventState(e store.EventRow) EventState {
+	s := EventState{
+		ID: e.ID, Flow: e.Flow, Seq: e.Seq, State: State(e.State),
+		Generation: e.Generation, Attempts: e.Attempts, LifetimeAttempts: e.LifetimeAttempts,
+	}
+	switch e.State {
+	case store.StateQuarantined:
+		r := e.Reason
+		s.Reason = &r
+	case store.StateReady:
+		v := e.NextAt
+		s.NextAt = &v
+	case store.StateInflight:
+		v := e.LeaseUntil
+		s.LeaseUntil = &v
+	}
+	return s
+}
+
+func auditEntry(a store.AuditRow) AuditEntry {
+	return AuditEntry{ID: a.EventID, Action: a.Action, Reason: a.Reason, Operator: a.Operator,
+		PreviousReason: a.PreviousReason, Generation: a.Generation, At: a.At}
+}
+
+const pageSize = 1000
+
+// Snapshot reads the whole store in one read transaction. It is meant for
+// tests, scripts and small stores: it holds every event in memory. Errors:
+// ErrBusy, ErrDatabase.
+func (q *Queue) Snapshot(ctx context.Context) (*Snapshot, error) {
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return nil, dbError("snapshot", err)
+	}
+	defer tx.Rollback(ctx)
+	c, err := tx.ClockGet(ctx)
+	if err != nil {
+		return nil, dbError("snapshot", err)
+	}
+	s := &Snapshot{Clock: ClockState{Tick: c.Tick, Ticket: c.Ticket}, Flows: []FlowState{}, Events: []EventState{}, Audit: []AuditEntry{}}
+	for after := ""; ; {
+		fs, err := tx.FlowList(ctx, after, pageSize)
+		if err != nil {
+			return nil, dbError("snapshot", err)
+		}
+		for _, f := range fs {
+			s.Flows = append(s.Flows, FlowState{Flow: f.Flow, Seq: f.Seq, Served: f.Served})
+		}
+		if len(fs) < pageSize {
+			break
+		}
+		after = fs[len(fs)-1].Flow
+	}
+	es, err := listEvents(ctx, tx, "", -1)
+	if err != nil {
+		return nil, dbError("snapshot", err)
+	}
+	for _, e := range es {
+		s.Events = append(s.Events, eventState(e))
+	}
+	for after := int64(0); ; {
+		as, err := tx.AuditList(ctx, after, pageSize)
+		if err != nil {
+			return nil, dbError("snapshot", err)
+		}
+		for _, a := range as {
+			s.Audit = append(s.Audit, auditEntry(a))
+		}
+		if len(as) < pageSize {
+			break
+		}
+		after = as[len(as)-1].No
+	}
+	return s, nil
+}
+
+// listEvents pages through events in (flow, seq) order, up to max rows (all
+// when max < 0).
+func listEvents(ctx context.Context, tx store.Tx, state string, max int) ([]store.EventRow, error) {
+	var out []store.EventRow
+	afterFlow, afterSeq := "", int64(0)
+	for max < 0 || len(out) < max {
+		n := pageSize
+		if max >= 0 && max-len(out) < n {
+			n = max - len(out)
+		}
+		es, err := tx.EventList(ctx, state, afterFlow, afterSeq, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, es...)
+		if len(es) < n {
+			break
+		}
+		last := es[len(es)-1]
+		afterFlow, afterSeq = last.Flow, last.Seq
+	}
+	return out, nil
+}
+
+// Head is one flow with its head event (nil when every event is acked).
+type Head struct {
+	FlowState
+	Head *EventState `json:"head"`
+}
+
+// Heads lists up to limit flows after the flow id after (bytewise order),
+// each with its head, in one read transaction. Errors: ErrBusy, ErrDatabase.
+func (q *Queue) Heads(ctx context.Context, after string, limit int) ([]Head, error) {
+	if limit < 1 {
+		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return nil, dbError("heads", err)
+	}
+	defer tx.Rollback(ctx)
+	fs, err := tx.FlowList(ctx, after, limit)
+	if err != nil {
+		return nil, dbError("heads", err)
+	}
+	out := make([]Head, 0, len(fs))
+	for _, f := range fs {
+		h := Head{FlowState: FlowState{Flow: f.Flow, Seq: f.Seq, Served: f.Served}}
+		if f.HeadSeq <= f.Seq {
+			e, err := tx.EventGetBySeq(ctx, f.Flow, f.HeadSeq)
+			if err != nil {
+				return nil, dbError("heads", err)
+			}
+			if e != nil {
+				es := eventState(*e)
+				h.Head = &es
+			}
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// Quarantined lists up to limit quarantined events by flow then seq; each
+// blocks its flow until a redrive. Errors: ErrBusy, ErrDatabase.
+func (q *Queue) Quarantined(ctx context.Context, limit int) ([]EventState, error) {
+	if limit < 1 {
+		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return nil, dbError("quarantined", err)
+	}
+	defer tx.Rollback(ctx)
+	es, err := listEvents(ctx, tx, store.StateQuarantined, limit)
+	if err != nil {
+		return nil, dbError("quarantined", err)
+	}
+	out := make([]EventState, 0, len(es))
+	for _, e := range es {
+		out = append(out, eventState(e))
+	}
+	return out, nil
+}
+
+// Audit lists up to limit audit rows as written, after the first skip rows.
+// Errors: ErrBusy, ErrDatabase.
+func (q *Queue) Audit(ctx context.Context, skip int64, limit int) ([]AuditEntry, error) {
+	if limit < 1 {
+		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return nil, dbError("audit", err)
+	}
+	defer tx.Rollback(ctx)
+	as, err := tx.AuditList(ctx, skip, limit)
+	if err != nil {
+		return nil, dbError("audit", err)
+	}
+	out := make([]AuditEntry, 0, len(as))
+	for _, a := range as {
+		out = append(out, auditEntry(a))
+	}
+	return out, nil
+}
+
+// EventRecord is one event with its body, as Event reads it.
+type EventRecord struct {
+	EventState
+	Body []byte `json:"body"`
+}
+
+// Event reads one event by id in a read transaction. Errors: ErrNotFound,
+// ErrBusy, ErrDatabase.
+func (q *Queue) Event(ctx context.Context, id string) (*EventRecord, error) {
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return nil, dbError("event", err)
+	}
+	defer tx.Rollback(ctx)
+	e, err := tx.EventGet(ctx, id)
+	if err != nil {
+		return nil, dbError("event", err)
+	}
+	if e == nil {
+		return nil, &Error{Code: CodeNotFound, Message: "no event with id " + quote(id)}
+	}
+	return &EventRecord{EventState: eventState(*e), Body: e.Body}, nil
+}
