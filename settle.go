@@ -41,6 +41,10 @@ type SettleResult struct {
 type SettleParams struct {
 	Token   Token
 	Outcome Outcome
+	// NotBefore, when above the backoff's next_at, raises next_at to it for a
+	// transient outcome within the budget (a receiver's Retry-After, in
+	// ticks). Zero leaves the SPEC's backoff unchanged.
+	NotBefore int64
 }
 
 // Settle records what the receiver answered for the claim with token tok
@@ -126,6 +130,9 @@ func (q *Queue) settle(ctx context.Context, tx store.Tx, p SettleParams, at int6
 		if e.Attempts < q.policy.Budget {
 			e.State = store.StateReady
 			e.NextAt = at + q.policy.Backoff(e.ID, e.Generation, e.Attempts)
+			if p.NotBefore > e.NextAt {
+				e.NextAt = p.NotBefore
+			}
 			placeHead(f, e.NextAt, at)
 			res = SettleResult{Status: SettleReady, NextAt: e.NextAt}
 		} else {

@@ -274,3 +274,19 @@ func (q *Queue) Event(ctx context.Context, id string) (*EventRecord, error) {
 	}
 	return &EventRecord{EventState: eventState(*e), Body: e.Body}, nil
 }
+
+// Clock reads the store's clock (the last tick written and the last ticket)
+// in a read transaction. The daemon's clock starts from it so it never goes
+// below the stored tick (SPEC §7). Errors: ErrBusy, ErrDatabase.
+func (q *Queue) Clock(ctx context.Context) (ClockState, error) {
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return ClockState{}, dbError("clock", err)
+	}
+	defer tx.Rollback(ctx)
+	c, err := tx.ClockGet(ctx)
+	if err != nil {
+		return ClockState{}, dbError("clock", err)
+	}
+	return ClockState{Tick: c.Tick, Ticket: c.Ticket}, nil
+}
