@@ -157,7 +157,8 @@ func Delta(body []byte) (delta int64, ok bool) {
 		return 0, false
 	}
 	raw, found := obj["delta"]
-	if !found {
+	// A JSON string would decode into json.Number too: "1" is not a delta.
+	if !found || len(raw) == 0 || raw[0] < '0' && raw[0] != '-' || raw[0] > '9' {
 		return 0, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -236,11 +237,12 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 	if max := in.maxDelta.Load(); max > 0 && delta > max {
 		return fairrelay.OutcomeUnsupportedDelta, nil
 	}
+	if total > math.MaxInt64-delta {
+		// The ledger cannot hold the sum: the body is not one it can apply.
+		return fairrelay.OutcomeInvalidBody, nil
+	}
 	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, d.Body); err != nil {
 		return "", fmt.Errorf("ReceiptInsert: %w", err)
-	}
-	if total > math.MaxInt64-delta {
-		return fairrelay.OutcomeInvalidBody, nil
 	}
 	if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, d.Seq, total+delta); err != nil {
 		return "", fmt.Errorf("ProjectionUpsert: %w", err)

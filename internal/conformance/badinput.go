@@ -1,0 +1,99 @@
+package conformance
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/script"
+)
+
+// runBadInput feeds every kind of bad input, through the library and through
+// the script runner, and requires a clear error naming the field and both
+// stores unchanged (issue 2, item 5).
+func runBadInput(t *testing.T, b Backend) {
+	pol := fairrelay.ReferencePolicy()
+	pol.MaxBodyBytes = 64
+	x := h{t: t, Env: Open(t, b, pol)}
+	x.enqueue("A1", "A", 1, 3)
+	c := x.claimID(3, "A1")
+	long := strings.Repeat("x", fairrelay.MaxIDBytes+1)
+
+	lib := []struct {
+		name  string
+		field string
+		call  func() error
+	}{
+		{"empty id", "id", func() error { return enq(x, "", "A", `{"delta":1}`, 3) }},
+		{"long id", "id", func() error { return enq(x, long, "A", `{"delta":1}`, 3) }},
+		{"non-UTF-8 id", "id", func() error { return enq(x, "A\xff", "A", `{"delta":1}`, 3) }},
+		{"empty flow", "flow", func() error { return enq(x, "Z1", "", `{"delta":1}`, 3) }},
+		{"long flow", "flow", func() error { return enq(x, "Z1", long, `{"delta":1}`, 3) }},
+		{"non-UTF-8 flow", "flow", func() error { return enq(x, "Z1", "\xc3\x28", `{"delta":1}`, 3) }},
+		{"empty body", "body", func() error { return enq(x, "Z1", "Z", ``, 3) }},
+		{"body over the limit", "body", func() error { return enq(x, "Z1", "Z", `{"delta":1,"pad":"`+strings.Repeat("p", 64)+`"}`, 3) }},
+		{"negative tick", "at", func() error { return enq(x, "Z1", "Z", `{"delta":1}`, -1) }},
+		{"claim batch of zero", "k", func() error { _, err := x.Queue.ClaimBatch(bg, 3, 0); return err }},
+		{"empty outcome", "outcome", func() error { _, err := x.Queue.Settle(bg, c.Token, "", 3); return err }},
+		{"redrive long operator", "operator", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "r", Operator: long, At: 3})
+			return err
+		}},
+		{"redrive non-UTF-8 reason", "reason", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "\xff", At: 3})
+			return err
+		}},
+	}
+	for _, tc := range lib {
+		x.unchanged(tc.name, false, func() {
+			wantCode(t, tc.name, tc.call(), fairrelay.CodeInvalidInput, tc.field)
+		})
+	}
+
+	// The same through the script runner, plus what only a script can get
+	// wrong.
+	r := &script.Runner{Queue: x.Queue, Inbox: x.Inbox}
+	lines := []struct{ line, code, field string }{
+		{`{"op":"enqueue","id":"Z1","flow":"Z","at":3}`, "invalid_input", "body"},
+		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":0,"at":3}`, "invalid_input", "delta"},
+		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":-2,"at":3}`, "invalid_input", "delta"},
+		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1.5,"at":3}`, "invalid_input", "delta"},
+		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":"1","at":3}`, "invalid_input", "delta"},
+		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1,"body":{"delta":1},"at":3}`, "invalid_input", "delta"},
+		{`{"op":"enqueue","id":"","flow":"Z","delta":1,"at":3}`, "invalid_input", "id"},
+		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1}`, "invalid_input", "at"},
+		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1,"at":1.5}`, "invalid_input", "at"},
+		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1,"at":2}`, "clock_regressed", ""},
+		{`{"op":"settle","id":"A1","generation":1,"outcome":"acepted","at":3}`, "invalid_input", "outcome"},
+		{`{"op":"settle","id":"NOPE","generation":1,"outcome":"accepted","at":3}`, "not_found", ""},
+		{`{"op":"receive","id":"NOPE","generation":1}`, "not_found", ""},
+		{`{"op":"redrive","id":"NOPE","expected_generation":1,"reason":"r","at":3}`, "not_found", ""},
+		{`{"op":"claim","at":2}`, "clock_regressed", ""},
+		{`{"op":"frobnicate","at":3}`, "invalid_input", "op"},
+		{`{"op":"claim","at":3,"colour":"red"}`, "invalid_input", "op"},
+		{`{"at":3}`, "invalid_input", "op"},
+		{`{"op":"inbox"}`, "invalid_input", "max_delta"},
+		{`{"op":"claim","at":3`, "invalid_json", ""},
+		{`not json at all`, "invalid_json", ""},
+	}
+	for _, l := range lines {
+		x.unchanged(l.line, false, func() {
+			res := r.Do(bg, []byte(l.line))
+			if res["error"] != l.code || (l.field != "" && res["field"] != l.field) {
+				t.Errorf("%s: got %v, want error %s field %q", l.line, res, l.code, l.field)
+			}
+			if msg, _ := res["message"].(string); msg == "" {
+				t.Errorf("%s: no message in %v", l.line, res)
+			}
+		})
+	}
+	// The script goes on after bad lines: a good op still works.
+	if res := r.Do(bg, []byte(`{"op":"settle","id":"A1","generation":1,"outcome":"accepted","at":4}`)); res["status"] != "acked" {
+		t.Fatalf("good op after bad ones: %v", res)
+	}
+}
+
+func enq(x h, id, flow, body string, at int64) error {
+	_, err := x.Queue.Enqueue(bg, fairrelay.EnqueueParams{ID: id, Flow: flow, Body: []byte(body), At: at})
+	return err
+}

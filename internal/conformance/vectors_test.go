@@ -1,0 +1,48 @@
+package conformance
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// sharedVectors is the project's shared vector folder, beside the checkout.
+const sharedVectors = "../../../shared/vectors"
+
+// TestVectorCopiesMatchShared fails when the copies in testdata/vectors drift
+// from ../shared/vectors, where that folder exists (it is beside every
+// developer's and CI's checkout, not beside a user's clone).
+func TestVectorCopiesMatchShared(t *testing.T) {
+	shared, err := filepath.Glob(filepath.Join(sharedVectors, "*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(shared) == 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but no shared vectors at %s", sharedVectors)
+		}
+		t.Skipf("no shared vectors at %s: nothing to compare the copies with", sharedVectors)
+	}
+	copies, err := filepath.Glob(filepath.Join(VectorDir, "*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(copies) != len(shared) {
+		t.Errorf("%d vector files in %s, %d in %s", len(copies), VectorDir, len(shared), sharedVectors)
+	}
+	for _, s := range shared {
+		want, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(VectorDir, filepath.Base(s)))
+		if err != nil {
+			t.Errorf("copy of %s: %v", filepath.Base(s), err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("testdata/vectors/%s differs from the shared copy: copy it again", filepath.Base(s))
+		}
+	}
+}
