@@ -1,0 +1,67 @@
+// Package sink is the seam between the relay and a receiver: a Sink delivers
+// one claimed event and reports what the receiver answered, as a
+// fairrelay.Outcome. Users implement it for their own transport; the HTTP
+// implementation is sink/webhook, and sink/sinktest is the conformance suite
+// every Sink must pass.
+package sink
+
+import (
+	"context"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// Delivery is one claimed event as the relay hands it to a Sink.
+type Delivery struct {
+	// EventID is the event id: the receiver deduplicates by it.
+	EventID string
+	// Flow and Seq place the event in its flow (SPEC §1); a receiver checks
+	// that Seq follows the last seq it applied for Flow (SPEC §3).
+	Flow string
+	Seq  int64
+	// Generation is the claim's fencing token (SPEC §2). It labels the
+	// delivery; receivers do not need it for correctness.
+	Generation int64
+	// Attempt is the claim count of the current round, this one included
+	// (1-based).
+	Attempt int64
+	// Body is the event's payload, byte for byte as enqueued.
+	Body []byte
+}
+
+// Result is a receiver's answer to one delivery.
+type Result struct {
+	// Outcome is what the receiver answered (SPEC §2 settle table). An
+	// answer the sink cannot map to a known outcome must be
+	// fairrelay.OutcomeRetry: an unknown answer is never silently permanent.
+	Outcome fairrelay.Outcome
+	// RetryAfter, when positive, is the least delay before the next attempt
+	// the receiver asked for (HTTP Retry-After). The relay raises the
+	// backoff's next_at to at least now + RetryAfter for a transient outcome.
+	RetryAfter time.Duration
+	// Detail is a short human-readable note for logs (for example the HTTP
+	// status line). It never changes the outcome.
+	Detail string
+}
+
+// Sink delivers events to one receiver. Deliver must be safe for concurrent
+// use: the relay calls it from many workers, never for two events of the
+// same flow at once.
+type Sink interface {
+	// Deliver sends d and returns the receiver's answer. It must return
+	// when ctx is done (the relay's per-delivery timeout or shutdown
+	// deadline). An error means no answer was obtained (connection refused,
+	// timeout, cancelled): the relay settles it as fairrelay.OutcomeRetry,
+	// since the receiver may or may not have applied the event.
+	Deliver(ctx context.Context, d Delivery) (Result, error)
+}
+
+// Func adapts a function to a Sink, for receivers that run in the same
+// process (for example an inbox.Inbox) and for tests.
+type Func func(ctx context.Context, d Delivery) (Result, error)
+
+// Deliver calls f.
+func (f Func) Deliver(ctx context.Context, d Delivery) (Result, error) { return f(ctx, d) }
+
+var _ Sink = Func(nil)

@@ -1,0 +1,146 @@
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// The Standard Webhooks headers (https://www.standardwebhooks.com/).
+const (
+	// HeaderID is the message id: the event id, the same on every retry, so
+	// receivers can deduplicate by it. It is covered by the signature.
+	HeaderID = "webhook-id"
+	// HeaderTimestamp is the send time in Unix seconds, covered by the
+	// signature; receivers reject it outside their tolerance (replay guard).
+	HeaderTimestamp = "webhook-timestamp"
+	// HeaderSignature is a space-separated list of "v1,<base64 HMAC-SHA256>".
+	HeaderSignature = "webhook-signature"
+)
+
+// The fairrelay headers: where the event sits in its flow. They are not
+// covered by the Standard Webhooks signature (which signs id, timestamp and
+// body only); a receiver that must trust them over an untrusted network puts
+// them in the body as well.
+const (
+	// HeaderEventID repeats the event id (equal to webhook-id).
+	HeaderEventID = "Fairrelay-Event-Id"
+	// HeaderFlow is the flow id.
+	HeaderFlow = "Fairrelay-Flow"
+	// HeaderSeq is the event's seq in its flow, a decimal integer >= 1.
+	HeaderSeq = "Fairrelay-Seq"
+	// HeaderGeneration is the claim's generation (fencing token), decimal.
+	HeaderGeneration = "Fairrelay-Generation"
+	// HeaderAttempt is the claim count of the current round, decimal, 1-based.
+	HeaderAttempt = "Fairrelay-Attempt"
+)
+
+// secretPrefix marks a base64 secret in the Standard Webhooks format.
+const secretPrefix = "whsec_"
+
+// ParseSecret turns a shared secret as an operator writes it into the HMAC
+// key: "whsec_<base64>" (the Standard Webhooks format) is decoded; any other
+// non-empty string is used byte for byte (verify it with the standard
+// libraries' NewWebhookRaw). Errors: ErrInvalidInput naming field "secret"
+// for an empty secret or bad base64.
+func ParseSecret(s string) ([]byte, error) {
+	if s == "" {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "secret", Message: "empty"}
+	}
+	if rest, ok := strings.CutPrefix(s, secretPrefix); ok {
+		key, err := base64.StdEncoding.DecodeString(rest)
+		if err != nil || len(key) == 0 {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "secret", Message: "after whsec_ must come standard base64"}
+		}
+		return key, nil
+	}
+	return []byte(s), nil
+}
+
+// Sign returns the Standard Webhooks signature header value "v1,<base64>"
+// of HMAC-SHA256(key, id + "." + unix seconds + "." + body).
+func Sign(key []byte, id string, ts time.Time, body []byte) string {
+	return "v1," + base64.StdEncoding.EncodeToString(mac(key, id, ts.Unix(), body))
+}
+
+func mac(key []byte, id string, unix int64, body []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(id))
+	h.Write([]byte{'.'})
+	h.Write(strconv.AppendInt(nil, unix, 10))
+	h.Write([]byte{'.'})
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// Errors of Verifier.Verify.
+var (
+	// ErrUnsigned: a Standard Webhooks header is missing.
+	ErrUnsigned = errors.New("webhook: missing webhook-id, webhook-timestamp or webhook-signature")
+	// ErrTimestamp: the timestamp is malformed or outside the tolerance.
+	ErrTimestamp = errors.New("webhook: timestamp outside the tolerance")
+	// ErrSignature: no v1 signature matches.
+	ErrSignature = errors.New("webhook: no matching signature")
+)
+
+// DefaultTolerance is how far a timestamp may be from the receiver's clock
+// before Verify rejects it, as in the Standard Webhooks libraries.
+const DefaultTolerance = 5 * time.Minute
+
+// Verifier checks Standard Webhooks signatures for a receiver.
+type Verifier struct {
+	key []byte
+	// Tolerance is the largest accepted distance between webhook-timestamp
+	// and Now. Defaults to DefaultTolerance.
+	Tolerance time.Duration
+	// Now reads the receiver's wall clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// NewVerifier returns a Verifier for the HMAC key (see ParseSecret).
+func NewVerifier(key []byte) *Verifier { return &Verifier{key: key} }
+
+// Verify checks the headers and body of one request: the three Standard
+// Webhooks headers present, the timestamp within the tolerance, and one v1
+// signature equal (in constant time) to the expected one. Errors:
+// ErrUnsigned, ErrTimestamp, ErrSignature.
+func (v *Verifier) Verify(h http.Header, body []byte) error {
+	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
+	if id == "" || ts == "" || sigs == "" {
+		return ErrUnsigned
+	}
+	unix, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not Unix seconds", ErrTimestamp, ts)
+	}
+	now, tol := time.Now, v.Tolerance
+	if v.Now != nil {
+		now = v.Now
+	}
+	if tol <= 0 {
+		tol = DefaultTolerance
+	}
+	if d := now().Sub(time.Unix(unix, 0)); d > tol || d < -tol {
+		return fmt.Errorf("%w: %s away from now", ErrTimestamp, d.Round(time.Second))
+	}
+	want := mac(v.key, id, unix, body)
+	for _, s := range strings.Fields(sigs) {
+		b64, ok := strings.CutPrefix(s, "v1,")
+		if !ok {
+			continue
+		}
+		got, err := base64.StdEncoding.DecodeString(b64)
+		if err == nil && hmac.Equal(got, want) {
+			return nil
+		}
+	}
+	return ErrSignature
+}

@@ -1,0 +1,233 @@
+// Package webhook is the HTTP sink of fairrelay: each delivery is a POST of
+// the event body, signed per Standard Webhooks (webhook-id,
+// webhook-timestamp, webhook-signature: HMAC-SHA256 with a shared secret),
+// with the event's flow, seq and generation in Fairrelay-* headers. It also
+// holds the Verifier a receiver uses to check those signatures.
+//
+// The receiver contract: a JSON answer {"status": "<outcome>"} naming a
+// fairrelay outcome (SPEC §2–§3) is taken as that outcome, whatever the HTTP
+// status. Otherwise the HTTP status decides: 2xx → accepted; 408, 425, 429
+// and 5xx → retry; any other status → retry, unless the operator listed it
+// in Options.Permanent, which makes it rejected (permanent). A Retry-After
+// header sets a floor on the next attempt. An unknown answer is never
+// silently permanent.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/sink"
+)
+
+// Options configure a Sink.
+type Options struct {
+	// URL is the receiver's endpoint, http:// or https://. Required.
+	URL string
+	// Key is the HMAC key from ParseSecret. Nil sends unsigned requests.
+	Key []byte
+	// Timeout bounds one request, connection included. Defaults to 10s.
+	// The relay's own per-delivery deadline applies as well.
+	Timeout time.Duration
+	// MaxResponseBytes is how much of an answer is read, in bytes; the rest
+	// is discarded. Defaults to 64 KiB.
+	MaxResponseBytes int64
+	// Permanent lists HTTP statuses (300–499, except 408, 425 and 429) the
+	// operator declares permanent: they settle as rejected and quarantine
+	// the head. Defaults to none.
+	Permanent []int
+	// MaxRetryAfter caps a receiver's Retry-After. Defaults to 1h.
+	MaxRetryAfter time.Duration
+	// MaxConnsPerHost bounds the open connections to the receiver (kept
+	// alive and reused). Defaults to 64.
+	MaxConnsPerHost int
+	// Now reads the wall clock for webhook-timestamp and HTTP-date
+	// Retry-After values. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Sink posts deliveries to one HTTP receiver. Safe for concurrent use.
+type Sink struct {
+	url       string
+	key       []byte
+	timeout   time.Duration
+	maxRead   int64
+	permanent map[int]bool
+	maxAfter  time.Duration
+	now       func() time.Time
+	client    *http.Client
+}
+
+var _ sink.Sink = (*Sink)(nil)
+
+func invalid(field, format string, args ...any) error {
+	return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// New checks opts and returns a Sink with its own connection pool. Errors:
+// ErrInvalidInput naming field "sink" (bad URL), "timeout" or
+// "permanent_status".
+func New(opts Options) (*Sink, error) {
+	u, err := url.Parse(opts.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, invalid("sink", "must be an http:// or https:// URL, got %q", opts.URL)
+	}
+	if opts.Timeout < 0 {
+		return nil, invalid("timeout", "must not be negative, got %s", opts.Timeout)
+	}
+	s := &Sink{
+		url: u.String(), key: opts.Key, timeout: opts.Timeout, maxRead: opts.MaxResponseBytes,
+		permanent: map[int]bool{}, maxAfter: opts.MaxRetryAfter, now: opts.Now,
+	}
+	if s.timeout == 0 {
+		s.timeout = 10 * time.Second
+	}
+	if s.maxRead <= 0 {
+		s.maxRead = 64 << 10
+	}
+	if s.maxAfter <= 0 {
+		s.maxAfter = time.Hour
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for _, code := range opts.Permanent {
+		if code < 300 || code > 499 || transientStatus(code) {
+			return nil, invalid("permanent_status", "%d cannot be permanent: only 300–499 except 408, 425, 429", code)
+		}
+		s.permanent[code] = true
+	}
+	conns := opts.MaxConnsPerHost
+	if conns <= 0 {
+		conns = 64
+	}
+	tr := &http.Transport{
+		Proxy:                 nil, // deliveries go straight to the receiver
+		DialContext:           (&net.Dialer{Timeout: s.timeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          conns,
+		MaxIdleConnsPerHost:   conns, // keep one warm connection per worker
+		MaxConnsPerHost:       conns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   s.timeout,
+		ResponseHeaderTimeout: s.timeout,
+		ForceAttemptHTTP2:     true,
+	}
+	s.client = &http.Client{
+		Transport: tr,
+		// A redirect is an answer, not a hop to follow: it is classified
+		// like any other status (retry unless configured permanent).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return s, nil
+}
+
+// Close closes idle connections.
+func (s *Sink) Close() { s.client.CloseIdleConnections() }
+
+// Deliver posts d.Body to the URL with the Standard Webhooks and Fairrelay-*
+// headers and classifies the answer (see the package doc). The error is
+// non-nil when no answer came back (connection refused, timeout, ctx done);
+// the relay then settles retry.
+func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(d.Body))
+	if err != nil {
+		return sink.Result{}, fmt.Errorf("webhook: build request: %w", err)
+	}
+	h := req.Header
+	if json.Valid(d.Body) {
+		h.Set("Content-Type", "application/json")
+	} else {
+		h.Set("Content-Type", "application/octet-stream")
+	}
+	h.Set("User-Agent", "fairrelay")
+	ts := s.now()
+	h.Set(HeaderID, d.EventID)
+	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	if s.key != nil {
+		h.Set(HeaderSignature, Sign(s.key, d.EventID, ts, d.Body))
+	}
+	h.Set(HeaderEventID, d.EventID)
+	h.Set(HeaderFlow, d.Flow)
+	h.Set(HeaderSeq, strconv.FormatInt(d.Seq, 10))
+	h.Set(HeaderGeneration, strconv.FormatInt(d.Generation, 10))
+	h.Set(HeaderAttempt, strconv.FormatInt(d.Attempt, 10))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return sink.Result{}, fmt.Errorf("webhook: post %s: %w", d.EventID, err)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, s.maxRead))
+	// Drain a little more so the connection can be reused, then close.
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	if err != nil {
+		return sink.Result{}, fmt.Errorf("webhook: read answer to %s: %w", d.EventID, err)
+	}
+	return s.classify(resp.StatusCode, resp.Header, body), nil
+}
+
+// classify maps one HTTP answer to a result (package doc).
+func (s *Sink) classify(status int, h http.Header, body []byte) sink.Result {
+	res := sink.Result{Detail: strconv.Itoa(status) + " " + http.StatusText(status)}
+	var answer struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(body, &answer) == nil && answer.Status != "" {
+		if o, err := fairrelay.ParseOutcome(answer.Status); err == nil {
+			res.Outcome = o
+		}
+	}
+	if res.Outcome == "" {
+		switch {
+		case status >= 200 && status <= 299:
+			res.Outcome = fairrelay.OutcomeAccepted
+		case s.permanent[status]:
+			res.Outcome = fairrelay.OutcomeRejected
+		default:
+			// 408, 425, 429, 5xx and every status nobody declared
+			// permanent: an unknown answer is never silently permanent.
+			res.Outcome = fairrelay.OutcomeRetry
+		}
+	}
+	if res.Outcome.Class() == fairrelay.ClassTransient {
+		res.RetryAfter = s.retryAfter(h.Get("Retry-After"))
+	}
+	return res
+}
+
+func transientStatus(code int) bool {
+	return code == http.StatusRequestTimeout || code == http.StatusTooEarly || code == http.StatusTooManyRequests || code >= 500
+}
+
+// retryAfter parses Retry-After (delay-seconds or HTTP-date), capped at
+// maxAfter; 0 when absent or malformed.
+func (s *Sink) retryAfter(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		if n > int64(s.maxAfter/time.Second) {
+			return s.maxAfter
+		}
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(s.now())
+	}
+	return min(max(d, 0), s.maxAfter)
+}

@@ -1,0 +1,316 @@
+package webhook_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/sink"
+	"github.com/fairrelay/fairrelay/sink/sinktest"
+	"github.com/fairrelay/fairrelay/sink/webhook"
+)
+
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+func key(t *testing.T) []byte {
+	t.Helper()
+	k, err := webhook.ParseSecret(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func newSink(t *testing.T, opts webhook.Options) *webhook.Sink {
+	t.Helper()
+	s, err := webhook.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// The conformance suite over real HTTP on loopback: the inbox's handler with
+// signature checks behind an httptest server.
+func TestConformance(t *testing.T) {
+	sinktest.Run(t, func(t *testing.T, in *inbox.Inbox) sink.Sink {
+		k := key(t)
+		srv := httptest.NewServer(in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(k).Verify}))
+		t.Cleanup(srv.Close)
+		return newSink(t, webhook.Options{URL: srv.URL, Key: k})
+	})
+}
+
+// The published Standard Webhooks test vector.
+func TestSignVector(t *testing.T) {
+	got := webhook.Sign(key(t), "msg_p5jXN8AQM9LWM0D4loKWxJek", time.Unix(1614265330, 0), []byte(`{"test": 2432232314}`))
+	if want := "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="; got != want {
+		t.Fatalf("signature %s, want %s", got, want)
+	}
+}
+
+// A request our sink sends verifies with the Standard Webhooks reference
+// library for Go, which no one here wrote, for a whsec_ secret and a raw one.
+func TestStandardLibraryVerifies(t *testing.T) {
+	t.Parallel()
+	for _, secret := range []string{testSecret, "a plain shared secret"} {
+		k, err := webhook.ParseSecret(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wh *standardwebhooks.Webhook
+		if strings.HasPrefix(secret, "whsec_") {
+			wh, err = standardwebhooks.NewWebhook(secret)
+		} else {
+			wh, err = standardwebhooks.NewWebhookRaw([]byte(secret))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		verified := make(chan error, 1)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			verified <- wh.Verify(body, r.Header)
+		}))
+		s := newSink(t, webhook.Options{URL: srv.URL, Key: k})
+		res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "evt-1", Flow: "A", Seq: 1, Generation: 1, Attempt: 1, Body: []byte(`{"delta":1}`)})
+		srv.Close()
+		if err != nil || res.Outcome != fairrelay.OutcomeAccepted {
+			t.Fatalf("deliver: %v %v", res, err)
+		}
+		if err := <-verified; err != nil {
+			t.Fatalf("secret %q: the standard library rejects our signature: %v", secret, err)
+		}
+	}
+}
+
+func TestVerifier(t *testing.T) {
+	t.Parallel()
+	k := key(t)
+	now := time.Unix(1_700_000_000, 0)
+	v := webhook.NewVerifier(k)
+	v.Now = func() time.Time { return now }
+	body := []byte(`{"delta":1}`)
+	header := func(id string, ts time.Time, sig string) http.Header {
+		h := http.Header{}
+		h.Set(webhook.HeaderID, id)
+		h.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+		h.Set(webhook.HeaderSignature, sig)
+		return h
+	}
+	good := webhook.Sign(k, "e1", now, body)
+	other := webhook.Sign([]byte("another key"), "e1", now, body)
+	for _, tc := range []struct {
+		name string
+		h    http.Header
+		body []byte
+		want error
+	}{
+		{"good", header("e1", now, good), body, nil},
+		{"one of several", header("e1", now, "v2,xyz "+other+" "+good), body, nil},
+		{"wrong key", header("e1", now, other), body, webhook.ErrSignature},
+		{"body changed", header("e1", now, good), []byte(`{"delta":2}`), webhook.ErrSignature},
+		{"id changed", header("e2", now, good), body, webhook.ErrSignature},
+		{"unsigned", http.Header{}, body, webhook.ErrUnsigned},
+		{"too old", header("e1", now.Add(-6*time.Minute), webhook.Sign(k, "e1", now.Add(-6*time.Minute), body)), body, webhook.ErrTimestamp},
+		{"too new", header("e1", now.Add(6*time.Minute), webhook.Sign(k, "e1", now.Add(6*time.Minute), body)), body, webhook.ErrTimestamp},
+	} {
+		if err := v.Verify(tc.h, tc.body); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// answer is one canned HTTP answer.
+type answer struct {
+	status     int
+	body       string
+	retryAfter string
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name      string
+		a         answer
+		permanent []int
+		want      fairrelay.Outcome
+		after     time.Duration
+	}{
+		{"2xx plain", answer{status: 204}, nil, fairrelay.OutcomeAccepted, 0},
+		{"2xx foreign JSON status", answer{status: 200, body: `{"status":"ok"}`}, nil, fairrelay.OutcomeAccepted, 0},
+		{"fairrelay answer wins over status", answer{status: 500, body: `{"status":"duplicate"}`}, nil, fairrelay.OutcomeDuplicate, 0},
+		{"fairrelay permanent", answer{status: 422, body: `{"status":"unsupported_delta"}`}, nil, fairrelay.OutcomeUnsupportedDelta, 0},
+		{"fairrelay gap", answer{status: 409, body: `{"status":"gap"}`}, nil, fairrelay.OutcomeGap, 0},
+		{"503 with Retry-After seconds", answer{status: 503, retryAfter: "7"}, nil, fairrelay.OutcomeRetry, 7 * time.Second},
+		{"429 with Retry-After date", answer{status: 429, retryAfter: now.Add(90 * time.Second).UTC().Format(http.TimeFormat)}, nil, fairrelay.OutcomeRetry, 90 * time.Second},
+		{"Retry-After capped", answer{status: 503, retryAfter: "999999999"}, nil, fairrelay.OutcomeRetry, time.Hour},
+		{"Retry-After garbage", answer{status: 503, retryAfter: "soon"}, nil, fairrelay.OutcomeRetry, 0},
+		{"408", answer{status: 408}, []int{404}, fairrelay.OutcomeRetry, 0},
+		{"425", answer{status: 425}, nil, fairrelay.OutcomeRetry, 0},
+		{"unknown 4xx is not permanent", answer{status: 404}, nil, fairrelay.OutcomeRetry, 0},
+		{"401 is not permanent", answer{status: 401}, nil, fairrelay.OutcomeRetry, 0},
+		{"configured permanent", answer{status: 404}, []int{404, 410}, fairrelay.OutcomeRejected, 0},
+		{"redirect is not followed", answer{status: 302}, nil, fairrelay.OutcomeRetry, 0},
+		{"unknown fairrelay-style status is retry", answer{status: 500, body: `{"status":"weird"}`}, nil, fairrelay.OutcomeRetry, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.a.retryAfter != "" {
+					w.Header().Set("Retry-After", tc.a.retryAfter)
+				}
+				if tc.a.status == 302 {
+					w.Header().Set("Location", "/elsewhere")
+				}
+				w.WriteHeader(tc.a.status)
+				io.WriteString(w, tc.a.body)
+			}))
+			t.Cleanup(srv.Close)
+			s := newSink(t, webhook.Options{URL: srv.URL, Permanent: tc.permanent, Now: func() time.Time { return now }})
+			res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Outcome != tc.want || res.RetryAfter != tc.after {
+				t.Fatalf("got %q after %s (%s), want %q after %s", res.Outcome, res.RetryAfter, res.Detail, tc.want, tc.after)
+			}
+		})
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		opts  webhook.Options
+		field string
+	}{
+		{webhook.Options{URL: "ftp://127.0.0.1/"}, "sink"},
+		{webhook.Options{URL: ""}, "sink"},
+		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{503}}, "permanent_status"},
+		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{429}}, "permanent_status"},
+		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{200}}, "permanent_status"},
+		{webhook.Options{URL: "http://127.0.0.1/", Timeout: -time.Second}, "timeout"},
+	} {
+		_, err := webhook.New(tc.opts)
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%+v: error %v, want field %s", tc.opts, err, tc.field)
+		}
+	}
+	if _, err := webhook.ParseSecret("whsec_***"); err == nil {
+		t.Error("bad base64 secret accepted")
+	}
+}
+
+// The headers carry the event's place; the body arrives byte for byte.
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+	got := make(chan *http.Request, 1)
+	bodies := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- r
+		bodies <- string(b)
+	}))
+	t.Cleanup(srv.Close)
+	s := newSink(t, webhook.Options{URL: srv.URL})
+	if _, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e-9", Flow: "flow/é", Seq: 12, Generation: 3, Attempt: 2, Body: []byte("{ \"delta\" : 1 }")}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	for h, want := range map[string]string{
+		webhook.HeaderID: "e-9", webhook.HeaderEventID: "e-9", webhook.HeaderFlow: "flow/é", webhook.HeaderSeq: "12",
+		webhook.HeaderGeneration: "3", webhook.HeaderAttempt: "2", "Content-Type": "application/json", webhook.HeaderSignature: "",
+	} {
+		if v := r.Header.Get(h); v != want {
+			t.Errorf("header %s = %q, want %q", h, v, want)
+		}
+	}
+	if r.Method != http.MethodPost {
+		t.Errorf("method %s", r.Method)
+	}
+	if b := <-bodies; b != "{ \"delta\" : 1 }" {
+		t.Errorf("body %q", b)
+	}
+}
+
+// No answer is an error (the relay settles retry): a receiver slower than
+// the timeout, and a closed port.
+func TestNoAnswer(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); srv.Close() })
+	s := newSink(t, webhook.Options{URL: srv.URL, Timeout: 50 * time.Millisecond})
+	if _, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("slow receiver: %v, want a deadline error", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s = newSink(t, webhook.Options{URL: "http://" + addr + "/"})
+	if _, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")}); err == nil {
+		t.Error("closed port: no error")
+	}
+}
+
+// Connections are reused across deliveries, also after a large answer,
+// of which only MaxResponseBytes are read.
+func TestConnectionReuseAndBoundedRead(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int64
+	huge := `{"status":"duplicate","pad":"` + strings.Repeat("x", 1<<20) + `"}`
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(webhook.HeaderSeq) == "1" {
+			io.WriteString(w, huge)
+			return
+		}
+		io.WriteString(w, `{"status":"duplicate"}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	s := newSink(t, webhook.Options{URL: srv.URL, MaxResponseBytes: 64})
+	// The huge answer is cut at 64 bytes: no longer JSON, so the 200 decides
+	// (accepted, not the duplicate it would have said in full).
+	res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")})
+	if err != nil || res.Outcome != fairrelay.OutcomeAccepted {
+		t.Fatalf("huge answer: %v %v", res, err)
+	}
+	for range 5 {
+		res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 2, Body: []byte("x")})
+		if err != nil || res.Outcome != fairrelay.OutcomeDuplicate {
+			t.Fatalf("small answer: %v %v", res, err)
+		}
+	}
+	if n := conns.Load(); n > 2 {
+		t.Errorf("%d connections for 6 sequential deliveries, want reuse", n)
+	}
+}
