@@ -183,7 +183,7 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		return settleResult(r), nil
+		return SettleResult(r), nil
 	case "step":
 		return rn.step(ctx, o)
 	case "redrive":
@@ -211,10 +211,7 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r.Status == fairrelay.RedriveRejected {
-			return Result{"status": string(r.Status), "reason": r.RejectReason}, nil
-		}
-		return Result{"status": string(r.Status), "generation": r.Generation}, nil
+		return RedriveResult(r), nil
 	case "inbox":
 		if o.MaxDelta == nil && o.Unavailable == nil {
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max_delta", Message: "inbox op needs max_delta and/or unavailable"}
@@ -322,11 +319,19 @@ func ClaimResult(c fairrelay.Claim) Result {
 }
 
 // SettleResult renders a settle answer as SPEC §6 prints it.
-func settleResult(r fairrelay.SettleResult) Result {
+func SettleResult(r fairrelay.SettleResult) Result {
 	if r.Status == fairrelay.SettleReady {
 		return Result{"status": string(r.Status), "next_at": r.NextAt}
 	}
 	return Result{"status": string(r.Status)}
+}
+
+// RedriveResult renders a redrive answer as SPEC §6 prints it.
+func RedriveResult(r fairrelay.RedriveResult) Result {
+	if r.Status == fairrelay.RedriveRejected {
+		return Result{"status": string(r.Status), "reason": r.RejectReason}
+	}
+	return Result{"status": string(r.Status), "generation": r.Generation}
 }
 
 // step is claim, receive and settle at one tick.

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/script"
+)
+
+func init() { rootCmd.AddCommand(newClaimCmd()) }
+
+func newClaimCmd() *cobra.Command {
+	var queue string
+	var at int64
+	var pf policyFlags
+	cmd := &cobra.Command{
+		Use:   "claim --queue Q --at TICK",
+		Short: "Claim the next eligible head (SPEC §2) and print the claim or idle as JSON",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pol, err := pf.policy()
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("at") {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "at", Message: "missing: give --at TICK"}
+			}
+			q, err := openQueue(cmd.Context(), queue, pol)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			c, err := q.Claim(cmd.Context(), at)
+			if err != nil {
+				return err
+			}
+			if c == nil {
+				return printJSON(cmd.OutOrStdout(), script.Result{"status": "idle"})
+			}
+			return printJSON(cmd.OutOrStdout(), script.ClaimResult(*c))
+		},
+	}
+	cmd.Flags().StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	cmd.Flags().Int64Var(&at, "at", 0, "tick of the claim")
+	pf.register(cmd, "fair", 0)
+	return cmd
+}

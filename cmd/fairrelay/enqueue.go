@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/script"
+)
+
+func init() { rootCmd.AddCommand(newEnqueueCmd()) }
+
+func newEnqueueCmd() *cobra.Command {
+	var queue, id, flow, body, delta string
+	var at int64
+	var pf policyFlags
+	cmd := &cobra.Command{
+		Use:   "enqueue --queue Q --id ID --flow FLOW (--body JSON | --delta N) --at TICK",
+		Short: "Enqueue one event (SPEC §2) and print the answer as JSON",
+		Long: `Enqueue one event. The body is JSON (stored compact, keys sorted);
+--delta N is shorthand for --body '{"delta":N}'. Prints {"status":"created","seq":N},
+existing or conflict, like the script op.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pol, err := pf.policy()
+			if err != nil {
+				return err
+			}
+			var d, b json.RawMessage
+			if cmd.Flags().Changed("delta") {
+				d = json.RawMessage(delta)
+			}
+			if cmd.Flags().Changed("body") {
+				b = json.RawMessage(body)
+			}
+			payload, err := script.Body(d, b)
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("at") {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "at", Message: "missing: give --at TICK"}
+			}
+			q, err := openQueue(cmd.Context(), queue, pol)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			r, err := q.Enqueue(cmd.Context(), fairrelay.EnqueueParams{ID: id, Flow: flow, Body: payload, At: at})
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), script.EnqueueResult(r))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&id, "id", "", "event id (1 to 200 bytes of UTF-8)")
+	f.StringVar(&flow, "flow", "", "flow id, the ordering key (1 to 200 bytes of UTF-8)")
+	f.StringVar(&body, "body", "", "event body, JSON")
+	f.StringVar(&delta, "delta", "", `shorthand for --body '{"delta":N}', N a positive integer`)
+	f.Int64Var(&at, "at", 0, "tick of the write (must not be below the stored tick)")
+	pf.register(cmd, "fair", 0)
+	return cmd
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+func init() { rootCmd.AddCommand(newInspectCmd()) }
+
+func newInspectCmd() *cobra.Command {
+	var queue, after string
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "inspect --queue Q [flows|heads|quarantined|audit] [--json]",
+		Short: "Show flows, heads, quarantined events or the audit log",
+		Long: `Read-only views of a queue store:
+  flows        each flow with its last seq and served ticket
+  heads        each flow with its head event (the default)
+  quarantined  the quarantined heads, with the generation a redrive needs
+  audit        the redrive decisions, as written
+A readable table by default; --json prints one JSON object per line.`,
+		Args:      cobra.MaximumNArgs(1),
+		ValidArgs: []string{"flows", "heads", "quarantined", "audit"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			view := "heads"
+			if len(args) == 1 {
+				view = args[0]
+			}
+			if limit < 1 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+			}
+			ctx := cmd.Context()
+			var rows []any
+			var table func(w io.Writer)
+			switch view {
+			case "flows", "heads":
+				// Open only after the view is known to be valid.
+			case "quarantined", "audit":
+			default:
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined or audit", view)}
+			}
+			q, err := openQueue(ctx, queue, fairrelay.Policy{})
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			switch view {
+			case "flows", "heads":
+				hs, err := q.Heads(ctx, after, limit)
+				if err != nil {
+					return err
+				}
+				for _, h := range hs {
+					if view == "flows" {
+						rows = append(rows, h.FlowState)
+					} else {
+						rows = append(rows, h)
+					}
+				}
+				table = func(w io.Writer) {
+					if view == "flows" {
+						fmt.Fprintln(w, "FLOW\tSEQ\tSERVED")
+						for _, h := range hs {
+							fmt.Fprintf(w, "%s\t%d\t%d\n", h.Flow, h.Seq, h.Served)
+						}
+						return
+					}
+					fmt.Fprintln(w, "FLOW\tSEQ\tSERVED\tHEAD\tHEAD SEQ\tSTATE\tGEN\tATTEMPTS\tDUE\tREASON")
+					for _, h := range hs {
+						if h.Head == nil {
+							fmt.Fprintf(w, "%s\t%d\t%d\t-\t-\t(all acked)\t\t\t\t\n", h.Flow, h.Seq, h.Served)
+							continue
+						}
+						e := h.Head
+						fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", h.Flow, h.Seq, h.Served, e.ID, e.Seq, e.State, e.Generation, e.Attempts, due(*e), deref(e.Reason))
+					}
+				}
+			case "quarantined":
+				es, err := q.Quarantined(ctx, limit)
+				if err != nil {
+					return err
+				}
+				for _, e := range es {
+					rows = append(rows, e)
+				}
+				table = func(w io.Writer) {
+					fmt.Fprintln(w, "ID\tFLOW\tSEQ\tGENERATION\tATTEMPTS\tLIFETIME\tREASON")
+					for _, e := range es {
+						fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", e.ID, e.Flow, e.Seq, e.Generation, e.Attempts, e.LifetimeAttempts, deref(e.Reason))
+					}
+				}
+			case "audit":
+				as, err := q.Audit(ctx, 0, limit)
+				if err != nil {
+					return err
+				}
+				for _, a := range as {
+					rows = append(rows, a)
+				}
+				table = func(w io.Writer) {
+					fmt.Fprintln(w, "AT\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
+					for _, a := range as {
+						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", a.At, a.ID, a.Action, a.Generation, deref(a.Operator), deref(a.PreviousReason), a.Reason)
+					}
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				for _, r := range rows {
+					if err := printJSON(out, r); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			table(tw)
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per line instead of a table")
+	f.IntVar(&limit, "limit", 1000, "at most this many rows")
+	f.StringVar(&after, "after", "", "flows and heads: start after this flow id (paging)")
+	return cmd
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return *s
+}
+
+// due says when a head can next be claimed: next_at for ready, lease end for
+// inflight.
+func due(e fairrelay.EventState) string {
+	switch {
+	case e.NextAt != nil:
+		return "next_at " + strconv.FormatInt(*e.NextAt, 10)
+	case e.LeaseUntil != nil:
+		return "lease_until " + strconv.FormatInt(*e.LeaseUntil, 10)
+	}
+	return "-"
+}

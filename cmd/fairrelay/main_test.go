@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fairrelay/fairrelay/internal/conformance"
+)
+
+// TestMain lets the test binary act as the fairrelay CLI in a child process
+// (FAIRRELAY_TEST_AS_CLI=1), so the tests run the real command line — flags,
+// stdout, stderr and exit codes — without a separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("FAIRRELAY_TEST_AS_CLI") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// cli runs the CLI with args and stdin in a child process.
+func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// TestScriptCommandRunsVectors feeds every vector to `fairrelay script` and
+// compares the output lines as check-vectors does (SPEC §6).
+func TestScriptCommandRunsVectors(t *testing.T) {
+	t.Parallel()
+	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "vectors", "*.jsonl"))
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, ".expected.jsonl") {
+			continue
+		}
+		n++
+		name := filepath.Base(f)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ops, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(strings.TrimSuffix(f, ".jsonl") + ".expected.jsonl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			args := []string{"script", "--queue", filepath.Join(dir, "q.db"), "--inbox", filepath.Join(dir, "i.db")}
+			if strings.HasSuffix(name, ".fair.jsonl") {
+				args = append(args, "--policy", "fair")
+			}
+			out, errOut, code := cli(t, string(ops), args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			got := strings.Split(strings.TrimSpace(out), "\n")
+			exp := strings.Split(strings.TrimSpace(string(want)), "\n")
+			if len(got) != len(exp) {
+				t.Fatalf("%d result lines for %d expected", len(got), len(exp))
+			}
+			for i := range exp {
+				var w, g any
+				if err := json.Unmarshal([]byte(exp[i]), &w); err != nil {
+					t.Fatal(err)
+				}
+				if err := json.Unmarshal([]byte(got[i]), &g); err != nil {
+					t.Fatalf("line %d is not JSON: %s", i+1, got[i])
+				}
+				if why := conformance.Match(w, g, "$"); why != "" {
+					t.Fatalf("line %d: %s", i+1, why)
+				}
+			}
+		})
+	}
+	if n < 10 {
+		t.Fatalf("found %d vectors, want at least 10", n)
+	}
+}
+
+func TestScriptGoesOnAfterBadLines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in := "{\"op\":\"enqueue\"\nnot json\n{\"op\":\"enqueue\",\"id\":\"A1\",\"flow\":\"A\",\"delta\":1,\"at\":0}\n"
+	out, _, code := cli(t, in, "script", "--queue", filepath.Join(dir, "q.db"), "--inbox", filepath.Join(dir, "i.db"))
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], `"error":"invalid_json"`) || !strings.Contains(lines[2], `"status":"created"`) {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+func TestOneShotCommands(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	steps := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "10", "--at", "0"}, `{"seq":1,"status":"created"}`},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", `{"note":"x", "delta":1}`, "--at", "0"}, `{"seq":2,"status":"created"}`},
+		{[]string{"claim", "--queue", q, "--at", "0"}, `{"attempts":1,"flow":"A","generation":1,"id":"A1","lease_until":5,"seq":1,"status":"claimed","ticket":1}`},
+		{[]string{"claim", "--queue", q, "--at", "1"}, `{"status":"idle"}`},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "unsupported_delta", "--at", "1"}, `{"status":"quarantined"}`},
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"generation":2,"status":"ready"}`},
+		{[]string{"inspect", "--queue", q, "audit", "--json"}, `{"id":"A1","action":"redrive","reason":"fixed","operator":"ops","previous_reason":"unsupported_delta","generation":2,"at":2}`},
+	}
+	for _, s := range steps {
+		out, errOut, code := cli(t, "", s.args...)
+		if code != 0 || strings.TrimSpace(out) != s.want {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want %s", s.args, code, out, errOut, s.want)
+		}
+	}
+	out, _, _ := cli(t, "", "inspect", "--queue", q)
+	if !strings.Contains(out, "A1") || !strings.Contains(out, "ready") {
+		t.Fatalf("heads table:\n%s", out)
+	}
+}
+
+// TestCLIErrorsNameTheField checks that bad input exits non-zero with one
+// stderr line naming the field, and changes nothing.
+func TestCLIErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "5"); code != 0 {
+		t.Fatal(e)
+	}
+	notDB := filepath.Join(dir, "not.db")
+	os.WriteFile(notDB, []byte("this is not a database, just some text that is long enough"), 0o644)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"enqueue", "--queue", q, "--id", "", "--flow", "A", "--delta", "1", "--at", "5"}, "id: empty"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "0", "--at", "5"}, "delta: must be a positive integer"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--at", "5"}, "body: missing"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1"}, "at: missing"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--at", "4"}, "clock_regressed"},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "acepted", "--at", "5"}, `outcome: unknown outcome "acepted"`},
+		{[]string{"settle", "--queue", q, "--id", "NOPE", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "not_found"},
+		{[]string{"claim", "--queue", filepath.Join(dir, "missing", "q.db"), "--at", "0"}, "queue: cannot open: directory"},
+		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database"},
+		{[]string{"claim", "--queue", q, "--at", "5", "--policy", "lifo"}, "policy: must be seed or fair"},
+		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},
+	}
+	for _, c := range cases {
+		out, errOut, code := cli(t, "", c.args...)
+		if code == 0 || out != "" || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%v: exit %d stdout %q stderr %q; want non-zero exit and one stderr line containing %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	out, _, _ := cli(t, "", "inspect", "--queue", q, "heads", "--json")
+	if !strings.Contains(out, `"seq":1,`) || strings.Contains(out, "A2") {
+		t.Fatalf("bad input changed the store: %s", out)
+	}
+}
+
+func TestDemoEndsWithTheArticleProjection(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := cli(t, "", "demo", "--dir", t.TempDir())
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "A1     unsupported_delta  quarantined") {
+		t.Fatalf("demo did not quarantine A1:\n%s", out)
+	}
+	last := out[strings.LastIndex(out, "FLOW  SEQ  TOTAL"):]
+	if !strings.Contains(last, "A     2    11") {
+		t.Fatalf("demo projection, want A seq 2 total 11:\n%s", last)
+	}
+}

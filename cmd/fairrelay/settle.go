@@ -1,0 +1,57 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/script"
+)
+
+func init() { rootCmd.AddCommand(newSettleCmd()) }
+
+func newSettleCmd() *cobra.Command {
+	var queue, id, outcome string
+	var gen, at int64
+	var pf policyFlags
+	cmd := &cobra.Command{
+		Use:   "settle --queue Q --id ID --generation G --outcome OUTCOME --at TICK",
+		Short: "Settle a claim with the receiver's outcome (SPEC §2) and print the answer as JSON",
+		Long: `Settle the claim (id, generation) with an outcome: accepted, duplicate,
+id_conflict, sequence_conflict, unsupported_delta, invalid_body, rejected,
+retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pol, err := pf.policy()
+			if err != nil {
+				return err
+			}
+			o, err := fairrelay.ParseOutcome(outcome)
+			if err != nil {
+				return err
+			}
+			for _, name := range []string{"id", "generation", "at"} {
+				if !cmd.Flags().Changed(name) {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
+				}
+			}
+			q, err := openQueue(cmd.Context(), queue, pol)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			r, err := q.Settle(cmd.Context(), fairrelay.Token{EventID: id, Generation: gen}, o, at)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), script.SettleResult(r))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&id, "id", "", "event id of the claim")
+	f.Int64Var(&gen, "generation", 0, "generation of the claim (its fencing token)")
+	f.StringVar(&outcome, "outcome", "", "what the receiver answered")
+	f.Int64Var(&at, "at", 0, "tick of the settle")
+	pf.register(cmd, "fair", 0)
+	return cmd
+}
