@@ -1,0 +1,42 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
+)
+
+//go:embed migrations/postgres/*.sql
+var postgresMigrations embed.FS
+
+// The PostgreSQL inbox (SPEC §4: the same tables and answers as SQLite):
+// Open takes a postgres:// or postgresql:// URL; its schema=NAME query
+// parameter selects the schema (created on first use). Give the inbox a
+// schema of its own, apart from any queue store: Open fails when the schema
+// already holds another fairrelay store. Options.BusyTimeout bounds lock
+// waits (lock_timeout).
+func init() {
+	openers["postgres://"] = openPostgres
+	openers["postgresql://"] = openPostgres
+}
+
+func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
+	cfg, schema, err := pgstore.PoolConfig(dsn, opts.BusyTimeout)
+	if err != nil {
+		return nil, err
+	}
+	db := stdlib.OpenDB(*cfg.ConnConfig)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, pgstore.Translate(err)
+	}
+	if _, err := pgstore.Migrate(ctx, db, schema, postgresMigrations, "migrations/postgres", "receipt"); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}

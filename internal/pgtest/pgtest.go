@@ -1,0 +1,100 @@
+// Package pgtest gives tests a real PostgreSQL: the server's URL, and fresh
+// schemas that are dropped when the test ends. The server is
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable unless the
+// environment variable FAIRRELAY_PG_URL names another. When it is
+// unreachable, tests fail under CI=true and skip, saying why, otherwise.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
+)
+
+// DefaultURL is the server the tests use when FAIRRELAY_PG_URL is not set.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// EnvVar names the environment variable that overrides DefaultURL.
+const EnvVar = "FAIRRELAY_PG_URL"
+
+// URL returns the server's URL after checking that it answers within 5s;
+// otherwise it fails the test under CI=true and skips it elsewhere.
+func URL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(EnvVar)
+	if u == "" {
+		u = DefaultURL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err == nil {
+		err = conn.Ping(ctx)
+		conn.Close(ctx)
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL at %s is unreachable under CI=true: %v", u, err)
+		}
+		t.Skipf("PostgreSQL at %s is unreachable (set %s to point at one): %v", u, EnvVar, err)
+	}
+	return u
+}
+
+// Schema returns URL(t) with a schema=NAME parameter naming a fresh, random
+// schema (prefix, then random hex); the schema is dropped with everything in
+// it when the test ends. Nothing creates it here: the first Open does.
+func Schema(t testing.TB, prefix string) string {
+	t.Helper()
+	base := URL(t)
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := prefix + "_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	return base + sep + "schema=" + name
+}
+
+// Exec runs sql (one or more statements, no parameters) on the database and
+// schema of dsn, failing the test on error.
+func Exec(t testing.TB, dsn, sql string) {
+	t.Helper()
+	cfg, _, err := pgstore.PoolConfig(dsn, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}

@@ -1,0 +1,178 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+type scanner interface{ Scan(dest ...any) error }
+
+// conn runs the store's statements on one transaction: the store's own
+// pgx.Tx, or a caller's pgx.Tx or *sql.Tx (Wrap). name labels errors.
+type conn interface {
+	exec(ctx context.Context, name, sql string, args []any) error
+	// query runs sql and calls each for every row, in order.
+	query(ctx context.Context, name, sql string, args []any, each func(scanner) error) error
+}
+
+// pgxConn runs statements on a pgx.Tx. With deferWrites, statements that
+// return nothing are queued and sent in one round trip together with the
+// next query or at flush (commit): the transaction's answers are the same,
+// since every read still sees every earlier write, and an error of a queued
+// write still fails the transaction before it can commit.
+type pgxConn struct {
+	tx          pgx.Tx
+	deferWrites bool
+	pending     pgx.Batch
+	names       []string
+}
+
+func (c *pgxConn) exec(ctx context.Context, name, sql string, args []any) error {
+	if c.deferWrites {
+		c.pending.Queue(sql, args...)
+		c.names = append(c.names, name)
+		return nil
+	}
+	if _, err := c.tx.Exec(ctx, sql, args...); err != nil {
+		return Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	return nil
+}
+
+// sendPending sends the queued writes, plus sql when it is not empty, in one
+// batch, and returns the open batch results positioned at sql's result.
+func (c *pgxConn) sendPending(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b := c.pending
+	names := c.names
+	c.pending, c.names = pgx.Batch{}, nil
+	if sql != "" {
+		b.Queue(sql, args...)
+	}
+	br := c.tx.SendBatch(ctx, &b)
+	for _, n := range names {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, Translate(fmt.Errorf("%s: %w", n, err))
+		}
+	}
+	return br, nil
+}
+
+func (c *pgxConn) flush(ctx context.Context) error {
+	if len(c.names) == 0 {
+		return nil
+	}
+	br, err := c.sendPending(ctx, "", nil)
+	if err != nil {
+		return err
+	}
+	return Translate(br.Close())
+}
+
+func (c *pgxConn) query(ctx context.Context, name, sql string, args []any, each func(scanner) error) error {
+	var rows pgx.Rows
+	var br pgx.BatchResults
+	if len(c.names) > 0 {
+		var err error
+		if br, err = c.sendPending(ctx, sql, args); err != nil {
+			return err
+		}
+		defer br.Close()
+		if rows, err = br.Query(); err != nil {
+			return Translate(fmt.Errorf("%s: %w", name, err))
+		}
+	} else {
+		var err error
+		if rows, err = c.tx.Query(ctx, sql, args...); err != nil {
+			return Translate(fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return Translate(fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	return nil
+}
+
+// sqlConn runs statements on a caller's *sql.Tx (pgx's stdlib driver).
+type sqlConn struct{ tx *sql.Tx }
+
+func (c sqlConn) exec(ctx context.Context, name, sql string, args []any) error {
+	if _, err := c.tx.ExecContext(ctx, sql, args...); err != nil {
+		return Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	return nil
+}
+
+func (c sqlConn) query(ctx context.Context, name, sql string, args []any, each func(scanner) error) error {
+	rows, err := c.tx.QueryContext(ctx, sql, args...)
+	if err != nil {
+		return Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return Translate(fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	return nil
+}
+
+// scopedConn runs each statement of a caller's transaction with the store's
+// schema first on search_path, and puts the caller's search_path back after
+// it (both transaction-local, set_config(..., true)).
+type scopedConn struct {
+	c            conn
+	ours, theirs string
+}
+
+func (s *scopedConn) around(ctx context.Context, run func() error) error {
+	if err := s.c.exec(ctx, "SearchPathSetLocal", q["SearchPathSetLocal"], []any{s.ours}); err != nil {
+		return err
+	}
+	if err := run(); err != nil {
+		return err
+	}
+	return s.c.exec(ctx, "SearchPathSetLocal", q["SearchPathSetLocal"], []any{s.theirs})
+}
+
+func (s *scopedConn) exec(ctx context.Context, name, sql string, args []any) error {
+	return s.around(ctx, func() error { return s.c.exec(ctx, name, sql, args) })
+}
+
+func (s *scopedConn) query(ctx context.Context, name, sql string, args []any, each func(scanner) error) error {
+	return s.around(ctx, func() error { return s.c.query(ctx, name, sql, args, each) })
+}
+
+// queryRow runs the named query and scans its first row with scan; found is
+// false when there is no row.
+func queryRowFound(ctx context.Context, c conn, name string, args []any, scan func(scanner) error) (found bool, err error) {
+	err = c.query(ctx, name, q[name], args, func(r scanner) error {
+		if found {
+			return nil
+		}
+		found = true
+		return scan(r)
+	})
+	return found, err
+}
+
+// queryRow is queryRowFound for a query that always returns a row.
+func queryRow(ctx context.Context, c conn, name string, args []any, scan func(scanner) error) error {
+	found, err := queryRowFound(ctx, c, name, args, scan)
+	if err == nil && !found {
+		err = fmt.Errorf("%s: no row", name)
+	}
+	return err
+}

@@ -1,0 +1,315 @@
+// Package pgstore is the PostgreSQL backend of the queue store
+// (github.com/jackc/pgx/v5). It keeps the SQLite backend's tables, indexes
+// and answers (SPEC §4): every write transaction first locks the single clock
+// row, so writers from any number of processes and connections are
+// serialised exactly as SQLite's one writer is, and read transactions are
+// REPEATABLE READ READ ONLY snapshots. The SQL lives in queries.sql and
+// migrations/*.sql, embedded; migrations run under an advisory lock so that
+// processes starting together do not race.
+//
+// A store lives in one schema, chosen by the `schema=NAME` query parameter of
+// its postgres:// URL (created on first use) or, without it, the
+// connection's current schema.
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/fairrelay/fairrelay/internal/sqlfile"
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+//go:embed migrations/*.sql
+var migrationsFS embed.FS
+
+var q = sqlfile.Queries(queriesSQL)
+
+// MigrationLock is the statement that serialises migrators (queue store and
+// inbox alike) on one transaction-scoped advisory lock; the key is an
+// arbitrary constant ("fairrela" in ASCII).
+const MigrationLock = "SELECT pg_advisory_xact_lock(7377002342573190241)"
+
+// Options tune the PostgreSQL backend.
+type Options struct {
+	// LockTimeout bounds how long a statement waits for a row lock held by
+	// another transaction (the clock row, in practice) before failing with
+	// store.ErrBusy. Defaults to 5s.
+	LockTimeout time.Duration
+	// MaxConns is the size of the connection pool. Defaults to pgxpool's
+	// default (the larger of 4 and the number of CPUs).
+	MaxConns int32
+}
+
+// Store is the PostgreSQL queue store: one pgx connection pool whose
+// connections have the store's schema on their search_path.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// schemaName is what a schema=NAME parameter may hold: a plain identifier of
+// at most 63 bytes (PostgreSQL's limit), so that no name is ever truncated or
+// needs more than quoting.
+var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// ParseDSN splits a postgres:// or postgresql:// URL into the connection
+// string pgx receives and the schema named by its `schema` query parameter
+// ("" when absent). Errors: a URL that does not parse, a schema that is not
+// an identifier of letters, digits and underscores (at most 63 bytes).
+func ParseDSN(dsn string) (conn string, schema string, err error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", "", fmt.Errorf("not a URL: %w", err)
+	}
+	v := u.Query()
+	schema = v.Get("schema")
+	if v.Has("schema") && !schemaName.MatchString(schema) {
+		return "", "", fmt.Errorf("schema %q: want letters, digits and underscores, at most 63 bytes, not starting with a digit", schema)
+	}
+	v.Del("schema")
+	u.RawQuery = v.Encode()
+	return u.String(), schema, nil
+}
+
+// PoolConfig parses dsn (see ParseDSN) into a pgxpool configuration whose
+// connections put the schema first on their search_path and wait at most
+// lockTimeout for a row lock. It also returns the schema ("" when the URL
+// names none).
+func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string, error) {
+	conn, schema, err := ParseDSN(dsn)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := pgxpool.ParseConfig(conn)
+	if err != nil {
+		return nil, "", err
+	}
+	if schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	}
+	if lockTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockTimeout.Milliseconds(), 10)
+	}
+	return cfg, schema, nil
+}
+
+// CreateSchema creates schema if it does not exist, under MigrationLock so
+// that concurrent first users do not collide. schema must come from
+// ParseDSN (a checked identifier).
+func CreateSchema(ctx context.Context, db *sql.DB, schema string) error {
+	if schema == "" {
+		return nil
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return Translate(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, MigrationLock); err != nil {
+		return Translate(err)
+	}
+	// An identifier cannot be a bind parameter; schema is a checked
+	// identifier, quoted by pgx.
+	if _, err := tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return Translate(fmt.Errorf("create schema %s: %w", schema, err))
+	}
+	return Translate(tx.Commit())
+}
+
+// Migrate creates the schema when missing, applies the migrations in dir of
+// fsys under MigrationLock, and checks that table, which the migrations
+// create, is now visible: a schema already holding another fairrelay store
+// (a queue store and an inbox share the migration table's version numbers)
+// fails with store.ErrNotDatabase instead of half-working.
+func Migrate(ctx context.Context, db *sql.DB, schema string, fsys embed.FS, dir, table string) ([]int, error) {
+	if err := CreateSchema(ctx, db, schema); err != nil {
+		return nil, err
+	}
+	migs, err := sqlfile.Migrations(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	v, err := sqlfile.Apply(ctx, db, migs, MigrationLock)
+	if err != nil {
+		return v, Translate(err)
+	}
+	var found sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT to_regclass($1)::text", table).Scan(&found); err != nil {
+		return v, Translate(err)
+	}
+	if !found.Valid {
+		return v, fmt.Errorf("%w: table %s is missing although the migrations are recorded: the schema holds another fairrelay store; give each store its own schema", store.ErrNotDatabase, table)
+	}
+	return v, nil
+}
+
+// Open connects to the PostgreSQL database named by dsn (a postgres:// URL,
+// optionally with schema=NAME), creates the schema if missing and applies
+// the migrations. Errors: a bad URL or schema name; the server unreachable;
+// the database missing or the schema holding another store (wrap
+// store.ErrNotDatabase); lock waits over the timeout (wrap store.ErrBusy).
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = 5 * time.Second
+	}
+	cfg, schema, err := PoolConfig(dsn, opts.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, Translate(err)
+	}
+	s := &Store{pool: pool, schema: schema}
+	if _, err := s.Migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := pool.QueryRow(ctx, q["CurrentSchema"]).Scan(&s.schema); err != nil {
+		pool.Close()
+		return nil, Translate(fmt.Errorf("current schema: %w", err))
+	}
+	return s, nil
+}
+
+// Pool returns the connection pool, for tests that install triggers and for
+// callers that open their own transactions for EnqueueTx.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Schema returns the schema the store lives in.
+func (s *Store) Schema() string { return s.schema }
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Migrate applies the embedded migrations the schema lacks, each in its own
+// transaction under MigrationLock, and returns the versions applied.
+func (s *Store) Migrate(ctx context.Context) ([]int, error) {
+	db := stdlib.OpenDBFromPool(s.pool)
+	defer db.Close()
+	return Migrate(ctx, db, s.schema, migrationsFS, "migrations", "event")
+}
+
+// SQLSTATE codes that mean "nothing was changed; the caller may retry".
+var busyCodes = map[string]bool{
+	"40001": true, // serialization_failure
+	"40P01": true, // deadlock_detected
+	"55P03": true, // lock_not_available (lock_timeout)
+	"53300": true, // too_many_connections
+	"57P03": true, // cannot_connect_now (server starting or shutting down)
+}
+
+// SQLSTATE codes that mean the server does not hold the database asked for.
+var notDatabaseCodes = map[string]bool{
+	"3D000": true, // invalid_catalog_name: no such database
+	"3F000": true, // invalid_schema_name
+	"42P01": true, // undefined_table
+}
+
+// Translate maps PostgreSQL errors to the store's sentinels, keeping the
+// original error in the chain. It is the one place where driver errors are
+// interpreted (STYLE §7); the inbox's PostgreSQL opener uses it too.
+func Translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case busyCodes[pe.Code]:
+			return fmt.Errorf("%w: %w", store.ErrBusy, err)
+		case notDatabaseCodes[pe.Code]:
+			return fmt.Errorf("%w: %w", store.ErrNotDatabase, err)
+		}
+	}
+	return err
+}
+
+// Begin starts a READ COMMITTED write transaction. Its first statement
+// (ClockGet) locks the clock row, which serialises writers.
+func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
+	}
+	return &Tx{c: &pgxConn{tx: tx}, tx: tx, write: true}, nil
+}
+
+// BeginRead starts a REPEATABLE READ READ ONLY transaction: one snapshot for
+// all its statements.
+func (s *Store) BeginRead(ctx context.Context) (store.Tx, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, Translate(fmt.Errorf("begin read transaction: %w", err))
+	}
+	return &Tx{c: &pgxConn{tx: tx}, tx: tx}, nil
+}
+
+// Wrap accepts the caller's pgx.Tx, or *sql.Tx opened through pgx's stdlib
+// driver, on the same database. When the caller's search_path does not
+// resolve to the store's schema, every statement is run with the schema put
+// first on search_path and the caller's search_path restored after it, so
+// the caller's own unqualified names keep their meaning. The first
+// statement locks the clock row until the caller's transaction ends.
+func (s *Store) Wrap(ctx context.Context, tx any) (store.Tx, error) {
+	var c conn
+	switch t := tx.(type) {
+	case pgx.Tx:
+		if t == nil {
+			return nil, errors.New("tx: nil pgx.Tx")
+		}
+		c = &pgxConn{tx: t}
+	case *sql.Tx:
+		if t == nil {
+			return nil, errors.New("tx: nil *sql.Tx")
+		}
+		c = sqlConn{tx: t}
+	default:
+		return nil, fmt.Errorf("tx: the PostgreSQL backend takes a pgx.Tx or a *sql.Tx, not %T", tx)
+	}
+	var current string
+	if err := queryRow(ctx, c, "CurrentSchema", nil, func(r scanner) error {
+		var v sql.NullString
+		err := r.Scan(&v)
+		current = v.String
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if current != s.schema {
+		var path string
+		if err := queryRow(ctx, c, "SearchPathGet", nil, func(r scanner) error { return r.Scan(&path) }); err != nil {
+			return nil, err
+		}
+		c = &scopedConn{c: c, ours: pgx.Identifier{s.schema}.Sanitize() + ", " + path, theirs: path}
+	}
+	return &Tx{c: c, write: true}, nil
+}
