@@ -46,3 +46,22 @@ func TestVectorCopiesMatchShared(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecCopyMatchesShared fails when SPEC.md at the repository root drifts
+// from ../shared/SPEC.md, where that file exists.
+func TestSpecCopyMatchesShared(t *testing.T) {
+	want, err := os.ReadFile("../../../shared/SPEC.md")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but no shared SPEC.md: %v", err)
+		}
+		t.Skipf("no shared SPEC.md to compare with: %v", err)
+	}
+	got, err := os.ReadFile("../../SPEC.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("SPEC.md differs from ../shared/SPEC.md: copy it again")
+	}
+}
