@@ -117,8 +117,8 @@ func (p Policy) Validate() error {
 // Backoff returns the delay in ticks before attempt number attempts+1 of the
 // event may be claimed, after a transient outcome of claim number attempts
 // (1-based) with the given generation: min(base*2^(attempts-1), cap),
-// shortened by the deterministic jitter of SPEC §7. Always >= 1 when base >= 1
-// and jitter < 1... except that jitter may shorten a 1-tick delay to 1.
+// shortened by the deterministic jitter of SPEC §7 to a value in
+// [d*(1-Jitter), d]. The result is at least 1 tick.
 func (p Policy) Backoff(eventID string, generation, attempts int64) int64 {
 	p = p.withDefaults()
 	d := p.BackoffCap
