@@ -45,6 +45,10 @@ type Store struct {
 	path  string
 	write *sql.DB
 	read  *sql.DB
+	// stmts holds every query of queries.sql prepared on the write pool's one
+	// connection, so a write transaction never parses SQL again (issue 4:
+	// parsing was a third of claim's CPU).
+	stmts map[string]*sql.Stmt
 }
 
 var _ store.Store = (*Store)(nil)
@@ -104,15 +108,37 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.prepare(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// prepare prepares every query on the write connection; it runs after the
+// migrations, since a statement can only name tables that exist.
+func (s *Store) prepare(ctx context.Context) error {
+	s.stmts = make(map[string]*sql.Stmt, len(q))
+	for name, text := range q {
+		st, err := s.write.PrepareContext(ctx, text)
+		if err != nil {
+			return Translate(fmt.Errorf("prepare %s: %w", name, err))
+		}
+		s.stmts[name] = st
+	}
+	return nil
 }
 
 // DB returns the write pool, for tests that install triggers.
 func (s *Store) DB() *sql.DB { return s.write }
 
-// Close closes both pools.
+// Close closes the prepared statements and both pools.
 func (s *Store) Close() error {
-	return errors.Join(s.write.Close(), s.read.Close())
+	var errs []error
+	for _, st := range s.stmts {
+		errs = append(errs, st.Close())
+	}
+	return errors.Join(append(errs, s.write.Close(), s.read.Close())...)
 }
 
 // Migrate applies the embedded migrations that the file lacks, each in its
@@ -155,7 +181,7 @@ func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 	if err != nil {
 		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
 	}
-	return &Tx{q: tx, tx: tx}, nil
+	return &Tx{q: tx, tx: tx, prepared: s.stmts}, nil
 }
 
 // BeginRead starts a deferred read transaction on the read pool; SQLite's WAL
@@ -185,10 +211,54 @@ type querier interface {
 }
 
 // Tx is a transaction on the SQLite store. tx is nil for a wrapped caller
-// transaction, whose Commit and Rollback belong to the caller.
+// transaction, whose Commit and Rollback belong to the caller. prepared is
+// set for write transactions only: the statements live on the write pool,
+// and database/sql refuses them in a transaction of another pool.
 type Tx struct {
-	q  querier
-	tx *sql.Tx
+	q        querier
+	tx       *sql.Tx
+	prepared map[string]*sql.Stmt
+	bound    map[string]*sql.Stmt // prepared statements bound to tx, by name
+}
+
+// prep returns query name's prepared statement bound to this transaction,
+// or nil when the transaction has none (read and wrapped transactions).
+func (t *Tx) prep(ctx context.Context, name string) *sql.Stmt {
+	if st, ok := t.bound[name]; ok {
+		return st
+	}
+	p, ok := t.prepared[name]
+	if !ok {
+		return nil
+	}
+	// Reuses the statement already prepared on the write connection.
+	st := t.tx.StmtContext(ctx, p)
+	if t.bound == nil {
+		t.bound = make(map[string]*sql.Stmt)
+	}
+	t.bound[name] = st
+	return st
+}
+
+func (t *Tx) execNamed(ctx context.Context, name string, args ...any) (sql.Result, error) {
+	if st := t.prep(ctx, name); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return t.q.ExecContext(ctx, q[name], args...)
+}
+
+func (t *Tx) queryNamed(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+	if st := t.prep(ctx, name); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return t.q.QueryContext(ctx, q[name], args...)
+}
+
+func (t *Tx) queryRowNamed(ctx context.Context, name string, args ...any) *sql.Row {
+	if st := t.prep(ctx, name); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return t.q.QueryRowContext(ctx, q[name], args...)
 }
 
 func (t *Tx) Commit(ctx context.Context) error {
@@ -210,7 +280,7 @@ func (t *Tx) Rollback(ctx context.Context) error {
 }
 
 func (t *Tx) exec(ctx context.Context, name string, args ...any) error {
-	_, err := t.q.ExecContext(ctx, q[name], args...)
+	_, err := t.execNamed(ctx, name, args...)
 	if err != nil {
 		return Translate(fmt.Errorf("%s: %w", name, err))
 	}
@@ -219,7 +289,7 @@ func (t *Tx) exec(ctx context.Context, name string, args ...any) error {
 
 func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 	var c store.Clock
-	err := t.q.QueryRowContext(ctx, q["ClockGet"]).Scan(&c.Tick, &c.Ticket, &c.Flows)
+	err := t.queryRowNamed(ctx, "ClockGet").Scan(&c.Tick, &c.Ticket, &c.Flows)
 	if err != nil {
 		return c, Translate(fmt.Errorf("ClockGet: %w", err))
 	}
@@ -246,7 +316,7 @@ func scanFlow(r scanner) (store.FlowRow, error) {
 }
 
 func (t *Tx) FlowGet(ctx context.Context, flow string) (*store.FlowRow, error) {
-	f, err := scanFlow(t.q.QueryRowContext(ctx, q["FlowGet"], flow))
+	f, err := scanFlow(t.queryRowNamed(ctx, "FlowGet", flow))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -272,7 +342,7 @@ func (t *Tx) FlowUpdate(ctx context.Context, f store.FlowRow) error {
 }
 
 func (t *Tx) flows(ctx context.Context, name string, args ...any) ([]store.FlowRow, error) {
-	rows, err := t.q.QueryContext(ctx, q[name], args...)
+	rows, err := t.queryNamed(ctx, name, args...)
 	if err != nil {
 		return nil, Translate(fmt.Errorf("%s: %w", name, err))
 	}
@@ -315,7 +385,7 @@ func scanEvent(r scanner) (store.EventRow, error) {
 }
 
 func (t *Tx) event(ctx context.Context, name string, args ...any) (*store.EventRow, error) {
-	e, err := scanEvent(t.q.QueryRowContext(ctx, q[name], args...))
+	e, err := scanEvent(t.queryRowNamed(ctx, name, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -357,7 +427,7 @@ func (t *Tx) EventList(ctx context.Context, state string, afterFlow string, afte
 	default:
 		name, args = "EventListState", []any{state, afterFlow, afterSeq, limit}
 	}
-	rows, err := t.q.QueryContext(ctx, q[name], args...)
+	rows, err := t.queryNamed(ctx, name, args...)
 	if err != nil {
 		return nil, Translate(fmt.Errorf("%s: %w", name, err))
 	}
@@ -381,7 +451,7 @@ func (t *Tx) AuditInsert(ctx context.Context, a store.AuditRow) error {
 }
 
 func (t *Tx) AuditList(ctx context.Context, after int64, limit int) ([]store.AuditRow, error) {
-	rows, err := t.q.QueryContext(ctx, q["AuditList"], after, limit)
+	rows, err := t.queryNamed(ctx, "AuditList", after, limit)
 	if err != nil {
 		return nil, Translate(fmt.Errorf("AuditList: %w", err))
 	}
