@@ -142,10 +142,17 @@ func (p Policy) Backoff(eventID string, generation, attempts int64) int64 {
 	return d
 }
 
-// unitHash maps (event id, generation) to [0, 1) with FNV-1a, so jitter is
-// replayable.
+// unitHash maps (event id, generation) to [0, 1) with FNV-1a followed by
+// murmur3's 64-bit finaliser, so jitter is replayable and spread evenly:
+// FNV-1a alone barely moves its high bits when only the generation changes.
 func unitHash(id string, generation int64) float64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%d", id, generation)
-	return float64(h.Sum64()>>11) / float64(1<<53)
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return float64(x>>11) / float64(1<<53)
 }
