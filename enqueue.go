@@ -72,9 +72,12 @@ func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, er
 	}
 	var res EnqueueResult
 	err := q.writeTx(ctx, "enqueue", p.At, "", "", func(tx store.Tx, c *store.Clock) error {
+		fc := flowCache{}
 		var err error
-		res, err = q.enqueue(ctx, tx, c, p)
-		return err
+		if res, err = q.enqueue(ctx, tx, c, fc, p); err != nil {
+			return err
+		}
+		return fc.flush(ctx, tx)
 	})
 	return res, err
 }
@@ -93,14 +96,15 @@ func (q *Queue) EnqueueBatch(ctx context.Context, at int64, ps []EnqueueParams) 
 	out := make([]EnqueueResult, 0, len(ps))
 	err := q.writeTx(ctx, "enqueue", at, "", "", func(tx store.Tx, c *store.Clock) error {
 		out = out[:0]
+		fc := flowCache{}
 		for _, p := range ps {
-			r, err := q.enqueue(ctx, tx, c, p)
+			r, err := q.enqueue(ctx, tx, c, fc, p)
 			if err != nil {
 				return err
 			}
 			out = append(out, r)
 		}
-		return nil
+		return fc.flush(ctx, tx)
 	})
 	if err != nil {
 		return nil, err
@@ -124,14 +128,38 @@ func (q *Queue) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (Enqueue
 	}
 	var res EnqueueResult
 	err = q.inTx(ctx, "enqueue", stx, p.At, func(tx store.Tx, c *store.Clock) error {
+		fc := flowCache{}
 		var err error
-		res, err = q.enqueue(ctx, tx, c, p)
-		return err
+		if res, err = q.enqueue(ctx, tx, c, fc, p); err != nil {
+			return err
+		}
+		return fc.flush(ctx, tx)
 	})
 	return res, err
 }
 
-func (q *Queue) enqueue(ctx context.Context, tx store.Tx, c *store.Clock, p EnqueueParams) (EnqueueResult, error) {
+// flowCache holds the flow rows one enqueue transaction read or created, so a
+// batch reads and writes each flow once instead of once per event (issue 4:
+// loading a backlog). flush writes the changed rows before the commit.
+type flowCache map[string]*cachedFlow
+
+type cachedFlow struct {
+	row   store.FlowRow
+	dirty bool // changed since read or inserted
+}
+
+func (fc flowCache) flush(ctx context.Context, tx store.Tx) error {
+	for _, f := range fc {
+		if f.dirty {
+			if err := tx.FlowUpdate(ctx, f.row); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (q *Queue) enqueue(ctx context.Context, tx store.Tx, c *store.Clock, fc flowCache, p EnqueueParams) (EnqueueResult, error) {
 	old, err := tx.EventGet(ctx, p.ID)
 	if err != nil {
 		return EnqueueResult{}, err
@@ -142,30 +170,34 @@ func (q *Queue) enqueue(ctx context.Context, tx store.Tx, c *store.Clock, p Enqu
 		}
 		return EnqueueResult{Status: EnqueueConflict}, nil
 	}
-	f, err := tx.FlowGet(ctx, p.Flow)
-	if err != nil {
-		return EnqueueResult{}, err
-	}
-	isNew := f == nil
-	if isNew {
-		c.Flows++
-		f = &store.FlowRow{Flow: p.Flow, Ord: c.Flows, HeadSeq: 1}
-		if q.policy.Entry == EntryFair {
-			// SPEC §7: a new flow joins at the back of the current rotation.
-			f.Served = c.Ticket
+	cf := fc[p.Flow]
+	if cf == nil {
+		row, err := tx.FlowGet(ctx, p.Flow)
+		if err != nil {
+			return EnqueueResult{}, err
 		}
+		if row == nil {
+			c.Flows++
+			row = &store.FlowRow{Flow: p.Flow, Ord: c.Flows, HeadSeq: 1}
+			if q.policy.Entry == EntryFair {
+				// SPEC §7: a new flow joins at the back of the current rotation.
+				row.Served = c.Ticket
+			}
+			// Inserted now, before its first event (foreign key); later
+			// changes reach it in flush.
+			if err := tx.FlowInsert(ctx, *row); err != nil {
+				return EnqueueResult{}, err
+			}
+		}
+		cf = &cachedFlow{row: *row}
+		fc[p.Flow] = cf
 	}
+	f := &cf.row
 	f.Seq++
+	cf.dirty = true
 	if f.HeadSeq == f.Seq {
 		// The new event is the head: the flow had none.
 		placeHead(f, p.At, c.Tick)
-	}
-	if isNew {
-		if err := tx.FlowInsert(ctx, *f); err != nil {
-			return EnqueueResult{}, err
-		}
-	} else if err := tx.FlowUpdate(ctx, *f); err != nil {
-		return EnqueueResult{}, err
 	}
 	e := store.EventRow{
 		ID: p.ID, Flow: p.Flow, Seq: f.Seq, Body: p.Body, State: store.StateReady,
