@@ -59,24 +59,31 @@ func (q *Queue) ClaimBatch(ctx context.Context, at int64, k int) ([]Claim, error
 	}
 	var out []Claim
 	err := q.writeTx(ctx, "claim", at, faultpoint.BeforeClaimCommit, faultpoint.AfterClaimCommit, func(tx store.Tx, c *store.Clock) error {
-		out = out[:0]
-		if err := q.promoteDue(ctx, tx, at); err != nil {
-			return err
-		}
-		for len(out) < k {
-			cl, err := q.claimOne(ctx, tx, c, at)
-			if err != nil {
-				return err
-			}
-			if cl == nil {
-				break
-			}
-			out = append(out, *cl)
-		}
-		return nil
+		var err error
+		out, err = q.claimBatch(ctx, tx, c, at, k)
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// claimBatch is the body of ClaimBatch inside a write transaction.
+func (q *Queue) claimBatch(ctx context.Context, tx store.Tx, c *store.Clock, at int64, k int) ([]Claim, error) {
+	if err := q.promoteDue(ctx, tx, at); err != nil {
+		return nil, err
+	}
+	var out []Claim
+	for len(out) < k {
+		cl, err := q.claimOne(ctx, tx, c, at)
+		if err != nil {
+			return nil, err
+		}
+		if cl == nil {
+			break
+		}
+		out = append(out, *cl)
 	}
 	return out, nil
 }

@@ -18,7 +18,8 @@ import (
 
 // The property test of issue 4: random seeded operation sequences run against
 // a real SQLite Queue (indexed heads, promoteDue, batches) and against
-// refmodel (the SPEC read literally, with the naive head scan); every answer,
+// refmodel (the SPEC read literally, with the naive head scan) — SettleAndClaim
+// against the model's SettleBatch then ClaimBatch; every answer,
 // every error code and the snapshots must be identical. Under the fair policy
 // the same runs also check the fairness bound of SPEC §7.
 //
@@ -306,6 +307,32 @@ func (r *propertyRun) step(i int) {
 			}
 		}
 		r.same(got, gotErr, want, wantErr)
+	case op < 84:
+		// SettleAndClaim: the answers of SettleBatch then ClaimBatch at one
+		// tick, in one transaction.
+		at, k := r.tick(), r.rng.IntN(3)
+		ps := make([]fairrelay.SettleParams, r.rng.IntN(3))
+		for j := range ps {
+			ps[j] = r.settleParams()
+		}
+		r.lastTag = fmt.Sprintf("op %d: settle and claim at %d k %d %+v", i, at, k, ps)
+		gotRs, gotCs, gotErr := r.q.SettleAndClaim(r.ctx, at, ps, k)
+		wantRs, wantErr := r.m.SettleBatch(at, ps)
+		var wantCs []fairrelay.Claim
+		var eligible map[string]bool
+		if wantErr == nil && k > 0 {
+			eligible = r.fair.before(r, at)
+			wantCs, wantErr = r.m.ClaimBatch(at, k)
+		}
+		if len(gotCs) == 0 && len(wantCs) == 0 {
+			gotCs, wantCs = nil, nil // idle, or no claim asked
+		}
+		if len(gotRs) == 0 && len(wantRs) == 0 {
+			gotRs, wantRs = nil, nil
+		}
+		r.same(gotRs, gotErr, wantRs, wantErr)
+		r.same(gotCs, gotErr, wantCs, wantErr)
+		r.claimed(wantCs, eligible)
 	case op < 88:
 		at := r.tick()
 		ps := make([]fairrelay.SettleParams, 1+r.rng.IntN(4))

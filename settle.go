@@ -63,28 +63,42 @@ func (q *Queue) Settle(ctx context.Context, tok Token, outcome Outcome, at int64
 // the answer Settle would give in that order. An unknown event id fails the
 // whole batch with ErrNotFound and nothing changes. Errors as Settle.
 func (q *Queue) SettleBatch(ctx context.Context, at int64, ps []SettleParams) ([]SettleResult, error) {
-	for _, p := range ps {
-		if p.Outcome == "" {
-			return nil, invalid("outcome", "empty")
-		}
-		if p.Token.EventID == "" {
-			return nil, invalid("id", "empty")
-		}
+	if err := checkSettles(ps); err != nil {
+		return nil, err
 	}
-	out := make([]SettleResult, 0, len(ps))
+	var out []SettleResult
 	err := q.writeTx(ctx, "settle", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
-		out = out[:0]
-		for _, p := range ps {
-			r, err := q.settle(ctx, tx, p, at)
-			if err != nil {
-				return err
-			}
-			out = append(out, r)
-		}
-		return nil
+		var err error
+		out, err = q.settleBatch(ctx, tx, at, ps)
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+func checkSettles(ps []SettleParams) error {
+	for _, p := range ps {
+		if p.Outcome == "" {
+			return invalid("outcome", "empty")
+		}
+		if p.Token.EventID == "" {
+			return invalid("id", "empty")
+		}
+	}
+	return nil
+}
+
+// settleBatch is the body of SettleBatch inside a write transaction.
+func (q *Queue) settleBatch(ctx context.Context, tx store.Tx, at int64, ps []SettleParams) ([]SettleResult, error) {
+	out := make([]SettleResult, 0, len(ps))
+	for _, p := range ps {
+		r, err := q.settle(ctx, tx, p, at)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }
