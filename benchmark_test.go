@@ -1,0 +1,184 @@
+package fairrelay_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/bench"
+)
+
+// The claim path's benchmarks (issue 4) at the flow counts of
+// `fairrelay bench claim`, each over a backlog of benchBacklog() events
+// spread over the flows. Setup runs only when a benchmark runs (go test
+// -bench), never in plain go test. Run them with
+//
+//	go test -run '^$' -bench 'Claim|Settle' -benchtime 2000x .
+//
+// A fixed -benchtime keeps each store's backlog from running out.
+
+var benchFlowCounts = []int{10, 1000, 100000}
+
+// benchBacklog is the number of events loaded per store: 1000000, or
+// FAIRRELAY_BENCH_BACKLOG when set (a smaller one loads faster).
+func benchBacklog(b *testing.B) int {
+	v := os.Getenv("FAIRRELAY_BENCH_BACKLOG")
+	if v == "" {
+		return 1000000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("FAIRRELAY_BENCH_BACKLOG=%q: want a positive integer", v)
+	}
+	return n
+}
+
+// runSizes runs fn as one sub-benchmark per flow count, on a store loaded
+// once for that sub-benchmark (lazily, so a -bench filter that skips a size
+// loads nothing) and removed when it ends.
+func runSizes(b *testing.B, fn func(b *testing.B, q *fairrelay.Queue, flows int)) {
+	for _, flows := range benchFlowCounts {
+		var q *fairrelay.Queue
+		dir := ""
+		b.Run(fmt.Sprintf("flows=%d", flows), func(b *testing.B) {
+			if q == nil {
+				backlog := benchBacklog(b)
+				if flows > backlog {
+					b.Skipf("%d flows need a backlog of at least %d events", flows, flows)
+				}
+				var err error
+				if dir, err = os.MkdirTemp("", "fairrelay-bench-"); err != nil {
+					b.Fatal(err)
+				}
+				q, err = fairrelay.Open(context.Background(), filepath.Join(dir, "queue.db"), fairrelay.Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := bench.Load(context.Background(), q, flows, backlog, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			fn(b, q, flows)
+		})
+		if q != nil {
+			q.Close()
+		}
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
+	}
+}
+
+// claimOne claims a head at tick 1 and fails the benchmark on idle: the
+// backlog ran out.
+func claimOne(b *testing.B, q *fairrelay.Queue) *fairrelay.Claim {
+	c, err := q.Claim(context.Background(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if c == nil {
+		b.Fatal("claim answered idle: the backlog ran out; use a smaller -benchtime or a larger FAIRRELAY_BENCH_BACKLOG")
+	}
+	return c
+}
+
+func settleAcked(b *testing.B, q *fairrelay.Queue, tok fairrelay.Token) {
+	r, err := q.Settle(context.Background(), tok, fairrelay.OutcomeAccepted, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if r.Status != fairrelay.SettleAcked {
+		b.Fatalf("settle %s answered %s, want acked", tok.EventID, r.Status)
+	}
+}
+
+// BenchmarkClaim times one Claim transaction per op; the settle that frees
+// the flow again runs with the timer stopped.
+func BenchmarkClaim(b *testing.B) {
+	runSizes(b, func(b *testing.B, q *fairrelay.Queue, _ int) {
+		for b.Loop() {
+			c := claimOne(b, q)
+			b.StopTimer()
+			settleAcked(b, q, c.Token)
+			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkSettle times one Settle transaction (outcome accepted) per op; the
+// claim that hands out its token runs with the timer stopped.
+func BenchmarkSettle(b *testing.B) {
+	runSizes(b, func(b *testing.B, q *fairrelay.Queue, _ int) {
+		for b.Loop() {
+			b.StopTimer()
+			c := claimOne(b, q)
+			b.StartTimer()
+			settleAcked(b, q, c.Token)
+		}
+	})
+}
+
+// BenchmarkClaimBatch times ClaimBatch(64) plus one SettleBatch of what it
+// claimed per op, and reports events per second (a batch takes at most one
+// head per flow, so 10 flows give 10 events per op).
+func BenchmarkClaimBatch(b *testing.B) {
+	const k = 64
+	runSizes(b, func(b *testing.B, q *fairrelay.Queue, _ int) {
+		ctx := context.Background()
+		events := 0
+		for b.Loop() {
+			cs, err := q.ClaimBatch(ctx, 1, k)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(cs) == 0 {
+				b.Fatal("claim batch answered idle: the backlog ran out")
+			}
+			ps := make([]fairrelay.SettleParams, len(cs))
+			for i, c := range cs {
+				ps[i] = fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted}
+			}
+			rs, err := q.SettleBatch(ctx, 1, ps)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i, r := range rs {
+				if r.Status != fairrelay.SettleAcked {
+					b.Fatalf("settle %s answered %s, want acked", ps[i].Token.EventID, r.Status)
+				}
+			}
+			events += len(cs)
+		}
+		b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+	})
+}
+
+// BenchmarkSettleAndClaim times the worker's loop step with one commit: one
+// SettleAndClaim transaction that settles the event the previous step
+// claimed and claims the next.
+func BenchmarkSettleAndClaim(b *testing.B) {
+	runSizes(b, func(b *testing.B, q *fairrelay.Queue, _ int) {
+		ctx := context.Background()
+		var held []fairrelay.SettleParams
+		for b.Loop() {
+			rs, cs, err := q.SettleAndClaim(ctx, 1, held, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i, r := range rs {
+				if r.Status != fairrelay.SettleAcked {
+					b.Fatalf("settle %s answered %s, want acked", held[i].Token.EventID, r.Status)
+				}
+			}
+			if len(cs) == 0 {
+				b.Fatal("claim answered idle: the backlog ran out")
+			}
+			held = []fairrelay.SettleParams{{Token: cs[0].Token, Outcome: fairrelay.OutcomeAccepted}}
+		}
+	})
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay/internal/bench"
+)
+
+func init() { rootCmd.AddCommand(newBenchCmd()) }
+
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the queue store on this machine's disk",
+	}
+	cmd.AddCommand(newBenchClaimCmd())
+	return cmd
+}
+
+func newBenchClaimCmd() *cobra.Command {
+	var flows, batches, dir string
+	var asJSON bool
+	var pf policyFlags
+	opts := bench.ClaimOptions{}
+	cmd := &cobra.Command{
+		Use:   "claim [--flows 10,1000,100000] [--backlog 1000000] [--batch 1,64] [--duration 5s] [--json]",
+		Short: "Claim+settle rate against the raw commit rate of the same disk (issue 4)",
+		Long: `Runs in one process: first the raw single-row commit rate of SQLite on the
+same disk with the same pragmas, then for each flow count a fresh store loaded
+with the backlog spread over the flows, and for each batch size k the rate of
+claim+settle with one worker and no delivery: each transaction settles the k
+events the previous one claimed and claims k more (SettleAndClaim). --json prints
+{"raw_commit_per_s": …, "results": [{flows, backlog, batch, claim_settle_per_s,
+ratio_to_raw, peak_rss_mb}, …]}; otherwise a table, with a progress bar on
+standard error while a store loads. peak_rss_mb is VmHWM of /proc/self/status.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if opts.Flows, err = parseCounts("flows", flows); err != nil {
+				return err
+			}
+			if opts.Batches, err = parseCounts("batch", batches); err != nil {
+				return err
+			}
+			if opts.Policy, err = pf.policy(); err != nil {
+				return err
+			}
+			if dir == "" {
+				if dir, err = os.MkdirTemp("", "fairrelay-bench-"); err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+			}
+			opts.Dir = dir
+			if !asJSON {
+				opts.OnLoad = loadProgress(cmd)
+			}
+			rep, err := bench.RunClaim(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return bench.WriteTable(cmd.OutOrStdout(), rep)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&flows, "flows", "10,1000,100000", "comma-separated flow counts, each measured on a fresh store")
+	f.IntVar(&opts.Backlog, "backlog", 1000000, "events loaded before measuring, spread over the flows")
+	f.StringVar(&batches, "batch", "1,64", "comma-separated batch sizes k: each transaction settles the k events claimed by the previous one and claims k more")
+	f.DurationVar(&opts.Duration, "duration", bench.DefaultDuration, "how long each rate is measured")
+	f.StringVar(&dir, "dir", "", "directory for the database files (the disk measured); defaults to a fresh temporary directory")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	pf.register(cmd, "fair", 0)
+	return cmd
+}
+
+// parseCounts parses "10,1000" into positive integers.
+func parseCounts(field, s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--%s: %q is not a positive integer", field, part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// loadProgress draws one progress bar per store while it loads.
+func loadProgress(cmd *cobra.Command) func(flows, done, total int) {
+	var bar *progressbar.ProgressBar
+	barFlows := -1
+	return func(flows, done, total int) {
+		if flows != barFlows {
+			barFlows = flows
+			bar = progressbar.NewOptions(total,
+				progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+				progressbar.OptionSetDescription(fmt.Sprintf("loading %d events over %d flows", total, flows)),
+				progressbar.OptionShowCount(),
+				progressbar.OptionShowIts(),
+				progressbar.OptionSetItsString("events"),
+				progressbar.OptionClearOnFinish(),
+			)
+		}
+		bar.Set(done)
+		if done == total {
+			bar.Finish()
+		}
+	}
+}

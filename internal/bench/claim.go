@@ -1,0 +1,389 @@
+// Package bench measures the claim path of the queue store against the
+// physical reference of its disk (issue 4): first the raw single-row commit
+// rate of SQLite with fairrelay's pragmas, then claim+settle rates with one
+// worker and no delivery, at several flow counts over one large backlog. The
+// command `fairrelay bench claim` prints what RunClaim returns.
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
+)
+
+// DefaultDuration is how long each rate is measured unless told otherwise.
+const DefaultDuration = 5 * time.Second
+
+// ClaimOptions configure RunClaim.
+type ClaimOptions struct {
+	// Dir is the directory that holds the database files while the benchmark
+	// runs; it must exist, and it is the disk being measured. The files are
+	// removed at the end.
+	Dir string
+	// Flows lists the flow counts to measure, each on a fresh store.
+	// Defaults to 10, 1000, 100000.
+	Flows []int
+	// Backlog is the number of events loaded before measuring, spread evenly
+	// over the flows. Defaults to 1000000.
+	Backlog int
+	// Batches lists the batch sizes measured at each flow count: k is one
+	// SettleAndClaim transaction per step that settles the k events of the
+	// previous step and claims k more (see Measure). Defaults to 1, 64.
+	Batches []int
+	// Duration is how long each rate (raw and each flow count × batch) is
+	// measured. Defaults to 5s.
+	Duration time.Duration
+	// Policy is the queue policy. Defaults to the daemon's (fair).
+	Policy fairrelay.Policy
+	// OnLoad, when set, is called while a store is loaded with the number of
+	// events stored so far and the total, for a progress bar.
+	OnLoad func(flows, done, total int)
+	// OnResult, when set, is called with each result as soon as it is
+	// measured.
+	OnResult func(ClaimResult)
+}
+
+func (o *ClaimOptions) defaults() {
+	if len(o.Flows) == 0 {
+		o.Flows = []int{10, 1000, 100000}
+	}
+	if o.Backlog == 0 {
+		o.Backlog = 1000000
+	}
+	if len(o.Batches) == 0 {
+		o.Batches = []int{1, 64}
+	}
+	if o.Duration == 0 {
+		o.Duration = DefaultDuration
+	}
+}
+
+func (o *ClaimOptions) validate() error {
+	if o.Dir == "" {
+		return errors.New("dir: empty")
+	}
+	for _, n := range o.Flows {
+		if n < 1 {
+			return fmt.Errorf("flows: %d is not a positive count", n)
+		}
+		if n > o.Backlog {
+			return fmt.Errorf("flows: %d flows need a backlog of at least %d events, got %d", n, n, o.Backlog)
+		}
+	}
+	if o.Backlog < 1 {
+		return fmt.Errorf("backlog: %d is not a positive count", o.Backlog)
+	}
+	for _, k := range o.Batches {
+		if k < 1 {
+			return fmt.Errorf("batch: %d is not a positive size", k)
+		}
+	}
+	if o.Duration < 0 {
+		return fmt.Errorf("duration: %v is negative", o.Duration)
+	}
+	return o.Policy.Validate()
+}
+
+// ClaimReport is what RunClaim measured, in the JSON shape of
+// `fairrelay bench claim --json`.
+type ClaimReport struct {
+	// RawCommitPerS is the physical reference: single-row INSERT
+	// transactions committed per second on the same disk with the same
+	// pragmas (WAL, synchronous=FULL, BEGIN IMMEDIATE).
+	RawCommitPerS float64 `json:"raw_commit_per_s"`
+	// Results holds one row per flow count and batch size, in that order.
+	Results []ClaimResult `json:"results"`
+}
+
+// ClaimResult is one measured rate.
+type ClaimResult struct {
+	// Flows is the number of flows the backlog is spread over.
+	Flows int `json:"flows"`
+	// Backlog is the number of events waiting (not acked) when this
+	// measurement started.
+	Backlog int `json:"backlog"`
+	// Batch is the batch size k: each transaction settles the k events of
+	// the previous one and claims up to k more (at most one per flow).
+	Batch int `json:"batch"`
+	// ClaimSettlePerS is events claimed and settled acked per second.
+	ClaimSettlePerS float64 `json:"claim_settle_per_s"`
+	// RatioToRaw is ClaimSettlePerS / RawCommitPerS.
+	RatioToRaw float64 `json:"ratio_to_raw"`
+	// PeakRSSMB is the process's peak resident set size (VmHWM) in MiB while
+	// this flow count's store was loaded and measured; the high-water mark
+	// is reset before each flow count where the kernel allows it.
+	PeakRSSMB float64 `json:"peak_rss_mb"`
+}
+
+// RunClaim runs the whole benchmark in this process: the raw commit rate, then
+// for each flow count a fresh store loaded with the backlog and each batch
+// size's claim+settle rate. Errors: bad options, any database error, and a
+// settle that does not answer acked (the benchmark counts only real work).
+func RunClaim(ctx context.Context, opts ClaimOptions) (*ClaimReport, error) {
+	opts.defaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	raw, err := RawCommitRate(ctx, opts.Dir, opts.Duration)
+	if err != nil {
+		return nil, err
+	}
+	rep := &ClaimReport{RawCommitPerS: raw, Results: []ClaimResult{}}
+	for _, flows := range opts.Flows {
+		rs, err := runFlows(ctx, opts, flows, raw)
+		if err != nil {
+			return nil, err
+		}
+		rep.Results = append(rep.Results, rs...)
+	}
+	return rep, nil
+}
+
+func runFlows(ctx context.Context, opts ClaimOptions, flows int, raw float64) ([]ClaimResult, error) {
+	ResetPeakRSS()
+	path := filepath.Join(opts.Dir, "bench-claim-"+strconv.Itoa(flows)+".db")
+	defer removeDB(path)
+	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: opts.Policy})
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	var onLoad func(done, total int)
+	if opts.OnLoad != nil {
+		onLoad = func(done, total int) { opts.OnLoad(flows, done, total) }
+	}
+	if err := Load(ctx, q, flows, opts.Backlog, onLoad); err != nil {
+		return nil, err
+	}
+	const at = 1
+	waiting := opts.Backlog
+	var out []ClaimResult
+	for _, batch := range opts.Batches {
+		n, elapsed, err := Measure(ctx, q, at, batch, opts.Duration)
+		if err != nil {
+			return nil, err
+		}
+		rss, err := PeakRSSMB()
+		if err != nil {
+			return nil, err
+		}
+		r := ClaimResult{Flows: flows, Backlog: waiting, Batch: batch, PeakRSSMB: rss}
+		if elapsed > 0 {
+			r.ClaimSettlePerS = float64(n) / elapsed.Seconds()
+		}
+		if raw > 0 {
+			r.RatioToRaw = r.ClaimSettlePerS / raw
+		}
+		waiting -= n
+		out = append(out, r)
+		if opts.OnResult != nil {
+			opts.OnResult(r)
+		}
+	}
+	return out, nil
+}
+
+// removeDB removes a SQLite file and its WAL and shared-memory files.
+func removeDB(path string) {
+	for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
+		os.Remove(path + suffix)
+	}
+}
+
+// FlowID and EventID name the benchmark's flows and events: flow i (0-based)
+// holds events 1, 2, … in seq order.
+func FlowID(i int) string { return fmt.Sprintf("f%07d", i) }
+
+// EventID names event seq (1-based) of flow i.
+func EventID(i, seq int) string { return fmt.Sprintf("f%07d.%08d", i, seq) }
+
+// loadChunk is how many events one EnqueueBatch transaction stores while
+// loading: large enough that the commit is noise, small enough to keep the
+// batch's memory a few MiB.
+const loadChunk = 10000
+
+// Load enqueues backlog events spread evenly over flows flows (the first
+// backlog%flows flows get one more) at tick 0, loadChunk events per
+// EnqueueBatch transaction, flow after flow so that both indexes on the event
+// table grow at their end. onLoad, when set, is called after each chunk.
+// Errors: any error of EnqueueBatch, or an answer other than created (the
+// store was not empty).
+func Load(ctx context.Context, q *fairrelay.Queue, flows, backlog int, onLoad func(done, total int)) error {
+	body := []byte(`{"delta":1}`)
+	ps := make([]fairrelay.EnqueueParams, 0, loadChunk)
+	done := 0
+	flush := func() error {
+		if len(ps) == 0 {
+			return nil
+		}
+		rs, err := q.EnqueueBatch(ctx, 0, ps)
+		if err != nil {
+			return fmt.Errorf("load: %w", err)
+		}
+		for i, r := range rs {
+			if r.Status != fairrelay.EnqueueCreated {
+				return fmt.Errorf("load: enqueue %s answered %s, want created: the store was not empty", ps[i].ID, r.Status)
+			}
+		}
+		done += len(ps)
+		ps = ps[:0]
+		if onLoad != nil {
+			onLoad(done, backlog)
+		}
+		return ctx.Err()
+	}
+	per, extra := backlog/flows, backlog%flows
+	for i := range flows {
+		n := per
+		if i < extra {
+			n++
+		}
+		for seq := 1; seq <= n; seq++ {
+			ps = append(ps, fairrelay.EnqueueParams{ID: EventID(i, seq), Flow: FlowID(i), Body: body})
+			if len(ps) == loadChunk {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return flush()
+}
+
+// Measure runs one worker with no delivery at tick at for about d: each
+// step is one SettleAndClaim transaction that settles (outcome accepted) the
+// events the previous step claimed and claims up to batch new heads — one
+// commit per step, the group commit of issue 4. It returns how many events
+// were settled acked within d and the time it took; the events still held
+// when d ends are settled afterwards, untimed. Errors: any queue error; idle
+// (the backlog ran out); a settle that does not answer acked.
+func Measure(ctx context.Context, q *fairrelay.Queue, at int64, batch int, d time.Duration) (int, time.Duration, error) {
+	var held []fairrelay.SettleParams
+	step := func(k int) (int, error) {
+		rs, cs, err := q.SettleAndClaim(ctx, at, held, k)
+		if err != nil {
+			return 0, err
+		}
+		for i, r := range rs {
+			if r.Status != fairrelay.SettleAcked {
+				return 0, fmt.Errorf("measure: settle %s answered %s, want acked", held[i].Token.EventID, r.Status)
+			}
+		}
+		if k > 0 && len(cs) == 0 {
+			return 0, errors.New("measure: claim answered idle: the backlog ran out; load more events or shorten the duration")
+		}
+		held = held[:0]
+		for _, c := range cs {
+			held = append(held, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
+		}
+		return len(rs), nil
+	}
+	if _, err := step(batch); err != nil {
+		return 0, 0, err
+	}
+	n := 0
+	start := time.Now()
+	deadline := start.Add(d)
+	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return n, time.Since(start), err
+		}
+		k, err := step(batch)
+		if err != nil {
+			return n, time.Since(start), err
+		}
+		n += k
+	}
+	elapsed := time.Since(start)
+	_, err := step(0)
+	return n, elapsed, err
+}
+
+// RawCommitRate measures the physical reference on dir's disk for about d: a
+// fresh SQLite file with fairrelay's DSN (WAL, synchronous=FULL, BEGIN
+// IMMEDIATE), one single-row INSERT per transaction, one connection. It
+// returns commits per second. Errors: the file cannot be created; any
+// database error.
+func RawCommitRate(ctx context.Context, dir string, d time.Duration) (float64, error) {
+	path := filepath.Join(dir, "bench-raw.db")
+	defer removeDB(path)
+	db, err := sql.Open("sqlite", sqlitestore.DSN(path, 5*time.Second, true))
+	if err != nil {
+		return 0, fmt.Errorf("raw commit: %w", err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE raw (id INTEGER PRIMARY KEY, body BLOB NOT NULL)`); err != nil {
+		return 0, fmt.Errorf("raw commit: %w", err)
+	}
+	ins, err := db.PrepareContext(ctx, `INSERT INTO raw (body) VALUES (?)`)
+	if err != nil {
+		return 0, fmt.Errorf("raw commit: %w", err)
+	}
+	defer ins.Close()
+	body := []byte(`{"delta":1}`)
+	commit := func() error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("raw commit: %w", err)
+		}
+		if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, body); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("raw commit: %w", err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("raw commit: %w", err)
+		}
+		return nil
+	}
+	// Warm up past the first WAL checkpoint (1000 pages by default): until
+	// then every commit grows the WAL file, which costs the file system a
+	// metadata update per fsync that a store in steady state does not pay.
+	warm := time.Now().Add(d)
+	for i := 0; i < rawWarmupCommits && time.Now().Before(warm); i++ {
+		if err := commit(); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	start := time.Now()
+	deadline := start.Add(d)
+	for time.Now().Before(deadline) {
+		if err := commit(); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	elapsed := time.Since(start)
+	if elapsed <= 0 {
+		return 0, nil
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// rawWarmupCommits is how many commits RawCommitRate runs before it starts
+// counting: more than one WAL checkpoint's worth of single-page commits.
+const rawWarmupCommits = 1200
+
+// WriteTable prints the report as an aligned table with the ratios.
+func WriteTable(w io.Writer, rep *ClaimReport) error {
+	if _, err := fmt.Fprintf(w, "raw single-row commits: %.0f/s\n\n", rep.RawCommitPerS); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "flows\tbacklog\tbatch\tclaim+settle/s\t× raw\tpeak RSS MiB\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%.2f\t%.1f\t\n", r.Flows, r.Backlog, r.Batch, r.ClaimSettlePerS, r.RatioToRaw, r.PeakRSSMB)
+	}
+	return tw.Flush()
+}
