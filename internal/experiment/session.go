@@ -116,6 +116,26 @@ func enqueue(ctx context.Context, q *fairrelay.Queue, at int64, evs ...ledgerEve
 	return nil
 }
 
+// claimA1 opens fresh stores, enqueues A1 (flow A) with delta and claims it
+// at tick 0: the start of the single-event scenarios.
+func (s *session) claimA1(ctx context.Context, delta int64) (*fairrelay.Queue, *inbox.Inbox, *fairrelay.Claim, error) {
+	q, in, err := s.open(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := enqueue(ctx, q, 0, ledgerEvent{"A1", "A", delta}); err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := q.Claim(ctx, 0)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if c == nil {
+		return nil, nil, nil, fmt.Errorf("claim at 0 answered idle, want A1")
+	}
+	return q, in, c, nil
+}
+
 func ledgerBody(delta int64) []byte { return fmt.Appendf(nil, `{"delta":%d}`, delta) }
 
 // delivery is one claim → receive → settle at one tick, what a worker does

@@ -111,19 +111,9 @@ type projectionTriggerFacts struct {
 // fails, so the receipt written before it in the same transaction must not
 // stay, and the error reaches the worker (which then does not settle).
 func triggerRejectsProjectionWrite(ctx context.Context, s *session) (any, error) {
-	q, in, err := s.open(ctx)
+	q, in, c, err := s.claimA1(ctx, 3)
 	if err != nil {
 		return nil, err
-	}
-	if err := enqueue(ctx, q, 0, ledgerEvent{"A1", "A", 3}); err != nil {
-		return nil, err
-	}
-	c, err := q.Claim(ctx, 0)
-	if err != nil {
-		return nil, err
-	}
-	if c == nil {
-		return nil, fmt.Errorf("claim at 0 answered idle, want A1")
 	}
 	if err := installTriggers(ctx, s.inboxPath(), "RejectProjectionInsert", "RejectProjectionUpdate"); err != nil {
 		return nil, err
