@@ -18,24 +18,23 @@ type conn interface {
 	query(ctx context.Context, name, sql string, args []any, each func(scanner) error) error
 }
 
-// pgxConn runs statements on a pgx.Tx. With deferWrites, statements that
-// return nothing are queued and sent in one round trip together with the
-// next query or at flush (commit): the transaction's answers are the same,
-// since every read still sees every earlier write, and an error of a queued
-// write still fails the transaction before it can commit.
+// pgxConn runs statements on a pgx.Tx. Statements queued with queue are
+// sent in one round trip together with the next query or at flush (commit):
+// every read still sees every earlier write, and an error of a queued write
+// still fails the transaction before it can commit.
 type pgxConn struct {
-	tx          pgx.Tx
-	deferWrites bool
-	pending     pgx.Batch
-	names       []string
+	tx      pgx.Tx
+	pending pgx.Batch
+	names   []string
+}
+
+// queue adds a statement that returns nothing to the next round trip.
+func (c *pgxConn) queue(name, sql string, args ...any) {
+	c.pending.Queue(sql, args...)
+	c.names = append(c.names, name)
 }
 
 func (c *pgxConn) exec(ctx context.Context, name, sql string, args []any) error {
-	if c.deferWrites {
-		c.pending.Queue(sql, args...)
-		c.names = append(c.names, name)
-		return nil
-	}
 	if _, err := c.tx.Exec(ctx, sql, args...); err != nil {
 		return Translate(fmt.Errorf("%s: %w", name, err))
 	}

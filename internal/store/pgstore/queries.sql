@@ -88,3 +88,54 @@ SELECT current_setting('search_path');
 -- Puts the store's schema in front for the rest of a caller's transaction
 -- statement by statement (Wrap); the value is a parameter, never SQL text.
 SELECT set_config('search_path', $1, true);
+
+-- name: EventGetWithFlow
+-- EventGet of a write transaction: the event and its flow in one round trip
+-- (settle reads both). The foreign key guarantees the flow row.
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at,
+       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until
+FROM event e JOIN flow f ON f.flow_id = e.flow_id WHERE e.event_id = $1;
+
+-- name: FlowPickRunnableSeedHeads
+-- FlowPickRunnableSeed of a write transaction, read ahead: the next runnable
+-- flows with their head events (has_head false when the head row is missing,
+-- which the protocol reports as an inconsistent store).
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, e.event_id IS NOT NULL,
+       coalesce(e.event_id, ''), coalesce(e.flow_id, ''), coalesce(e.seq, 0), coalesce(e.body, ''::bytea), coalesce(e.state, ''),
+       coalesce(e.generation, 0), coalesce(e.attempts, 0), coalesce(e.lifetime_attempts, 0), e.reason,
+       coalesce(e.next_at, 0), coalesce(e.lease_until, 0), coalesce(e.enqueued_at, 0)
+FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1;
+
+-- name: FlowPickRunnableFairHeads
+-- As FlowPickRunnableSeedHeads, in the fair policy's order.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, e.event_id IS NOT NULL,
+       coalesce(e.event_id, ''), coalesce(e.flow_id, ''), coalesce(e.seq, 0), coalesce(e.body, ''::bytea), coalesce(e.state, ''),
+       coalesce(e.generation, 0), coalesce(e.attempts, 0), coalesce(e.lifetime_attempts, 0), e.reason,
+       coalesce(e.next_at, 0), coalesce(e.lease_until, 0), coalesce(e.enqueued_at, 0)
+FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1;
+
+-- The set-based writes of a write transaction: the rows written by many
+-- FlowInsert, EventInsert, FlowUpdate and EventUpdate calls, one statement
+-- per kind, sent with the next read or the commit (see writeSet).
+
+-- name: FlowInsertMany
+INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::boolean[], $7::bigint[]);
+
+-- name: EventInsertMany
+INSERT INTO event (event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[]);
+
+-- name: FlowUpdateMany
+UPDATE flow SET seq = u.seq, served = u.served, head_seq = u.head_seq, runnable = u.runnable, wait_until = u.wait_until
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::boolean[], $6::bigint[]) AS u (flow_id, seq, served, head_seq, runnable, wait_until)
+WHERE flow.flow_id = u.flow_id COLLATE "C";
+
+-- name: EventUpdateMany
+UPDATE event SET state = u.state, generation = u.generation, attempts = u.attempts, lifetime_attempts = u.lifetime_attempts,
+    reason = u.reason, next_at = u.next_at, lease_until = u.lease_until
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[])
+    AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until)
+WHERE event.event_id = u.event_id COLLATE "C";

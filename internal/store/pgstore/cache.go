@@ -1,0 +1,136 @@
+package pgstore
+
+import (
+	"slices"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// rowCache holds the rows one write transaction has read or written, so
+// that a batch (ClaimBatch, SettleBatch, EnqueueBatch) asks the server once
+// per row or once per read-ahead instead of once per question. It is exact,
+// not a guess, because of two facts:
+//   - the transaction holds the clock row's lock from ClockGet on, and every
+//     writer takes that lock first, so no other transaction changes a row
+//     while the cache lives;
+//   - every write of the transaction goes through Tx, which updates the
+//     cached row with the same values it sends to the server.
+//
+// A nil map value records a row known to be absent.
+type rowCache struct {
+	events map[string]*store.EventRow
+	bySeq  map[flowSeq]string
+	flows  map[string]*store.FlowRow
+	// pick is a prefix of the runnable index in pickOrder: the flows
+	// FlowPickRunnable would answer, first to last; pickAll says it holds
+	// every runnable flow. pickValid is false once a write may have changed
+	// the prefix.
+	pick      []string
+	pickOrder store.Order
+	pickValid bool
+	pickAll   bool
+	// readAhead is how many runnable flows the next pick query reads; it
+	// doubles with each query of the transaction, up to maxReadAhead.
+	readAhead int
+}
+
+// Read-ahead of the runnable index: a single Claim reads few rows, a large
+// ClaimBatch few queries.
+const (
+	minReadAhead = 8
+	maxReadAhead = 256
+)
+
+type flowSeq struct {
+	flow string
+	seq  int64
+}
+
+func newRowCache() *rowCache {
+	return &rowCache{
+		events:    map[string]*store.EventRow{},
+		bySeq:     map[flowSeq]string{},
+		flows:     map[string]*store.FlowRow{},
+		readAhead: minReadAhead,
+	}
+}
+
+func (c *rowCache) putEvent(e store.EventRow) {
+	c.events[e.ID] = &e
+	c.bySeq[flowSeq{e.Flow, e.Seq}] = e.ID
+}
+
+func (c *rowCache) putFlow(f store.FlowRow) { c.flows[f.Flow] = &f }
+
+// event returns a copy of the cached event; ok is false when it is not
+// cached (absent events are cached as ok with a nil row).
+func (c *rowCache) event(id string) (e *store.EventRow, ok bool) {
+	v, ok := c.events[id]
+	if !ok || v == nil {
+		return nil, ok
+	}
+	cp := *v
+	return &cp, true
+}
+
+func (c *rowCache) eventBySeq(flow string, seq int64) (*store.EventRow, bool) {
+	id, ok := c.bySeq[flowSeq{flow, seq}]
+	if !ok {
+		return nil, false
+	}
+	return c.event(id)
+}
+
+func (c *rowCache) flow(id string) (*store.FlowRow, bool) {
+	v, ok := c.flows[id]
+	if !ok || v == nil {
+		return nil, ok
+	}
+	cp := *v
+	return &cp, true
+}
+
+// picked answers FlowPickRunnable from the prefix, when it can.
+func (c *rowCache) picked(order store.Order, limit int) ([]store.FlowRow, bool) {
+	if !c.pickValid || c.pickOrder != order || (len(c.pick) < limit && !c.pickAll) {
+		return nil, false
+	}
+	out := make([]store.FlowRow, 0, min(limit, len(c.pick)))
+	for _, id := range c.pick[:min(limit, len(c.pick))] {
+		out = append(out, *c.flows[id])
+	}
+	return out, true
+}
+
+func (c *rowCache) setPick(order store.Order, ids []string, all bool) {
+	c.pick, c.pickOrder, c.pickValid, c.pickAll = ids, order, true, all
+	c.readAhead = min(2*c.readAhead, maxReadAhead)
+}
+
+// flowWritten records a FlowInsert or FlowUpdate of f. The prefix of the
+// runnable index stays valid in two cases only: its first flow stopped being
+// runnable (a claim took it: the rest moves up), or a flow outside it that
+// is not runnable changed (the runnable index did not move).
+func (c *rowCache) flowWritten(f store.FlowRow) {
+	c.putFlow(f)
+	if !c.pickValid {
+		return
+	}
+	switch i := slices.Index(c.pick, f.Flow); {
+	case i == 0 && !f.Runnable:
+		c.pick = c.pick[1:]
+	case i < 0 && !f.Runnable:
+	default:
+		c.pickValid = false
+	}
+}
+
+// eventUpdated records an EventUpdate: the mutable columns of a cached row.
+func (c *rowCache) eventUpdated(e store.EventRow) {
+	v := c.events[e.ID]
+	if v == nil {
+		return
+	}
+	v.State, v.Generation, v.Attempts, v.LifetimeAttempts = e.State, e.Generation, e.Attempts, e.LifetimeAttempts
+	v.Reason, v.NextAt, v.LeaseUntil = e.Reason, e.NextAt, e.LeaseUntil
+}

@@ -1,0 +1,102 @@
+package pgstore
+
+import (
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// writeSet collects the writes of a write transaction that holds the clock
+// lock, to send them as at most one statement per kind (FlowInsertMany,
+// EventInsertMany, FlowUpdateMany, EventUpdateMany), then the audit rows and
+// the clock, with the next read that needs the server or with the commit.
+//
+// The order of the kinds is safe: inserts come first (an event needs its
+// flow), then updates, which for a row written twice carry its last values —
+// exactly the state the calls in their own order leave. A failing statement
+// fails the transaction before it can commit, as a failing single write
+// would.
+type writeSet struct {
+	flowInserts  []store.FlowRow
+	eventInserts []store.EventRow
+	flowUpdates  map[string]int // flow id → index in flowRows
+	flowRows     []store.FlowRow
+	eventUpdates map[string]int // event id → index in eventRows
+	eventRows    []store.EventRow
+	audits       []store.AuditRow
+	clock        *store.Clock
+}
+
+func (w *writeSet) empty() bool {
+	return len(w.flowInserts) == 0 && len(w.eventInserts) == 0 && len(w.flowRows) == 0 &&
+		len(w.eventRows) == 0 && len(w.audits) == 0 && w.clock == nil
+}
+
+func (w *writeSet) updateFlow(f store.FlowRow) {
+	if w.flowUpdates == nil {
+		w.flowUpdates = map[string]int{}
+	}
+	if i, ok := w.flowUpdates[f.Flow]; ok {
+		w.flowRows[i] = f
+		return
+	}
+	w.flowUpdates[f.Flow] = len(w.flowRows)
+	w.flowRows = append(w.flowRows, f)
+}
+
+func (w *writeSet) updateEvent(e store.EventRow) {
+	if w.eventUpdates == nil {
+		w.eventUpdates = map[string]int{}
+	}
+	if i, ok := w.eventUpdates[e.ID]; ok {
+		w.eventRows[i] = e
+		return
+	}
+	w.eventUpdates[e.ID] = len(w.eventRows)
+	w.eventRows = append(w.eventRows, e)
+}
+
+// stage queues the collected writes on c, in the safe order, and empties w.
+func (w *writeSet) stage(c *pgxConn) {
+	if n := len(w.flowInserts); n > 0 {
+		ids, ord, seq, served, head := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		run, wait := make([]bool, n), make([]*int64, n)
+		for i, f := range w.flowInserts {
+			ids[i], ord[i], seq[i], served[i], head[i], run[i], wait[i] = f.Flow, f.Ord, f.Seq, f.Served, f.HeadSeq, f.Runnable, f.WaitUntil
+		}
+		c.queue("FlowInsert", q["FlowInsertMany"], ids, ord, seq, served, head, run, wait)
+	}
+	if n := len(w.eventInserts); n > 0 {
+		ids, flows, states, reasons := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+		seq, gen, att, life, next, lease, enq := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		bodies := make([][]byte, n)
+		for i, e := range w.eventInserts {
+			ids[i], flows[i], seq[i], bodies[i], states[i] = e.ID, e.Flow, e.Seq, e.Body, e.State
+			gen[i], att[i], life[i], reasons[i] = e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason)
+			next[i], lease[i], enq[i] = e.NextAt, e.LeaseUntil, e.EnqueuedAt
+		}
+		c.queue("EventInsert", q["EventInsertMany"], ids, flows, seq, bodies, states, gen, att, life, reasons, next, lease, enq)
+	}
+	if n := len(w.flowRows); n > 0 {
+		ids, seq, served, head := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		run, wait := make([]bool, n), make([]*int64, n)
+		for i, f := range w.flowRows {
+			ids[i], seq[i], served[i], head[i], run[i], wait[i] = f.Flow, f.Seq, f.Served, f.HeadSeq, f.Runnable, f.WaitUntil
+		}
+		c.queue("FlowUpdate", q["FlowUpdateMany"], ids, seq, served, head, run, wait)
+	}
+	if n := len(w.eventRows); n > 0 {
+		ids, states, reasons := make([]string, n), make([]string, n), make([]*string, n)
+		gen, att, life, next, lease := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		for i, e := range w.eventRows {
+			ids[i], states[i], gen[i], att[i], life[i] = e.ID, e.State, e.Generation, e.Attempts, e.LifetimeAttempts
+			reasons[i], next[i], lease[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil
+		}
+		c.queue("EventUpdate", q["EventUpdateMany"], ids, states, gen, att, life, reasons, next, lease)
+	}
+	for _, a := range w.audits {
+		c.queue("AuditInsert", q["AuditInsert"], a.EventID, a.Action, a.Reason, a.Operator, a.PreviousReason, a.Generation, a.At)
+	}
+	if w.clock != nil {
+		c.queue("ClockSet", q["ClockSet"], w.clock.Tick, w.clock.Ticket, w.clock.Flows)
+	}
+	*w = writeSet{}
+}
