@@ -134,7 +134,9 @@ type Result struct {
 // broken.
 func (r Result) Failed() bool { return r.Err != nil || len(r.Violations) > 0 }
 
-// Record is one scenario in a Document.
+// Record is one scenario in a Document: its Scenario's labels and the
+// business facts it observed (JSON, scenario-specific; null when the
+// scenario stopped on an error).
 type Record struct {
 	Name   string          `json:"name"`
 	Source string          `json:"source"`
