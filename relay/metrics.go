@@ -1,0 +1,142 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// Metrics are the relay's Prometheus metrics. A nil *Metrics records
+// nothing.
+type Metrics struct {
+	claims    prometheus.Counter
+	idles     prometheus.Counter
+	settles   *prometheus.CounterVec
+	leaseLost prometheus.Counter
+	latency   prometheus.Histogram
+}
+
+// NewMetrics creates the relay's metrics and registers them on reg:
+//   - fairrelay_claims_total: claims that took a head;
+//   - fairrelay_idle_claims_total: claims that found nothing eligible;
+//   - fairrelay_settles_total{outcome, status}: settles by the outcome sent
+//     and settle's answer (acked, ready, quarantined, stale, expired);
+//   - fairrelay_lease_lost_total: settles not sent because the lease ran out;
+//   - fairrelay_delivery_seconds: delivery latency histogram.
+//
+// Errors: reg's registration error (for example a duplicate).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		claims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairrelay_claims_total", Help: "Claims that took a head."}),
+		idles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairrelay_idle_claims_total", Help: "Claims that found no eligible head."}),
+		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairrelay_settles_total", Help: "Settles by outcome sent and settle status."},
+			[]string{"outcome", "status"}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairrelay_lease_lost_total", Help: "Settles not sent because the lease ran out first."}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fairrelay_delivery_seconds", Help: "Delivery latency, from send to answer.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+	}
+	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) claim() {
+	if m != nil {
+		m.claims.Inc()
+	}
+}
+
+func (m *Metrics) idle() {
+	if m != nil {
+		m.idles.Inc()
+	}
+}
+
+func (m *Metrics) delivered(d time.Duration) {
+	if m != nil {
+		m.latency.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) settled(s Settled) {
+	if m == nil {
+		return
+	}
+	if s.LeaseLost {
+		m.leaseLost.Inc()
+		return
+	}
+	m.settles.WithLabelValues(string(s.Outcome), string(s.Result.Status)).Inc()
+}
+
+// queueCollector reads the queue's state at scrape time.
+type queueCollector struct {
+	q      *fairrelay.Queue
+	events *prometheus.Desc
+	flows  *prometheus.Desc
+}
+
+// RegisterQueueGauges registers gauges read from the queue store at each
+// scrape, by paging through the flows' heads in read transactions (one
+// page of 1000 flows each, O(flows)):
+//   - fairrelay_events{state}: events not acked, by state (ready, inflight,
+//     quarantined; a quarantined event is always a head and blocks the
+//     events behind it, which count as ready);
+//   - fairrelay_flows: flows in the store.
+//
+// A scrape whose read fails reports the error instead of values.
+func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
+	return reg.Register(&queueCollector{
+		q:      q,
+		events: prometheus.NewDesc("fairrelay_events", "Events not acked, by state.", []string{"state"}, nil),
+		flows:  prometheus.NewDesc("fairrelay_flows", "Flows in the queue store.", nil, nil),
+	})
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.events
+	ch <- c.flows
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	counts := map[fairrelay.State]int64{fairrelay.StateReady: 0, fairrelay.StateInflight: 0, fairrelay.StateQuarantined: 0}
+	var flows int64
+	const page = 1000
+	for after := ""; ; {
+		hs, err := c.q.Heads(ctx, after, page)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(c.events, err)
+			return
+		}
+		for _, h := range hs {
+			flows++
+			if h.Head == nil {
+				continue
+			}
+			counts[h.Head.State]++
+			// Behind the head, every event is ready (untouched since enqueue).
+			counts[fairrelay.StateReady] += h.Seq - h.Head.Seq
+		}
+		if len(hs) < page {
+			break
+		}
+		after = hs[len(hs)-1].Flow
+	}
+	for s, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(n), string(s))
+	}
+	ch <- prometheus.MustNewConstMetric(c.flows, prometheus.GaugeValue, float64(flows))
+}

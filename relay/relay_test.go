@@ -1,0 +1,754 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/relay"
+	"github.com/fairrelay/fairrelay/sink/webhook"
+)
+
+// manualTime is a Monotonic source the test advances by hand.
+type manualTime struct{ ns atomic.Int64 }
+
+func (m *manualTime) Elapsed() time.Duration  { return time.Duration(m.ns.Load()) }
+func (m *manualTime) Advance(d time.Duration) { m.ns.Add(int64(d)) }
+
+// testPolicy: lease 2000 ms, backoff 100 ms doubling to 1000 ms, no jitter
+// so next_at is exact.
+func testPolicy() fairrelay.Policy {
+	return fairrelay.Policy{Entry: fairrelay.EntryFair, Lease: 2000, Budget: 3, BackoffBase: 100, BackoffCap: 1000}
+}
+
+// delivery is one request the receiver saw.
+type delivery struct {
+	id   string
+	flow string
+	seq  string
+}
+
+// harness is a queue store, an inbox behind a real HTTP server on loopback
+// (signed webhooks), and a relay with a manual clock.
+type harness struct {
+	q       *fairrelay.Queue
+	queue   string
+	in      *inbox.Inbox
+	srv     *httptest.Server
+	key     []byte
+	time    *manualTime
+	settled chan relay.Settled
+
+	mu       sync.Mutex
+	seen     []delivery
+	inflight map[string]int
+	overlap  []string // flows that had two deliveries at once
+	// intercept, when set, may answer a request itself (return true) or
+	// wait before passing it on; it runs before the inbox.
+	intercept func(w http.ResponseWriter, r *http.Request, d delivery) bool
+}
+
+func newHarness(t *testing.T, pol fairrelay.Policy) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	h := &harness{queue: filepath.Join(dir, "queue.db"), time: &manualTime{}, settled: make(chan relay.Settled, 4096),
+		inflight: map[string]int{}, key: []byte("test secret")}
+	var err error
+	if h.q, err = fairrelay.Open(t.Context(), h.queue, fairrelay.Config{Policy: pol}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.q.Close() })
+	if h.in, err = inbox.Open(t.Context(), filepath.Join(dir, "inbox.db"), inbox.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.in.Close() })
+	handler := h.in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(h.key).Verify})
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := delivery{id: r.Header.Get(webhook.HeaderID), flow: r.Header.Get(webhook.HeaderFlow), seq: r.Header.Get(webhook.HeaderSeq)}
+		// Read the body first: only then does the server notice a client
+		// that gave up (r.Context() is cancelled).
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.mu.Lock()
+		h.seen = append(h.seen, d)
+		h.inflight[d.flow]++
+		if h.inflight[d.flow] > 1 {
+			h.overlap = append(h.overlap, d.flow)
+		}
+		intercept := h.intercept
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			h.inflight[d.flow]--
+			h.mu.Unlock()
+		}()
+		if intercept != nil && intercept(w, r, d) {
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *harness) enqueue(t *testing.T, flow string, deltas ...int) {
+	t.Helper()
+	c, err := h.q.Clock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range deltas {
+		id := fmt.Sprintf("%s%d", flow, i+1)
+		if _, err := h.q.Enqueue(t.Context(), fairrelay.EnqueueParams{ID: id, Flow: flow, Body: fmt.Appendf(nil, `{"delta":%d}`, d), At: c.Tick}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (h *harness) config(t *testing.T) relay.Config {
+	s, err := webhook.New(webhook.Options{URL: h.srv.URL, Key: h.key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return relay.Config{
+		Queue: h.q, Sink: s, Workers: 4, DeliveryTimeout: 500 * time.Millisecond, LeaseMargin: 100 * time.Millisecond,
+		ShutdownTimeout: 5 * time.Second, PollInterval: time.Millisecond, MaxPollInterval: 5 * time.Millisecond,
+		Source: h.time, OnSettle: func(s relay.Settled) { h.settled <- s },
+	}
+}
+
+// start runs a relay; stop cancels it and returns Run's error.
+func (h *harness) start(t *testing.T, cfg relay.Config) (r *relay.Relay, stop func() error) {
+	t.Helper()
+	r, err := relay.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	return r, stop
+}
+
+// next returns the next settle, failing after 10s.
+func (h *harness) next(t *testing.T) relay.Settled {
+	t.Helper()
+	select {
+	case s := <-h.settled:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("no settle within 10s")
+		return relay.Settled{}
+	}
+}
+
+// until collects settles until done says so.
+func (h *harness) until(t *testing.T, done func(all []relay.Settled) bool) []relay.Settled {
+	t.Helper()
+	var all []relay.Settled
+	for !done(all) {
+		all = append(all, h.next(t))
+	}
+	return all
+}
+
+func acks(n int) func([]relay.Settled) bool {
+	return func(all []relay.Settled) bool {
+		k := 0
+		for _, s := range all {
+			if s.Result.Status == fairrelay.SettleAcked {
+				k++
+			}
+		}
+		return k >= n
+	}
+}
+
+func (h *harness) event(t *testing.T, id string) *fairrelay.EventRecord {
+	t.Helper()
+	e, err := h.q.Event(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (h *harness) ledger(t *testing.T) (map[string]inbox.Projection, int) {
+	t.Helper()
+	s, err := h.in.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]inbox.Projection{}
+	for _, p := range s.Projection {
+		m[p.Flow] = p
+	}
+	return m, len(s.Receipts)
+}
+
+// Under 4 workers each flow arrives at the receiver in seq order, one
+// delivery at a time, and every event is applied once.
+func TestOrderPerFlowUnderWorkers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	const flows, events = 8, 6
+	for f := range flows {
+		h.enqueue(t, fmt.Sprintf("F%d", f), 1, 2, 3, 4, 5, 6)
+	}
+	_, stop := h.start(t, h.config(t))
+	all := h.until(t, acks(flows*events))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		if s.Outcome != fairrelay.OutcomeAccepted {
+			t.Errorf("%s: outcome %s (%s), want accepted only", s.Claim.Token.EventID, s.Outcome, s.Detail)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.overlap) > 0 {
+		t.Errorf("flows delivered twice at once: %v", h.overlap)
+	}
+	next := map[string]int{}
+	for _, d := range h.seen {
+		next[d.flow]++
+		if want := fmt.Sprint(next[d.flow]); d.seq != want {
+			t.Errorf("flow %s: got seq %s, want %s", d.flow, d.seq, want)
+		}
+	}
+	led, receipts := h.ledger(t)
+	if receipts != flows*events {
+		t.Errorf("receipts %d, want %d", receipts, flows*events)
+	}
+	for f, p := range led {
+		if p.Seq != events || p.Total != 21 {
+			t.Errorf("flow %s: %+v, want seq 6 total 21", f, p)
+		}
+	}
+}
+
+// One worker under the fair policy serves the flows in rotation (SPEC §5
+// result 1 through the daemon).
+func TestFairRotation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	for _, f := range []string{"A", "B", "C"} {
+		h.enqueue(t, f, 1, 1, 1)
+	}
+	cfg := h.config(t)
+	cfg.Workers = 1
+	_, stop := h.start(t, cfg)
+	all := h.until(t, acks(9))
+	stop()
+	var order []string
+	for _, s := range all {
+		order = append(order, s.Claim.Token.EventID)
+	}
+	if got, want := strings.Join(order, " "), "A1 B1 C1 A2 B2 C2 A3 B3 C3"; got != want {
+		t.Fatalf("order %s, want %s", got, want)
+	}
+}
+
+// A permanent answer quarantines A1 without holding back B; A2 is never
+// delivered; a redrive through Do (after the receiver gains the capability)
+// completes A.
+func TestQuarantineOnPermanentAnswerThenRedrive(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	h.in.SetMaxDelta(5)
+	h.enqueue(t, "A", 10, 1)
+	h.enqueue(t, "B", 1, 2, 3)
+	r, stop := h.start(t, h.config(t))
+	quarantined := func(all []relay.Settled) bool {
+		q := false
+		for _, s := range all {
+			q = q || s.Result.Status == fairrelay.SettleQuarantined
+		}
+		return q && acks(3)(all)
+	}
+	all := h.until(t, quarantined)
+	for _, s := range all {
+		if s.Result.Status == fairrelay.SettleQuarantined && (s.Claim.Token.EventID != "A1" || s.Outcome != fairrelay.OutcomeUnsupportedDelta) {
+			t.Errorf("quarantined %s with %s, want A1 with unsupported_delta", s.Claim.Token.EventID, s.Outcome)
+		}
+	}
+	a1 := h.event(t, "A1")
+	if a1.State != fairrelay.StateQuarantined || *a1.Reason != "unsupported_delta" {
+		t.Fatalf("A1: %+v", a1.EventState)
+	}
+	if a2 := h.event(t, "A2"); a2.State != fairrelay.StateReady || a2.Generation != 0 {
+		t.Fatalf("A2 was touched: %+v", a2.EventState)
+	}
+	h.mu.Lock()
+	for _, d := range h.seen {
+		if d.id == "A2" {
+			t.Error("A2 was delivered behind a quarantined head")
+		}
+	}
+	h.mu.Unlock()
+
+	h.in.SetMaxDelta(1000)
+	err := r.Do(t.Context(), func(at int64) error {
+		_, err := h.q.Redrive(t.Context(), fairrelay.RedriveParams{EventID: "A1", ExpectedGeneration: a1.Generation, Reason: "receiver upgraded", At: at})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.until(t, acks(2))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	led, _ := h.ledger(t)
+	if led["A"].Seq != 2 || led["A"].Total != 11 || led["B"].Total != 6 {
+		t.Fatalf("ledger %+v", led)
+	}
+}
+
+// A 503 backs off by the policy's delay; a Retry-After raises next_at to its
+// floor; nothing is lost: once the clock passes next_at the event goes.
+func TestBackoffOn503AndRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		retryAfter string
+		delay      int64
+	}{
+		{"503", "", 100},
+		{"Retry-After", "3", 3000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, testPolicy())
+			var first atomic.Bool
+			h.intercept = func(w http.ResponseWriter, r *http.Request, d delivery) bool {
+				if first.CompareAndSwap(false, true) {
+					if tc.retryAfter != "" {
+						w.Header().Set("Retry-After", tc.retryAfter)
+					}
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return true
+				}
+				return false
+			}
+			h.enqueue(t, "A", 1)
+			_, stop := h.start(t, h.config(t))
+			s := h.next(t)
+			if s.Outcome != fairrelay.OutcomeRetry || s.Result.Status != fairrelay.SettleReady || s.Result.NextAt != s.At+tc.delay {
+				t.Fatalf("first settle: %+v, want ready at %d+%d", s, s.At, tc.delay)
+			}
+			nextAt := s.Result.NextAt
+			h.time.Advance(time.Duration(tc.delay) * time.Millisecond)
+			s = h.next(t)
+			if s.Result.Status != fairrelay.SettleAcked {
+				t.Fatalf("second settle: %+v", s)
+			}
+			if claimedAt := s.Claim.LeaseUntil - 2000; claimedAt < nextAt {
+				t.Fatalf("re-claimed at tick %d, before next_at %d", claimedAt, nextAt)
+			}
+			stop()
+		})
+	}
+}
+
+// A receiver slower than the delivery timeout is a retry with backoff.
+func TestBackoffOnTimeout(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	var first atomic.Bool
+	h.intercept = func(w http.ResponseWriter, r *http.Request, d delivery) bool {
+		if first.CompareAndSwap(false, true) {
+			<-r.Context().Done() // the relay gives up first
+			return true
+		}
+		return false
+	}
+	h.enqueue(t, "A", 1)
+	_, stop := h.start(t, h.config(t)) // delivery timeout 500 ms
+	s := h.next(t)
+	if s.Outcome != fairrelay.OutcomeRetry || s.Result.Status != fairrelay.SettleReady || s.Result.NextAt != s.At+100 ||
+		!strings.Contains(s.Detail, "deadline") {
+		t.Fatalf("timeout settle: %+v", s)
+	}
+	h.time.Advance(100 * time.Millisecond)
+	if s := h.next(t); s.Result.Status != fairrelay.SettleAcked {
+		t.Fatalf("after the backoff: %+v", s)
+	}
+	stop()
+}
+
+// blockFirst makes the first delivery of id signal arrived and wait for
+// release (or its request's end) before going on to the inbox.
+func blockFirst(h *harness, id string) (arrived, release chan struct{}) {
+	arrived, release = make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	h.intercept = func(w http.ResponseWriter, r *http.Request, d delivery) bool {
+		if d.id == id && once.CompareAndSwap(false, true) {
+			close(arrived)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return true
+			}
+		}
+		return false
+	}
+	return arrived, release
+}
+
+func waitClosed(t *testing.T, ch chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out")
+	}
+}
+
+// A signal mid-delivery: no new claims, the in-flight delivery finishes and
+// is settled, Run returns nil.
+func TestGracefulShutdownMidDelivery(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	arrived, release := blockFirst(h, "A1")
+	h.enqueue(t, "A", 1)
+	h.enqueue(t, "B", 1)
+	cfg := h.config(t)
+	cfg.Workers = 1
+	_, stop := h.start(t, cfg)
+	waitClosed(t, arrived)
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	// Run cannot return while A1 is in flight; release it once shutdown began.
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if s := h.next(t); s.Claim.Token.EventID != "A1" || s.Result.Status != fairrelay.SettleAcked {
+		t.Fatalf("settle %+v", s)
+	}
+	if b1 := h.event(t, "B1"); b1.State != fairrelay.StateReady || b1.Generation != 0 {
+		t.Fatalf("B1 was claimed after the signal: %+v", b1.EventState)
+	}
+}
+
+// The shutdown deadline cuts a delivery off; it settles retry while its
+// lease holds, and Run still returns nil.
+func TestShutdownDeadline(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	arrived, release := blockFirst(h, "A1")
+	defer close(release)
+	h.enqueue(t, "A", 1)
+	cfg := h.config(t)
+	cfg.ShutdownTimeout = 20 * time.Millisecond
+	_, stop := h.start(t, cfg)
+	waitClosed(t, arrived)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	s := h.next(t)
+	if s.Outcome != fairrelay.OutcomeRetry || s.Result.Status != fairrelay.SettleReady {
+		t.Fatalf("settle %+v", s)
+	}
+	if a1 := h.event(t, "A1"); a1.State != fairrelay.StateReady || a1.Attempts != 1 {
+		t.Fatalf("A1: %+v", a1.EventState)
+	}
+}
+
+// A delivery that outlives its lease is never settled.
+func TestNoSettleAfterLeaseRanOut(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	arrived, release := blockFirst(h, "A1")
+	h.enqueue(t, "A", 1)
+	cfg := h.config(t)
+	cfg.Workers = 1 // nobody re-claims A1 before the blocked delivery ends
+	_, stop := h.start(t, cfg)
+	waitClosed(t, arrived)
+	h.time.Advance(2 * time.Second) // the lease (2000 ms) runs out
+	close(release)
+	// The worker skips its settle, then re-claims A1 (the inbox already has
+	// it: duplicate).
+	byGen := map[int64]relay.Settled{}
+	for range 2 {
+		s := h.next(t)
+		byGen[s.Claim.Token.Generation] = s
+	}
+	if s := byGen[1]; !s.LeaseLost || s.Result.Status != "" {
+		t.Fatalf("old claim: %+v, want lease lost and nothing sent", s)
+	}
+	if s := byGen[2]; s.Outcome != fairrelay.OutcomeDuplicate || s.Result.Status != fairrelay.SettleAcked {
+		t.Fatalf("re-delivery: %+v", s)
+	}
+	stop()
+}
+
+// A relay stopped with events in flight (their settles lost) and a new
+// relay on the same files: nothing lost, no effect applied twice.
+func TestRestartWithEventsInFlight(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	arrived := make(chan string, 2)
+	release := make(chan struct{})
+	var once sync.Map
+	inner := h.in.Handler(inbox.HandlerOptions{})
+	h.intercept = func(w http.ResponseWriter, r *http.Request, d delivery) bool {
+		if d.id != "A3" && d.id != "B2" {
+			return false
+		}
+		if _, dup := once.LoadOrStore(d.id, true); dup {
+			return false
+		}
+		// Apply the effect, then hold the answer: the relay is "down"
+		// before it hears back.
+		inner.ServeHTTP(httptest.NewRecorder(), r)
+		arrived <- d.id
+		<-release
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	}
+	for _, f := range []string{"A", "B", "C", "D"} {
+		h.enqueue(t, f, 1, 2, 3, 4, 5)
+	}
+	cfg := h.config(t)
+	cfg.Workers = 2
+	cfg.ShutdownTimeout = time.Hour
+	stopping := make(chan struct{})
+	cfg.Logger = slog.New(&onMessage{prefix: "relay: stopping", do: func() { close(stopping) }})
+	_, stop1 := h.start(t, cfg)
+	<-arrived
+	<-arrived
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop1() }()
+	<-stopping // no more claims from the first relay
+	cfg.Logger = nil
+	h.time.Advance(2 * time.Second) // both leases run out before the answers come
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"A3", "B2"} {
+		if e := h.event(t, id); e.State != fairrelay.StateInflight {
+			t.Fatalf("%s after the first relay: %+v", id, e.EventState)
+		}
+	}
+
+	later := &manualTime{}
+	cfg.Source = later
+	_, stop2 := h.start(t, cfg)
+	later.Advance(2 * time.Second) // the leases of A3 and B2 run out
+	all := h.until(t, func(all []relay.Settled) bool {
+		done := 0
+		for _, id := range []string{"A5", "B5", "C5", "D5"} {
+			if e := h.event(t, id); e.State == fairrelay.StateAcked {
+				done++
+			}
+		}
+		return done == 4
+	})
+	stop2()
+	for _, s := range all {
+		if (s.Claim.Token.EventID == "A3" || s.Claim.Token.EventID == "B2") && s.Result.Status == fairrelay.SettleAcked && s.Outcome != fairrelay.OutcomeDuplicate {
+			t.Errorf("%s re-delivered as %s, want duplicate", s.Claim.Token.EventID, s.Outcome)
+		}
+	}
+	led, receipts := h.ledger(t)
+	if receipts != 20 {
+		t.Errorf("receipts %d, want 20", receipts)
+	}
+	for _, f := range []string{"A", "B", "C", "D"} {
+		if led[f].Seq != 5 || led[f].Total != 15 {
+			t.Errorf("flow %s: %+v, want seq 5 total 15 (each effect once)", f, led[f])
+		}
+	}
+	snap, err := h.q.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range snap.Events {
+		if e.State != fairrelay.StateAcked {
+			t.Errorf("%s is %s", e.ID, e.State)
+		}
+	}
+}
+
+// Another process writing a later tick (here: far ahead) neither errors nor
+// stalls the relay: its clock is raised to the stored tick.
+func TestStoredTickAheadOfTheDaemonClock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	_, stop := h.start(t, h.config(t))
+	other, err := fairrelay.Open(t.Context(), h.queue, fairrelay.Config{Policy: testPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	const ahead = 50_000_000
+	if _, err := other.Enqueue(t.Context(), fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: ahead}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.next(t)
+	if s.Result.Status != fairrelay.SettleAcked || s.At < ahead {
+		t.Fatalf("settle %+v, want acked at >= %d", s, ahead)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClock(t *testing.T) {
+	t.Parallel()
+	src := &manualTime{}
+	src.Advance(time.Hour) // the source's origin is arbitrary
+	c := relay.NewClock(src, 100)
+	if n := c.Now(); n != 100 {
+		t.Fatalf("start %d, want the stored tick 100", n)
+	}
+	src.Advance(5 * time.Millisecond)
+	if n := c.Now(); n != 105 {
+		t.Fatalf("after 5ms: %d", n)
+	}
+	c.Observe(50)
+	if n := c.Now(); n != 105 {
+		t.Fatalf("observing an older tick moved the clock: %d", n)
+	}
+	c.Observe(1000)
+	src.Advance(3 * time.Millisecond)
+	if n := c.Now(); n != 1003 {
+		t.Fatalf("after observing 1000 and 3ms: %d", n)
+	}
+	src.Advance(-time.Second) // a broken source stepping back stalls, never regresses
+	if n := c.Now(); n != 1003 {
+		t.Fatalf("source stepped back: %d", n)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy()) // lease 2000 ms
+	for _, tc := range []struct {
+		change func(*relay.Config)
+		field  string
+	}{
+		{func(c *relay.Config) { c.DeliveryTimeout = 1900 * time.Millisecond }, "lease"},
+		{func(c *relay.Config) {
+			c.DeliveryTimeout = 1500 * time.Millisecond
+			c.LeaseMargin = 500 * time.Millisecond
+		}, "lease"},
+		{func(c *relay.Config) { c.Workers = -1 }, "workers"},
+		{func(c *relay.Config) { c.Workers = relay.MaxWorkers + 1 }, "workers"},
+		{func(c *relay.Config) { c.Sink = nil }, "sink"},
+		{func(c *relay.Config) { c.Queue = nil }, "queue"},
+		{func(c *relay.Config) { c.MaxPollInterval = time.Microsecond }, "poll_interval"},
+	} {
+		cfg := h.config(t)
+		tc.change(&cfg)
+		_, err := relay.New(t.Context(), cfg)
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, fairrelay.ErrInvalidInput) {
+			t.Errorf("want field %s, got %v", tc.field, err)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	h.in.SetMaxDelta(5)
+	h.enqueue(t, "A", 10, 1)
+	h.enqueue(t, "B", 1, 2)
+	reg := prometheus.NewRegistry()
+	m, err := relay.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.RegisterQueueGauges(reg, h.q); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.config(t)
+	cfg.Metrics = m
+	_, stop := h.start(t, cfg)
+	h.until(t, func(all []relay.Settled) bool { return len(all) == 3 })
+	stop()
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range mt.GetLabel() {
+				name += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case mt.Counter != nil:
+				got[name] = mt.GetCounter().GetValue()
+			case mt.Gauge != nil:
+				got[name] = mt.GetGauge().GetValue()
+			case mt.Histogram != nil:
+				got[name] = float64(mt.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"fairrelay_claims_total":                                               3,
+		"fairrelay_settles_total,outcome=accepted,status=acked":                2,
+		"fairrelay_settles_total,outcome=unsupported_delta,status=quarantined": 1,
+		"fairrelay_delivery_seconds":                                           3,
+		"fairrelay_events,state=quarantined":                                   1,
+		"fairrelay_events,state=ready":                                         1,
+		"fairrelay_events,state=inflight":                                      0,
+		"fairrelay_flows":                                                      2,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+}
+
+// onMessage is a slog.Handler that runs do once, at the first record whose
+// message starts with prefix: the relay logs when it stops claiming.
+type onMessage struct {
+	prefix string
+	do     func()
+	once   sync.Once
+}
+
+func (h *onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h *onMessage) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.prefix) {
+		h.once.Do(h.do)
+	}
+	return nil
+}
+func (h *onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *onMessage) WithGroup(string) slog.Handler      { return h }
