@@ -16,16 +16,23 @@ func newEnqueueCmd() *cobra.Command {
 	var at int64
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "enqueue --queue Q --id ID --flow FLOW (--body JSON | --delta N) --at TICK",
-		Short: "Enqueue one event (SPEC §2) and print the answer as JSON",
+		Use:   "enqueue --queue Q --id ID --flow FLOW (--body JSON | --delta N) --at TICK  |  enqueue --queue Q [--at TICK] < events.jsonl",
+		Short: "Enqueue one event, or JSON lines from stdin without --id (SPEC §2), printing the answers as JSON",
 		Long: `Enqueue one event. The body is JSON (stored compact, keys sorted);
 --delta N is shorthand for --body '{"delta":N}'. Prints {"status":"created","seq":N},
-existing or conflict, like the script op.`,
+existing or conflict, like the script op.
+
+Without --id it reads JSON lines {"id": …, "flow": …, "body": …} (or "delta")
+from stdin and answers one JSON line each, in batched transactions, at --at or
+by default at the stored tick (so it can run beside a relay).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pol, err := pf.policy()
 			if err != nil {
 				return err
+			}
+			if !cmd.Flags().Changed("id") {
+				return runBulkEnqueue(cmd, queue, pol, at)
 			}
 			var d, b json.RawMessage
 			if cmd.Flags().Changed("delta") {

@@ -81,6 +81,10 @@ type op struct {
 // Result is one output line.
 type Result = map[string]any
 
+// ErrorResult renders a failed op's error as its output line:
+// {"error": code, "message": …, "field": … when the error names one}.
+func ErrorResult(err error) Result { return errResult(err) }
+
 func errResult(err error) Result {
 	var fe *fairrelay.Error
 	if errors.As(err, &fe) {

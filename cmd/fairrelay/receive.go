@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/sink/webhook"
+)
+
+func init() { rootCmd.AddCommand(newReceiveCmd()) }
+
+func newReceiveCmd() *cobra.Command {
+	var (
+		inboxDSN, addr, secret, logLevel string
+		maxDelta                         int64
+		tolerance                        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "receive --inbox I --addr HOST:PORT [--secret S] [--max-delta N]",
+		Short: "Run the inbox as an HTTP receiver (SPEC §3) for the relay's deliveries",
+		Long: `Takes deliveries as POST / and answers {"status": "<outcome>"}: accepted,
+duplicate, id_conflict, sequence_conflict, gap, unsupported_delta, invalid_body
+or retry. With --secret, a request without a valid Standard Webhooks signature
+gets 401 and nothing is written. Prints {"status":"listening","addr":...} on
+stdout once it listens (--addr 127.0.0.1:0 picks a free port); stops on
+SIGINT or SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			if maxDelta < 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-delta", Message: "must not be negative (0: no limit)"}
+			}
+			opts := inbox.HandlerOptions{Logger: log}
+			if secret != "" {
+				key, err := webhook.ParseSecret(secret)
+				if err != nil {
+					return err
+				}
+				v := webhook.NewVerifier(key)
+				v.Tolerance = tolerance
+				opts.Verify = v.Verify
+			} else {
+				log.Warn("receive: no --secret: unsigned requests are accepted")
+			}
+			in, err := openInbox(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: err.Error()}
+			}
+			if err := printJSON(cmd.OutOrStdout(), map[string]string{"status": "listening", "addr": ln.Addr().String()}); err != nil {
+				ln.Close()
+				return err
+			}
+			log.Info("receive: listening", "addr", ln.Addr().String(), "max_delta", maxDelta)
+			return serveUntilDone(ctx, ln, in.Handler(opts), log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&addr, "addr", "127.0.0.1:8080", "HOST:PORT to listen on")
+	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string")
+	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
+	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	return cmd
+}
+
+// serveUntilDone serves h on ln until ctx is done, then lets in-flight
+// requests finish (up to 10s) and returns nil.
+func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("receive: stopped")
+	return nil
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/relay"
+	"github.com/fairrelay/fairrelay/sink/webhook"
+)
+
+func init() { rootCmd.AddCommand(newRelayCmd()) }
+
+// The daemon's policy defaults: 1 tick = 1 ms (SPEC §7), so the CLI's
+// tick-sized defaults (lease 5) would not survive one HTTP request.
+var relayPolicyDefaults = map[string]string{
+	"lease":        "30000",  // 30 s: above the 10 s delivery timeout plus the 1 s margin
+	"budget":       "8",      // claims per round before budget_exhausted
+	"backoff-base": "1000",   // 1 s
+	"backoff-cap":  "300000", // 5 min
+}
+
+// setFlagDefault changes a registered flag's default (value and help text)
+// without marking it as given.
+func setFlagDefault(cmd *cobra.Command, name, value, usage string) {
+	f := cmd.Flags().Lookup(name)
+	if err := f.Value.Set(value); err != nil {
+		panic(fmt.Sprintf("flag %s: default %q: %v", name, value, err))
+	}
+	f.DefValue = value
+	if usage != "" {
+		f.Usage = usage
+	}
+}
+
+func newRelayCmd() *cobra.Command {
+	var (
+		queue, sinkURL, secret, metricsAddr, logLevel, permanent string
+		workers                                                  int
+		timeout, margin, shutdown                                time.Duration
+		pf                                                       policyFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "relay --queue Q --sink URL [--secret S] [--workers N] [--policy fair]",
+		Short: "Run the relay daemon: claim, deliver over HTTP (Standard Webhooks), settle",
+		Long: `Runs until SIGINT or SIGTERM. N workers claim heads, POST them to --sink signed
+with --secret (Standard Webhooks), and settle the answers. Time is the daemon
+clock of SPEC §7: 1 tick = 1 ms, so --lease and the backoff flags are in ms.
+On a signal the relay stops claiming, lets in-flight deliveries finish (up to
+--shutdown-timeout), never settles after a lease ran out, and exits 0.
+
+Receiver contract: a JSON answer {"status": "<outcome>"} is that outcome;
+otherwise 2xx is accepted, 408/425/429/5xx, timeouts and connection errors are
+retried (Retry-After sets a floor), any other status is retried unless listed
+in --permanent-status.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			pol, err := pf.policy()
+			if err != nil {
+				return err
+			}
+			codes, err := parseStatuses(permanent)
+			if err != nil {
+				return err
+			}
+			opts := webhook.Options{URL: sinkURL, Timeout: timeout, Permanent: codes, MaxConnsPerHost: workers}
+			if sinkURL == "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: "missing: give --sink URL"}
+			}
+			if secret != "" {
+				if opts.Key, err = webhook.ParseSecret(secret); err != nil {
+					return err
+				}
+			}
+			s, err := webhook.New(opts)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			q, err := openQueue(ctx, queue, pol)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			cfg := relay.Config{Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
+				ShutdownTimeout: shutdown, Logger: log}
+			if metricsAddr != "" {
+				reg := prometheus.NewRegistry()
+				if cfg.Metrics, err = relay.NewMetrics(reg); err != nil {
+					return err
+				}
+				if err := relay.RegisterQueueGauges(reg, q); err != nil {
+					return err
+				}
+				stop, err := serveMetrics(metricsAddr, reg, log)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			r, err := relay.New(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if secret == "" {
+				log.Warn("relay: no --secret: deliveries are unsigned")
+			}
+			return r.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&sinkURL, "sink", "", "receiver URL (http:// or https://) that takes deliveries as POST")
+	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string")
+	f.IntVar(&workers, "workers", 4, "concurrent deliveries")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-delivery timeout")
+	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")
+	f.DurationVar(&shutdown, "shutdown-timeout", 0, "how long in-flight deliveries may run after a signal (default: --timeout)")
+	f.StringVar(&permanent, "permanent-status", "", "comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	pf.register(cmd, "fair", 0.2)
+	setFlagDefault(cmd, "lease", relayPolicyDefaults["lease"], "lease length, in ms (1 tick = 1 ms)")
+	setFlagDefault(cmd, "budget", relayPolicyDefaults["budget"], "")
+	setFlagDefault(cmd, "backoff-base", relayPolicyDefaults["backoff-base"], "first retry delay, in ms")
+	setFlagDefault(cmd, "backoff-cap", relayPolicyDefaults["backoff-cap"], "largest retry delay, in ms")
+	return cmd
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "log-level", Message: fmt.Sprintf("must be debug, info, warn or error, got %q", level)}
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func parseStatuses(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		n, err := strconv.Atoi(part)
+		if err != nil {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "permanent-status", Message: fmt.Sprintf("%q is not an HTTP status", part)}
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// serveMetrics serves reg at /metrics on addr until stop is called.
+func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "metrics-addr", Message: err.Error()}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("metrics: serving", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}, nil
+}
