@@ -74,14 +74,22 @@ func (q *Queue) claimBatch(ctx context.Context, tx store.Tx, c *store.Clock, at 
 	if err := q.promoteDue(ctx, tx, at); err != nil {
 		return nil, err
 	}
+	order := store.OrderFlowID
+	if q.policy.Entry == EntryFair {
+		order = store.OrderCreation
+	}
+	// The first k runnable flows in dispatch order are exactly what k
+	// consecutive claims pick: a claim takes its flow out of the runnable
+	// index and changes no other flow, so one indexed read serves the batch.
+	fs, err := tx.FlowPickRunnable(ctx, order, k)
+	if err != nil {
+		return nil, err
+	}
 	var out []Claim
-	for len(out) < k {
-		cl, err := q.claimOne(ctx, tx, c, at)
+	for _, f := range fs {
+		cl, err := q.claimOne(ctx, tx, c, at, f)
 		if err != nil {
 			return nil, err
-		}
-		if cl == nil {
-			break
 		}
 		out = append(out, *cl)
 	}
@@ -135,17 +143,8 @@ func (q *Queue) head(ctx context.Context, tx store.Tx, f store.FlowRow) (*store.
 	return e, nil
 }
 
-// claimOne claims the first runnable head in dispatch order, or returns nil.
-func (q *Queue) claimOne(ctx context.Context, tx store.Tx, c *store.Clock, at int64) (*Claim, error) {
-	order := store.OrderFlowID
-	if q.policy.Entry == EntryFair {
-		order = store.OrderCreation
-	}
-	fs, err := tx.FlowPickRunnable(ctx, order, 1)
-	if err != nil || len(fs) == 0 {
-		return nil, err
-	}
-	f := fs[0]
+// claimOne claims the head of f, a runnable flow picked in dispatch order.
+func (q *Queue) claimOne(ctx context.Context, tx store.Tx, c *store.Clock, at int64, f store.FlowRow) (*Claim, error) {
 	head, err := q.head(ctx, tx, f)
 	if err != nil {
 		return nil, err
