@@ -2,144 +2,354 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"text/tabwriter"
+	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/relay"
+	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
 func init() { rootCmd.AddCommand(newDemoCmd()) }
 
+// demoOptions size the demo's workload.
+type demoOptions struct {
+	dir      string
+	flows    int // flows beyond the article's A, B, C
+	events   int // events over those flows
+	workers  int
+	flakyPer int // the receiver answers 503 to the first attempt of every flakyPer-th event (0: never)
+	timeout  time.Duration
+}
+
 func newDemoCmd() *cobra.Command {
-	var dir string
+	o := demoOptions{}
 	cmd := &cobra.Command{
-		Use:   "demo [--dir DIR]",
-		Short: "Run the article's sample: a poison head quarantined, the others served, then a redrive",
-		Args:  cobra.NoArgs,
+		Use:   "demo [--dir DIR] [--flows N] [--events N] [--workers N]",
+		Short: "Run the whole system on loopback: a receiver, a relay over HTTP, the article's poison head and a redrive",
+		Long: `Starts a receiver (the inbox over HTTP, signed webhooks) and a relay on
+127.0.0.1, enqueues the article's sample — A1 with delta 10 against a receiver
+that supports 5, A2, B1-B3, C1-C3 — plus --events events over --flows flows,
+shows live progress, then the table: A1 quarantined without holding back any
+other flow. It then redrives A1 with a reason, raises the receiver's limit,
+and ends with every event acked once (A: seq 2, total 11).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dir == "" {
+			if o.flows < 1 || o.flows > 1000 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flows", Message: "must be 1 to 1000"}
+			}
+			if o.events < 0 || o.events > 100000 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "events", Message: "must be 0 to 100000"}
+			}
+			if o.dir == "" {
 				d, err := os.MkdirTemp("", "fairrelay-demo-")
 				if err != nil {
 					return err
 				}
 				defer os.RemoveAll(d)
-				dir = d
+				o.dir = d
 			}
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), dir)
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", "", "folder for queue.db and inbox.db (default: a temporary folder, removed afterwards)")
+	f := cmd.Flags()
+	f.StringVar(&o.dir, "dir", "", "folder for queue.db and inbox.db (default: a temporary folder, removed afterwards)")
+	f.IntVar(&o.flows, "flows", 20, "flows beside the article's A, B and C")
+	f.IntVar(&o.events, "events", 300, "events spread over those flows")
+	f.IntVar(&o.workers, "workers", 8, "relay workers")
+	f.IntVar(&o.flakyPer, "flaky-every", 10, "the receiver answers 503 to the first attempt of every Nth event (0: never)")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up when the demo has not finished by then")
 	return cmd
 }
 
-func runDemo(ctx context.Context, out io.Writer, dir string) error {
-	q, err := fairrelay.Open(ctx, filepath.Join(dir, "queue.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+// demoEvent is one event of the demo's workload.
+type demoEvent struct {
+	id, flow string
+	delta    int
+}
+
+// demoWorkload is the article's sample, then events round-robin over flows
+// F01…, deltas 1 to 5.
+func demoWorkload(flows, events int) []demoEvent {
+	ws := []demoEvent{{"A1", "A", 10}, {"A2", "A", 1}, {"B1", "B", 1}, {"B2", "B", 2}, {"B3", "B", 3},
+		{"C1", "C", 1}, {"C2", "C", 2}, {"C3", "C", 3}}
+	for i := range events {
+		f := fmt.Sprintf("F%02d", i%flows+1)
+		ws = append(ws, demoEvent{id: fmt.Sprintf("%s-%d", f, i/flows+1), flow: f, delta: 1 + i%5})
+	}
+	return ws
+}
+
+func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	// The daemon policy, with short delays so the demo's retries show: 1
+	// tick = 1 ms, lease 10 s, backoff 200 ms doubling to 2 s, jitter 0.2.
+	pol := fairrelay.Policy{Entry: fairrelay.EntryFair, Lease: 10_000, Budget: 5, BackoffBase: 200, BackoffCap: 2000, Jitter: 0.2}
+	q, err := fairrelay.Open(ctx, filepath.Join(o.dir, "queue.db"), fairrelay.Config{Policy: pol})
 	if err != nil {
 		return err
 	}
 	defer q.Close()
-	in, err := inbox.Open(ctx, filepath.Join(dir, "inbox.db"), inbox.Options{MaxDelta: 5})
+	in, err := inbox.Open(ctx, filepath.Join(o.dir, "inbox.db"), inbox.Options{MaxDelta: 5})
 	if err != nil {
 		return err
 	}
 	defer in.Close()
 
-	fmt.Fprintf(out, "fairrelay demo — queue and inbox in %s\n\n", dir)
-	sample := []struct {
-		id, flow string
-		delta    int
-	}{{"A1", "A", 10}, {"A2", "A", 1}, {"B1", "B", 1}, {"B2", "B", 1}, {"B3", "B", 1}, {"C1", "C", 1}, {"C2", "C", 1}, {"C3", "C", 1}}
-	for _, e := range sample {
-		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: e.id, Flow: e.flow, Body: []byte(fmt.Sprintf(`{"delta":%d}`, e.delta)), At: 0}); err != nil {
+	// The receiver: the inbox over HTTP on loopback, checking signatures.
+	raw := make([]byte, 24)
+	rand.Read(raw)
+	key, err := webhook.ParseSecret("whsec_" + base64.StdEncoding.EncodeToString(raw))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	handler := flaky(in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(key).Verify, Logger: quiet}), o.flakyPer)
+	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- serveUntilDone(srvCtx, ln, handler, quiet) }()
+	defer func() { stopSrv(); <-srvDone }()
+
+	// The relay: a webhook sink to that receiver.
+	s, err := webhook.New(webhook.Options{URL: "http://" + ln.Addr().String() + "/", Key: key, Timeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	settled := make(chan relay.Settled, 1024)
+	r, err := relay.New(ctx, relay.Config{Queue: q, Sink: s, Workers: o.workers, DeliveryTimeout: 5 * time.Second,
+		Logger: quiet, OnSettle: func(s relay.Settled) { settled <- s }})
+	if err != nil {
+		return err
+	}
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run(relayCtx) }()
+	defer func() { stopRelay(); <-relayDone }()
+
+	work := demoWorkload(o.flows, o.events)
+	fmt.Fprintf(out, "fairrelay demo: a receiver on http://%s (signed webhooks) and a relay with %d workers; files in %s\n\n",
+		ln.Addr(), o.workers, o.dir)
+	fmt.Fprintf(out, "Enqueueing the article's sample (A1 delta 10 against a receiver that supports 5, A2, B1-B3, C1-C3)\n")
+	fmt.Fprintf(out, "and %d events over %d flows, while the relay runs.", o.events, o.flows)
+	if o.flakyPer > 0 {
+		fmt.Fprintf(out, " The receiver answers 503 to the first attempt of every %dth event.", o.flakyPer)
+	}
+	fmt.Fprint(out, "\n\n")
+
+	bar := progressbar.NewOptions(len(work), progressbar.OptionSetWriter(errOut), progressbar.OptionSetWidth(30),
+		progressbar.OptionShowCount(), progressbar.OptionSetDescription("acked"),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(errOut) }))
+	st := &demoStats{bar: bar}
+	// Enqueue in waves, through the relay so the ticks stay in order and
+	// idle workers wake at once.
+	for start := 0; start < len(work); start += 100 {
+		batch := make([]fairrelay.EnqueueParams, 0, 100)
+		for _, e := range work[start:min(start+100, len(work))] {
+			batch = append(batch, fairrelay.EnqueueParams{ID: e.id, Flow: e.flow, Body: fmt.Appendf(nil, `{"delta":%d}`, e.delta)})
+		}
+		if err := r.Do(ctx, func(at int64) error { _, err := q.EnqueueBatch(ctx, at, batch); return err }); err != nil {
 			return err
 		}
+		st.drain(settled)
 	}
-	fmt.Fprintln(out, "Enqueued A1 (delta 10), A2, B1-B3, C1-C3 at tick 0. The receiver supports deltas up to 5,")
-	fmt.Fprintln(out, "so A1 is a poison head: it must be quarantined without holding back B and C.")
-	fmt.Fprintln(out)
-
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TICK\tTICKET\tEVENT\tRECEIVER\tNEW STATE")
-	if err := demoSteps(ctx, tw, q, in, 0); err != nil {
+	// First pass: everything but A is acked, A1 is quarantined.
+	if err := st.until(ctx, settled, relayDone, func() bool { return st.acked == len(work)-2 && st.quarantined == 1 }); err != nil {
 		return err
 	}
-	tw.Flush()
-	fmt.Fprintln(out)
-	if err := demoTable(ctx, out, q); err != nil {
-		return err
-	}
-
-	qs, err := q.Quarantined(ctx, 10)
+	bar.Describe("acked (A1 quarantined, A2 waits behind it)")
+	fmt.Fprintln(errOut)
+	a1, err := q.Event(ctx, "A1")
 	if err != nil {
 		return err
 	}
-	if len(qs) != 1 {
-		return fmt.Errorf("demo: expected one quarantined event, found %d", len(qs))
+	fmt.Fprintf(out, "\nA1 was quarantined (%s) after %d attempt(s); A2 waits behind it; every other flow completed:\n\n",
+		deref(a1.Reason), a1.LifetimeAttempts)
+	if err := demoFlowTable(ctx, out, q, in, false); err != nil {
+		return err
 	}
+
 	reason := "receiver upgraded to accept large deltas"
-	r, err := q.Redrive(ctx, fairrelay.RedriveParams{EventID: qs[0].ID, ExpectedGeneration: qs[0].Generation, Reason: reason, Operator: "demo", At: 1})
-	if err != nil {
-		return err
-	}
 	in.SetMaxDelta(1000)
-	fmt.Fprintf(out, "\nRedrive %s at tick 1 (%q): %s, generation %d. The receiver now supports deltas up to 1000.\n\n", qs[0].ID, reason, r.Status, r.Generation)
-	fmt.Fprintln(tw, "TICK\tTICKET\tEVENT\tRECEIVER\tNEW STATE")
-	if err := demoSteps(ctx, tw, q, in, 2); err != nil {
+	var rd fairrelay.RedriveResult
+	if err := r.Do(ctx, func(at int64) (err error) {
+		rd, err = q.Redrive(ctx, fairrelay.RedriveParams{EventID: "A1", ExpectedGeneration: a1.Generation, Reason: reason, Operator: "demo", At: at})
+		return err
+	}); err != nil {
 		return err
 	}
-	tw.Flush()
-	fmt.Fprintln(out)
-	if err := demoTable(ctx, out, q); err != nil {
+	if rd.Status != fairrelay.RedriveReady {
+		return fmt.Errorf("demo: redrive A1 answered %s", rd.Status)
+	}
+	fmt.Fprintf(out, "\nThe receiver now supports deltas up to 1000. Redrive A1 (%q): ready, generation %d.\n", reason, rd.Generation)
+	bar.Describe("acked")
+	if err := st.until(ctx, settled, relayDone, func() bool { return st.acked == len(work) }); err != nil {
+		return err
+	}
+	bar.Finish()
+	stopRelay()
+	if err := <-relayDone; err != nil {
+		return err
+	}
+	relayDone <- nil // for the deferred stop
+
+	fmt.Fprintf(out, "\nFinal state (%d deliveries: %d acked, %d retried, %d quarantined):\n\n", st.delivered, st.acked, st.retried, st.quarantined)
+	if err := demoFlowTable(ctx, out, q, in, true); err != nil {
+		return err
+	}
+	return demoCheck(ctx, out, q, in, len(work))
+}
+
+// flaky answers 503 to the first attempt of every nth event (by seq), the
+// rest goes to h: a receiver with a bad network, to show the backoff.
+func flaky(h http.Handler, n int) http.Handler {
+	if n <= 0 {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seq, _ := strconv.Atoi(r.Header.Get(webhook.HeaderSeq))
+		if r.Header.Get(webhook.HeaderAttempt) == "1" && seq%n == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// demoStats counts the settles the relay reports.
+type demoStats struct {
+	bar                                    *progressbar.ProgressBar
+	delivered, acked, retried, quarantined int
+}
+
+func (s *demoStats) add(x relay.Settled) {
+	s.delivered++
+	switch x.Result.Status {
+	case fairrelay.SettleAcked:
+		s.acked++
+		s.bar.Add(1)
+	case fairrelay.SettleReady:
+		s.retried++
+	case fairrelay.SettleQuarantined:
+		s.quarantined++
+	}
+}
+
+// drain takes the settles reported so far without waiting.
+func (s *demoStats) drain(ch <-chan relay.Settled) {
+	for {
+		select {
+		case x := <-ch:
+			s.add(x)
+		default:
+			return
+		}
+	}
+}
+
+// until takes settles until done, the relay stops, or ctx ends.
+func (s *demoStats) until(ctx context.Context, ch <-chan relay.Settled, relayDone <-chan error, done func() bool) error {
+	for !done() {
+		select {
+		case x := <-ch:
+			s.add(x)
+		case err := <-relayDone:
+			return fmt.Errorf("demo: the relay stopped: %v", err)
+		case <-ctx.Done():
+			return errors.New("demo: did not finish in time")
+		}
+	}
+	return nil
+}
+
+// demoFlowTable prints one row per flow: the queue's view and the
+// receiver's projection.
+func demoFlowTable(ctx context.Context, out io.Writer, q *fairrelay.Queue, in *inbox.Inbox, final bool) error {
+	snap, err := q.Snapshot(ctx)
+	if err != nil {
 		return err
 	}
 	is, err := in.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "\nReceiver projection (one receipt and one effect per event):")
-	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FLOW\tSEQ\tTOTAL")
+	proj := map[string]inbox.Projection{}
 	for _, p := range is.Projection {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", p.Flow, p.Seq, p.Total)
+		proj[p.Flow] = p
+	}
+	type row struct {
+		events, acked int
+		head          *fairrelay.EventState
+	}
+	rows := map[string]*row{}
+	for _, f := range snap.Flows {
+		rows[f.Flow] = &row{}
+	}
+	for _, e := range snap.Events {
+		rw := rows[e.Flow]
+		rw.events++
+		if e.State == fairrelay.StateAcked {
+			rw.acked++
+		} else if rw.head == nil {
+			rw.head = &e
+		}
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FLOW\tEVENTS\tACKED\tHEAD\tSTATE\tREASON\tSEQ\tTOTAL")
+	for _, f := range snap.Flows {
+		rw := rows[f.Flow]
+		head, state, reason := "-", "done", "-"
+		if rw.head != nil {
+			head, state, reason = rw.head.ID, string(rw.head.State), deref(rw.head.Reason)
+			if reason == "" {
+				reason = "-"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\t%d\n", f.Flow, rw.events, rw.acked, head, state, reason, proj[f.Flow].Seq, proj[f.Flow].Total)
 	}
 	return tw.Flush()
 }
 
-// demoSteps claims, delivers and settles at tick at until nothing is
-// eligible, printing one timeline row per claim.
-func demoSteps(ctx context.Context, w io.Writer, q *fairrelay.Queue, in *inbox.Inbox, at int64) error {
-	for {
-		c, err := q.Claim(ctx, at)
-		if err != nil || c == nil {
-			return err
-		}
-		o, err := in.Receive(ctx, inbox.Delivery{EventID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Body: c.Body})
-		if err != nil {
-			return err
-		}
-		s, err := q.Settle(ctx, c.Token, o, at)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\n", at, c.Ticket, c.Token.EventID, o, s.Status)
-	}
-}
-
-func demoTable(ctx context.Context, out io.Writer, q *fairrelay.Queue) error {
-	s, err := q.Snapshot(ctx)
+// demoCheck verifies the end state: every event acked, one receipt per
+// event, A1 with two lifetime attempts and one audit row.
+func demoCheck(ctx context.Context, out io.Writer, q *fairrelay.Queue, in *inbox.Inbox, events int) error {
+	is, err := in.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT\tFLOW\tSEQ\tSTATE\tGENERATION\tLIFETIME ATTEMPTS\tREASON")
-	for _, e := range s.Events {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", e.ID, e.Flow, e.Seq, e.State, e.Generation, e.LifetimeAttempts, deref(e.Reason))
+	a1, err := q.Event(ctx, "A1")
+	if err != nil {
+		return err
 	}
-	return tw.Flush()
+	audit, err := q.Audit(ctx, 0, 10)
+	if err != nil {
+		return err
+	}
+	if len(is.Receipts) != events || a1.State != fairrelay.StateAcked || len(audit) != 1 {
+		return fmt.Errorf("demo: end state is wrong: %d receipts for %d events, A1 %s, %d audit rows", len(is.Receipts), events, a1.State, len(audit))
+	}
+	a := audit[0]
+	fmt.Fprintf(out, "\n%d receipts for %d events: each applied once. A1: acked, lifetime_attempts %d.\n", len(is.Receipts), events, a1.LifetimeAttempts)
+	fmt.Fprintf(out, "Audit: %s of %s by %s at tick %d, cleared %q: %q.\n", a.Action, a.ID, deref(a.Operator), a.At, deref(a.PreviousReason), a.Reason)
+	return nil
 }

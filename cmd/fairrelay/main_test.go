@@ -181,11 +181,34 @@ func TestDemoEndsWithTheArticleProjection(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "A1     unsupported_delta  quarantined") {
+	if !strings.Contains(out, "A1 was quarantined (unsupported_delta)") {
 		t.Fatalf("demo did not quarantine A1:\n%s", out)
 	}
-	last := out[strings.LastIndex(out, "FLOW  SEQ  TOTAL"):]
-	if !strings.Contains(last, "A     2    11") {
-		t.Fatalf("demo projection, want A seq 2 total 11:\n%s", last)
+	// The first table: A quarantined, every other flow done; the final one:
+	// every flow done, A with seq 2 and total 11 (SPEC §5 result 3).
+	tables := strings.Split(out, "FLOW  EVENTS")
+	if len(tables) != 3 {
+		t.Fatalf("want two flow tables:\n%s", out)
+	}
+	for i, table := range tables[1:] {
+		for _, line := range strings.Split(table, "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) != 8 {
+				break
+			}
+			switch {
+			case f[0] == "A" && i == 0:
+				if f[3] != "A1" || f[4] != "quarantined" {
+					t.Errorf("first table, flow A: %s", line)
+				}
+			case f[0] == "A" && f[6]+" "+f[7] != "2 11":
+				t.Errorf("final table, flow A: %s, want seq 2 total 11", line)
+			case f[0] != "A" && f[4] != "done":
+				t.Errorf("table %d: flow %s not done: %s", i+1, f[0], line)
+			}
+		}
+	}
+	if !strings.Contains(out, "308 receipts for 308 events") {
+		t.Fatalf("demo end state:\n%s", out)
 	}
 }
