@@ -76,6 +76,10 @@ in --permanent-status.`,
 			if err != nil {
 				return err
 			}
+			if workers < 1 || workers > relay.MaxWorkers {
+				// Checked here: the library reads 0 as "the default".
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "workers", Message: fmt.Sprintf("must be 1 to %d, got %d", relay.MaxWorkers, workers)}
+			}
 			codes, err := parseStatuses(permanent)
 			if err != nil {
 				return err

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+)
+
+// daemon is the CLI running in the background as a child process.
+type daemon struct {
+	cmd    *exec.Cmd
+	stdout *bufio.Reader
+	stderr bytes.Buffer
+	done   chan struct{}
+	code   int
+}
+
+func startCLI(t *testing.T, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: exec.Command(os.Args[0], args...), done: make(chan struct{})}
+	d.cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+	d.cmd.Stderr = &d.stderr
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stdout = bufio.NewReader(out)
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		io.Copy(io.Discard, d.stdout) // never block the child on a full pipe
+	}()
+	t.Cleanup(func() { d.cmd.Process.Kill(); d.wait() })
+	return d
+}
+
+func (d *daemon) wait() int {
+	select {
+	case <-d.done:
+	default:
+		err := d.cmd.Wait()
+		d.code = 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			d.code = ee.ExitCode()
+		}
+		close(d.done)
+	}
+	return d.code
+}
+
+// signal sends sig and returns the exit code.
+func (d *daemon) signal(t *testing.T, sig os.Signal) int {
+	t.Helper()
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	return d.wait()
+}
+
+// startReceiver runs `fairrelay receive` on a free loopback port and
+// returns it with its address, read from its first stdout line.
+func startReceiver(t *testing.T, inboxPath string, args ...string) (*daemon, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"receive", "--inbox", inboxPath, "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+	d := &daemon{cmd: cmd, done: make(chan struct{})}
+	cmd.Stderr = &d.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); d.wait() })
+	line, err := bufio.NewReader(out).ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("receive printed no address: %v; stderr: %s", err, d.stderr.String())
+	}
+	var l struct{ Status, Addr string }
+	if err := json.Unmarshal(line, &l); err != nil || l.Status != "listening" {
+		t.Fatalf("receive: %q", line)
+	}
+	return d, l.Addr
+}
+
+// waitFor polls the queue store, which another process writes (nothing in
+// this process can signal), until done holds or 60s pass.
+func waitFor(t *testing.T, queuePath string, what string, done func(s *fairrelay.Snapshot) bool) *fairrelay.Snapshot {
+	t.Helper()
+	q, err := fairrelay.Open(t.Context(), queuePath, fairrelay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, err := q.Snapshot(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's state, not synchronising
+	}
+}
+
+func countState(s *fairrelay.Snapshot, st fairrelay.State) int {
+	n := 0
+	for _, e := range s.Events {
+		if e.State == st {
+			n++
+		}
+	}
+	return n
+}
+
+// eventsFile writes the JSON lines of flows F1…Fn with k events each
+// (delta = seq), after the given extra lines.
+func eventsFile(flows, k int, extra ...string) string {
+	var b strings.Builder
+	for _, l := range extra {
+		b.WriteString(l + "\n")
+	}
+	for f := 1; f <= flows; f++ {
+		for s := 1; s <= k; s++ {
+			fmt.Fprintf(&b, `{"id":"F%d-%d","flow":"F%d","delta":%d}`+"\n", f, s, f, s)
+		}
+	}
+	return b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func inboxLedger(t *testing.T, path string) (map[string]inbox.Projection, int) {
+	t.Helper()
+	in, err := inbox.Open(t.Context(), path, inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	s, err := in.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]inbox.Projection{}
+	for _, p := range s.Projection {
+		m[p.Flow] = p
+	}
+	return m, len(s.Receipts)
+}
+
+// A relay and a receiver started by hand deliver a bulk-enqueued file in
+// per-flow order, with the poison event quarantined; a snapshot works while
+// both run; metrics are served; SIGTERM ends both with exit 0.
+func TestRelayAndReceiverByHand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queue, inboxPath := filepath.Join(dir, "queue.db"), filepath.Join(dir, "inbox.db")
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	recv, addr := startReceiver(t, inboxPath, "--secret", secret, "--max-delta", "5")
+
+	out, errOut, code := cli(t, eventsFile(4, 5, `{"id":"A1","flow":"A","delta":10}`, `{"id":"A2","flow":"A","delta":1}`), "enqueue", "--queue", queue)
+	if code != 0 || strings.Count(out, `"status":"created"`) != 22 {
+		t.Fatalf("bulk enqueue: exit %d\n%s%s", code, out, errOut)
+	}
+	metrics := freeAddr(t)
+	rel := startCLI(t, "relay", "--queue", queue, "--sink", "http://"+addr+"/", "--secret", secret, "--workers", "4",
+		"--metrics-addr", metrics, "--backoff-base", "50", "--backoff-cap", "200")
+	waitFor(t, queue, "20 acked and A1 quarantined", func(s *fairrelay.Snapshot) bool {
+		return countState(s, fairrelay.StateAcked) == 20 && countState(s, fairrelay.StateQuarantined) == 1
+	})
+
+	out, errOut, code = cli(t, `{"op":"snapshot"}`+"\n", "script", "--queue", queue, "--inbox", inboxPath)
+	if code != 0 || !strings.Contains(out, `"receipts":[{`) || strings.Contains(out, `"error"`) {
+		t.Fatalf("snapshot beside a running relay and receiver: exit %d\n%s%s", code, out, errOut)
+	}
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`fairrelay_settles_total{outcome="unsupported_delta",status="quarantined"} 1`,
+		`fairrelay_settles_total{outcome="accepted",status="acked"} 20`,
+		`fairrelay_events{state="quarantined"} 1`,
+		`fairrelay_events{state="ready"} 1`,
+		`fairrelay_delivery_seconds_count 21`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+
+	if code := rel.signal(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("relay exit %d on SIGTERM: %s", code, rel.stderr.String())
+	}
+	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("receive exit %d on SIGTERM: %s", code, recv.stderr.String())
+	}
+	led, receipts := inboxLedger(t, inboxPath)
+	if receipts != 20 {
+		t.Errorf("receipts %d, want 20", receipts)
+	}
+	for f := 1; f <= 4; f++ {
+		if p := led[fmt.Sprintf("F%d", f)]; p.Seq != 5 || p.Total != 15 {
+			t.Errorf("flow F%d: %+v, want seq 5 total 15", f, p)
+		}
+	}
+	if _, ok := led["A"]; ok {
+		t.Errorf("flow A reached the receiver: %+v", led["A"])
+	}
+}
+
+// A relay killed (SIGKILL) with deliveries in flight, then started again:
+// every event arrives, each effect once.
+func TestRelayRestartAfterKill(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queue, inboxPath := filepath.Join(dir, "queue.db"), filepath.Join(dir, "inbox.db")
+	_, addr := startReceiver(t, inboxPath)
+	if _, errOut, code := cli(t, eventsFile(5, 20), "enqueue", "--queue", queue); code != 0 {
+		t.Fatalf("enqueue: %s", errOut)
+	}
+	args := []string{"relay", "--queue", queue, "--sink", "http://" + addr + "/", "--workers", "4",
+		"--lease", "1500", "--timeout", "500ms", "--lease-margin", "200ms"}
+	first := startCLI(t, args...)
+	waitFor(t, queue, "30 acked", func(s *fairrelay.Snapshot) bool { return countState(s, fairrelay.StateAcked) >= 30 })
+	if code := first.signal(t, syscall.SIGKILL); code == 0 {
+		t.Fatal("a killed relay exited 0")
+	}
+	second := startCLI(t, args...)
+	waitFor(t, queue, "all acked", func(s *fairrelay.Snapshot) bool { return countState(s, fairrelay.StateAcked) == 100 })
+	if code := second.signal(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("relay exit %d: %s", code, second.stderr.String())
+	}
+	led, receipts := inboxLedger(t, inboxPath)
+	if receipts != 100 {
+		t.Errorf("receipts %d, want 100", receipts)
+	}
+	for f := 1; f <= 5; f++ {
+		if p := led[fmt.Sprintf("F%d", f)]; p.Seq != 20 || p.Total != 210 {
+			t.Errorf("flow F%d: %+v, want seq 20 total 210 (each effect once)", f, p)
+		}
+	}
+}
+
+func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lease", "5000", "--timeout", "10s"}, "lease"},
+		{[]string{"--workers", "0"}, "workers"},
+		{[]string{"--permanent-status", "503"}, "permanent_status"},
+		{[]string{"--secret", "whsec_!!"}, "secret"},
+	} {
+		_, errOut, code := cli(t, "", append([]string{"relay", "--queue", queue, "--sink", "http://127.0.0.1:1/"}, tc.args...)...)
+		if code == 0 || !strings.Contains(errOut, "invalid_input: "+tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want a message naming %s", tc.args, code, errOut, tc.want)
+		}
+	}
+	if _, errOut, code := cli(t, "", "relay", "--queue", queue); code == 0 || !strings.Contains(errOut, "sink") {
+		t.Errorf("no --sink: exit %d, %q", code, errOut)
+	}
+}
+
+// Bulk enqueue answers one line per input line, in order, and a bad line
+// changes nothing while the others go in.
+func TestBulkEnqueueAnswersEachLine(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	in := strings.Join([]string{
+		`{"id":"A1","flow":"A","delta":10}`,
+		`{"id":"A2","flow":"A","body":{"x":"y","delta":1}}`,
+		`not json`,
+		`{"id":"","flow":"B","delta":1}`,
+		`{"id":"A1","flow":"A","delta":10}`,
+		`{"id":"A1","flow":"B","delta":10}`,
+		`{"id":"B1","flow":"B","delta":1,"body":{"delta":1}}`,
+		`{"id":"B1","flow":"B","delta":1}`,
+	}, "\n")
+	out, errOut, code := cli(t, in, "enqueue", "--queue", queue)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := []string{
+		`{"seq":1,"status":"created"}`,
+		`{"seq":2,"status":"created"}`,
+		`"field":"line"`,
+		`"field":"id"`,
+		`{"seq":1,"status":"existing"}`,
+		`{"status":"conflict"}`,
+		`"field":"delta"`,
+		`{"seq":1,"status":"created"}`,
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d answers for %d lines:\n%s", len(lines), len(want), out)
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d: %s, want %s", i+1, lines[i], w)
+		}
+	}
+	out, _, _ = cli(t, "", "inspect", "--queue", queue, "heads", "--json")
+	if !strings.Contains(out, `{"flow":"A","seq":2,`) || !strings.Contains(out, `{"flow":"B","seq":1,`) {
+		t.Errorf("flows after bulk enqueue: %s", out)
+	}
+}
