@@ -55,10 +55,7 @@ func (q *Queue) checkEnqueue(p EnqueueParams) error {
 	if len(p.Body) > q.policy.MaxBodyBytes {
 		return invalid("body", "%d bytes, more than the limit of %d", len(p.Body), q.policy.MaxBodyBytes)
 	}
-	if p.At < 0 {
-		return invalid("at", "must be a non-negative tick, got %d", p.At)
-	}
-	return nil
+	return checkTick(p.At)
 }
 
 // Enqueue stores one event in its own transaction (SPEC §2): a new id gets
@@ -96,6 +93,14 @@ func (q *Queue) EnqueueBatch(ctx context.Context, at int64, ps []EnqueueParams) 
 	out := make([]EnqueueResult, 0, len(ps))
 	err := q.writeTx(ctx, "enqueue", at, "", "", func(tx store.Tx, c *store.Clock) error {
 		out = out[:0]
+		ids, flows := make([]string, len(ps)), make([]string, len(ps))
+		for i, p := range ps {
+			ids[i], flows[i] = p.ID, p.Flow
+		}
+		// One read for the whole batch where a question costs a round trip.
+		if err := store.Prefetch(ctx, tx, ids, flows); err != nil {
+			return err
+		}
 		fc := flowCache{}
 		for _, p := range ps {
 			r, err := q.enqueue(ctx, tx, c, fc, p)

@@ -98,14 +98,14 @@ func (p Policy) Validate() error {
 		return err
 	}
 	switch {
-	case p.Lease < 1:
-		return invalid("policy.lease", "must be at least 1 tick, got %d", p.Lease)
+	case p.Lease < 1 || p.Lease > MaxTick:
+		return invalid("policy.lease", "must be 1 to %d ticks, got %d", int64(MaxTick), p.Lease)
 	case p.Budget < 1:
 		return invalid("policy.budget", "must be at least 1, got %d", p.Budget)
 	case p.BackoffBase < 1:
 		return invalid("policy.backoff_base", "must be at least 1 tick, got %d", p.BackoffBase)
-	case p.BackoffCap < p.BackoffBase:
-		return invalid("policy.backoff_cap", "must be at least backoff_base (%d), got %d", p.BackoffBase, p.BackoffCap)
+	case p.BackoffCap < p.BackoffBase || p.BackoffCap > MaxTick:
+		return invalid("policy.backoff_cap", "must be from backoff_base (%d) to %d ticks, got %d", p.BackoffBase, int64(MaxTick), p.BackoffCap)
 	case math.IsNaN(p.Jitter) || p.Jitter < 0 || p.Jitter >= 1:
 		return invalid("policy.jitter", "must be in [0, 1), got %v", p.Jitter)
 	case p.MaxBodyBytes < 1:

@@ -16,6 +16,8 @@ func TestPolicyValidateNamesTheField(t *testing.T) {
 	}{
 		{fairrelay.Policy{Entry: "lifo"}, "policy"},
 		{fairrelay.Policy{Lease: -1}, "policy.lease"},
+		{fairrelay.Policy{Lease: fairrelay.MaxTick + 1}, "policy.lease"},
+		{fairrelay.Policy{BackoffCap: math.MaxInt64}, "policy.backoff_cap"},
 		{fairrelay.Policy{Budget: -3}, "policy.budget"},
 		{fairrelay.Policy{BackoffBase: -2}, "policy.backoff_base"},
 		{fairrelay.Policy{BackoffBase: 10, BackoffCap: 5}, "policy.backoff_cap"},

@@ -18,6 +18,12 @@ import (
 // bytes.
 const MaxIDBytes = 200
 
+// MaxTick is the largest tick any operation accepts, and the largest lease
+// or backoff a policy may set: 2^60 ticks (about 36 million years at the
+// daemon's 1 tick = 1 ms). Bounding both keeps at+lease and at+backoff far
+// from int64 overflow, which would otherwise hand out a second lease.
+const MaxTick = 1 << 60
+
 // MaxReasonBytes is the longest redrive reason accepted, in bytes.
 const MaxReasonBytes = 4096
 
@@ -32,6 +38,10 @@ type Config struct {
 	// BusyTimeout is how long a write waits for another process's lock
 	// before failing with ErrBusy (SQLite only). Defaults to 5s.
 	BusyTimeout time.Duration
+	// MustExist makes Open fail with ErrInvalidInput (field "queue") when
+	// the SQLite file does not exist, instead of creating an empty store:
+	// for tools that inspect or settle, where a typo must not pass silently.
+	MustExist bool
 }
 
 // Queue is the queue store of SPEC §2: enqueue, claim, settle, redrive and
@@ -77,7 +87,7 @@ func openStore(ctx context.Context, dsn string, cfg Config) (store.Store, error)
 			return s, nil
 		}
 	}
-	s, err := sqlitestore.Open(ctx, dsn, sqlitestore.Options{BusyTimeout: cfg.BusyTimeout})
+	s, err := sqlitestore.Open(ctx, dsn, sqlitestore.Options{BusyTimeout: cfg.BusyTimeout, MustExist: cfg.MustExist})
 	if err != nil {
 		return nil, openError(err)
 	}
@@ -121,8 +131,8 @@ func (q *Queue) Migrate(ctx context.Context) ([]int, error) {
 // failed commit, rolls everything back. before and after name the fault
 // points around the commit ("" for none).
 func (q *Queue) writeTx(ctx context.Context, op string, at int64, before, after string, fn func(tx store.Tx, c *store.Clock) error) error {
-	if at < 0 {
-		return invalid("at", "must be a non-negative tick, got %d", at)
+	if err := checkTick(at); err != nil {
+		return err
 	}
 	tx, err := q.store.Begin(ctx)
 	if err != nil {
@@ -130,6 +140,9 @@ func (q *Queue) writeTx(ctx context.Context, op string, at int64, before, after 
 	}
 	defer tx.Rollback(ctx)
 	if err := q.inTx(ctx, op, tx, at, fn); err != nil {
+		if errors.Is(err, errUnchanged) {
+			return nil // the answer is ready; the rollback keeps everything as it was
+		}
 		return err
 	}
 	if before != "" {
@@ -144,6 +157,11 @@ func (q *Queue) writeTx(ctx context.Context, op string, at int64, before, after 
 	return nil
 }
 
+// errUnchanged, returned by a writeTx body after it has set its answer, rolls
+// the whole transaction back — the tick included — and makes writeTx succeed.
+// A rejected redrive uses it: SPEC §2 says it changes nothing.
+var errUnchanged = errors.New("answer changes nothing")
+
 // inTx is the body of writeTx without begin/commit, shared with the …Tx
 // variants that run inside a caller's transaction.
 func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn func(tx store.Tx, c *store.Clock) error) error {
@@ -156,10 +174,20 @@ func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn f
 	}
 	c.Tick = at
 	if err := fn(tx, &c); err != nil {
+		if errors.Is(err, errUnchanged) {
+			return err
+		}
 		return dbError(op, err)
 	}
 	if err := tx.ClockSet(ctx, c); err != nil {
 		return dbError(op, err)
+	}
+	return nil
+}
+
+func checkTick(at int64) error {
+	if at < 0 || at > MaxTick {
+		return invalid("at", "must be a tick in [0, %d], got %d", int64(MaxTick), at)
 	}
 	return nil
 }

@@ -78,6 +78,7 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 	}
 	var res RedriveResult
 	err := q.writeTx(ctx, "redrive", p.At, "", "", func(tx store.Tx, c *store.Clock) error {
+
 		e, err := tx.EventGet(ctx, p.EventID)
 		if err != nil {
 			return err
@@ -88,13 +89,13 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 		switch {
 		case strings.TrimSpace(p.Reason) == "":
 			res = RedriveResult{Status: RedriveRejected, RejectReason: RejectEmptyReason}
-			return nil
+			return errUnchanged
 		case e.State != store.StateQuarantined:
 			res = RedriveResult{Status: RedriveRejected, RejectReason: RejectNotQuarantined}
-			return nil
+			return errUnchanged
 		case e.Generation != p.ExpectedGeneration:
 			res = RedriveResult{Status: RedriveRejected, RejectReason: RejectGenerationMismatch}
-			return nil
+			return errUnchanged
 		}
 		f, err := tx.FlowGet(ctx, e.Flow)
 		if err != nil {

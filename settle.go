@@ -86,6 +86,9 @@ func checkSettles(ps []SettleParams) error {
 		if p.Token.EventID == "" {
 			return invalid("id", "empty")
 		}
+		if p.NotBefore < 0 || p.NotBefore > 2*MaxTick {
+			return invalid("not_before", "must be a tick in [0, %d], got %d", int64(2*MaxTick), p.NotBefore)
+		}
 	}
 	return nil
 }
@@ -93,6 +96,16 @@ func checkSettles(ps []SettleParams) error {
 // settleBatch is the body of SettleBatch inside a write transaction.
 func (q *Queue) settleBatch(ctx context.Context, tx store.Tx, at int64, ps []SettleParams) ([]SettleResult, error) {
 	out := make([]SettleResult, 0, len(ps))
+	if len(ps) > 1 {
+		ids := make([]string, len(ps))
+		for i, p := range ps {
+			ids[i] = p.Token.EventID
+		}
+		// One read for the whole batch where a question costs a round trip.
+		if err := store.Prefetch(ctx, tx, ids, nil); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range ps {
 		r, err := q.settle(ctx, tx, p, at)
 		if err != nil {

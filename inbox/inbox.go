@@ -12,7 +12,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
+	"github.com/fairrelay/fairrelay/internal/jsontext"
 	"github.com/fairrelay/fairrelay/internal/sqlfile"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
@@ -37,6 +37,11 @@ var migrationsFS embed.FS
 
 var q = sqlfile.Queries(queriesSQL)
 
+// MigrationTable records the inbox's applied migrations; it differs from the
+// queue store's, so a queue file given as an inbox (or the reverse) fails
+// clearly instead of passing as migrated.
+const MigrationTable = "fairrelay_inbox_migration"
+
 // Delivery is one event as the relay sends it.
 type Delivery struct {
 	EventID string
@@ -48,12 +53,15 @@ type Delivery struct {
 // Options configure an Inbox.
 type Options struct {
 	// MaxDelta is the largest ledger delta the receiver supports; a larger
-	// one answers unsupported_delta. Defaults to 0, meaning no limit.
+	// one answers unsupported_delta. Defaults (when 0) to NoDeltaLimit.
 	MaxDelta int64
 	// BusyTimeout is how long a receive waits for another process's write
 	// lock (SQLite). Defaults to 5s.
 	BusyTimeout time.Duration
 }
+
+// NoDeltaLimit is the MaxDelta of an inbox that supports every delta.
+const NoDeltaLimit = math.MaxInt64
 
 // Inbox is one receiver's store. Safe for concurrent use.
 type Inbox struct {
@@ -91,6 +99,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 		}
 	}
 	in := &Inbox{db: db}
+	if opts.MaxDelta == 0 {
+		opts.MaxDelta = NoDeltaLimit
+	}
 	in.maxDelta.Store(opts.MaxDelta)
 	return in, nil
 }
@@ -113,7 +124,7 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 		db.Close()
 		return nil, err
 	}
-	if _, err := sqlfile.Apply(ctx, db, migs, ""); err != nil {
+	if _, err := sqlfile.ApplyNamed(ctx, db, MigrationTable, migs, ""); err != nil {
 		db.Close()
 		return nil, dbError("open inbox", sqlitestore.Translate(err))
 	}
@@ -127,10 +138,12 @@ func (in *Inbox) DB() *sql.DB { return in.db }
 // Close closes the database.
 func (in *Inbox) Close() error { return in.db.Close() }
 
-// SetMaxDelta changes the largest supported delta (0: no limit).
+// SetMaxDelta changes the largest supported delta: every delta above n
+// answers unsupported_delta from now on (n = 0 supports none; NoDeltaLimit
+// supports all).
 func (in *Inbox) SetMaxDelta(n int64) { in.maxDelta.Store(n) }
 
-// MaxDelta returns the largest supported delta (0: no limit).
+// MaxDelta returns the largest supported delta.
 func (in *Inbox) MaxDelta() int64 { return in.maxDelta.Load() }
 
 // SetUnavailable marks the receiver unavailable (every receive answers
@@ -143,35 +156,34 @@ func dbError(op string, err error) error {
 		return err
 	}
 	code := fairrelay.CodeDatabase
-	if errors.Is(err, store.ErrBusy) {
+	switch {
+	case errors.Is(err, store.ErrBusy):
 		code = fairrelay.CodeBusy
+	case errors.Is(err, store.ErrNotDatabase):
+		code = fairrelay.CodeNotDatabase
 	}
 	return &fairrelay.Error{Code: code, Message: op, Err: err}
 }
 
-// Delta parses the ledger body of SPEC §3: a JSON object whose "delta" is a
-// positive integer (other keys are ignored). ok is false for any other body.
-func Delta(body []byte) (delta int64, ok bool) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
-		return 0, false
+// Delta parses the ledger body of SPEC §3: a JSON object (no duplicate
+// keys) whose "delta" is a positive integer literal; other keys are ignored.
+// ok is false for any other body (invalid_body). tooLarge is set for a
+// positive integer beyond int64: a well-formed body whose delta this
+// receiver cannot hold (unsupported_delta).
+func Delta(body []byte) (delta int64, ok, tooLarge bool) {
+	if !jsontext.ValidText(body) {
+		return 0, false, false
 	}
-	raw, found := obj["delta"]
-	// A JSON string would decode into json.Number too: "1" is not a delta.
-	if !found || len(raw) == 0 || raw[0] < '0' && raw[0] != '-' || raw[0] > '9' {
-		return 0, false
+	members, err := jsontext.Object(body)
+	if err != nil {
+		return 0, false, false
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var n json.Number
-	if err := dec.Decode(&n); err != nil {
-		return 0, false
+	for _, m := range members {
+		if m.Key == "delta" {
+			return jsontext.PositiveInt(m.Value)
+		}
 	}
-	v, err := n.Int64()
-	if err != nil || v < 1 || v > math.MaxInt64/2 {
-		return 0, false
-	}
-	return v, true
+	return 0, false, false
 }
 
 // Receive handles one delivery in one transaction (SPEC §3): unavailable →
@@ -230,16 +242,14 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 	case d.Seq > pseq+1:
 		return fairrelay.OutcomeGap, nil
 	}
-	delta, ok := Delta(d.Body)
-	if !ok {
+	delta, ok, tooLarge := Delta(d.Body)
+	if !ok && !tooLarge {
 		return fairrelay.OutcomeInvalidBody, nil
 	}
-	if max := in.maxDelta.Load(); max > 0 && delta > max {
+	// A delta beyond int64, over max_delta, or one that would overflow the
+	// total is a capability this receiver lacks; the event is untouched.
+	if tooLarge || delta > in.maxDelta.Load() || total > math.MaxInt64-delta {
 		return fairrelay.OutcomeUnsupportedDelta, nil
-	}
-	if total > math.MaxInt64-delta {
-		// The ledger cannot hold the sum: the body is not one it can apply.
-		return fairrelay.OutcomeInvalidBody, nil
 	}
 	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, d.Body); err != nil {
 		return "", fmt.Errorf("ReceiptInsert: %w", err)

@@ -25,7 +25,7 @@ func newClaimCmd() *cobra.Command {
 			if !cmd.Flags().Changed("at") {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "at", Message: "missing: give --at TICK"}
 			}
-			q, err := openQueue(cmd.Context(), queue, pol)
+			q, err := openExistingQueue(cmd.Context(), queue, pol)
 			if err != nil {
 				return err
 			}

@@ -46,7 +46,7 @@ A readable table by default; --json prints one JSON object per line.`,
 			default:
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined or audit", view)}
 			}
-			q, err := openQueue(ctx, queue, fairrelay.Policy{})
+			q, err := openExistingQueue(ctx, queue, fairrelay.Policy{})
 			if err != nil {
 				return err
 			}

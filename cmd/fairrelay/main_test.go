@@ -109,6 +109,21 @@ func TestScriptGoesOnAfterBadLines(t *testing.T) {
 	}
 }
 
+func TestScriptSkipsAnOverlongLineAndGoesOn(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	long := `{"op":"enqueue","id":"X","flow":"X","body":"` + strings.Repeat("x", 5<<20) + `","at":0}`
+	in := long + "\n" + `{"op":"enqueue","id":"A1","flow":"A","delta":1,"at":0}` + "\n"
+	out, errOut, code := cli(t, in, "script", "--queue", filepath.Join(dir, "q.db"), "--inbox", filepath.Join(dir, "i.db"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"field":"line"`) || !strings.Contains(lines[1], `"status":"created"`) {
+		t.Fatalf("output:\n%.300s", out)
+	}
+}
+
 func TestOneShotCommands(t *testing.T) {
 	t.Parallel()
 	q := filepath.Join(t.TempDir(), "q.db")
@@ -162,6 +177,9 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database"},
 		{[]string{"claim", "--queue", q, "--at", "5", "--policy", "lifo"}, "policy: must be seed or fair"},
 		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},
+		{[]string{"inspect", "--queue", filepath.Join(dir, "typo.db")}, "typo.db does not exist"},
+		{[]string{"settle", "--queue", filepath.Join(dir, "typo.db"), "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "typo.db does not exist"},
+		{[]string{"script", "--queue", q, "--inbox", q}, "inbox: must be a different database"},
 	}
 	for _, c := range cases {
 		out, errOut, code := cli(t, "", c.args...)
@@ -172,6 +190,9 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 	out, _, _ := cli(t, "", "inspect", "--queue", q, "heads", "--json")
 	if !strings.Contains(out, `"seq":1,`) || strings.Contains(out, "A2") {
 		t.Fatalf("bad input changed the store: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "typo.db")); err == nil {
+		t.Fatal("inspect of a mistyped path created the file")
 	}
 }
 

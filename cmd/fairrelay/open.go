@@ -40,10 +40,20 @@ func (p *policyFlags) policy() (fairrelay.Policy, error) {
 }
 
 func openQueue(ctx context.Context, dsn string, pol fairrelay.Policy) (*fairrelay.Queue, error) {
+	return openQueueConfig(ctx, dsn, fairrelay.Config{Policy: pol})
+}
+
+// openExistingQueue opens a queue store that must already exist: claim,
+// settle, redrive and inspect never create one from a mistyped path.
+func openExistingQueue(ctx context.Context, dsn string, pol fairrelay.Policy) (*fairrelay.Queue, error) {
+	return openQueueConfig(ctx, dsn, fairrelay.Config{Policy: pol, MustExist: true})
+}
+
+func openQueueConfig(ctx context.Context, dsn string, cfg fairrelay.Config) (*fairrelay.Queue, error) {
 	if dsn == "" {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "queue", Message: "missing: give --queue PATH or a postgres:// URL"}
 	}
-	return fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: pol})
+	return fairrelay.Open(ctx, dsn, cfg)
 }
 
 func openInbox(ctx context.Context, dsn string, opts inbox.Options) (*inbox.Inbox, error) {

@@ -30,7 +30,7 @@ generation (see 'fairrelay inspect quarantined') and a reason; it prints
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
 				}
 			}
-			q, err := openQueue(cmd.Context(), queue, pol)
+			q, err := openExistingQueue(cmd.Context(), queue, pol)
 			if err != nil {
 				return err
 			}

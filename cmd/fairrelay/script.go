@@ -1,8 +1,12 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+
 	"github.com/spf13/cobra"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/script"
 )
@@ -25,6 +29,9 @@ the exit code is non-zero only when the script cannot be read.`,
 				return err
 			}
 			ctx := cmd.Context()
+			if sameFile(queue, inboxDSN) {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "must be a different database from --queue (SPEC §4: separate files)"}
+			}
 			q, err := openQueue(ctx, queue, pol)
 			if err != nil {
 				return err
@@ -43,4 +50,22 @@ the exit code is non-zero only when the script cannot be read.`,
 	cmd.Flags().StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
 	pf.register(cmd, "seed", 0)
 	return cmd
+}
+
+// sameFile reports whether two store arguments name one SQLite file.
+func sameFile(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	if a == b {
+		return true
+	}
+	aa, err1 := filepath.Abs(a)
+	bb, err2 := filepath.Abs(b)
+	if err1 == nil && err2 == nil && aa == bb {
+		return true
+	}
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }

@@ -317,7 +317,7 @@ var rules = []rule{
 			h.t.Fatalf("B1: %s %s", id, st)
 		}
 		h.claimID(1, "")
-		h.unchanged("rejected redrives", true, func() {
+		h.unchanged("rejected redrives", false, func() {
 			for _, c := range []struct {
 				p    fairrelay.RedriveParams
 				want string
@@ -445,6 +445,10 @@ var rules = []rule{
 			{"A1", "A", 1, `{"delta":"1"}`, fairrelay.OutcomeInvalidBody},
 			{"A1", "A", 1, `[1]`, fairrelay.OutcomeInvalidBody},
 			{"A1", "A", 1, `{"delta":0}`, fairrelay.OutcomeInvalidBody},
+			{"A1", "A", 1, `{"delta":1.0}`, fairrelay.OutcomeInvalidBody},
+			{"A1", "A", 1, `{"delta":-1,"delta":1}`, fairrelay.OutcomeInvalidBody},
+			{"A1", "A", 1, `{"delta":4611686018427387904}`, fairrelay.OutcomeUnsupportedDelta},
+			{"A1", "A", 1, `{"delta":100000000000000000000000}`, fairrelay.OutcomeUnsupportedDelta},
 			{"A1", "A", 1, `{"delta":6}`, fairrelay.OutcomeUnsupportedDelta},
 			{"A1", "A", 1, `{"delta":5,"note":"x"}`, fairrelay.OutcomeAccepted},
 			{"A1", "A", 1, `{"delta":5,"note":"x"}`, fairrelay.OutcomeDuplicate},
@@ -460,6 +464,12 @@ var rules = []rule{
 		s := h.inboxSnapshot()
 		if len(s.Receipts) != 2 || s.Projection[0].Total != 7 || s.Projection[0].Seq != 2 {
 			h.t.Fatalf("inbox %+v, want 2 receipts, A seq 2 total 7", s)
+		}
+		// max_delta 0 supports no delta at all (SPEC §3 step 4 has no
+		// "no limit" value).
+		in.SetMaxDelta(0)
+		if o := rcv("A3", "A", 3, `{"delta":1}`); o != fairrelay.OutcomeUnsupportedDelta {
+			h.t.Fatalf("max_delta 0: %s, want unsupported_delta", o)
 		}
 	}},
 }

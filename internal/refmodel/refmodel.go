@@ -330,7 +330,7 @@ func (m *Model) Redrive(p fairrelay.RedriveParams) (fairrelay.RedriveResult, err
 	if !ok {
 		return fairrelay.RedriveResult{}, errorCode(fairrelay.CodeNotFound, "no event %q", p.EventID)
 	}
-	m.tick = p.At
+	// SPEC §2: a rejected redrive changes nothing, the tick included.
 	switch {
 	case strings.TrimSpace(p.Reason) == "":
 		return fairrelay.RedriveResult{Status: fairrelay.RedriveRejected, RejectReason: fairrelay.RejectEmptyReason}, nil
@@ -339,6 +339,7 @@ func (m *Model) Redrive(p fairrelay.RedriveParams) (fairrelay.RedriveResult, err
 	case e.generation != p.ExpectedGeneration:
 		return fairrelay.RedriveResult{Status: fairrelay.RedriveRejected, RejectReason: fairrelay.RejectGenerationMismatch}, nil
 	}
+	m.tick = p.At
 	previous := e.reason
 	e.state, e.reason = fairrelay.StateReady, ""
 	e.generation++

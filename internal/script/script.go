@@ -11,10 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
+	"math"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/jsontext"
 )
 
 // Runner runs ops against one queue store and one inbox.
@@ -32,50 +33,74 @@ const MaxLineBytes = 4 << 20
 // Run returns an error only when the script cannot be read or the output
 // cannot be written.
 func (rn *Runner) Run(ctx context.Context, r io.Reader, w io.Writer) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), MaxLineBytes)
+	br := bufio.NewReaderSize(r, 64<<10)
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
+	for {
+		line, tooLong, err := readLine(br, MaxLineBytes)
+		if err != nil && err != io.EOF {
+			return fmt.Errorf("read script: %w", err)
+		}
+		var out Result
+		switch {
+		case tooLong:
+			out = errResult(&fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "line", Message: fmt.Sprintf("longer than %d bytes; skipped", MaxLineBytes)})
+		case len(bytes.TrimSpace(line)) > 0:
+			out = rn.Do(ctx, bytes.TrimSpace(line))
+		}
+		if out != nil {
+			b, merr := json.Marshal(out)
+			if merr != nil {
+				return merr
+			}
+			bw.Write(b)
+			bw.WriteByte('\n')
+			// Flush per line, so a reader sees each result as soon as it exists.
+			if ferr := bw.Flush(); ferr != nil {
+				return ferr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+	}
+}
+
+// readLine reads one line without its newline. A line longer than max is
+// read to its end and dropped, and tooLong is set, so one bad line does not
+// stop the script (SPEC §6).
+func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(chunk) > max+1 {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if err == bufio.ErrBufferFull {
 			continue
 		}
-		out := rn.Do(ctx, line)
-		b, err := json.Marshal(out)
-		if err != nil {
-			return err
-		}
-		bw.Write(b)
-		if err := bw.WriteByte('\n'); err != nil {
-			return err
-		}
-		// Flush per line, so a reader sees each result as soon as it exists.
-		if err := bw.Flush(); err != nil {
-			return err
-		}
+		return bytes.TrimSuffix(line, []byte("\n")), tooLong, err
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read script: %w", err)
-	}
-	return nil
 }
 
 // op is one script line. Pointers tell a missing field from a zero one.
 type op struct {
-	Op                 string          `json:"op"`
-	ID                 *string         `json:"id"`
-	Flow               *string         `json:"flow"`
-	Delta              json.RawMessage `json:"delta"`
-	Body               json.RawMessage `json:"body"`
-	At                 *int64          `json:"at"`
-	Generation         *int64          `json:"generation"`
-	Outcome            *string         `json:"outcome"`
-	ExpectedGeneration *int64          `json:"expected_generation"`
-	Reason             *string         `json:"reason"`
-	Operator           *string         `json:"operator"`
-	MaxDelta           *int64          `json:"max_delta"`
-	Unavailable        *bool           `json:"unavailable"`
+	Op                 string
+	ID                 *string
+	Flow               *string
+	Delta              json.RawMessage
+	Body               json.RawMessage
+	At                 *int64
+	Generation         *int64
+	Outcome            *string
+	ExpectedGeneration *int64
+	Reason             *string
+	Operator           *string
+	MaxDelta           *int64
+	Unavailable        *bool
 }
 
 // Result is one output line.
@@ -103,27 +128,80 @@ func invalid(field, format string, args ...any) Result {
 
 // Do runs one op line and returns its result.
 func (rn *Runner) Do(ctx context.Context, line []byte) Result {
-	var o op
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&o); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return invalid(te.Field, "must be a JSON %s", te.Type)
-		}
-		if strings.HasPrefix(err.Error(), "json: unknown field") {
-			return invalid("op", "%s", strings.TrimPrefix(err.Error(), "json: "))
-		}
-		return Result{"error": "invalid_json", "message": "line is not a JSON object: " + err.Error()}
-	}
-	if dec.More() {
-		return Result{"error": "invalid_json", "message": "line holds more than one JSON value"}
+	o, err := parseOp(line)
+	if err != nil {
+		return errResult(err)
 	}
 	res, err := rn.do(ctx, o)
 	if err != nil {
 		return errResult(err)
 	}
 	return res
+}
+
+// parseOp reads one line strictly: exact field names, no duplicates, no
+// unknown fields, no nulls, valid UTF-8 without lone surrogate escapes (which
+// encoding/json would silently turn into U+FFFD and so merge distinct ids).
+// Errors name the field; a line that is not a JSON object is invalid_json.
+func parseOp(line []byte) (op, error) {
+	var o op
+	members, err := jsontext.Object(line)
+	if err != nil {
+		return o, &fairrelay.Error{Code: "invalid_json", Message: "line is not one JSON object: " + err.Error()}
+	}
+	for _, m := range members {
+		if !jsontext.ValidText(m.Value) {
+			return o, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: jsontext.ErrNotText.Error()}
+		}
+		if string(m.Value) == "null" {
+			return o, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must not be null"}
+		}
+		var target any
+		switch m.Key {
+		case "op":
+			target = &o.Op
+		case "id":
+			target = &o.ID
+		case "flow":
+			target = &o.Flow
+		case "delta":
+			o.Delta = m.Value
+		case "body":
+			o.Body = m.Value
+		case "at":
+			target = &o.At
+		case "generation":
+			target = &o.Generation
+		case "outcome":
+			target = &o.Outcome
+		case "expected_generation":
+			target = &o.ExpectedGeneration
+		case "reason":
+			target = &o.Reason
+		case "operator":
+			target = &o.Operator
+		case "max_delta":
+			target = &o.MaxDelta
+		case "unavailable":
+			target = &o.Unavailable
+		default:
+			return o, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "unknown field"}
+		}
+		if target == nil {
+			continue
+		}
+		if err := json.Unmarshal(m.Value, target); err != nil {
+			kind := "a string"
+			switch target.(type) {
+			case **int64:
+				kind = "an integer"
+			case **bool:
+				kind = "true or false"
+			}
+			return o, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must be " + kind}
+		}
+	}
+	return o, nil
 }
 
 func need[T any](field string, p *T) (T, error) {
@@ -222,7 +300,7 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		}
 		if o.MaxDelta != nil {
 			if *o.MaxDelta < 0 {
-				return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max_delta", Message: "must be >= 0 (0: no limit)"}
+				return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max_delta", Message: "must be >= 0"}
 			}
 			rn.Inbox.SetMaxDelta(*o.MaxDelta)
 		}
@@ -239,40 +317,30 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 }
 
 // Body builds an event body from a script's delta or body field (SPEC §6):
-// delta n is shorthand for {"delta": n} and must be a positive integer; a
-// body is re-encoded as compact JSON with sorted keys. Errors name the field.
+// delta n is shorthand for {"delta": n} and must be a positive integer
+// literal; a body is re-encoded canonically (compact, keys sorted, numbers as
+// written; see jsontext.Canonical). Errors name the field.
 func Body(delta, body json.RawMessage) ([]byte, error) {
 	switch {
 	case delta != nil && body != nil:
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "delta", Message: "give delta or body, not both"}
 	case delta != nil:
-		d, ok := inbox.Delta([]byte(`{"delta":` + string(delta) + `}`))
+		n, ok, tooLarge := jsontext.PositiveInt(delta)
+		if tooLarge {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "delta", Message: fmt.Sprintf("%s is larger than %d, the largest delta a body can carry here", delta, int64(math.MaxInt64))}
+		}
 		if !ok {
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "delta", Message: fmt.Sprintf("must be a positive integer, got %s", delta)}
 		}
-		return []byte(fmt.Sprintf(`{"delta":%d}`, d)), nil
+		return []byte(fmt.Sprintf(`{"delta":%d}`, n)), nil
 	case body != nil:
-		return Canonical(body)
+		b, err := jsontext.Canonical(body)
+		if err != nil {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "body", Message: err.Error()}
+		}
+		return b, nil
 	}
 	return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "body", Message: "missing: give body or delta"}
-}
-
-// Canonical re-encodes a JSON value compactly with object keys sorted and
-// numbers kept as written.
-func Canonical(raw json.RawMessage) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "body", Message: "not JSON: " + err.Error()}
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "body", Message: err.Error()}
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 func (rn *Runner) enqueue(ctx context.Context, o op) (Result, error) {

@@ -92,9 +92,20 @@ func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
 // transactions are IMMEDIATE). Placeholders are $n, which SQLite and
 // PostgreSQL both accept.
 func Apply(ctx context.Context, db *sql.DB, migs []Migration, lock string) ([]int, error) {
+	return ApplyNamed(ctx, db, "fairrelay_migration", migs, lock)
+}
+
+// ApplyNamed is Apply with the record kept in table (a fixed identifier from
+// the caller's code, never user input). When every migration is already
+// recorded it takes no write lock: a read-only command on a busy store does
+// not wait for the writer.
+func ApplyNamed(ctx context.Context, db *sql.DB, table string, migs []Migration, lock string) ([]int, error) {
+	if upToDate(ctx, db, table, migs) {
+		return nil, nil
+	}
 	var applied []int
 	for _, m := range migs {
-		done, err := applyOne(ctx, db, m, lock)
+		done, err := applyOne(ctx, db, table, m, lock)
 		if err != nil {
 			return applied, fmt.Errorf("migration %s: %w", m.Name, err)
 		}
@@ -105,7 +116,34 @@ func Apply(ctx context.Context, db *sql.DB, migs []Migration, lock string) ([]in
 	return applied, nil
 }
 
-func applyOne(ctx context.Context, db *sql.DB, m Migration, lock string) (bool, error) {
+// upToDate reports whether table records every migration, reading without a
+// transaction; any error (no table yet) answers false.
+func upToDate(ctx context.Context, db *sql.DB, table string, migs []Migration) bool {
+	rows, err := db.QueryContext(ctx, `SELECT version FROM `+table)
+	if err != nil {
+		return false
+	}
+	defer rows.Close()
+	have := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if rows.Scan(&v) != nil {
+			return false
+		}
+		have[v] = true
+	}
+	if rows.Err() != nil {
+		return false
+	}
+	for _, m := range migs {
+		if !have[m.Version] {
+			return false
+		}
+	}
+	return true
+}
+
+func applyOne(ctx context.Context, db *sql.DB, table string, m Migration, lock string) (bool, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
@@ -116,11 +154,11 @@ func applyOne(ctx context.Context, db *sql.DB, m Migration, lock string) (bool, 
 			return false, err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS fairrelay_migration (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
 		return false, err
 	}
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM fairrelay_migration WHERE version = $1`, m.Version).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+table+` WHERE version = $1`, m.Version).Scan(&n); err != nil {
 		return false, err
 	}
 	if n > 0 {
@@ -129,7 +167,7 @@ func applyOne(ctx context.Context, db *sql.DB, m Migration, lock string) (bool, 
 	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 		return false, err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO fairrelay_migration (version, applied_at) VALUES ($1, $2)`, m.Version, time.Now().UTC().Format(time.RFC3339)); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (version, applied_at) VALUES ($1, $2)`, m.Version, time.Now().UTC().Format(time.RFC3339)); err != nil {
 		return false, err
 	}
 	return true, tx.Commit()

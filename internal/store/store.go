@@ -150,3 +150,20 @@ type Tx interface {
 	Commit(ctx context.Context) error
 	Rollback(ctx context.Context) error
 }
+
+// Prefetcher is implemented by a Tx whose every question costs a network
+// round trip (PostgreSQL). Before a batch, the protocol names the events and
+// flows it is about to read; the backend reads them in one go and answers
+// the following EventGet and FlowGet calls from what it read. The answers
+// are the same with or without it.
+type Prefetcher interface {
+	Prefetch(ctx context.Context, eventIDs, flows []string) error
+}
+
+// Prefetch calls tx's Prefetch when the backend has one (see Prefetcher).
+func Prefetch(ctx context.Context, tx Tx, eventIDs, flows []string) error {
+	if p, ok := tx.(Prefetcher); ok {
+		return p.Prefetch(ctx, eventIDs, flows)
+	}
+	return nil
+}

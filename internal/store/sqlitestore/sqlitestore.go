@@ -36,6 +36,9 @@ type Options struct {
 	// BusyTimeout is how long a transaction waits for another process's
 	// write lock before failing with store.ErrBusy. Defaults to 5s.
 	BusyTimeout time.Duration
+	// MustExist makes Open fail instead of creating a missing file, for
+	// commands that only read or change what is there.
+	MustExist bool
 }
 
 // Store is the SQLite queue store. It holds two pools on the same file: a
@@ -87,6 +90,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("directory %s does not exist", filepath.Dir(abs))
+	}
+	if opts.MustExist {
+		if _, err := os.Stat(abs); err != nil {
+			return nil, fmt.Errorf("%s does not exist (create it with fairrelay migrate or enqueue)", abs)
+		}
 	}
 	w, err := sql.Open("sqlite", DSN(abs, opts.BusyTimeout, true))
 	if err != nil {
