@@ -282,6 +282,15 @@ type Snapshot struct {
 	Projection []Projection `json:"projection"`
 }
 
+// ByFlow returns the projection keyed by flow.
+func (s *Snapshot) ByFlow() map[string]Projection {
+	m := make(map[string]Projection, len(s.Projection))
+	for _, p := range s.Projection {
+		m[p.Flow] = p
+	}
+	return m
+}
+
 // Snapshot reads receipts and projection in one read transaction. Errors:
 // database errors.
 func (in *Inbox) Snapshot(ctx context.Context) (*Snapshot, error) {

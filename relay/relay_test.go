@@ -205,11 +205,7 @@ func (h *harness) ledger(t *testing.T) (map[string]inbox.Projection, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]inbox.Projection{}
-	for _, p := range s.Projection {
-		m[p.Flow] = p
-	}
-	return m, len(s.Receipts)
+	return s.ByFlow(), len(s.Receipts)
 }
 
 // Under 4 workers each flow arrives at the receiver in seq order, one

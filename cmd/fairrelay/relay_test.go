@@ -22,28 +22,30 @@ import (
 
 // daemon is the CLI running in the background as a child process.
 type daemon struct {
-	cmd    *exec.Cmd
-	stdout *bufio.Reader
-	stderr bytes.Buffer
-	done   chan struct{}
-	code   int
+	cmd       *exec.Cmd
+	stderr    bytes.Buffer
+	firstLine chan []byte // its first stdout line (nil at EOF)
+	done      chan struct{}
+	code      int
 }
 
 func startCLI(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(os.Args[0], args...), done: make(chan struct{})}
+	d := &daemon{cmd: exec.Command(os.Args[0], args...), firstLine: make(chan []byte, 1), done: make(chan struct{})}
 	d.cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
 	d.cmd.Stderr = &d.stderr
 	out, err := d.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.stdout = bufio.NewReader(out)
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		io.Copy(io.Discard, d.stdout) // never block the child on a full pipe
+		r := bufio.NewReader(out)
+		line, _ := r.ReadBytes('\n')
+		d.firstLine <- line
+		io.Copy(io.Discard, r) // never block the child on a full pipe
 	}()
 	t.Cleanup(func() { d.cmd.Process.Kill(); d.wait() })
 	return d
@@ -76,25 +78,11 @@ func (d *daemon) signal(t *testing.T, sig os.Signal) int {
 // returns it with its address, read from its first stdout line.
 func startReceiver(t *testing.T, inboxPath string, args ...string) (*daemon, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"receive", "--inbox", inboxPath, "--addr", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
-	d := &daemon{cmd: cmd, done: make(chan struct{})}
-	cmd.Stderr = &d.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); d.wait() })
-	line, err := bufio.NewReader(out).ReadBytes('\n')
-	if err != nil {
-		t.Fatalf("receive printed no address: %v; stderr: %s", err, d.stderr.String())
-	}
+	d := startCLI(t, append([]string{"receive", "--inbox", inboxPath, "--addr", "127.0.0.1:0"}, args...)...)
+	line := <-d.firstLine
 	var l struct{ Status, Addr string }
 	if err := json.Unmarshal(line, &l); err != nil || l.Status != "listening" {
-		t.Fatalf("receive: %q", line)
+		t.Fatalf("receive printed %q, not its address; stderr: %s", line, d.stderr.String())
 	}
 	return d, l.Addr
 }
@@ -170,11 +158,7 @@ func inboxLedger(t *testing.T, path string) (map[string]inbox.Projection, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]inbox.Projection{}
-	for _, p := range s.Projection {
-		m[p.Flow] = p
-	}
-	return m, len(s.Receipts)
+	return s.ByFlow(), len(s.Receipts)
 }
 
 // A relay and a receiver started by hand deliver a bulk-enqueued file in

@@ -71,11 +71,7 @@ func projection(t *testing.T, in *inbox.Inbox) (map[string]inbox.Projection, int
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]inbox.Projection{}
-	for _, p := range s.Projection {
-		m[p.Flow] = p
-	}
-	return m, len(s.Receipts)
+	return s.ByFlow(), len(s.Receipts)
 }
 
 func wantLedger(t *testing.T, in *inbox.Inbox, receipts int, want map[string]inbox.Projection) {
