@@ -161,6 +161,22 @@ func inboxLedger(t *testing.T, path string) (map[string]inbox.Projection, int) {
 	return s.ByFlow(), len(s.Receipts)
 }
 
+// wantLedger checks that flows F1…Fn of eventsFile(n, k) were each applied
+// once, in full: k receipts each, seq k, total 1+…+k. It returns the ledger.
+func wantLedger(t *testing.T, inboxPath string, flows, k int) map[string]inbox.Projection {
+	t.Helper()
+	led, receipts := inboxLedger(t, inboxPath)
+	if receipts != flows*k {
+		t.Errorf("receipts %d, want %d", receipts, flows*k)
+	}
+	for f := 1; f <= flows; f++ {
+		if p := led[fmt.Sprintf("F%d", f)]; p.Seq != int64(k) || p.Total != int64(k*(k+1)/2) {
+			t.Errorf("flow F%d: %+v, want seq %d total %d (each effect once)", f, p, k, k*(k+1)/2)
+		}
+	}
+	return led
+}
+
 // A relay and a receiver started by hand deliver a bulk-enqueued file in
 // per-flow order, with the poison event quarantined; a snapshot works while
 // both run; metrics are served; SIGTERM ends both with exit 0.
@@ -210,15 +226,7 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("receive exit %d on SIGTERM: %s", code, recv.stderr.String())
 	}
-	led, receipts := inboxLedger(t, inboxPath)
-	if receipts != 20 {
-		t.Errorf("receipts %d, want 20", receipts)
-	}
-	for f := 1; f <= 4; f++ {
-		if p := led[fmt.Sprintf("F%d", f)]; p.Seq != 5 || p.Total != 15 {
-			t.Errorf("flow F%d: %+v, want seq 5 total 15", f, p)
-		}
-	}
+	led := wantLedger(t, inboxPath, 4, 5)
 	if _, ok := led["A"]; ok {
 		t.Errorf("flow A reached the receiver: %+v", led["A"])
 	}
@@ -246,15 +254,7 @@ func TestRelayRestartAfterKill(t *testing.T) {
 	if code := second.signal(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("relay exit %d: %s", code, second.stderr.String())
 	}
-	led, receipts := inboxLedger(t, inboxPath)
-	if receipts != 100 {
-		t.Errorf("receipts %d, want 100", receipts)
-	}
-	for f := 1; f <= 5; f++ {
-		if p := led[fmt.Sprintf("F%d", f)]; p.Seq != 20 || p.Total != 210 {
-			t.Errorf("flow F%d: %+v, want seq 20 total 210 (each effect once)", f, p)
-		}
-	}
+	wantLedger(t, inboxPath, 5, 20)
 }
 
 func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
