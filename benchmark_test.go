@@ -61,6 +61,7 @@ func runSizes(b *testing.B, fn func(b *testing.B, q *fairrelay.Queue, flows int)
 				if err := bench.Load(context.Background(), q, flows, backlog, nil); err != nil {
 					b.Fatal(err)
 				}
+				bench.FlushToDisk()
 			}
 			b.ResetTimer()
 			fn(b, q, flows)

@@ -32,14 +32,17 @@ func newBenchClaimCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "claim [--flows 10,1000,100000] [--backlog 1000000] [--batch 1,64] [--duration 5s] [--json]",
 		Short: "Claim+settle rate against the raw commit rate of the same disk (issue 4)",
-		Long: `Runs in one process: first the raw single-row commit rate of SQLite on the
-same disk with the same pragmas, then for each flow count a fresh store loaded
-with the backlog spread over the flows, and for each batch size k the rate of
-claim+settle with one worker and no delivery: each transaction settles the k
-events the previous one claimed and claims k more (SettleAndClaim). --json prints
+		Long: `Runs in one process: the raw single-row commit rate of SQLite on the same
+disk with the same pragmas (the physical reference), and for each flow count a
+fresh store loaded with the backlog spread over the flows, and for each batch
+size k the rate of claim+settle with one worker and no delivery: each
+transaction settles the k events the previous one claimed and claims k more
+(SettleAndClaim). The stores are loaded first; then every rate, the raw one
+first, is measured for duration/rounds in each of --rounds interleaved rounds. --json prints
 {"raw_commit_per_s": …, "results": [{flows, backlog, batch, claim_settle_per_s,
 ratio_to_raw, peak_rss_mb}, …]}; otherwise a table, with a progress bar on
-standard error while a store loads. peak_rss_mb is VmHWM of /proc/self/status.`,
+standard error while a store loads. peak_rss_mb is VmHWM of /proc/self/status:
+the peak of the whole run, all stores open.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -78,7 +81,8 @@ standard error while a store loads. peak_rss_mb is VmHWM of /proc/self/status.`,
 	f.StringVar(&flows, "flows", "10,1000,100000", "comma-separated flow counts, each measured on a fresh store")
 	f.IntVar(&opts.Backlog, "backlog", 1000000, "events loaded before measuring, spread over the flows")
 	f.StringVar(&batches, "batch", "1,64", "comma-separated batch sizes k: each transaction settles the k events claimed by the previous one and claims k more")
-	f.DurationVar(&opts.Duration, "duration", bench.DefaultDuration, "how long each rate is measured")
+	f.DurationVar(&opts.Duration, "duration", bench.DefaultDuration, "how long each rate is measured in total")
+	f.IntVar(&opts.Rounds, "rounds", bench.DefaultRounds, "interleaved rounds the measuring time is split into, so the machine's load changes affect every rate alike")
 	f.StringVar(&dir, "dir", "", "directory for the database files (the disk measured); defaults to a fresh temporary directory")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	pf.register(cmd, "fair", 0)

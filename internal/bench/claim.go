@@ -24,6 +24,10 @@ import (
 // DefaultDuration is how long each rate is measured unless told otherwise.
 const DefaultDuration = 5 * time.Second
 
+// DefaultRounds is how many interleaved rounds RunClaim measures in unless
+// told otherwise.
+const DefaultRounds = 10
+
 // ClaimOptions configure RunClaim.
 type ClaimOptions struct {
 	// Dir is the directory that holds the database files while the benchmark
@@ -41,16 +45,16 @@ type ClaimOptions struct {
 	// previous step and claims k more (see Measure). Defaults to 1, 64.
 	Batches []int
 	// Duration is how long each rate (raw and each flow count × batch) is
-	// measured. Defaults to 5s.
+	// measured in total. Defaults to 5s.
 	Duration time.Duration
+	// Rounds is how many interleaved rounds the measuring time of each rate
+	// is split into (see RunClaim). Defaults to 10.
+	Rounds int
 	// Policy is the queue policy. Defaults to the daemon's (fair).
 	Policy fairrelay.Policy
 	// OnLoad, when set, is called while a store is loaded with the number of
 	// events stored so far and the total, for a progress bar.
 	OnLoad func(flows, done, total int)
-	// OnResult, when set, is called with each result as soon as it is
-	// measured.
-	OnResult func(ClaimResult)
 }
 
 func (o *ClaimOptions) defaults() {
@@ -65,6 +69,9 @@ func (o *ClaimOptions) defaults() {
 	}
 	if o.Duration == 0 {
 		o.Duration = DefaultDuration
+	}
+	if o.Rounds == 0 {
+		o.Rounds = DefaultRounds
 	}
 }
 
@@ -90,6 +97,9 @@ func (o *ClaimOptions) validate() error {
 	}
 	if o.Duration < 0 {
 		return fmt.Errorf("duration: %v is negative", o.Duration)
+	}
+	if o.Rounds < 1 {
+		return fmt.Errorf("rounds: %d is not a positive count", o.Rounds)
 	}
 	return o.Policy.Validate()
 }
@@ -119,78 +129,107 @@ type ClaimResult struct {
 	ClaimSettlePerS float64 `json:"claim_settle_per_s"`
 	// RatioToRaw is ClaimSettlePerS / RawCommitPerS.
 	RatioToRaw float64 `json:"ratio_to_raw"`
-	// PeakRSSMB is the process's peak resident set size (VmHWM) in MiB while
-	// this flow count's store was loaded and measured; the high-water mark
-	// is reset before each flow count where the kernel allows it.
+	// PeakRSSMB is the process's peak resident set size (VmHWM of
+	// /proc/self/status) in MiB over the whole run, with every flow count's
+	// store loaded and open at once: an upper bound for each.
 	PeakRSSMB float64 `json:"peak_rss_mb"`
 }
 
-// RunClaim runs the whole benchmark in this process: the raw commit rate, then
-// for each flow count a fresh store loaded with the backlog and each batch
-// size's claim+settle rate. Errors: bad options, any database error, and a
+// RunClaim runs the whole benchmark in this process. It loads one fresh
+// store per flow count, then measures in Rounds interleaved rounds: each
+// round runs the raw commit rate and every flow count × batch size for
+// Duration/Rounds each, so that a change in the machine's load (it is shared)
+// affects every figure alike and the ratios stay comparable. Each rate is
+// the total over its rounds. Errors: bad options, any database error, and a
 // settle that does not answer acked (the benchmark counts only real work).
 func RunClaim(ctx context.Context, opts ClaimOptions) (*ClaimReport, error) {
 	opts.defaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	raw, err := RawCommitRate(ctx, opts.Dir, opts.Duration)
+	raw, err := openRaw(ctx, opts.Dir, opts.Duration)
 	if err != nil {
 		return nil, err
 	}
-	rep := &ClaimReport{RawCommitPerS: raw, Results: []ClaimResult{}}
+	defer raw.close()
+	type figure struct {
+		res     ClaimResult
+		q       *fairrelay.Queue
+		n       int
+		elapsed time.Duration
+	}
+	var figs []*figure
 	for _, flows := range opts.Flows {
-		rs, err := runFlows(ctx, opts, flows, raw)
+		path := filepath.Join(opts.Dir, "bench-claim-"+strconv.Itoa(flows)+".db")
+		defer removeDB(path)
+		q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: opts.Policy})
 		if err != nil {
 			return nil, err
 		}
-		rep.Results = append(rep.Results, rs...)
+		defer q.Close()
+		var onLoad func(done, total int)
+		if opts.OnLoad != nil {
+			onLoad = func(done, total int) { opts.OnLoad(flows, done, total) }
+		}
+		if err := Load(ctx, q, flows, opts.Backlog, onLoad); err != nil {
+			return nil, err
+		}
+		for _, batch := range opts.Batches {
+			figs = append(figs, &figure{res: ClaimResult{Flows: flows, Backlog: -1, Batch: batch}, q: q})
+		}
+	}
+	// The load left up to hundreds of MiB of dirty pages in the file cache;
+	// their writeback would slow the first rounds' fsyncs.
+	FlushToDisk()
+	// Events still waiting per store, for each figure's Backlog.
+	waiting := map[*fairrelay.Queue]int{}
+	for _, f := range figs {
+		waiting[f.q] = opts.Backlog
+	}
+	const at = 1
+	slice := opts.Duration / time.Duration(opts.Rounds)
+	var rawN int
+	var rawElapsed time.Duration
+	for range opts.Rounds {
+		n, el, err := raw.measure(ctx, slice)
+		if err != nil {
+			return nil, err
+		}
+		rawN, rawElapsed = rawN+n, rawElapsed+el
+		for _, f := range figs {
+			if f.res.Backlog < 0 {
+				f.res.Backlog = waiting[f.q]
+			}
+			n, el, err := Measure(ctx, f.q, at, f.res.Batch, slice)
+			if err != nil {
+				return nil, err
+			}
+			f.n, f.elapsed = f.n+n, f.elapsed+el
+			waiting[f.q] -= n
+		}
+	}
+	rss, err := PeakRSSMB()
+	if err != nil {
+		return nil, err
+	}
+	rep := &ClaimReport{RawCommitPerS: perSecond(rawN, rawElapsed), Results: []ClaimResult{}}
+	for _, f := range figs {
+		r := f.res
+		r.ClaimSettlePerS = perSecond(f.n, f.elapsed)
+		if rep.RawCommitPerS > 0 {
+			r.RatioToRaw = r.ClaimSettlePerS / rep.RawCommitPerS
+		}
+		r.PeakRSSMB = rss
+		rep.Results = append(rep.Results, r)
 	}
 	return rep, nil
 }
 
-func runFlows(ctx context.Context, opts ClaimOptions, flows int, raw float64) ([]ClaimResult, error) {
-	ResetPeakRSS()
-	path := filepath.Join(opts.Dir, "bench-claim-"+strconv.Itoa(flows)+".db")
-	defer removeDB(path)
-	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: opts.Policy})
-	if err != nil {
-		return nil, err
+func perSecond(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
 	}
-	defer q.Close()
-	var onLoad func(done, total int)
-	if opts.OnLoad != nil {
-		onLoad = func(done, total int) { opts.OnLoad(flows, done, total) }
-	}
-	if err := Load(ctx, q, flows, opts.Backlog, onLoad); err != nil {
-		return nil, err
-	}
-	const at = 1
-	waiting := opts.Backlog
-	var out []ClaimResult
-	for _, batch := range opts.Batches {
-		n, elapsed, err := Measure(ctx, q, at, batch, opts.Duration)
-		if err != nil {
-			return nil, err
-		}
-		rss, err := PeakRSSMB()
-		if err != nil {
-			return nil, err
-		}
-		r := ClaimResult{Flows: flows, Backlog: waiting, Batch: batch, PeakRSSMB: rss}
-		if elapsed > 0 {
-			r.ClaimSettlePerS = float64(n) / elapsed.Seconds()
-		}
-		if raw > 0 {
-			r.RatioToRaw = r.ClaimSettlePerS / raw
-		}
-		waiting -= n
-		out = append(out, r)
-		if opts.OnResult != nil {
-			opts.OnResult(r)
-		}
-	}
-	return out, nil
+	return float64(n) / d.Seconds()
 }
 
 // removeDB removes a SQLite file and its WAL and shared-memory files.
@@ -309,66 +348,81 @@ func Measure(ctx context.Context, q *fairrelay.Queue, at int64, batch int, d tim
 	return n, elapsed, err
 }
 
-// RawCommitRate measures the physical reference on dir's disk for about d: a
-// fresh SQLite file with fairrelay's DSN (WAL, synchronous=FULL, BEGIN
-// IMMEDIATE), one single-row INSERT per transaction, one connection. It
-// returns commits per second. Errors: the file cannot be created; any
-// database error.
-func RawCommitRate(ctx context.Context, dir string, d time.Duration) (float64, error) {
+// rawStore is the physical reference: a fresh SQLite file with fairrelay's
+// DSN (WAL, synchronous=FULL, BEGIN IMMEDIATE) and one connection, where
+// every transaction INSERTs one row.
+type rawStore struct {
+	path string
+	db   *sql.DB
+	ins  *sql.Stmt
+	body []byte
+}
+
+// openRaw creates the raw store in dir and warms it up for at most
+// rawWarmupCommits commits or d, whichever ends first.
+func openRaw(ctx context.Context, dir string, d time.Duration) (*rawStore, error) {
 	path := filepath.Join(dir, "bench-raw.db")
-	defer removeDB(path)
 	db, err := sql.Open("sqlite", sqlitestore.DSN(path, 5*time.Second, true))
 	if err != nil {
-		return 0, fmt.Errorf("raw commit: %w", err)
+		return nil, fmt.Errorf("raw commit: %w", err)
 	}
-	defer db.Close()
 	db.SetMaxOpenConns(1)
+	r := &rawStore{path: path, db: db, body: []byte(`{"delta":1}`)}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE raw (id INTEGER PRIMARY KEY, body BLOB NOT NULL)`); err != nil {
-		return 0, fmt.Errorf("raw commit: %w", err)
+		r.close()
+		return nil, fmt.Errorf("raw commit: %w", err)
 	}
-	ins, err := db.PrepareContext(ctx, `INSERT INTO raw (body) VALUES (?)`)
-	if err != nil {
-		return 0, fmt.Errorf("raw commit: %w", err)
-	}
-	defer ins.Close()
-	body := []byte(`{"delta":1}`)
-	commit := func() error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("raw commit: %w", err)
-		}
-		if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, body); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("raw commit: %w", err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("raw commit: %w", err)
-		}
-		return nil
+	if r.ins, err = db.PrepareContext(ctx, `INSERT INTO raw (body) VALUES (?)`); err != nil {
+		r.close()
+		return nil, fmt.Errorf("raw commit: %w", err)
 	}
 	// Warm up past the first WAL checkpoint (1000 pages by default): until
 	// then every commit grows the WAL file, which costs the file system a
 	// metadata update per fsync that a store in steady state does not pay.
 	warm := time.Now().Add(d)
 	for i := 0; i < rawWarmupCommits && time.Now().Before(warm); i++ {
-		if err := commit(); err != nil {
-			return 0, err
+		if err := r.commit(ctx); err != nil {
+			r.close()
+			return nil, err
 		}
 	}
+	return r, nil
+}
+
+func (r *rawStore) commit(ctx context.Context) error {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("raw commit: %w", err)
+	}
+	if _, err := tx.StmtContext(ctx, r.ins).ExecContext(ctx, r.body); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("raw commit: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("raw commit: %w", err)
+	}
+	return nil
+}
+
+// measure commits single-row transactions for about d and returns how many
+// and the time they took.
+func (r *rawStore) measure(ctx context.Context, d time.Duration) (int, time.Duration, error) {
 	n := 0
 	start := time.Now()
-	deadline := start.Add(d)
-	for time.Now().Before(deadline) {
-		if err := commit(); err != nil {
-			return 0, err
+	for deadline := start.Add(d); time.Now().Before(deadline); n++ {
+		if err := r.commit(ctx); err != nil {
+			return n, time.Since(start), err
 		}
-		n++
 	}
-	elapsed := time.Since(start)
-	if elapsed <= 0 {
-		return 0, nil
+	return n, time.Since(start), nil
+}
+
+func (r *rawStore) close() {
+	if r.ins != nil {
+		r.ins.Close()
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	r.db.Close()
+	removeDB(r.path)
 }
 
 // rawWarmupCommits is how many commits RawCommitRate runs before it starts

@@ -36,12 +36,3 @@ func PeakRSSMB() (float64, error) {
 	}
 	return 0, fmt.Errorf("peak rss: no VmHWM line in /proc/self/status")
 }
-
-// ResetPeakRSS sets the kernel's high-water mark back to the current RSS by
-// writing "5" to /proc/self/clear_refs (Linux 4.0 and later), so the next
-// PeakRSSMB covers only what ran since. It reports whether the reset worked;
-// where it does not, PeakRSSMB keeps the peak of the whole process, which is
-// never lower.
-func ResetPeakRSS() bool {
-	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
-}
