@@ -20,6 +20,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
 	"github.com/fairrelay/fairrelay/relay"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
@@ -66,14 +67,21 @@ type harness struct {
 func newHarness(t *testing.T, pol fairrelay.Policy) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	h := &harness{queue: filepath.Join(dir, "queue.db"), time: &manualTime{}, settled: make(chan relay.Settled, 4096),
+	return newHarnessOn(t, pol, filepath.Join(dir, "queue.db"), filepath.Join(dir, "inbox.db"))
+}
+
+// newHarnessOn is newHarness on the given stores (SQLite paths or
+// postgres:// URLs).
+func newHarnessOn(t *testing.T, pol fairrelay.Policy, queueDSN, inboxDSN string) *harness {
+	t.Helper()
+	h := &harness{queue: queueDSN, time: &manualTime{}, settled: make(chan relay.Settled, 4096),
 		inflight: map[string]int{}, key: []byte("test secret")}
 	var err error
 	if h.q, err = fairrelay.Open(t.Context(), h.queue, fairrelay.Config{Policy: pol}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.q.Close() })
-	if h.in, err = inbox.Open(t.Context(), filepath.Join(dir, "inbox.db"), inbox.Options{}); err != nil {
+	if h.in, err = inbox.Open(t.Context(), inboxDSN, inbox.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.in.Close() })
@@ -212,7 +220,16 @@ func (h *harness) ledger(t *testing.T) (map[string]inbox.Projection, int) {
 // delivery at a time, and every event is applied once.
 func TestOrderPerFlowUnderWorkers(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, testPolicy())
+	testOrderPerFlow(t, newHarness(t, testPolicy()))
+}
+
+// The same on PostgreSQL: queue store and inbox each in a fresh schema.
+func TestOrderPerFlowUnderWorkersPostgres(t *testing.T) {
+	t.Parallel()
+	testOrderPerFlow(t, newHarnessOn(t, testPolicy(), pgtest.Schema(t, "relay_q_"), pgtest.Schema(t, "relay_i_")))
+}
+
+func testOrderPerFlow(t *testing.T, h *harness) {
 	const flows, events = 8, 6
 	for f := range flows {
 		h.enqueue(t, fmt.Sprintf("F%d", f), 1, 2, 3, 4, 5, 6)
