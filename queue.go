@@ -201,6 +201,14 @@ func checkID(field, v string) error {
 	case !utf8.ValidString(v):
 		return invalid(field, "not valid UTF-8")
 	}
+	// Ids and flows travel in HTTP headers (the webhook sink), which cannot
+	// carry control characters: such an id could never be delivered and
+	// would end quarantined. Refuse it at the door instead.
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c == 0x7f {
+			return invalid(field, "control character 0x%02x at byte %d", c, i)
+		}
+	}
 	return nil
 }
 

@@ -27,6 +27,8 @@ func runBadInput(t *testing.T, b Backend) {
 		{"empty id", "id", func() error { return enq(x, "", "A", `{"delta":1}`, 3) }},
 		{"long id", "id", func() error { return enq(x, long, "A", `{"delta":1}`, 3) }},
 		{"non-UTF-8 id", "id", func() error { return enq(x, "A\xff", "A", `{"delta":1}`, 3) }},
+		{"control character in id", "id", func() error { return enq(x, "A\n1", "A", `{"delta":1}`, 3) }},
+		{"NUL in flow", "flow", func() error { return enq(x, "Z1", "Z\x00", `{"delta":1}`, 3) }},
 		{"empty flow", "flow", func() error { return enq(x, "Z1", "", `{"delta":1}`, 3) }},
 		{"long flow", "flow", func() error { return enq(x, "Z1", long, `{"delta":1}`, 3) }},
 		{"non-UTF-8 flow", "flow", func() error { return enq(x, "Z1", "\xc3\x28", `{"delta":1}`, 3) }},

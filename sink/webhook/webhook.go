@@ -5,8 +5,10 @@
 // holds the Verifier a receiver uses to check those signatures.
 //
 // The receiver contract: a JSON answer {"status": "<outcome>"} naming a
-// fairrelay outcome (SPEC §2–§3) is taken as that outcome, whatever the HTTP
-// status. Otherwise the HTTP status decides: 2xx → accepted; 408, 425, 429
+// fairrelay outcome (SPEC §2–§3) is taken as that outcome when the HTTP
+// status agrees with it (an ack with a 2xx, a permanent outcome with a
+// non-transient 4xx, a transient one with any status; inbox.WriteOutcome
+// answers that way). Otherwise the HTTP status decides: 2xx → accepted; 408, 425, 429
 // and 5xx → retry; any other status → retry, unless the operator listed it
 // in Options.Permanent, which makes it rejected (permanent). A Retry-After
 // header sets a floor on the next attempt. An unknown answer is never
@@ -184,7 +186,7 @@ func (s *Sink) classify(status int, h http.Header, body []byte) sink.Result {
 		Status string `json:"status"`
 	}
 	if json.Unmarshal(body, &answer) == nil && answer.Status != "" {
-		if o, err := fairrelay.ParseOutcome(answer.Status); err == nil {
+		if o, err := fairrelay.ParseOutcome(answer.Status); err == nil && consistent(o, status) {
 			res.Outcome = o
 		}
 	}
@@ -204,6 +206,22 @@ func (s *Sink) classify(status int, h http.Header, body []byte) sink.Result {
 		res.RetryAfter = s.retryAfter(h.Get("Retry-After"))
 	}
 	return res
+}
+
+// consistent reports whether a JSON outcome may be taken at this HTTP status:
+// an ack only with a 2xx, a permanent outcome only with a 4xx that is not
+// transient (408, 425, 429), a transient outcome with any status. A generic
+// endpoint that happens to answer {"status":"accepted"} with a 503, or
+// {"status":"rejected"} with a 429, is judged by its HTTP status instead, so
+// a JSON body can never ack a failure or quarantine a transient refusal.
+func consistent(o fairrelay.Outcome, status int) bool {
+	switch o.Class() {
+	case fairrelay.ClassAck:
+		return status >= 200 && status <= 299
+	case fairrelay.ClassPermanent:
+		return status >= 400 && status <= 499 && !transientStatus(status)
+	}
+	return true
 }
 
 func transientStatus(code int) bool {

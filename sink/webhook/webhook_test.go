@@ -153,7 +153,11 @@ func TestClassify(t *testing.T) {
 	}{
 		{"2xx plain", answer{status: 204}, nil, fairrelay.OutcomeAccepted, 0},
 		{"2xx foreign JSON status", answer{status: 200, body: `{"status":"ok"}`}, nil, fairrelay.OutcomeAccepted, 0},
-		{"fairrelay answer wins over status", answer{status: 500, body: `{"status":"duplicate"}`}, nil, fairrelay.OutcomeDuplicate, 0},
+		{"fairrelay duplicate", answer{status: 200, body: `{"status":"duplicate"}`}, nil, fairrelay.OutcomeDuplicate, 0},
+		{"JSON ack with a 5xx is judged by the status", answer{status: 503, body: `{"status":"accepted"}`}, nil, fairrelay.OutcomeRetry, 0},
+		{"JSON permanent with a 429 is judged by the status", answer{status: 429, body: `{"status":"rejected"}`}, nil, fairrelay.OutcomeRetry, 0},
+		{"JSON permanent with a 2xx is judged by the status", answer{status: 200, body: `{"status":"id_conflict"}`}, nil, fairrelay.OutcomeAccepted, 0},
+		{"JSON transient with a 2xx is taken", answer{status: 200, body: `{"status":"gap"}`}, nil, fairrelay.OutcomeGap, 0},
 		{"fairrelay permanent", answer{status: 422, body: `{"status":"unsupported_delta"}`}, nil, fairrelay.OutcomeUnsupportedDelta, 0},
 		{"fairrelay gap", answer{status: 409, body: `{"status":"gap"}`}, nil, fairrelay.OutcomeGap, 0},
 		{"503 with Retry-After seconds", answer{status: 503, retryAfter: "7"}, nil, fairrelay.OutcomeRetry, 7 * time.Second},
