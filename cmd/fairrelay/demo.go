@@ -158,6 +158,7 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 	fmt.Fprint(out, "\n\n")
 
 	bar := progressbar.NewOptions(len(work), progressbar.OptionSetWriter(errOut), progressbar.OptionSetWidth(30),
+		progressbar.OptionSetVisibility(isTerminal(errOut)),
 		progressbar.OptionShowCount(), progressbar.OptionSetDescription("acked"),
 		progressbar.OptionOnCompletion(func() { fmt.Fprintln(errOut) }))
 	st := &demoStats{bar: bar}
