@@ -27,8 +27,8 @@
 //     in [d·(1-j), d], else the model panics.
 //   - SettleParams.NotBefore raises next_at of a transient outcome within
 //     the budget to it (a receiver's Retry-After).
-//   - A failed operation (clock_regressed, not_found) changes nothing, not
-//     even the tick; a batch fails as a whole.
+//   - A failed operation (clock_regressed, not_found) and a rejected redrive
+//     change nothing, not even the tick; a batch fails as a whole.
 //
 // The model checks no input domain (ids, bodies, k >= 1): callers give it
 // valid input only.
