@@ -80,6 +80,25 @@ func Schema(t testing.TB, prefix string) string {
 	return base + sep + "schema=" + name
 }
 
+// Exclusive makes the test the only holder of the named lock on the server
+// until it ends, waiting for any other holder — another test binary, or
+// another developer's run of the same test. Heavy tests take it so that two
+// of them never exhaust the server's connections together.
+func Exclusive(t testing.TB, name string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	// A session-level advisory lock: released when the connection closes,
+	// also when the test binary dies.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", "fairrelay-pgtest:"+name); err != nil {
+		t.Fatalf("lock %s: %v", name, err)
+	}
+}
+
 // Exec runs sql (one or more statements, no parameters) on the database and
 // schema of dsn, failing the test on error.
 func Exec(t testing.TB, dsn, sql string) {

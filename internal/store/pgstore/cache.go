@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"slices"
+	"sync/atomic"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -30,8 +31,14 @@ type rowCache struct {
 	pickValid bool
 	pickAll   bool
 	// readAhead is how many runnable flows the next pick query reads; it
-	// doubles with each query of the transaction, up to maxReadAhead.
+	// starts at the store's hint and doubles with each query of the
+	// transaction, up to maxReadAhead. picks counts the flows read.
 	readAhead int
+	picks     int
+	// minWait is a lower bound of the smallest wait_until of any flow (nil:
+	// no flow waits): read with the clock, lowered by every write that sets
+	// a wait_until. While it lies after a tick, no head is due at that tick.
+	minWait *int64
 }
 
 // Read-ahead of the runnable index: a single Claim reads few rows, a large
@@ -46,14 +53,18 @@ type flowSeq struct {
 	seq  int64
 }
 
-func newRowCache() *rowCache {
+func newRowCache(hint *atomic.Int64, minWait *int64) *rowCache {
 	return &rowCache{
 		events:    map[string]*store.EventRow{},
 		bySeq:     map[flowSeq]string{},
 		flows:     map[string]*store.FlowRow{},
-		readAhead: minReadAhead,
+		readAhead: int(min(max(hint.Load(), minReadAhead), maxReadAhead)),
+		minWait:   minWait,
 	}
 }
+
+// noneDue reports that no flow's wait_until is at or before tick at.
+func (c *rowCache) noneDue(at int64) bool { return c.minWait == nil || *c.minWait > at }
 
 func (c *rowCache) putEvent(e store.EventRow) {
 	c.events[e.ID] = &e
@@ -104,6 +115,7 @@ func (c *rowCache) picked(order store.Order, limit int) ([]store.FlowRow, bool) 
 
 func (c *rowCache) setPick(order store.Order, ids []string, all bool) {
 	c.pick, c.pickOrder, c.pickValid, c.pickAll = ids, order, true, all
+	c.picks += len(ids)
 	c.readAhead = min(2*c.readAhead, maxReadAhead)
 }
 
@@ -113,6 +125,10 @@ func (c *rowCache) setPick(order store.Order, ids []string, all bool) {
 // is not runnable changed (the runnable index did not move).
 func (c *rowCache) flowWritten(f store.FlowRow) {
 	c.putFlow(f)
+	if w := f.WaitUntil; w != nil && (c.minWait == nil || *w < *c.minWait) {
+		v := *w
+		c.minWait = &v
+	}
 	if !c.pickValid {
 		return
 	}

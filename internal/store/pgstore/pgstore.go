@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,6 +62,10 @@ type Options struct {
 type Store struct {
 	pool   *pgxpool.Pool
 	schema string
+	// readAhead is how many runnable flows the last claiming transaction
+	// read: the next one starts reading that many (a hint, never a
+	// correctness matter).
+	readAhead atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -260,7 +265,7 @@ func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 	if err != nil {
 		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
 	}
-	return &Tx{c: &pgxConn{tx: tx}, tx: tx, write: true}, nil
+	return &Tx{c: &pgxConn{tx: tx}, tx: tx, write: true, hint: &s.readAhead}, nil
 }
 
 // BeginRead starts a REPEATABLE READ READ ONLY transaction: one snapshot for

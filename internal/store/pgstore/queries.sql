@@ -7,12 +7,26 @@
 -- name: ClockGet
 SELECT tick, ticket, flows FROM clock WHERE id = 1;
 
+-- name: ClockLock
+-- Writers queue on a transaction-scoped advisory lock of the store's schema
+-- before they lock the clock row: the lock manager wakes them one at a time,
+-- where waiters on a row lock all wake at each commit and fight for the row
+-- again (a convoy that collapses throughput with dozens of claimers). The
+-- row lock below stays: it is what makes a writer that skipped this lock,
+-- or a REPEATABLE READ caller transaction, safe (it fails, serialised).
+SELECT pg_advisory_xact_lock(1718186354, hashtext(current_schema()));
+
 -- name: ClockGetForUpdate
 -- Every write transaction locks the clock row first: writers are serialised
 -- on it, which gives exactly SQLite's one-writer answers (SPEC §4: the same
 -- answers). Under READ COMMITTED each later statement then sees every commit
 -- made before the lock was granted.
-SELECT tick, ticket, flows FROM clock WHERE id = 1 FOR UPDATE;
+-- The earliest wait_until comes along (flow_waiting's first entry): while
+-- it lies after a claim's tick, no head is due and FlowListDue needs no
+-- round trip. The subquery's snapshot is taken after ClockLock was granted,
+-- so every earlier writer has committed.
+SELECT tick, ticket, flows, (SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL)
+FROM clock WHERE id = 1 FOR UPDATE;
 
 -- name: ClockSet
 UPDATE clock SET tick = $1, ticket = $2, flows = $3 WHERE id = 1;
@@ -139,3 +153,13 @@ UPDATE event SET state = u.state, generation = u.generation, attempts = u.attemp
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[])
     AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until)
 WHERE event.event_id = u.event_id COLLATE "C";
+
+-- name: EventGetManyWithFlow
+-- Prefetch: the events of a batch with their flows.
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at,
+       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until
+FROM event e JOIN flow f ON f.flow_id = e.flow_id WHERE e.event_id = ANY ($1::text[]);
+
+-- name: FlowGetMany
+-- Prefetch: the flows of a batch.
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = ANY ($1::text[]);

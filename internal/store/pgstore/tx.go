@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,6 +22,8 @@ type Tx struct {
 	// clock row is locked (see rowCache and writeSet).
 	cache *rowCache
 	ws    writeSet
+	// hint is the store's read-ahead hint (see readAheadHint).
+	hint *atomic.Int64
 }
 
 // db returns the connection for a statement that needs the server, after
@@ -31,17 +35,25 @@ func (t *Tx) db() conn {
 	return t.c
 }
 
-// Commit sends any queued writes, then commits.
+// Commit sends any collected writes and the COMMIT in one round trip.
 func (t *Tx) Commit(ctx context.Context) error {
 	if t.tx == nil {
 		return nil
 	}
-	if pc, ok := t.db().(*pgxConn); ok {
-		if err := pc.flush(ctx); err != nil {
-			return err
-		}
+	pc, ok := t.db().(*pgxConn)
+	if !ok {
+		return Translate(t.tx.Commit(ctx))
 	}
-	return Translate(t.tx.Commit(ctx))
+	if err := pc.commit(ctx); err != nil {
+		// The caller's Rollback ends the failed transaction.
+		return err
+	}
+	// The transaction is committed; closing pgx's Tx returns the connection
+	// to the pool (its ROLLBACK finds no transaction and changes nothing).
+	if err := t.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return Translate(fmt.Errorf("release connection: %w", err))
+	}
+	return nil
 }
 
 // Rollback discards the transaction; after Commit it does nothing.
@@ -66,13 +78,27 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 	if t.write {
 		name = "ClockGetForUpdate"
 	}
+	if t.write {
+		if pc, ok := t.c.(*pgxConn); ok {
+			// Sent with the clock read: one round trip.
+			pc.queue("ClockLock", q["ClockLock"])
+		} else if err := t.exec(ctx, "ClockLock"); err != nil {
+			return store.Clock{}, err
+		}
+	}
 	var c store.Clock
-	err := queryRow(ctx, t.db(), name, nil, func(r scanner) error { return r.Scan(&c.Tick, &c.Ticket, &c.Flows) })
-	if err == nil && t.write {
+	var minWait *int64
+	err := queryRow(ctx, t.db(), name, nil, func(r scanner) error {
+		if t.write {
+			return r.Scan(&c.Tick, &c.Ticket, &c.Flows, &minWait)
+		}
+		return r.Scan(&c.Tick, &c.Ticket, &c.Flows)
+	})
+	if err == nil && t.write && t.tx != nil {
 		// The clock lock is held from here to the end of the transaction:
-		// every later write can wait for the next read or the commit.
-		if _, ok := t.c.(*pgxConn); ok && t.tx != nil {
-			t.cache = newRowCache()
+		// rows can be cached and writes collected (rowCache, writeSet).
+		if _, ok := t.c.(*pgxConn); ok {
+			t.cache = newRowCache(t.hint, minWait)
 		}
 	}
 	return c, err
@@ -148,6 +174,9 @@ func (t *Tx) flows(ctx context.Context, name string, args ...any) ([]store.FlowR
 }
 
 func (t *Tx) FlowListDue(ctx context.Context, at int64, limit int) ([]store.FlowRow, error) {
+	if t.cache != nil && t.cache.noneDue(at) {
+		return nil, nil
+	}
 	return t.flows(ctx, "FlowListDue", at, limit)
 }
 
@@ -191,30 +220,94 @@ func (t *Tx) EventGet(ctx context.Context, id string) (*store.EventRow, error) {
 		return e, nil
 	}
 	// The event's flow comes along: settle asks for it next.
-	var e store.EventRow
-	var f store.FlowRow
-	found, err := queryRowFound(ctx, t.db(), "EventGetWithFlow", []any{id}, func(r scanner) error {
+	if err := t.readEvents(ctx, "EventGetWithFlow", id, []string{id}); err != nil {
+		return nil, err
+	}
+	e, _ := t.cache.event(id)
+	return e, nil
+}
+
+// readEvents runs name (EventGetWithFlow or EventGetManyWithFlow) with arg
+// and caches the events it returns with their flows, and every id of ids it
+// does not return as absent.
+func (t *Tx) readEvents(ctx context.Context, name string, arg any, ids []string) error {
+	err := t.db().query(ctx, name, q[name], []any{arg}, func(r scanner) error {
+		var e store.EventRow
+		var f store.FlowRow
 		var reason *string
-		err := r.Scan(&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt,
-			&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil)
+		if err := r.Scan(&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt,
+			&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil); err != nil {
+			return err
+		}
 		if reason != nil {
 			e.Reason = *reason
 		}
-		return err
+		t.cache.putEvent(e)
+		if _, ok := t.cache.flows[f.Flow]; !ok {
+			t.cache.putFlow(f)
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if !found {
-		t.cache.events[id] = nil
-		return nil, nil
+	for _, id := range ids {
+		if _, ok := t.cache.events[id]; !ok {
+			t.cache.events[id] = nil
+		}
 	}
-	t.cache.putEvent(e)
-	if _, ok := t.cache.flows[f.Flow]; !ok {
-		t.cache.putFlow(f)
-	}
-	return &e, nil
+	return nil
 }
+
+// Prefetch reads, in at most two queries, the events of eventIDs (with their
+// flows) and the flows of flows that the transaction has not cached yet, so
+// that the batch's EventGet and FlowGet calls need no round trip
+// (store.Prefetcher). Outside the store's own write transactions it does
+// nothing.
+func (t *Tx) Prefetch(ctx context.Context, eventIDs, flows []string) error {
+	if t.cache == nil {
+		return nil
+	}
+	var ids []string
+	for _, id := range eventIDs {
+		if _, ok := t.cache.events[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 0 {
+		if err := t.readEvents(ctx, "EventGetManyWithFlow", ids, ids); err != nil {
+			return err
+		}
+	}
+	var fs []string
+	for _, f := range flows {
+		if _, ok := t.cache.flows[f]; !ok {
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	err := t.db().query(ctx, "FlowGetMany", q["FlowGetMany"], []any{fs}, func(r scanner) error {
+		var f store.FlowRow
+		if err := scanFlow(r, &f); err != nil {
+			return err
+		}
+		t.cache.putFlow(f)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		if _, ok := t.cache.flows[f]; !ok {
+			t.cache.flows[f] = nil
+		}
+	}
+	return nil
+}
+
+var _ store.Prefetcher = (*Tx)(nil)
 
 func (t *Tx) EventGetBySeq(ctx context.Context, flow string, seq int64) (*store.EventRow, error) {
 	if t.cache == nil {
@@ -266,6 +359,7 @@ func (t *Tx) pickCached(ctx context.Context, order store.Order, limit int) ([]st
 		return nil, err
 	}
 	t.cache.setPick(order, ids, len(ids) < n)
+	t.hint.Store(int64(t.cache.picks))
 	fs, _ := t.cache.picked(order, limit)
 	return fs, nil
 }
