@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestBenchClaimJSON runs a tiny `fairrelay bench claim --json` and checks the
+// report's exact field names (issue 4) and that the run cleans up its files.
+func TestBenchClaimJSON(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out, errOut, code := cli(t, "", "bench", "claim", "--flows", "2,3", "--backlog", "3000", "--batch", "1,4",
+		"--duration", "40ms", "--rounds", "2", "--dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if got := slices.Sorted(maps.Keys(rep)); !slices.Equal(got, []string{"raw_commit_per_s", "results"}) {
+		t.Errorf("top-level keys %v, want raw_commit_per_s and results", got)
+	}
+	var results []map[string]float64
+	if err := json.Unmarshal(rep["results"], &results); err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 4 {
+		t.Fatalf("%d results, want 4 (2 flow counts x 2 batch sizes)", len(results))
+	}
+	want := []string{"backlog", "batch", "claim_settle_per_s", "flows", "peak_rss_mb", "ratio_to_raw"}
+	for i, r := range results {
+		if got := slices.Sorted(maps.Keys(r)); !slices.Equal(got, want) {
+			t.Errorf("result %d keys %v, want %v", i, got, want)
+		}
+		if r["flows"] != []float64{2, 2, 3, 3}[i] || r["batch"] != []float64{1, 4, 1, 4}[i] {
+			t.Errorf("result %d: flows %v batch %v", i, r["flows"], r["batch"])
+		}
+	}
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("bench left %d files in --dir", len(left))
+	}
+}
+
+func TestBenchClaimTableAndBadFlags(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := cli(t, "", "bench", "claim", "--flows", "2", "--backlog", "500", "--batch", "2",
+		"--duration", "20ms", "--rounds", "1", "--dir", t.TempDir())
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "raw single-row commits:") || !strings.Contains(out, "claim+settle/s") {
+		t.Errorf("table output lacks the raw rate or the header:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"--flows", "0"},
+		{"--batch", "1,x"},
+		{"--flows", "10", "--backlog", "5"},
+	} {
+		_, errOut, code := cli(t, "", append([]string{"bench", "claim", "--duration", "10ms", "--dir", t.TempDir()}, args...)...)
+		if code == 0 {
+			t.Errorf("%v: exit 0, want an error", args)
+		}
+		if !strings.Contains(errOut, strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("%v: error %q does not name the flag", args, errOut)
+		}
+	}
+}
