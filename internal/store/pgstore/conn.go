@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -23,9 +24,17 @@ type conn interface {
 // every read still sees every earlier write, and an error of a queued write
 // still fails the transaction before it can commit.
 type pgxConn struct {
-	tx      pgx.Tx
+	tx      pgxQuerier
 	pending pgx.Batch
 	names   []string
+}
+
+// pgxQuerier is what pgxConn needs: a *pgx.Conn of the store's pool, or a
+// caller's pgx.Tx.
+type pgxQuerier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // queue adds a statement that returns nothing to the next round trip.
@@ -62,8 +71,6 @@ func (c *pgxConn) sendPending(ctx context.Context, sql string, args []any) (pgx.
 
 // commit sends the queued writes and COMMIT in one round trip, so that the
 // clock lock is released one round trip sooner than with a separate COMMIT.
-// The transaction is over when it returns nil; pgx's Tx must still be
-// closed (Rollback, a no-op on the server) to release the connection.
 func (c *pgxConn) commit(ctx context.Context) error {
 	c.queue("Commit", "COMMIT")
 	b, names := c.pending, c.names

@@ -261,21 +261,22 @@ func Translate(err error) error {
 // Begin starts a READ COMMITTED write transaction. Its first statement
 // (ClockGet) locks the clock row, which serialises writers.
 func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
-	tx, err := s.pool.Begin(ctx)
+	t, err := begin(ctx, s.pool, "BEGIN ISOLATION LEVEL READ COMMITTED")
 	if err != nil {
-		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
+		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
-	return &Tx{c: &pgxConn{tx: tx}, tx: tx, write: true, hint: &s.readAhead}, nil
+	t.write, t.hint = true, &s.readAhead
+	return t, nil
 }
 
 // BeginRead starts a REPEATABLE READ READ ONLY transaction: one snapshot for
 // all its statements.
 func (s *Store) BeginRead(ctx context.Context) (store.Tx, error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	t, err := begin(ctx, s.pool, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
-		return nil, Translate(fmt.Errorf("begin read transaction: %w", err))
+		return nil, fmt.Errorf("begin read transaction: %w", err)
 	}
-	return &Tx{c: &pgxConn{tx: tx}, tx: tx}, nil
+	return t, nil
 }
 
 // Wrap accepts the caller's pgx.Tx, or *sql.Tx opened through pgx's stdlib

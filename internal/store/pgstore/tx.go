@@ -2,28 +2,45 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
 
-// Tx is a transaction on the PostgreSQL store. tx is nil for a wrapped
-// caller transaction, whose Commit and Rollback belong to the caller. write
-// makes ClockGet lock the clock row (SPEC §2: writes are serialised).
+// Tx is a transaction on the PostgreSQL store. own is the pool connection
+// of the store's own transactions, nil for a wrapped caller transaction,
+// whose Commit and Rollback belong to the caller. write makes ClockGet lock
+// the clock row (SPEC §2: writes are serialised).
+//
+// The store runs its own transactions by hand on the connection rather
+// than through pgx.Tx: BEGIN travels with the first query and COMMIT with
+// the last writes, two round trips fewer per transaction.
 type Tx struct {
 	c     conn
-	tx    pgx.Tx
+	own   *pgxpool.Conn
+	done  bool
 	write bool
 	// cache and ws are used in the store's own write transactions once the
 	// clock row is locked (see rowCache and writeSet).
 	cache *rowCache
 	ws    writeSet
-	// hint is the store's read-ahead hint (see readAheadHint).
+	// hint is the store's read-ahead hint (Store.readAhead).
 	hint *atomic.Int64
+}
+
+// begin starts a transaction on a connection of pool: stmt (a BEGIN) is
+// queued to go with the first query.
+func begin(ctx context.Context, pool *pgxpool.Pool, stmt string) (*Tx, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, Translate(err)
+	}
+	pc := &pgxConn{tx: conn.Conn()}
+	pc.queue("Begin", stmt)
+	return &Tx{c: pc, own: conn}, nil
 }
 
 // db returns the connection for a statement that needs the server, after
@@ -35,37 +52,37 @@ func (t *Tx) db() conn {
 	return t.c
 }
 
-// Commit sends any collected writes and the COMMIT in one round trip.
+// Commit sends any collected writes and the COMMIT in one round trip, then
+// returns the connection to the pool.
 func (t *Tx) Commit(ctx context.Context) error {
-	if t.tx == nil {
+	if t.own == nil || t.done {
 		return nil
 	}
-	pc, ok := t.db().(*pgxConn)
-	if !ok {
-		return Translate(t.tx.Commit(ctx))
-	}
-	if err := pc.commit(ctx); err != nil {
+	if err := t.db().(*pgxConn).commit(ctx); err != nil {
 		// The caller's Rollback ends the failed transaction.
 		return err
 	}
-	// The transaction is committed; closing pgx's Tx returns the connection
-	// to the pool (its ROLLBACK finds no transaction and changes nothing).
-	if err := t.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return Translate(fmt.Errorf("release connection: %w", err))
-	}
+	t.done = true
+	t.own.Release()
 	return nil
 }
 
-// Rollback discards the transaction; after Commit it does nothing.
+// Rollback ends the transaction unless it was committed, and returns the
+// connection to the pool (a connection left in a failed state is closed by
+// the pool).
 func (t *Tx) Rollback(ctx context.Context) error {
-	if t.tx == nil {
+	if t.own == nil || t.done {
 		return nil
 	}
-	err := t.tx.Rollback(ctx)
-	if errors.Is(err, pgx.ErrTxClosed) {
-		return nil
+	t.done = true
+	defer t.own.Release()
+	if pc := t.c.(*pgxConn); len(pc.names) > 0 && pc.names[0] == "Begin" {
+		return nil // BEGIN was never sent: there is nothing to end
 	}
-	return Translate(err)
+	if _, err := t.own.Exec(ctx, "ROLLBACK"); err != nil {
+		return Translate(fmt.Errorf("rollback: %w", err))
+	}
+	return nil
 }
 
 func (t *Tx) exec(ctx context.Context, name string, args ...any) error {
@@ -94,7 +111,7 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 		}
 		return r.Scan(&c.Tick, &c.Ticket, &c.Flows)
 	})
-	if err == nil && t.write && t.tx != nil {
+	if err == nil && t.write && t.own != nil {
 		// The clock lock is held from here to the end of the transaction:
 		// rows can be cached and writes collected (rowCache, writeSet).
 		if _, ok := t.c.(*pgxConn); ok {
@@ -142,7 +159,7 @@ func (t *Tx) FlowGet(ctx context.Context, flow string) (*store.FlowRow, error) {
 func (t *Tx) FlowInsert(ctx context.Context, f store.FlowRow) error {
 	if t.cache != nil {
 		t.cache.flowWritten(f)
-		t.ws.flowInserts = append(t.ws.flowInserts, f)
+		t.ws.insertFlow(f)
 		return nil
 	}
 	return t.exec(ctx, "FlowInsert", f.Flow, f.Ord, f.Seq, f.Served, f.HeadSeq, f.Runnable, f.WaitUntil)
@@ -375,7 +392,7 @@ func nullString(s string) *string {
 func (t *Tx) EventInsert(ctx context.Context, e store.EventRow) error {
 	if t.cache != nil {
 		t.cache.putEvent(e)
-		t.ws.eventInserts = append(t.ws.eventInserts, e)
+		t.ws.insertEvent(e)
 		return nil
 	}
 	return t.exec(ctx, "EventInsert", e.ID, e.Flow, e.Seq, e.Body, e.State, e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason), e.NextAt, e.LeaseUntil, e.EnqueuedAt)

@@ -17,12 +17,16 @@ import (
 type writeSet struct {
 	flowInserts  []store.FlowRow
 	eventInserts []store.EventRow
-	flowUpdates  map[string]int // flow id → index in flowRows
-	flowRows     []store.FlowRow
-	eventUpdates map[string]int // event id → index in eventRows
-	eventRows    []store.EventRow
-	audits       []store.AuditRow
-	clock        *store.Clock
+	// Indexes into the inserts: an update of a row inserted in the same set
+	// is folded into its insert (one row version instead of two).
+	flowInserted  map[string]int
+	eventInserted map[string]int
+	flowUpdates   map[string]int // flow id → index in flowRows
+	flowRows      []store.FlowRow
+	eventUpdates  map[string]int // event id → index in eventRows
+	eventRows     []store.EventRow
+	audits        []store.AuditRow
+	clock         *store.Clock
 }
 
 func (w *writeSet) empty() bool {
@@ -30,7 +34,29 @@ func (w *writeSet) empty() bool {
 		len(w.eventRows) == 0 && len(w.audits) == 0 && w.clock == nil
 }
 
+func (w *writeSet) insertFlow(f store.FlowRow) {
+	if w.flowInserted == nil {
+		w.flowInserted = map[string]int{}
+	}
+	w.flowInserted[f.Flow] = len(w.flowInserts)
+	w.flowInserts = append(w.flowInserts, f)
+}
+
+func (w *writeSet) insertEvent(e store.EventRow) {
+	if w.eventInserted == nil {
+		w.eventInserted = map[string]int{}
+	}
+	w.eventInserted[e.ID] = len(w.eventInserts)
+	w.eventInserts = append(w.eventInserts, e)
+}
+
 func (w *writeSet) updateFlow(f store.FlowRow) {
+	if i, ok := w.flowInserted[f.Flow]; ok {
+		// FlowUpdate's columns; flow_id and ord stay as inserted.
+		r := &w.flowInserts[i]
+		r.Seq, r.Served, r.HeadSeq, r.Runnable, r.WaitUntil = f.Seq, f.Served, f.HeadSeq, f.Runnable, f.WaitUntil
+		return
+	}
 	if w.flowUpdates == nil {
 		w.flowUpdates = map[string]int{}
 	}
@@ -43,6 +69,13 @@ func (w *writeSet) updateFlow(f store.FlowRow) {
 }
 
 func (w *writeSet) updateEvent(e store.EventRow) {
+	if i, ok := w.eventInserted[e.ID]; ok {
+		// EventUpdate's columns; the rest stays as inserted.
+		r := &w.eventInserts[i]
+		r.State, r.Generation, r.Attempts, r.LifetimeAttempts = e.State, e.Generation, e.Attempts, e.LifetimeAttempts
+		r.Reason, r.NextAt, r.LeaseUntil = e.Reason, e.NextAt, e.LeaseUntil
+		return
+	}
 	if w.eventUpdates == nil {
 		w.eventUpdates = map[string]int{}
 	}
