@@ -1,0 +1,242 @@
+package fairrelay_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
+)
+
+// The transactional outbox on SQLite: the business write (an order) and its
+// event commit together in the caller's *sql.Tx, or roll back together.
+func ExampleQueue_EnqueueTx() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "fairrelay-outbox-")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "shop.db")
+
+	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+	// The application's own pool on the same file. _txlock=immediate takes
+	// SQLite's write lock at BEGIN, as fairrelay's own transactions do.
+	db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(5000)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, total INTEGER NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+
+	placeOrder := func(id string, total int, commit bool) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2)`, id, total); err != nil {
+			log.Fatal(err)
+		}
+		r, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{
+			ID: "order-placed-" + id, Flow: "customer-7", Body: fmt.Appendf(nil, `{"delta":%d}`, total),
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s: event %s, seq %d\n", id, r.Status, r.Seq)
+		if commit {
+			if err := tx.Commit(); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+	placeOrder("o1", 30, true)
+	placeOrder("o2", 45, false) // rolled back: neither the order nor its event
+
+	var orders int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
+		log.Fatal(err)
+	}
+	s, err := q.Snapshot(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("orders: %d, events: %d (%s)\n", orders, len(s.Events), s.Events[0].ID)
+	_, err = q.Event(ctx, "order-placed-o2")
+	fmt.Println("order-placed-o2 not found:", errors.Is(err, fairrelay.ErrNotFound))
+	// Output:
+	// o1: event created, seq 1
+	// o2: event created, seq 2
+	// orders: 1, events: 1 (order-placed-o1)
+	// order-placed-o2 not found: true
+}
+
+// The transactional outbox on PostgreSQL: the queue store lives in its own
+// schema (schema=relay in the URL) of the application's database, and
+// EnqueueTx runs inside the application's pgx.Tx — a *sql.Tx of pgx's stdlib
+// driver works the same way. The application's tables keep their meaning:
+// the queue's schema is put first on search_path only for fairrelay's own
+// statements. TestEnqueueTxPostgres runs this against a real server.
+func ExampleQueue_EnqueueTx_postgres() {
+	ctx := context.Background()
+	const url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	q, err := fairrelay.Open(ctx, url+"&schema=relay", fairrelay.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2)`, "o1", 30); err != nil {
+			return err
+		}
+		_, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "order-placed-o1", Flow: "customer-7", Body: []byte(`{"delta":30}`)})
+		return err // nil commits both; an error rolls both back
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// TestEnqueueTxPostgres is the PostgreSQL outbox on a real server: a
+// business row and its event commit together through a pgx.Tx and through
+// a *sql.Tx, a rollback leaves neither, and the business table (in the
+// connection's own schema) keeps its meaning around fairrelay's statements
+// although the queue store lives in another schema.
+func TestEnqueueTxPostgres(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	queueDSN := pgtest.Schema(t, "frox_q")
+	appDSN := pgtest.Schema(t, "frox_app")
+	q, err := fairrelay.Open(ctx, queueDSN, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	// The application's schema: create it and its table (and an "event"
+	// table of its own, which fairrelay's statements must not touch).
+	appURL, appSchema, err := pgstore.ParseDSN(appDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, appDSN, `CREATE SCHEMA `+pgx.Identifier{appSchema}.Sanitize()+`;
+CREATE TABLE orders (id TEXT PRIMARY KEY, total INT NOT NULL); CREATE TABLE event (note TEXT)`)
+	cfg, err := pgxpool.ParseConfig(appURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = appSchema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+
+	enqueue := func(tx any, id string) {
+		t.Helper()
+		r, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "placed-" + id, Flow: "c7", Body: []byte(`{"delta":1}`)})
+		if err != nil || r.Status != fairrelay.EnqueueCreated {
+			t.Fatalf("EnqueueTx %s: %+v %v", id, r, err)
+		}
+	}
+	// pgx.Tx, committed.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES ('o1', 30)`); err != nil {
+			return err
+		}
+		enqueue(tx, "o1")
+		// The caller's unqualified names still resolve in its own schema.
+		_, err := tx.Exec(ctx, `INSERT INTO event (note) VALUES ('the app''s own table')`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pgx.Tx, rolled back.
+	errRollback := errors.New("roll back")
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES ('o2', 45)`); err != nil {
+			return err
+		}
+		enqueue(tx, "o2")
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatal(err)
+	}
+	// *sql.Tx, committed and rolled back.
+	for _, c := range []struct {
+		id     string
+		commit bool
+	}{{"o3", true}, {"o4", false}} {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES ($1, 1)`, c.id); err != nil {
+			t.Fatal(err)
+		}
+		enqueue(tx, c.id)
+		if c.commit {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var orders []string
+	rows, err := pool.Query(ctx, `SELECT id FROM orders ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if orders, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	s, err := q.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	for _, e := range s.Events {
+		events = append(events, fmt.Sprintf("%s@%d", e.ID, e.Seq))
+	}
+	if fmt.Sprint(orders) != "[o1 o3]" || fmt.Sprint(events) != "[placed-o1@1 placed-o3@2]" {
+		t.Fatalf("orders %v, events %v: want [o1 o3] and [placed-o1@1 placed-o3@2]", orders, events)
+	}
+	var notes int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM event`).Scan(&notes); err != nil || notes != 1 {
+		t.Fatalf("the app's own event table has %d rows (%v), want 1", notes, err)
+	}
+	// A transaction of another kind is refused, naming the field.
+	_, err = q.EnqueueTx(ctx, "not a transaction", fairrelay.EnqueueParams{ID: "x", Flow: "c7", Body: []byte(`{"delta":1}`)})
+	var fe *fairrelay.Error
+	if !errors.As(err, &fe) || fe.Field != "tx" {
+		t.Fatalf("EnqueueTx with a string: %v, want an invalid_input error naming tx", err)
+	}
+}
