@@ -253,10 +253,7 @@ func (r *propertyRun) step(i int) {
 		r.recordEnqueue(p, want)
 	case op < 30:
 		at := r.tick()
-		ps := make([]fairrelay.EnqueueParams, 1+r.rng.IntN(4))
-		for j := range ps {
-			ps[j] = r.enqueueParams()
-		}
+		ps := draw(1+r.rng.IntN(4), r.enqueueParams)
 		r.lastTag = fmt.Sprintf("op %d: enqueue batch at %d %+v", i, at, ps)
 		got, gotErr := r.q.EnqueueBatch(r.ctx, at, cloneEnqueue(ps))
 		want, wantErr := r.m.EnqueueBatch(at, cloneEnqueue(ps))
@@ -311,10 +308,7 @@ func (r *propertyRun) step(i int) {
 		// SettleAndClaim: the answers of SettleBatch then ClaimBatch at one
 		// tick, in one transaction.
 		at, k := r.tick(), r.rng.IntN(3)
-		ps := make([]fairrelay.SettleParams, r.rng.IntN(3))
-		for j := range ps {
-			ps[j] = r.settleParams()
-		}
+		ps := draw(r.rng.IntN(3), r.settleParams)
 		r.lastTag = fmt.Sprintf("op %d: settle and claim at %d k %d %+v", i, at, k, ps)
 		gotRs, gotCs, gotErr := r.q.SettleAndClaim(r.ctx, at, ps, k)
 		wantRs, wantErr := r.m.SettleBatch(at, ps)
@@ -335,10 +329,7 @@ func (r *propertyRun) step(i int) {
 		r.claimed(wantCs, eligible)
 	case op < 88:
 		at := r.tick()
-		ps := make([]fairrelay.SettleParams, 1+r.rng.IntN(4))
-		for j := range ps {
-			ps[j] = r.settleParams()
-		}
+		ps := draw(1+r.rng.IntN(4), r.settleParams)
 		r.lastTag = fmt.Sprintf("op %d: settle batch at %d %+v", i, at, ps)
 		got, gotErr := r.q.SettleBatch(r.ctx, at, ps)
 		want, wantErr := r.m.SettleBatch(at, ps)
@@ -400,6 +391,15 @@ func (r *propertyRun) redriveParams() fairrelay.RedriveParams {
 		p.ExpectedGeneration += int64(r.rng.IntN(3)) - 1
 	}
 	return p
+}
+
+// draw returns n values of gen, in order.
+func draw[T any](n int, gen func() T) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = gen()
+	}
+	return out
 }
 
 func cloneEnqueue(ps []fairrelay.EnqueueParams) []fairrelay.EnqueueParams {

@@ -191,6 +191,10 @@ func RunClaim(ctx context.Context, opts ClaimOptions) (*ClaimReport, error) {
 	var rawN int
 	var rawElapsed time.Duration
 	for range opts.Rounds {
+		// Before every slice, sync(2): on ext4 (data=ordered) an fsync
+		// also waits for other files' dirty data, so a slice measured right
+		// after a heavy one would pay for its writeback.
+		FlushToDisk()
 		n, el, err := raw.measure(ctx, slice)
 		if err != nil {
 			return nil, err
@@ -200,6 +204,7 @@ func RunClaim(ctx context.Context, opts ClaimOptions) (*ClaimReport, error) {
 			if f.res.Backlog < 0 {
 				f.res.Backlog = waiting[f.q]
 			}
+			FlushToDisk()
 			n, el, err := Measure(ctx, f.q, at, f.res.Batch, slice)
 			if err != nil {
 				return nil, err

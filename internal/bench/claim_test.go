@@ -54,17 +54,24 @@ func TestLoadSpreadsTheBacklogOverTheFlows(t *testing.T) {
 	}
 }
 
-func TestMeasureSettlesEverythingItClaims(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{})
+// loadedQueue opens a fresh store in t's temporary directory and loads it.
+func loadedQueue(t *testing.T, flows, backlog int) *fairrelay.Queue {
+	t.Helper()
+	q, err := fairrelay.Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
-	if err := Load(ctx, q, 4, 4000, nil); err != nil {
+	t.Cleanup(func() { q.Close() })
+	if err := Load(context.Background(), q, flows, backlog, nil); err != nil {
 		t.Fatal(err)
 	}
+	return q
+}
+
+func TestMeasureSettlesEverythingItClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := loadedQueue(t, 4, 4000)
 	n, elapsed, err := Measure(ctx, q, 1, 3, 30*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -94,14 +101,7 @@ func TestMeasureSettlesEverythingItClaims(t *testing.T) {
 func TestMeasureReportsAnEmptyBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	if err := Load(ctx, q, 2, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	q := loadedQueue(t, 2, 2)
 	if _, _, err := Measure(ctx, q, 1, 1, time.Minute); err == nil {
 		t.Fatal("Measure over a 2-event backlog for a minute succeeded, want the idle error")
 	}
