@@ -210,7 +210,9 @@ func RunClaim(ctx context.Context, opts ClaimOptions) (*ClaimReport, error) {
 				return nil, err
 			}
 			f.n, f.elapsed = f.n+n, f.elapsed+el
-			waiting[f.q] -= n
+			// Measure also settled, untimed, what its last step claimed:
+			// one head per flow up to the batch size.
+			waiting[f.q] -= n + min(f.res.Batch, f.res.Flows)
 		}
 	}
 	rss, err := PeakRSSMB()
