@@ -59,7 +59,10 @@ func child(t *testing.T, mode string, env ...string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), append([]string{childEnv + "=" + mode}, env...)...)
+	// One P per child: eight children on a small machine then compete as
+	// eight threads, not sixteen, and a child holding the clock lock gets
+	// the CPU back sooner.
+	cmd.Env = append(os.Environ(), append([]string{childEnv + "=" + mode, "GOMAXPROCS=1"}, env...)...)
 	return cmd
 }
 
@@ -77,8 +80,9 @@ func openBoth(ctx context.Context) (*fairrelay.Queue, *inbox.Inbox, error) {
 }
 
 // record is one delivery as a drain child saw it: the claim, what the inbox
-// answered, how the settle ended, and the ticket counter read just before
-// the settle (the head behind it became eligible at that ticket or later).
+// answered, how the settle ended, and Before, the ticket counter when the
+// settle committed (the head behind it became eligible then): exact when
+// the same transaction went on to claim, an upper bound otherwise.
 type record struct {
 	ID         string                 `json:"id"`
 	Flow       string                 `json:"flow"`
@@ -95,7 +99,8 @@ type record struct {
 // childDrain runs FAIRRELAY_PGSTRESS_WORKERS goroutines (one pool
 // connection each) that claim, deliver and settle at tick 0 until the
 // ticket counter shows that every one of FAIRRELAY_PGSTRESS_TOTAL events was
-// claimed, and prints one record per delivery. Tick 0 throughout: no lease
+// claimed and their own deliveries are settled, and prints one record per
+// delivery. Tick 0 throughout: no lease
 // runs out, so any second lease on a flow would be a real violation.
 func childDrain(ctx context.Context) error {
 	workers, err := strconv.Atoi(os.Getenv(workersEnv))
@@ -147,18 +152,44 @@ func retryBusy(fn func() error) (int, error) {
 }
 
 func drainWorker(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, w int, total int64, deadline time.Time, emit func(record)) error {
-	// Workers claim batches of 1 to 3, so claims of several sizes compete.
+	// Workers claim 1 to 3 heads at a time, so claims of several sizes
+	// compete. Each loop step settles the worker's last deliveries and
+	// claims the next heads in one transaction (SettleAndClaim), as the
+	// relay's workers do.
 	k := 1 + w%3
+	var recs []record
+	var ps []fairrelay.SettleParams
 	idle := time.Millisecond
 	for {
 		if time.Now().After(deadline) {
 			return errors.New("deadline passed before every event was claimed")
 		}
+		var rs []fairrelay.SettleResult
 		var cs []fairrelay.Claim
-		busy, err := retryBusy(func() (err error) { cs, err = q.ClaimBatch(ctx, 0, k); return err })
+		busy, err := retryBusy(func() (err error) { rs, cs, err = q.SettleAndClaim(ctx, 0, ps, k); return err })
 		if err != nil {
-			return fmt.Errorf("claim: %w", err)
+			return fmt.Errorf("settle and claim: %w", err)
 		}
+		if len(rs) > 0 {
+			// The settles ran first in the transaction: the heads behind
+			// them became eligible at the ticket before its first claim.
+			// Without a claim, read the ticket now (an upper bound).
+			before := int64(-1)
+			if len(cs) > 0 {
+				before = cs[0].Ticket - 1
+			} else {
+				c, err := q.Clock(ctx)
+				if err != nil {
+					return err
+				}
+				before = c.Ticket
+			}
+			for i := range recs {
+				recs[i].Settled, recs[i].Before = rs[i].Status, before
+				emit(recs[i])
+			}
+		}
+		recs, ps = recs[:0], ps[:0]
 		if len(cs) == 0 {
 			c, err := q.Clock(ctx)
 			if err != nil {
@@ -174,28 +205,14 @@ func drainWorker(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, w int
 			continue
 		}
 		idle = time.Millisecond
-		recs := make([]record, len(cs))
-		ps := make([]fairrelay.SettleParams, len(cs))
-		for i, c := range cs {
+		for _, c := range cs {
 			o, err := in.Receive(ctx, inbox.Delivery{EventID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Body: c.Body})
 			if err != nil {
 				return fmt.Errorf("receive %s: %w", c.Token.EventID, err)
 			}
-			recs[i] = record{ID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Generation: c.Token.Generation,
-				Attempts: c.Attempts, Ticket: c.Ticket, Received: o, Busy: busy}
-			ps[i] = fairrelay.SettleParams{Token: c.Token, Outcome: o}
-		}
-		before, err := q.Clock(ctx)
-		if err != nil {
-			return err
-		}
-		var rs []fairrelay.SettleResult
-		if _, err := retryBusy(func() (err error) { rs, err = q.SettleBatch(ctx, 0, ps); return err }); err != nil {
-			return fmt.Errorf("settle: %w", err)
-		}
-		for i := range recs {
-			recs[i].Settled, recs[i].Before = rs[i].Status, before.Ticket
-			emit(recs[i])
+			recs = append(recs, record{ID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Generation: c.Token.Generation,
+				Attempts: c.Attempts, Ticket: c.Ticket, Received: o, Busy: busy})
+			ps = append(ps, fairrelay.SettleParams{Token: c.Token, Outcome: o})
 		}
 	}
 }
