@@ -82,9 +82,13 @@ SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attem
 FROM event WHERE state = $1 AND (flow_id, seq) > ($2, $3) ORDER BY flow_id, seq LIMIT $4;
 
 -- name: EventListQuarantined
--- The literal state lets the planner use the partial index event_quarantined.
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
-FROM event WHERE state = 'quarantined' AND (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
+-- Quarantined events are heads of parked flows (see migration 002): read
+-- them through the partial index flow_parked_head.
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
+  AND e.state = 'quarantined' AND (f.flow_id, f.head_seq) > ($1, $2)
+ORDER BY f.flow_id LIMIT $3;
 
 -- name: AuditInsert
 INSERT INTO audit (event_id, action, reason, operator, previous_reason, generation, at) VALUES ($1, $2, $3, $4, $5, $6, $7);
