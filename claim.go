@@ -60,7 +60,7 @@ func (q *Queue) ClaimBatch(ctx context.Context, at int64, k int) ([]Claim, error
 	var out []Claim
 	err := q.writeTx(ctx, "claim", at, faultpoint.BeforeClaimCommit, faultpoint.AfterClaimCommit, func(tx store.Tx, c *store.Clock) error {
 		var err error
-		out, err = q.claimBatch(ctx, tx, c, at, k)
+		out, err = q.claimBatch(ctx, tx, c, c.Tick, k)
 		return err
 	})
 	if err != nil {

@@ -166,6 +166,7 @@ func (fc flowCache) flush(ctx context.Context, tx store.Tx) error {
 }
 
 func (q *Queue) enqueue(ctx context.Context, tx store.Tx, c *store.Clock, fc flowCache, p EnqueueParams) (EnqueueResult, error) {
+	p.At = c.Tick // the write's tick (p.At may be AtStored)
 	old, err := tx.EventGet(ctx, p.ID)
 	if err != nil {
 		return EnqueueResult{}, err

@@ -66,6 +66,15 @@ func ReferencePolicy() Policy {
 	return Policy{Entry: EntrySeed, Lease: 5, Budget: 3, BackoffBase: 2, BackoffCap: 8, MaxBodyBytes: 1 << 20}
 }
 
+// DaemonPolicy is the relay daemon's policy, where 1 tick = 1 ms (SPEC §7):
+// fair entry, lease 30 000 ticks (30 s: above a 10 s delivery timeout plus a
+// 1 s margin), budget 8, backoff from 1 000 ticks (1 s) doubling up to
+// 300 000 (5 min) with jitter 0.2, bodies up to 1 MiB. Use it for a Queue
+// that a relay.Relay dispatches, and for tools that act on the same store.
+func DaemonPolicy() Policy {
+	return Policy{Entry: EntryFair, Lease: 30_000, Budget: 8, BackoffBase: 1_000, BackoffCap: 300_000, Jitter: 0.2, MaxBodyBytes: 1 << 20}
+}
+
 // withDefaults fills zero fields with their defaults.
 func (p Policy) withDefaults() Policy {
 	if p.Entry == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"log/slog"
 	"strings"
 	"time"
@@ -23,6 +24,13 @@ const MaxIDBytes = 200
 // daemon's 1 tick = 1 ms). Bounding both keeps at+lease and at+backoff far
 // from int64 overflow, which would otherwise hand out a second lease.
 const MaxTick = 1 << 60
+
+// AtStored, given as the tick of a write, runs it at the store's current
+// tick, read in the same transaction: for operators and tools that act on a
+// store whose clock a running relay moves every millisecond, where a tick
+// read first and written next could already be behind (clock_regressed).
+// It is math.MinInt64, a value no computed tick is by accident.
+const AtStored int64 = math.MinInt64
 
 // MaxReasonBytes is the longest redrive reason accepted, in bytes.
 const MaxReasonBytes = 4096
@@ -163,11 +171,15 @@ func (q *Queue) writeTx(ctx context.Context, op string, at int64, before, after 
 var errUnchanged = errors.New("answer changes nothing")
 
 // inTx is the body of writeTx without begin/commit, shared with the …Tx
-// variants that run inside a caller's transaction.
+// variants that run inside a caller's transaction. fn must take the tick of
+// the write from c.Tick (at may be AtStored).
 func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn func(tx store.Tx, c *store.Clock) error) error {
 	c, err := tx.ClockGet(ctx)
 	if err != nil {
 		return dbError(op, err)
+	}
+	if at == AtStored {
+		at = c.Tick
 	}
 	if at < c.Tick {
 		return &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, c.Tick)}
@@ -186,6 +198,9 @@ func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn f
 }
 
 func checkTick(at int64) error {
+	if at == AtStored {
+		return nil
+	}
 	if at < 0 || at > MaxTick {
 		return invalid("at", "must be a tick in [0, %d], got %d", int64(MaxTick), at)
 	}

@@ -105,16 +105,16 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 		e.State, e.Reason = store.StateReady, ""
 		e.Generation++
 		e.Attempts = 0
-		e.NextAt = p.At
+		e.NextAt = c.Tick
 		if err := tx.EventUpdate(ctx, *e); err != nil {
 			return err
 		}
 		// A quarantined event is always its flow's head.
-		placeHead(f, p.At, p.At)
+		placeHead(f, c.Tick, c.Tick)
 		if err := tx.FlowUpdate(ctx, *f); err != nil {
 			return err
 		}
-		a := store.AuditRow{EventID: e.ID, Action: "redrive", Reason: p.Reason, PreviousReason: &previous, Generation: e.Generation, At: p.At}
+		a := store.AuditRow{EventID: e.ID, Action: "redrive", Reason: p.Reason, PreviousReason: &previous, Generation: e.Generation, At: c.Tick}
 		if p.Operator != "" {
 			a.Operator = &p.Operator
 		}

@@ -69,7 +69,7 @@ func (q *Queue) SettleBatch(ctx context.Context, at int64, ps []SettleParams) ([
 	var out []SettleResult
 	err := q.writeTx(ctx, "settle", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
 		var err error
-		out, err = q.settleBatch(ctx, tx, at, ps)
+		out, err = q.settleBatch(ctx, tx, c.Tick, ps)
 		return err
 	})
 	if err != nil {

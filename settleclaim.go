@@ -29,12 +29,12 @@ func (q *Queue) SettleAndClaim(ctx context.Context, at int64, ps []SettleParams,
 	var cs []Claim
 	err := q.writeTx(ctx, "settle and claim", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
 		var err error
-		if rs, err = q.settleBatch(ctx, tx, at, ps); err != nil {
+		if rs, err = q.settleBatch(ctx, tx, c.Tick, ps); err != nil {
 			return err
 		}
 		cs = nil
 		if k > 0 {
-			cs, err = q.claimBatch(ctx, tx, c, at, k)
+			cs, err = q.claimBatch(ctx, tx, c, c.Tick, k)
 		}
 		return err
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/bench"
 )
 
@@ -85,7 +86,9 @@ the peak of the whole run, all stores open.`,
 	f.IntVar(&opts.Rounds, "rounds", bench.DefaultRounds, "interleaved rounds the measuring time is split into, so the machine's load changes affect every rate alike")
 	f.StringVar(&dir, "dir", "", "directory for the database files (the disk measured); defaults to a fresh temporary directory")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	pf.register(cmd, "fair", 0)
+	def := fairrelay.ReferencePolicy()
+	def.Entry = fairrelay.EntryFair
+	pf.register(cmd, def)
 	return cmd
 }
 

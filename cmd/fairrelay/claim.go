@@ -14,7 +14,7 @@ func newClaimCmd() *cobra.Command {
 	var at int64
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "claim --queue Q --at TICK",
+		Use:   "claim --queue Q [--at TICK]",
 		Short: "Claim the next eligible head (SPEC §2) and print the claim or idle as JSON",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -22,9 +22,7 @@ func newClaimCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("at") {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "at", Message: "missing: give --at TICK"}
-			}
+			at := atFlag(cmd, at)
 			q, err := openExistingQueue(cmd.Context(), queue, pol)
 			if err != nil {
 				return err
@@ -41,7 +39,7 @@ func newClaimCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
-	cmd.Flags().Int64Var(&at, "at", 0, "tick of the claim")
-	pf.register(cmd, "fair", 0)
+	cmd.Flags().Int64Var(&at, "at", 0, atUsage)
+	pf.register(cmd, fairrelay.DaemonPolicy())
 	return cmd
 }

@@ -16,7 +16,7 @@ func newEnqueueCmd() *cobra.Command {
 	var at int64
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "enqueue --queue Q --id ID --flow FLOW (--body JSON | --delta N) --at TICK  |  enqueue --queue Q [--at TICK] < events.jsonl",
+		Use:   "enqueue --queue Q --id ID --flow FLOW (--body JSON | --delta N) [--at TICK]  |  enqueue --queue Q [--at TICK] < events.jsonl",
 		Short: "Enqueue one event, or JSON lines from stdin without --id (SPEC §2), printing the answers as JSON",
 		Long: `Enqueue one event. The body is JSON (stored compact, keys sorted);
 --delta N is shorthand for --body '{"delta":N}'. Prints {"status":"created","seq":N},
@@ -45,9 +45,7 @@ by default at the stored tick (so it can run beside a relay).`,
 			if err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("at") {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "at", Message: "missing: give --at TICK"}
-			}
+			at := atFlag(cmd, at)
 			q, err := openQueue(cmd.Context(), queue, pol)
 			if err != nil {
 				return err
@@ -66,7 +64,7 @@ by default at the stored tick (so it can run beside a relay).`,
 	f.StringVar(&flow, "flow", "", "flow id, the ordering key (1 to 200 bytes of UTF-8)")
 	f.StringVar(&body, "body", "", "event body, JSON")
 	f.StringVar(&delta, "delta", "", `shorthand for --body '{"delta":N}', N a positive integer`)
-	f.Int64Var(&at, "at", 0, "tick of the write (must not be below the stored tick)")
-	pf.register(cmd, "fair", 0)
+	f.Int64Var(&at, "at", 0, atUsage)
+	pf.register(cmd, fairrelay.DaemonPolicy())
 	return cmd
 }

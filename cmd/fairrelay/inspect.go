@@ -18,16 +18,17 @@ func newInspectCmd() *cobra.Command {
 	var asJSON bool
 	var limit int
 	cmd := &cobra.Command{
-		Use:   "inspect --queue Q [flows|heads|quarantined|audit] [--json]",
-		Short: "Show flows, heads, quarantined events or the audit log",
+		Use:   "inspect --queue Q [flows|heads|quarantined|audit|clock] [--json]",
+		Short: "Show flows, heads, quarantined events, the audit log or the clock",
 		Long: `Read-only views of a queue store:
   flows        each flow with its last seq and served ticket
   heads        each flow with its head event (the default)
   quarantined  the quarantined heads, with the generation a redrive needs
   audit        the redrive decisions, as written
+  clock        the stored tick and the last ticket
 A readable table by default; --json prints one JSON object per line.`,
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: []string{"flows", "heads", "quarantined", "audit"},
+		ValidArgs: []string{"flows", "heads", "quarantined", "audit", "clock"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			view := "heads"
 			if len(args) == 1 {
@@ -42,9 +43,9 @@ A readable table by default; --json prints one JSON object per line.`,
 			switch view {
 			case "flows", "heads":
 				// Open only after the view is known to be valid.
-			case "quarantined", "audit":
+			case "quarantined", "audit", "clock":
 			default:
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined or audit", view)}
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined, audit or clock", view)}
 			}
 			q, err := openExistingQueue(ctx, queue, fairrelay.Policy{})
 			if err != nil {
@@ -95,6 +96,16 @@ A readable table by default; --json prints one JSON object per line.`,
 					for _, e := range es {
 						fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", e.ID, e.Flow, e.Seq, e.Generation, e.Attempts, e.LifetimeAttempts, deref(e.Reason))
 					}
+				}
+			case "clock":
+				c, err := q.Clock(ctx)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, c)
+				table = func(w io.Writer) {
+					fmt.Fprintln(w, "TICK\tTICKET")
+					fmt.Fprintf(w, "%d\t%d\n", c.Tick, c.Ticket)
 				}
 			case "audit":
 				as, err := q.Audit(ctx, 0, limit)

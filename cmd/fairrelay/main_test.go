@@ -133,7 +133,7 @@ func TestOneShotCommands(t *testing.T) {
 	}{
 		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "10", "--at", "0"}, `{"seq":1,"status":"created"}`},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", `{"note":"x", "delta":1}`, "--at", "0"}, `{"seq":2,"status":"created"}`},
-		{[]string{"claim", "--queue", q, "--at", "0"}, `{"attempts":1,"flow":"A","generation":1,"id":"A1","lease_until":5,"seq":1,"status":"claimed","ticket":1}`},
+		{[]string{"claim", "--queue", q, "--at", "0"}, `{"attempts":1,"flow":"A","generation":1,"id":"A1","lease_until":30000,"seq":1,"status":"claimed","ticket":1}`},
 		{[]string{"claim", "--queue", q, "--at", "1"}, `{"status":"idle"}`},
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "unsupported_delta", "--at", "1"}, `{"status":"quarantined"}`},
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"generation":2,"status":"ready"}`},
@@ -169,7 +169,7 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "", "--flow", "A", "--delta", "1", "--at", "5"}, "id: empty"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "0", "--at", "5"}, "delta: must be a positive integer"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--at", "5"}, "body: missing"},
-		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1"}, "at: missing"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--lease", "0"}, "lease: must be at least 1"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--at", "4"}, "clock_regressed"},
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "acepted", "--at", "5"}, `outcome: unknown outcome "acepted"`},
 		{[]string{"settle", "--queue", q, "--id", "NOPE", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "not_found"},
@@ -193,6 +193,56 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "typo.db")); err == nil {
 		t.Fatal("inspect of a mistyped path created the file")
+	}
+}
+
+// TestOperatorCommandsAtTheStoredTick drives a store the way an operator
+// does beside a running relay: no --at (the stored tick), inspect clock, and
+// redrive --all for every head a bad deploy quarantined.
+func TestOperatorCommandsAtTheStoredTick(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	run := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := cli(t, "", args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	for _, f := range []string{"A", "B", "C"} {
+		run("enqueue", "--queue", q, "--id", f+"1", "--flow", f, "--delta", "1", "--at", "41000")
+	}
+	if got := run("inspect", "--queue", q, "clock", "--json"); got != `{"tick":41000,"ticket":0}` {
+		t.Fatalf("clock: %s", got)
+	}
+	for range 3 {
+		c := run("claim", "--queue", q)
+		var cl struct {
+			ID         string `json:"id"`
+			LeaseUntil int64  `json:"lease_until"`
+		}
+		json.Unmarshal([]byte(c), &cl)
+		if cl.LeaseUntil != 41000+30000 {
+			t.Fatalf("claim without --at: %s, want the stored tick plus the daemon's 30000 lease", c)
+		}
+		reason := "rejected"
+		if cl.ID == "C1" {
+			reason = "id_conflict"
+		}
+		if got := run("settle", "--queue", q, "--id", cl.ID, "--generation", "1", "--outcome", reason); got != `{"status":"quarantined"}` {
+			t.Fatalf("settle %s: %s", cl.ID, got)
+		}
+	}
+	got := run("redrive", "--queue", q, "--all", "--reason-is", "rejected", "--reason", "receiver fixed", "--operator", "ops")
+	if got != `{"generation":2,"id":"A1","status":"ready"}`+"\n"+`{"generation":2,"id":"B1","status":"ready"}` {
+		t.Fatalf("redrive --all:\n%s", got)
+	}
+	if got := run("inspect", "--queue", q, "quarantined", "--json"); !strings.Contains(got, `"id":"C1"`) || strings.Contains(got, `"A1"`) {
+		t.Fatalf("only C1 (another reason) must stay quarantined:\n%s", got)
+	}
+	if got := run("inspect", "--queue", q, "audit", "--json"); strings.Count(got, `"at":41000`) != 2 {
+		t.Fatalf("audit rows at the stored tick:\n%s", got)
 	}
 }
 

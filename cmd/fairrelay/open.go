@@ -20,14 +20,29 @@ type policyFlags struct {
 	jitter float64
 }
 
-func (p *policyFlags) register(cmd *cobra.Command, defaultEntry string, defaultJitter float64) {
+// atUsage is the help of every one-shot command's --at flag.
+const atUsage = "tick of the write; default: the store's current tick, read in the same transaction (safe while a relay runs)"
+
+// atFlag returns --at when given, else fairrelay.AtStored.
+func atFlag(cmd *cobra.Command, at int64) int64 {
+	if cmd.Flags().Changed("at") {
+		return at
+	}
+	return fairrelay.AtStored
+}
+
+// register adds the policy flags with def's values as defaults: the
+// daemon's (fairrelay.DaemonPolicy, ticks = ms) for the relay and the tools
+// that act on its store, the article's (fairrelay.ReferencePolicy) for
+// script.
+func (p *policyFlags) register(cmd *cobra.Command, def fairrelay.Policy) {
 	f := cmd.Flags()
-	f.StringVar(&p.entry, "policy", defaultEntry, "entry and tie rule: seed (the article's) or fair (SPEC §7)")
-	f.Int64Var(&p.lease, "lease", 5, "lease length, in ticks")
-	f.Int64Var(&p.budget, "budget", 3, "claims per round before a transient failure quarantines")
-	f.Int64Var(&p.base, "backoff-base", 2, "first retry delay, in ticks")
-	f.Int64Var(&p.cap, "backoff-cap", 8, "largest retry delay, in ticks")
-	f.Float64Var(&p.jitter, "jitter", defaultJitter, "jitter j in [0,1): each delay d becomes a value in [d*(1-j), d]")
+	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule: seed (the article's) or fair (SPEC §7)")
+	f.Int64Var(&p.lease, "lease", def.Lease, "lease length, in ticks (the relay's tick is 1 ms)")
+	f.Int64Var(&p.budget, "budget", def.Budget, "claims per round before a transient failure quarantines")
+	f.Int64Var(&p.base, "backoff-base", def.BackoffBase, "first retry delay, in ticks")
+	f.Int64Var(&p.cap, "backoff-cap", def.BackoffCap, "largest retry delay, in ticks")
+	f.Float64Var(&p.jitter, "jitter", def.Jitter, "jitter j in [0,1): each delay d becomes a value in [d*(1-j), d]")
 }
 
 func (p *policyFlags) policy() (fairrelay.Policy, error) {
@@ -36,6 +51,12 @@ func (p *policyFlags) policy() (fairrelay.Policy, error) {
 		return fairrelay.Policy{}, err
 	}
 	pol := fairrelay.Policy{Entry: e, Lease: p.lease, Budget: p.budget, BackoffBase: p.base, BackoffCap: p.cap, Jitter: p.jitter}
+	// A zero here is a typed 0, not "the default" as in the library.
+	for name, v := range map[string]int64{"lease": p.lease, "budget": p.budget, "backoff-base": p.base, "backoff-cap": p.cap} {
+		if v < 1 {
+			return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: fmt.Sprintf("must be at least 1, got %d", v)}
+		}
+	}
 	return pol, pol.Validate()
 }
 

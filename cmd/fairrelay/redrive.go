@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
@@ -12,20 +14,36 @@ func init() { rootCmd.AddCommand(newRedriveCmd()) }
 func newRedriveCmd() *cobra.Command {
 	var queue, id, reason, operator string
 	var gen, at int64
+	var all bool
+	var flow, reasonIs string
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "redrive --queue Q --id ID --expected-generation G --reason TEXT [--operator NAME] --at TICK",
-		Short: "Put a quarantined head back in dispatch, with an audit row (SPEC §2)",
+		Use:   "redrive --queue Q (--id ID --expected-generation G | --all [--flow F] [--reason-is R]) --reason TEXT [--operator NAME] [--at TICK]",
+		Short: "Put quarantined heads back in dispatch, each with an audit row (SPEC §2)",
 		Long: `Redrive is the only way out of quarantine. It needs the event's current
 generation (see 'fairrelay inspect quarantined') and a reason; it prints
-{"status":"ready","generation":N} or {"status":"rejected","reason":...}.`,
+{"status":"ready","generation":N} or {"status":"rejected","reason":...}.
+
+--all redrives every quarantined head (of --flow, or with the quarantine
+reason --reason-is, when given) at the generation the listing showed, one
+redrive and one audit row each, and prints one JSON line per event with its
+id. A head that changed meanwhile answers generation_mismatch and is left
+alone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pol, err := pf.policy()
 			if err != nil {
 				return err
 			}
-			for _, name := range []string{"id", "expected-generation", "reason", "at"} {
+			at := atFlag(cmd, at)
+			need := []string{"id", "expected-generation", "reason"}
+			if all {
+				if cmd.Flags().Changed("id") || cmd.Flags().Changed("expected-generation") {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "all", Message: "give --all or --id with --expected-generation, not both"}
+				}
+				need = []string{"reason"}
+			}
+			for _, name := range need {
 				if !cmd.Flags().Changed(name) {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
 				}
@@ -35,6 +53,9 @@ generation (see 'fairrelay inspect quarantined') and a reason; it prints
 				return err
 			}
 			defer q.Close()
+			if all {
+				return redriveAll(cmd, q, flow, reasonIs, reason, operator, at)
+			}
 			r, err := q.Redrive(cmd.Context(), fairrelay.RedriveParams{EventID: id, ExpectedGeneration: gen, Reason: reason, Operator: operator, At: at})
 			if err != nil {
 				return err
@@ -48,7 +69,45 @@ generation (see 'fairrelay inspect quarantined') and a reason; it prints
 	f.Int64Var(&gen, "expected-generation", 0, "the event's current generation (optimistic concurrency)")
 	f.StringVar(&reason, "reason", "", "why it is safe to try again; kept in the audit row")
 	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row")
-	f.Int64Var(&at, "at", 0, "tick of the redrive")
-	pf.register(cmd, "fair", 0)
+	f.Int64Var(&at, "at", 0, atUsage)
+	f.BoolVar(&all, "all", false, "redrive every quarantined head (narrow with --flow and --reason-is)")
+	f.StringVar(&flow, "flow", "", "with --all: only this flow")
+	f.StringVar(&reasonIs, "reason-is", "", "with --all: only heads quarantined for this reason (e.g. budget_exhausted)")
+	pf.register(cmd, fairrelay.DaemonPolicy())
 	return cmd
+}
+
+// redriveAll redrives the quarantined heads that match, each in its own
+// transaction at the generation it was listed with, and prints one line per
+// event. Redrive errors stop it; rejections are printed and it goes on.
+func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, operator string, at int64) error {
+	ctx := cmd.Context()
+	const page = 10000
+	es, err := q.Quarantined(ctx, page)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, e := range es {
+		if (flow != "" && e.Flow != flow) || (reasonIs != "" && (e.Reason == nil || *e.Reason != reasonIs)) {
+			continue
+		}
+		r, err := q.Redrive(ctx, fairrelay.RedriveParams{EventID: e.ID, ExpectedGeneration: e.Generation, Reason: reason, Operator: operator, At: at})
+		if err != nil {
+			return fmt.Errorf("redrive %s: %w", e.ID, err)
+		}
+		line := script.RedriveResult(r)
+		line["id"] = e.ID
+		if err := printJSON(cmd.OutOrStdout(), line); err != nil {
+			return err
+		}
+		n++
+	}
+	if len(es) == page {
+		fmt.Fprintf(cmd.ErrOrStderr(), "redrive: looked at the first %d quarantined heads; run again for more\n", page)
+	}
+	if n == 0 {
+		fmt.Fprintln(cmd.ErrOrStderr(), "redrive: no quarantined head matched")
+	}
+	return nil
 }

@@ -23,28 +23,6 @@ import (
 
 func init() { rootCmd.AddCommand(newRelayCmd()) }
 
-// The daemon's policy defaults: 1 tick = 1 ms (SPEC §7), so the CLI's
-// tick-sized defaults (lease 5) would not survive one HTTP request.
-var relayPolicyDefaults = map[string]string{
-	"lease":        "30000",  // 30 s: above the 10 s delivery timeout plus the 1 s margin
-	"budget":       "8",      // claims per round before budget_exhausted
-	"backoff-base": "1000",   // 1 s
-	"backoff-cap":  "300000", // 5 min
-}
-
-// setFlagDefault changes a registered flag's default (value and help text)
-// without marking it as given.
-func setFlagDefault(cmd *cobra.Command, name, value, usage string) {
-	f := cmd.Flags().Lookup(name)
-	if err := f.Value.Set(value); err != nil {
-		panic(fmt.Sprintf("flag %s: default %q: %v", name, value, err))
-	}
-	f.DefValue = value
-	if usage != "" {
-		f.Usage = usage
-	}
-}
-
 func newRelayCmd() *cobra.Command {
 	var (
 		queue, sinkURL, secret, metricsAddr, logLevel, permanent string
@@ -140,11 +118,7 @@ in --permanent-status.`,
 	f.StringVar(&permanent, "permanent-status", "", "comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
-	pf.register(cmd, "fair", 0.2)
-	setFlagDefault(cmd, "lease", relayPolicyDefaults["lease"], "lease length, in ms (1 tick = 1 ms)")
-	setFlagDefault(cmd, "budget", relayPolicyDefaults["budget"], "")
-	setFlagDefault(cmd, "backoff-base", relayPolicyDefaults["backoff-base"], "first retry delay, in ms")
-	setFlagDefault(cmd, "backoff-cap", relayPolicyDefaults["backoff-cap"], "largest retry delay, in ms")
+	pf.register(cmd, fairrelay.DaemonPolicy())
 	return cmd
 }
 

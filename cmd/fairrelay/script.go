@@ -48,7 +48,7 @@ the exit code is non-zero only when the script cannot be read.`,
 	}
 	cmd.Flags().StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	cmd.Flags().StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
-	pf.register(cmd, "seed", 0)
+	pf.register(cmd, fairrelay.ReferencePolicy())
 	return cmd
 }
 

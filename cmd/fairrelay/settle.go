@@ -14,7 +14,7 @@ func newSettleCmd() *cobra.Command {
 	var gen, at int64
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "settle --queue Q --id ID --generation G --outcome OUTCOME --at TICK",
+		Use:   "settle --queue Q --id ID --generation G --outcome OUTCOME [--at TICK]",
 		Short: "Settle a claim with the receiver's outcome (SPEC §2) and print the answer as JSON",
 		Long: `Settle the claim (id, generation) with an outcome: accepted, duplicate,
 id_conflict, sequence_conflict, unsupported_delta, invalid_body, rejected,
@@ -29,7 +29,8 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 			if err != nil {
 				return err
 			}
-			for _, name := range []string{"id", "generation", "at"} {
+			at := atFlag(cmd, at)
+			for _, name := range []string{"id", "generation"} {
 				if !cmd.Flags().Changed(name) {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
 				}
@@ -51,7 +52,7 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 	f.StringVar(&id, "id", "", "event id of the claim")
 	f.Int64Var(&gen, "generation", 0, "generation of the claim (its fencing token)")
 	f.StringVar(&outcome, "outcome", "", "what the receiver answered")
-	f.Int64Var(&at, "at", 0, "tick of the settle")
-	pf.register(cmd, "fair", 0)
+	f.Int64Var(&at, "at", 0, atUsage)
+	pf.register(cmd, fairrelay.DaemonPolicy())
 	return cmd
 }

@@ -75,6 +75,27 @@ var rules = []rule{
 			}
 		})
 	}},
+	{"at_stored_runs_at_the_stored_tick", ref, func(h h) {
+		h.enqueue("A1", "A", 1, 7)
+		c := h.claim(fairrelay.AtStored)
+		if c == nil || c.LeaseUntil != 12 {
+			h.t.Fatalf("claim at the stored tick 7: %+v, want lease_until 12", c)
+		}
+		r := h.settle(c.Token, fairrelay.OutcomeIDConflict, fairrelay.AtStored)
+		if r.Status != fairrelay.SettleQuarantined {
+			h.t.Fatalf("settle: %+v", r)
+		}
+		rr, err := h.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", ExpectedGeneration: 1, Reason: "fixed", At: fairrelay.AtStored})
+		if err != nil || rr.Status != fairrelay.RedriveReady {
+			h.t.Fatalf("redrive: %+v %v", rr, err)
+		}
+		if a := h.snapshot().Audit[0]; a.At != 7 {
+			h.t.Fatalf("audit at %d, want the stored tick 7", a.At)
+		}
+		if e := h.event("A1"); *e.NextAt != 7 {
+			h.t.Fatalf("next_at %d, want 7", *e.NextAt)
+		}
+	}},
 	{"round_robin_across_flows", ref, func(h h) {
 		for _, f := range []string{"A", "B", "C"} {
 			for i := 1; i <= 3; i++ {
