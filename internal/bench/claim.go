@@ -138,8 +138,9 @@ type ClaimResult struct {
 // RunClaim runs the whole benchmark in this process. It loads one fresh
 // store per flow count, then measures in Rounds interleaved rounds: each
 // round runs the raw commit rate and every flow count × batch size for
-// Duration/Rounds each, so that a change in the machine's load (it is shared)
-// affects every figure alike and the ratios stay comparable. Each rate is
+// Duration/Rounds each, in an order rotated by one slot per round, so that a
+// change in the machine's load (it is shared) affects every figure alike and
+// the ratios stay comparable. Each rate is
 // the total over its rounds. Errors: bad options, any database error, and a
 // settle that does not answer acked (the benchmark counts only real work).
 func RunClaim(ctx context.Context, opts ClaimOptions) (*ClaimReport, error) {
@@ -190,21 +191,30 @@ func RunClaim(ctx context.Context, opts ClaimOptions) (*ClaimReport, error) {
 	slice := opts.Duration / time.Duration(opts.Rounds)
 	var rawN int
 	var rawElapsed time.Duration
-	for range opts.Rounds {
-		// Before every slice, sync(2): on ext4 (data=ordered) an fsync
-		// also waits for other files' dirty data, so a slice measured right
-		// after a heavy one would pay for its writeback.
-		FlushToDisk()
-		n, el, err := raw.measure(ctx, slice)
-		if err != nil {
-			return nil, err
-		}
-		rawN, rawElapsed = rawN+n, rawElapsed+el
-		for _, f := range figs {
+	// One slot per slice of a round: the raw rate, then every figure.
+	slots := len(figs) + 1
+	for round := range opts.Rounds {
+		// Each round starts one slot later, so every figure follows every
+		// other over the rounds: a slice right after a heavy one runs on a
+		// disk still busy with its writes (after the guest's sync, the
+		// host's cache), and no figure must always be the one that pays.
+		for i := range slots {
+			slot := (round + i) % slots
+			// sync(2) first: on ext4 (data=ordered) an fsync also waits for
+			// other files' dirty data.
+			FlushToDisk()
+			if slot == 0 {
+				n, el, err := raw.measure(ctx, slice)
+				if err != nil {
+					return nil, err
+				}
+				rawN, rawElapsed = rawN+n, rawElapsed+el
+				continue
+			}
+			f := figs[slot-1]
 			if f.res.Backlog < 0 {
 				f.res.Backlog = waiting[f.q]
 			}
-			FlushToDisk()
 			n, el, err := Measure(ctx, f.q, at, f.res.Batch, slice)
 			if err != nil {
 				return nil, err
