@@ -119,6 +119,10 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
+	if err := sqlitestore.RefuseForeign(ctx, db, "fairrelay_migration", "a fairrelay queue store, not an inbox"); err != nil {
+		db.Close()
+		return nil, dbError("open inbox", err)
+	}
 	migs, err := sqlfile.Migrations(migrationsFS, "migrations/sqlite")
 	if err != nil {
 		db.Close()

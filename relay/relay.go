@@ -412,7 +412,9 @@ func (r *Relay) report(s Settled) {
 	case s.Result.Status == fairrelay.SettleQuarantined:
 		r.log.Warn("relay: quarantined", attrs...)
 	case s.Result.Status == fairrelay.SettleReady:
-		r.log.Info("relay: will retry", append(attrs, "next_at", s.Result.NextAt)...)
+		// A failed delivery is worth an operator's eye: repeated, it ends in
+		// budget_exhausted.
+		r.log.Warn("relay: delivery failed; will retry", append(attrs, "next_at", s.Result.NextAt)...)
 	default:
 		r.log.Debug("relay: settled", append(attrs, "status", s.Result.Status)...)
 	}

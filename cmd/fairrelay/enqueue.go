@@ -32,7 +32,7 @@ by default at the stored tick (so it can run beside a relay).`,
 				return err
 			}
 			if !cmd.Flags().Changed("id") {
-				return runBulkEnqueue(cmd, queue, pol, at)
+				return runBulkEnqueue(cmd, queue, pol, atFlag(cmd, at))
 			}
 			var d, b json.RawMessage
 			if cmd.Flags().Changed("delta") {

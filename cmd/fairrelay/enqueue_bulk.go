@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,15 +12,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/jsontext"
 	"github.com/fairrelay/fairrelay/internal/script"
 )
 
 // runBulkEnqueue is enqueue without --id: JSON lines from stdin. at is
-// --at when given, else the stored tick.
+// --at when given, else the stored tick (fairrelay.AtStored).
 func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, at int64) error {
-	if !cmd.Flags().Changed("at") {
-		at = -1
-	}
 	for _, name := range []string{"flow", "body", "delta"} {
 		if cmd.Flags().Changed(name) {
 			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "give --id too, or put it in the stdin lines"}
@@ -30,34 +29,37 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, at i
 		return err
 	}
 	defer q.Close()
-	return bulkEnqueue(cmd.Context(), q, cmd.InOrStdin(), cmd.OutOrStdout(), at)
+	failed, total, err := bulkEnqueue(cmd.Context(), q, cmd.InOrStdin(), cmd.OutOrStdout(), at)
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("enqueue: %d of %d lines failed (see their answers)", failed, total)}
+	}
+	return nil
 }
 
 // bulkBatch is how many lines share one transaction (one fsync).
 const bulkBatch = 500
 
-// bulkLine is one line of bulk enqueue input.
-type bulkLine struct {
-	ID    string          `json:"id"`
-	Flow  string          `json:"flow"`
-	Body  json.RawMessage `json:"body"`
-	Delta json.RawMessage `json:"delta"`
-}
-
 // bulkEnqueue reads JSON lines {"id", "flow", "body" | "delta"} from r and
-// enqueues them in batched transactions, printing one JSON answer per line
-// in order: the enqueue answer, or {"error": code, "field", "message"} for a
-// line that cannot be enqueued (the others go on). at < 0 means "at the
-// stored tick", read before each batch, so a running relay's clock is never
-// contradicted. A database error stops the run and is returned.
-func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writer, at int64) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 2<<20) // a line holds a body of up to 1 MiB, escaped
+// enqueues them in batched transactions, printing one JSON answer per
+// non-blank line, in order, each with its "line" number and "id": the
+// enqueue answer, or {"error": code, "field", "message"} for a line that
+// cannot be enqueued (the others go on). It returns how many lines failed
+// and how many it read; a database error stops the run and is returned.
+func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writer, at int64) (failed, total int, err error) {
+	br := bufio.NewReaderSize(r, 64<<10)
 	out := bufio.NewWriter(w)
 	defer out.Flush()
+	type pending struct {
+		line   int
+		id     string
+		answer script.Result // nil: filled from the batch
+	}
 	var (
 		batch   []fairrelay.EnqueueParams
-		answers []any // per line: nil (to fill from the batch) or an error line
+		answers []pending
 	)
 	flush := func() error {
 		rs, err := enqueueBatch(ctx, q, batch, at)
@@ -66,64 +68,103 @@ func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writ
 		}
 		k := 0
 		for _, a := range answers {
-			if a == nil {
-				a, k = rs[k], k+1
+			if a.answer == nil {
+				a.answer, k = rs[k], k+1
 			}
-			if err := printJSON(out, a); err != nil {
+			if _, bad := a.answer["error"]; bad {
+				failed++
+			}
+			a.answer["line"] = a.line
+			if a.id != "" {
+				a.answer["id"] = a.id
+			}
+			if err := printJSON(out, a.answer); err != nil {
 				return err
 			}
 		}
 		batch, answers = batch[:0], answers[:0]
 		return out.Flush()
 	}
-	for line := 1; sc.Scan(); line++ {
-		if len(sc.Bytes()) == 0 {
-			continue
+	for line := 1; ; line++ {
+		b, tooLong, rerr := script.ReadLine(br, script.MaxLineBytes)
+		if rerr != nil && rerr != io.EOF {
+			return failed, total, fmt.Errorf("read stdin: %w", rerr)
 		}
-		p, err := parseBulkLine(sc.Bytes())
-		if err != nil {
-			answers = append(answers, script.ErrorResult(err))
-		} else {
-			batch = append(batch, p)
-			answers = append(answers, nil)
-		}
-		if len(answers) >= bulkBatch {
-			if err := flush(); err != nil {
-				return err
+		switch {
+		case tooLong:
+			total++
+			answers = append(answers, pending{line: line, answer: script.ErrorResult(&fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "line", Message: fmt.Sprintf("longer than %d bytes; skipped", script.MaxLineBytes)})})
+		case len(bytes.TrimSpace(b)) > 0:
+			total++
+			p, err := parseBulkLine(bytes.TrimSpace(b))
+			if err != nil {
+				answers = append(answers, pending{line: line, id: p.ID, answer: script.ErrorResult(err)})
+			} else {
+				batch = append(batch, p)
+				answers = append(answers, pending{line: line, id: p.ID})
 			}
 		}
+		if len(answers) >= bulkBatch || rerr == io.EOF {
+			if err := flush(); err != nil {
+				return failed, total, err
+			}
+		}
+		if rerr == io.EOF {
+			return failed, total, nil
+		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read stdin: %w", err)
-	}
-	return flush()
 }
 
+// parseBulkLine reads one line as strictly as a script line: exact field
+// names (id, flow, body, delta), no duplicates, no nulls, valid text.
 func parseBulkLine(b []byte) (fairrelay.EnqueueParams, error) {
-	var l bulkLine
-	if err := json.Unmarshal(b, &l); err != nil {
-		return fairrelay.EnqueueParams{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "line", Message: "not a JSON object: " + err.Error()}
-	}
-	body, err := script.Body(l.Delta, l.Body)
+	var p fairrelay.EnqueueParams
+	members, err := jsontext.Object(b)
 	if err != nil {
-		return fairrelay.EnqueueParams{}, err
+		return p, &fairrelay.Error{Code: "invalid_json", Message: "line is not one JSON object: " + err.Error()}
 	}
-	return fairrelay.EnqueueParams{ID: l.ID, Flow: l.Flow, Body: body}, nil
+	var body, delta json.RawMessage
+	for _, m := range members {
+		if !jsontext.ValidText(m.Value) {
+			return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: jsontext.ErrNotText.Error()}
+		}
+		if string(m.Value) == "null" {
+			return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must not be null"}
+		}
+		switch m.Key {
+		case "id", "flow":
+			var v string
+			if err := json.Unmarshal(m.Value, &v); err != nil {
+				return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must be a string"}
+			}
+			if m.Key == "id" {
+				p.ID = v
+			} else {
+				p.Flow = v
+			}
+		case "body":
+			body = m.Value
+		case "delta":
+			delta = m.Value
+		default:
+			return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "unknown field (a line holds id, flow and body or delta)"}
+		}
+	}
+	if p.Body, err = script.Body(delta, body); err != nil {
+		return p, err
+	}
+	return p, nil
 }
 
 // enqueueBatch enqueues ps in one transaction and answers each. When the
 // batch fails on one bad item, every item is enqueued on its own so the bad
 // ones answer an error and the others still go in.
-func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.EnqueueParams, at int64) ([]any, error) {
+func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.EnqueueParams, at int64) ([]script.Result, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	var rs []fairrelay.EnqueueResult
-	err := atTick(ctx, q, at, func(at int64) (err error) {
-		rs, err = q.EnqueueBatch(ctx, at, ps)
-		return err
-	})
-	out := make([]any, len(ps))
+	out := make([]script.Result, len(ps))
+	rs, err := q.EnqueueBatch(ctx, at, ps)
 	if err == nil {
 		for i, r := range rs {
 			out[i] = script.EnqueueResult(r)
@@ -134,12 +175,8 @@ func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.Enqueu
 		return nil, err
 	}
 	for i, p := range ps {
-		var r fairrelay.EnqueueResult
-		err := atTick(ctx, q, at, func(at int64) (err error) {
-			p.At = at
-			r, err = q.Enqueue(ctx, p)
-			return err
-		})
+		p.At = at
+		r, err := q.Enqueue(ctx, p)
 		switch {
 		case err == nil:
 			out[i] = script.EnqueueResult(r)
@@ -150,22 +187,4 @@ func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.Enqueu
 		}
 	}
 	return out, nil
-}
-
-// atTick runs fn at the given tick, or (at < 0) at the stored tick, read
-// again and retried a few times when another writer moved it on meanwhile.
-func atTick(ctx context.Context, q *fairrelay.Queue, at int64, fn func(at int64) error) error {
-	if at >= 0 {
-		return fn(at)
-	}
-	for i := 0; ; i++ {
-		c, err := q.Clock(ctx)
-		if err != nil {
-			return err
-		}
-		err = fn(c.Tick)
-		if !errors.Is(err, fairrelay.ErrClockRegressed) || i == 10 {
-			return err
-		}
-	}
 }

@@ -160,6 +160,10 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 	if _, e, code := cli(t, "", "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "5"); code != 0 {
 		t.Fatal(e)
 	}
+	inboxDB := filepath.Join(dir, "inbox.db")
+	if _, e, code := cli(t, "", "migrate", "--inbox", inboxDB); code != 0 {
+		t.Fatal(e)
+	}
 	notDB := filepath.Join(dir, "not.db")
 	os.WriteFile(notDB, []byte("this is not a database, just some text that is long enough"), 0o644)
 	cases := []struct {
@@ -180,6 +184,8 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"inspect", "--queue", filepath.Join(dir, "typo.db")}, "typo.db does not exist"},
 		{[]string{"settle", "--queue", filepath.Join(dir, "typo.db"), "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "typo.db does not exist"},
 		{[]string{"script", "--queue", q, "--inbox", q}, "inbox: must be a different database"},
+		{[]string{"inspect", "--queue", inboxDB}, "holds a fairrelay inbox, not a queue store"},
+		{[]string{"migrate", "--inbox", q}, "holds a fairrelay queue store, not an inbox"},
 	}
 	for _, c := range cases {
 		out, errOut, code := cli(t, "", c.args...)

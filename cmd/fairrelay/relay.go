@@ -39,8 +39,9 @@ clock of SPEC §7: 1 tick = 1 ms, so --lease and the backoff flags are in ms.
 On a signal the relay stops claiming, lets in-flight deliveries finish (up to
 --shutdown-timeout), never settles after a lease ran out, and exits 0.
 
-Receiver contract: a JSON answer {"status": "<outcome>"} is that outcome;
-otherwise 2xx is accepted, 408/425/429/5xx, timeouts and connection errors are
+Receiver contract: a JSON answer {"status": "<outcome>"} is that outcome when
+the HTTP status agrees (an ack needs a 2xx, a permanent outcome a 4xx other
+than 408/425/429, retry and gap go with any status); otherwise 2xx is accepted, 408/425/429/5xx, timeouts and connection errors are
 retried (Retry-After sets a floor), any other status is retried unless listed
 in --permanent-status.`,
 		Args: cobra.NoArgs,

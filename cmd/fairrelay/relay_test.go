@@ -293,20 +293,27 @@ func TestBulkEnqueueAnswersEachLine(t *testing.T) {
 		`{"id":"A1","flow":"B","delta":10}`,
 		`{"id":"B1","flow":"B","delta":1,"body":{"delta":1}}`,
 		`{"id":"B1","flow":"B","delta":1}`,
+		``,
+		`{"id":"C1","Flow":"C","delta":1}`,
+		`{"id":"C1","flow":"C","body":null}`,
+		`{"id":"C1","flow":"C","delta":1,"extra":1}`,
 	}, "\n")
 	out, errOut, code := cli(t, in, "enqueue", "--queue", queue)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
+	if code == 0 || !strings.Contains(errOut, "6 of 11 lines failed") {
+		t.Fatalf("exit %d, stderr %q: want non-zero and a count of failed lines", code, errOut)
 	}
 	want := []string{
-		`{"seq":1,"status":"created"}`,
-		`{"seq":2,"status":"created"}`,
-		`"field":"line"`,
+		`{"id":"A1","line":1,"seq":1,"status":"created"}`,
+		`{"id":"A2","line":2,"seq":2,"status":"created"}`,
+		`"error":"invalid_json"`,
 		`"field":"id"`,
-		`{"seq":1,"status":"existing"}`,
-		`{"status":"conflict"}`,
+		`{"id":"A1","line":5,"seq":1,"status":"existing"}`,
+		`{"id":"A1","line":6,"status":"conflict"}`,
 		`"field":"delta"`,
-		`{"seq":1,"status":"created"}`,
+		`{"id":"B1","line":8,"seq":1,"status":"created"}`,
+		`"field":"Flow"`,
+		`"field":"body"`,
+		`"field":"extra"`,
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != len(want) {

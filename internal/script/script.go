@@ -37,7 +37,7 @@ func (rn *Runner) Run(ctx context.Context, r io.Reader, w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
 	for {
-		line, tooLong, err := readLine(br, MaxLineBytes)
+		line, tooLong, err := ReadLine(br, MaxLineBytes)
 		if err != nil && err != io.EOF {
 			return fmt.Errorf("read script: %w", err)
 		}
@@ -66,10 +66,10 @@ func (rn *Runner) Run(ctx context.Context, r io.Reader, w io.Writer) error {
 	}
 }
 
-// readLine reads one line without its newline. A line longer than max is
+// ReadLine reads one line without its newline. A line longer than max is
 // read to its end and dropped, and tooLong is set, so one bad line does not
-// stop the script (SPEC §6).
-func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+// stop the script (SPEC §6). err is io.EOF after the last line.
+func ReadLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if !tooLong {

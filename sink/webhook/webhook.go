@@ -182,6 +182,11 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 // classify maps one HTTP answer to a result (package doc).
 func (s *Sink) classify(status int, h http.Header, body []byte) sink.Result {
 	res := sink.Result{Detail: strconv.Itoa(status) + " " + http.StatusText(status)}
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		// The usual cause, which otherwise ends every head in
+		// budget_exhausted: the two sides hold different secrets.
+		res.Detail += ": the receiver refused the request; check that the relay's --secret matches the receiver's"
+	}
 	var answer struct {
 		Status string `json:"status"`
 	}

@@ -112,6 +112,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	s := &Store{path: abs, write: w, read: r}
+	if err := RefuseForeign(ctx, r, "fairrelay_inbox_migration", "a fairrelay inbox, not a queue store"); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if _, err := s.Migrate(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -162,6 +166,22 @@ func migrate(ctx context.Context, db *sql.DB, fsys embed.FS) ([]int, error) {
 	}
 	v, err := sqlfile.Apply(ctx, db, migs, "")
 	return v, Translate(err)
+}
+
+// RefuseForeign fails with store.ErrNotDatabase when the file holds table,
+// the mark of another kind of fairrelay store (a queue given as an inbox or
+// the reverse), so that opening it neither mixes the two schemas nor passes
+// as an empty store.
+func RefuseForeign(ctx context.Context, db *sql.DB, table, what string) error {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = $1`, table).Scan(&n)
+	if err != nil {
+		return Translate(fmt.Errorf("read schema: %w", err))
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: the file holds %s", store.ErrNotDatabase, what)
+	}
+	return nil
 }
 
 // Translate maps SQLite result codes to the store's sentinels, keeping the
