@@ -33,9 +33,10 @@ func ExampleQueue_EnqueueTx() {
 		log.Fatal(err)
 	}
 	defer q.Close()
-	// The application's own pool on the same file. _txlock=immediate takes
-	// SQLite's write lock at BEGIN, as fairrelay's own transactions do.
-	db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(5000)")
+	// The application's own pool on the same file, with fairrelay's DSN:
+	// BEGIN IMMEDIATE takes SQLite's write lock at BEGIN, as fairrelay's own
+	// transactions do, and WAL with synchronous=FULL keeps commits durable.
+	db, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -240,3 +240,13 @@ func placeHead(f *store.FlowRow, due, at int64) {
 // parkHead takes the flow out of both indexes: its head is quarantined, or
 // the flow has no head.
 func parkHead(f *store.FlowRow) { f.Runnable, f.WaitUntil = false, nil }
+
+// SQLiteDSN returns the modernc.org/sqlite data source name fairrelay uses
+// for the SQLite file at path: WAL, synchronous=FULL, a 5 s busy timeout and
+// BEGIN IMMEDIATE transactions (SPEC §4). Open your own pool with
+// sql.Open("sqlite", fairrelay.SQLiteDSN(path)) to call EnqueueTx inside your
+// own transactions on the same file; with a deferred BEGIN, the first write
+// of a transaction could fail busy instead of waiting for the lock.
+func SQLiteDSN(path string) string {
+	return sqlitestore.DSN(path, 5*time.Second, true)
+}

@@ -63,6 +63,17 @@ and ends with every event acked once (A: seq 2, total 11).`,
 				}
 				defer os.RemoveAll(d)
 				o.dir = d
+			} else {
+				if err := os.MkdirAll(o.dir, 0o755); err != nil {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "dir", Message: err.Error()}
+				}
+				// The demo's events have fixed ids: a second run on the same
+				// files would only answer existing and wait for nothing.
+				for _, name := range []string{"queue.db", "inbox.db"} {
+					if _, err := os.Stat(filepath.Join(o.dir, name)); err == nil {
+						return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "dir", Message: fmt.Sprintf("%s already holds a demo run (%s); give an empty or new folder", o.dir, name)}
+					}
+				}
 			}
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},

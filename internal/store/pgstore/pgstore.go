@@ -299,7 +299,7 @@ func (s *Store) Wrap(ctx context.Context, tx any) (store.Tx, error) {
 		}
 		c = sqlConn{tx: t}
 	default:
-		return nil, fmt.Errorf("tx: the PostgreSQL backend takes a pgx.Tx or a *sql.Tx, not %T", tx)
+		return nil, fmt.Errorf("the PostgreSQL backend takes a pgx.Tx or a *sql.Tx, not %T", tx)
 	}
 	var current string
 	if err := queryRow(ctx, c, "CurrentSchema", nil, func(r scanner) error {

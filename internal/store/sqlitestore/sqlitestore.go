@@ -227,7 +227,7 @@ func (s *Store) BeginRead(ctx context.Context) (store.Tx, error) {
 func (s *Store) Wrap(ctx context.Context, tx any) (store.Tx, error) {
 	t, ok := tx.(*sql.Tx)
 	if !ok || t == nil {
-		return nil, fmt.Errorf("tx: the SQLite backend takes a *sql.Tx, not %T", tx)
+		return nil, fmt.Errorf("the SQLite backend takes a *sql.Tx, not %T", tx)
 	}
 	return &Tx{q: t}, nil
 }
