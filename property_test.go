@@ -25,7 +25,7 @@ import (
 //
 // Each subtest is named by its policy and seed. Replay one with
 //
-//	FAIRRELAY_PROPERTY_SEED=<seed> go test -run 'TestPropertyMatchesReference/<policy>' .
+//	FAIRRELAY_PROPERTY_SEED=<seed> go test -run 'TestPropertyMatchesReference/^<policy>$' .
 //
 // and run more seeds with FAIRRELAY_PROPERTY_SEEDS=<n> (default 3 fixed seeds
 // plus one drawn from the clock per policy, logged in the subtest name).
@@ -79,7 +79,7 @@ func TestPropertyMatchesReference(t *testing.T) {
 		for _, seed := range propertySeeds(t) {
 			t.Run(fmt.Sprintf("%s/seed=%d", name, seed), func(t *testing.T) {
 				t.Parallel()
-				t.Logf("replay: FAIRRELAY_PROPERTY_SEED=%d go test -run 'TestPropertyMatchesReference/%s' .", seed, name)
+				t.Logf("replay: FAIRRELAY_PROPERTY_SEED=%d go test -run 'TestPropertyMatchesReference/^%s$' .", seed, name)
 				r := newPropertyRun(t, pol, seed)
 				for i := range propertyOps {
 					r.step(i)
