@@ -10,7 +10,6 @@ import (
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
-	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
 
 // view is what the stores show about A1, the one event of a crash row.
@@ -70,24 +69,14 @@ func TestCrashMatrix(t *testing.T) {
 		t.Run(row.point, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			qdsn, idsn := pgtest.Schema(t, "frx_q"), pgtest.Schema(t, "frx_i")
-			q, err := fairrelay.Open(ctx, qdsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer q.Close()
-			in, err := inbox.Open(ctx, idsn, inbox.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer in.Close()
+			q, in, qdsn, idsn := fresh(t, "frx")
 			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)}); err != nil {
 				t.Fatal(err)
 			}
 			cmd := child(t, "deliver", queueEnv+"="+qdsn, inboxEnv+"="+idsn, faultpoint.EnvVar+"="+row.point)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
-			err = cmd.Run()
+			err := cmd.Run()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != faultpoint.ExitCode {
 				t.Fatalf("child: %v, want exit %d; %s", err, faultpoint.ExitCode, stderr.String())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
 
 // The test binary is its own child process: with childEnv set, TestMain runs
@@ -64,6 +65,26 @@ func child(t *testing.T, mode string, env ...string) *exec.Cmd {
 	// the CPU back sooner.
 	cmd.Env = append(os.Environ(), append([]string{childEnv + "=" + mode, "GOMAXPROCS=1"}, env...)...)
 	return cmd
+}
+
+// fresh opens a queue store and an inbox on two fresh schemas (dropped when
+// the test ends; both closed before) and returns them with their URLs, for
+// the children to open too.
+func fresh(t *testing.T, prefix string) (q *fairrelay.Queue, in *inbox.Inbox, qdsn, idsn string) {
+	t.Helper()
+	ctx := context.Background()
+	qdsn, idsn = pgtest.Schema(t, prefix+"_q"), pgtest.Schema(t, prefix+"_i")
+	q, err := fairrelay.Open(ctx, qdsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	in, err = inbox.Open(ctx, idsn, inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	return q, in, qdsn, idsn
 }
 
 func openBoth(ctx context.Context) (*fairrelay.Queue, *inbox.Inbox, error) {

@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/inbox"
-	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
 
 // TestEightProcessClaimRace is SPEC §5 item 7 on PostgreSQL: A, B, C with two
@@ -20,17 +18,7 @@ import (
 func TestEightProcessClaimRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	qdsn, idsn := pgtest.Schema(t, "frr_q"), pgtest.Schema(t, "frr_i")
-	q, err := fairrelay.Open(ctx, qdsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	in, err := inbox.Open(ctx, idsn, inbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.Close()
+	q, _, qdsn, idsn := fresh(t, "frr")
 	for _, f := range []string{"A", "B", "C"} {
 		for _, id := range []string{f + "1", f + "2"} {
 			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: f, Body: []byte(`{"delta":1}`)}); err != nil {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
 
@@ -49,17 +48,7 @@ func TestInvariantsUnderConcurrentClaims(t *testing.T) {
 	// About 60 connections: one run at a time on the server.
 	pgtest.Exclusive(t, "pgstress")
 	ctx := context.Background()
-	qdsn, idsn := pgtest.Schema(t, "frs_q"), pgtest.Schema(t, "frs_i")
-	q, err := fairrelay.Open(ctx, qdsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	in, err := inbox.Open(ctx, idsn, inbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	q, in, qdsn, idsn := fresh(t, "frs")
 
 	total := stressFlows * stressPerFlow
 	// Seq-major, so every batch touches every flow and each flow's events

@@ -109,15 +109,7 @@ func (c *pgxConn) query(ctx context.Context, name, sql string, args []any, each 
 		}
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := each(rows); err != nil {
-			return Translate(fmt.Errorf("%s: %w", name, err))
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return Translate(fmt.Errorf("%s: %w", name, err))
-	}
-	return nil
+	return eachRow(name, rows, each)
 }
 
 // sqlConn runs statements on a caller's *sql.Tx (pgx's stdlib driver).
@@ -136,6 +128,16 @@ func (c sqlConn) query(ctx context.Context, name, sql string, args []any, each f
 		return Translate(fmt.Errorf("%s: %w", name, err))
 	}
 	defer rows.Close()
+	return eachRow(name, rows, each)
+}
+
+// eachRow calls each for every row of rows (pgx.Rows or *sql.Rows), and
+// returns the first error, labelled with name.
+func eachRow(name string, rows interface {
+	scanner
+	Next() bool
+	Err() error
+}, each func(scanner) error) error {
 	for rows.Next() {
 		if err := each(rows); err != nil {
 			return Translate(fmt.Errorf("%s: %w", name, err))
