@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -47,14 +48,13 @@ func main() {
 	os.Exit(1)
 }
 
-// errorLine renders an error as one line that names the code and field.
+// errorLine renders an error as one line that names the code and field;
+// line breaks inside driver messages are folded so the line stays one.
 func errorLine(err error) string {
+	msg := err.Error()
 	var fe *fairrelay.Error
 	if errors.As(err, &fe) {
-		if fe.Field != "" {
-			return fmt.Sprintf("%s: %s", fe.Code, fe.Error())
-		}
-		return fmt.Sprintf("%s: %s", fe.Code, fe.Error())
+		msg = fmt.Sprintf("%s: %s", fe.Code, fe.Error())
 	}
-	return err.Error()
+	return strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -23,22 +25,23 @@ func newMigrateCmd() *cobra.Command {
 			}
 			ctx := cmd.Context()
 			if queue != "" {
-				// Open applies the migrations; Migrate then reports that
-				// nothing is left to apply.
+				verb := statusVerb(queue)
+				// Open applies the migrations the store lacks.
 				q, err := openQueue(ctx, queue, fairrelay.Policy{})
 				if err != nil {
 					return err
 				}
 				defer q.Close()
-				fmt.Fprintf(cmd.OutOrStdout(), "queue %s: schema up to date\n", queue)
+				fmt.Fprintf(cmd.OutOrStdout(), "queue %s: %s\n", queue, verb)
 			}
 			if inboxDSN != "" {
+				verb := statusVerb(inboxDSN)
 				in, err := openInbox(ctx, inboxDSN, inbox.Options{})
 				if err != nil {
 					return err
 				}
 				defer in.Close()
-				fmt.Fprintf(cmd.OutOrStdout(), "inbox %s: schema up to date\n", inboxDSN)
+				fmt.Fprintf(cmd.OutOrStdout(), "inbox %s: %s\n", inboxDSN, verb)
 			}
 			return nil
 		},
@@ -46,4 +49,16 @@ func newMigrateCmd() *cobra.Command {
 	cmd.Flags().StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	cmd.Flags().StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
 	return cmd
+}
+
+// statusVerb says what migrate is about to do to a store: create a SQLite
+// file that does not exist yet, or bring an existing store up to date.
+func statusVerb(dsn string) string {
+	if strings.Contains(dsn, "://") {
+		return "schema up to date"
+	}
+	if _, err := os.Stat(dsn); err != nil {
+		return "created"
+	}
+	return "schema up to date"
 }
