@@ -66,12 +66,19 @@ const NoDeltaLimit = math.MaxInt64
 // Inbox is one receiver's store. Safe for concurrent use.
 type Inbox struct {
 	db          *sql.DB
+	translate   func(error) error // the backend's error translation (busy, not a database)
 	maxDelta    atomic.Int64
 	unavailable atomic.Bool
 }
 
-// opener lets other backends register by dsn prefix (PostgreSQL).
-var openers = map[string]func(ctx context.Context, dsn string, opts Options) (*sql.DB, error){}
+// backend is another backend's opener and its error translation, registered
+// by dsn prefix (PostgreSQL).
+type backend struct {
+	open      func(ctx context.Context, dsn string, opts Options) (*sql.DB, error)
+	translate func(error) error
+}
+
+var openers = map[string]backend{}
 
 // Open opens (creating if missing) the inbox at dsn — a file path (SQLite) or
 // a postgres:// URL — and applies its migrations. Errors name the field
@@ -84,12 +91,14 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "empty path"}
 	}
 	var db *sql.DB
-	for prefix, open := range openers {
+	translate := sqlitestore.Translate
+	for prefix, b := range openers {
 		if strings.HasPrefix(dsn, prefix) {
 			var err error
-			if db, err = open(ctx, dsn, opts); err != nil {
-				return nil, &fairrelay.Error{Code: fairrelay.CodeDatabase, Message: "open inbox", Err: err}
+			if db, err = b.open(ctx, dsn, opts); err != nil {
+				return nil, dbError("open inbox", err)
 			}
+			translate = b.translate
 		}
 	}
 	if db == nil {
@@ -98,7 +107,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 			return nil, err
 		}
 	}
-	in := &Inbox{db: db}
+	in := &Inbox{db: db, translate: translate}
 	if opts.MaxDelta == 0 {
 		opts.MaxDelta = NoDeltaLimit
 	}
@@ -203,19 +212,19 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 	}
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
-		return "", dbError("receive: begin transaction", sqlitestore.Translate(err))
+		return "", dbError("receive: begin transaction", in.translate(err))
 	}
 	defer tx.Rollback()
 	out, err := in.receive(ctx, tx, d)
 	if err != nil {
-		return "", dbError("receive", sqlitestore.Translate(err))
+		return "", dbError("receive", in.translate(err))
 	}
 	if out != fairrelay.OutcomeAccepted {
 		return out, nil
 	}
 	faultpoint.Hit(faultpoint.BeforeReceiptCommit)
 	if err := tx.Commit(); err != nil {
-		return "", dbError("receive: commit", sqlitestore.Translate(err))
+		return "", dbError("receive: commit", in.translate(err))
 	}
 	faultpoint.Hit(faultpoint.AfterReceiptCommit)
 	return out, nil
@@ -300,40 +309,40 @@ func (s *Snapshot) ByFlow() map[string]Projection {
 func (in *Inbox) Snapshot(ctx context.Context) (*Snapshot, error) {
 	tx, err := in.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return nil, dbError("inbox snapshot", sqlitestore.Translate(err))
+		return nil, dbError("inbox snapshot", in.translate(err))
 	}
 	defer tx.Rollback()
 	s := &Snapshot{Receipts: []Receipt{}, Projection: []Projection{}}
 	rows, err := tx.QueryContext(ctx, q["ReceiptList"])
 	if err != nil {
-		return nil, dbError("inbox snapshot", err)
+		return nil, dbError("inbox snapshot", in.translate(err))
 	}
 	for rows.Next() {
 		var r Receipt
 		if err := rows.Scan(&r.ID, &r.Flow, &r.Seq); err != nil {
 			rows.Close()
-			return nil, dbError("inbox snapshot", err)
+			return nil, dbError("inbox snapshot", in.translate(err))
 		}
 		s.Receipts = append(s.Receipts, r)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, dbError("inbox snapshot", err)
+		return nil, dbError("inbox snapshot", in.translate(err))
 	}
 	rows, err = tx.QueryContext(ctx, q["ProjectionList"])
 	if err != nil {
-		return nil, dbError("inbox snapshot", err)
+		return nil, dbError("inbox snapshot", in.translate(err))
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var p Projection
 		if err := rows.Scan(&p.Flow, &p.Seq, &p.Total); err != nil {
-			return nil, dbError("inbox snapshot", err)
+			return nil, dbError("inbox snapshot", in.translate(err))
 		}
 		s.Projection = append(s.Projection, p)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, dbError("inbox snapshot", err)
+		return nil, dbError("inbox snapshot", in.translate(err))
 	}
 	return s, nil
 }

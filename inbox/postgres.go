@@ -20,8 +20,9 @@ var postgresMigrations embed.FS
 // already holds another fairrelay store. Options.BusyTimeout bounds lock
 // waits (lock_timeout).
 func init() {
-	openers["postgres://"] = openPostgres
-	openers["postgresql://"] = openPostgres
+	b := backend{open: openPostgres, translate: pgstore.Translate}
+	openers["postgres://"] = b
+	openers["postgresql://"] = b
 }
 
 func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
