@@ -44,11 +44,13 @@ type Config struct {
 	// discards everything.
 	Logger *slog.Logger
 	// BusyTimeout is how long a write waits for another process's lock
-	// before failing with ErrBusy (SQLite only). Defaults to 5s.
+	// before failing with ErrBusy (SQLite's busy timeout, PostgreSQL's
+	// lock_timeout). Defaults to 5s.
 	BusyTimeout time.Duration
 	// MustExist makes Open fail with ErrInvalidInput (field "queue") when
-	// the SQLite file does not exist, instead of creating an empty store:
-	// for tools that inspect or settle, where a typo must not pass silently.
+	// the store does not exist yet — a missing SQLite file, a PostgreSQL
+	// schema without a queue store — instead of creating an empty one: for
+	// tools that inspect or settle, where a typo must not pass silently.
 	MustExist bool
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"fmt"
 
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
 
@@ -34,6 +36,13 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, pgstore.Translate(err)
+	}
+	if queue, err := pgstore.HoldsTable(ctx, db, "event"); err != nil || queue {
+		db.Close()
+		if err == nil {
+			err = fmt.Errorf("%w: the schema holds a fairrelay queue store, not an inbox", store.ErrNotDatabase)
+		}
+		return nil, err
 	}
 	if _, err := pgstore.Migrate(ctx, db, schema, postgresMigrations, "migrations/postgres", "receipt"); err != nil {
 		db.Close()

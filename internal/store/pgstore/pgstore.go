@@ -55,6 +55,33 @@ type Options struct {
 	// MaxConns is the size of the connection pool. Defaults to pgxpool's
 	// default (the larger of 4 and the number of CPUs).
 	MaxConns int32
+	// MustExist makes Open fail with ErrMissing, creating nothing, when the
+	// schema holds no queue store yet: for tools that inspect or settle,
+	// where a mistyped schema must not pass as an empty store.
+	MustExist bool
+}
+
+// ErrMissing is returned (wrapped) by Open with MustExist when the schema
+// holds no queue store.
+var ErrMissing = errors.New("no queue store there")
+
+// holds reports whether table exists in the connection's schema.
+func holds(ctx context.Context, pool *pgxpool.Pool, table string) (bool, error) {
+	var found *string
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", table).Scan(&found); err != nil {
+		return false, Translate(err)
+	}
+	return found != nil, nil
+}
+
+// HoldsTable reports whether table exists in db's current schema (the inbox
+// uses it to refuse a queue store's schema).
+func HoldsTable(ctx context.Context, db *sql.DB, table string) (bool, error) {
+	var found sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT to_regclass($1)::text", table).Scan(&found); err != nil {
+		return false, Translate(err)
+	}
+	return found.Valid, nil
 }
 
 // Store is the PostgreSQL queue store: one pgx connection pool whose
@@ -189,6 +216,30 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, Translate(err)
+	}
+	hasQueue, err := holds(ctx, pool, "event")
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if !hasQueue {
+		hasInbox, err := holds(ctx, pool, "receipt")
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		where := "schema " + schema
+		if schema == "" {
+			where = "the connection's current schema"
+		}
+		switch {
+		case hasInbox:
+			pool.Close()
+			return nil, fmt.Errorf("%w: %s holds a fairrelay inbox, not a queue store", store.ErrNotDatabase, where)
+		case opts.MustExist:
+			pool.Close()
+			return nil, fmt.Errorf("%w: %s holds no queue store (create it with fairrelay migrate or enqueue)", ErrMissing, where)
+		}
 	}
 	s := &Store{pool: pool, schema: schema}
 	if _, err := s.Migrate(ctx); err != nil {

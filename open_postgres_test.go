@@ -1,0 +1,65 @@
+package fairrelay_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+)
+
+// TestOpenPostgresRefusesWhatIsNotAQueue checks the PostgreSQL side of the
+// guards that keep a typo from passing as an empty store: MustExist on a
+// schema without a queue, a queue opened on an inbox's schema and the
+// reverse, a bad schema name, and an unreachable server (a database error,
+// not invalid input).
+func TestOpenPostgresRefusesWhatIsNotAQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	missing := pgtest.Schema(t, "frt_missing")
+	_, err := fairrelay.Open(ctx, missing, fairrelay.Config{MustExist: true})
+	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "holds no queue store") {
+		t.Fatalf("MustExist on an empty schema: %v", err)
+	}
+	if _, err := fairrelay.Open(ctx, missing, fairrelay.Config{MustExist: true}); err == nil {
+		t.Fatal("the refused open created the store")
+	}
+
+	inboxDSN := pgtest.Schema(t, "frt_inbox")
+	in, err := inbox.Open(ctx, inboxDSN, inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	_, err = fairrelay.Open(ctx, inboxDSN, fairrelay.Config{})
+	if fairrelay.CodeOf(err) != fairrelay.CodeNotDatabase || !strings.Contains(err.Error(), "holds a fairrelay inbox") {
+		t.Fatalf("queue on an inbox schema: %v", err)
+	}
+
+	queueDSN := pgtest.Schema(t, "frt_queue")
+	q, err := fairrelay.Open(ctx, queueDSN, fairrelay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	_, err = inbox.Open(ctx, queueDSN, inbox.Options{})
+	if fairrelay.CodeOf(err) != fairrelay.CodeNotDatabase || !strings.Contains(err.Error(), "holds a fairrelay queue store") {
+		t.Fatalf("inbox on a queue schema: %v", err)
+	}
+
+	base := pgtest.URL(t)
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	_, err = fairrelay.Open(ctx, base+sep+"schema=bad-name", fairrelay.Config{})
+	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+		t.Fatalf("bad schema name: %v", err)
+	}
+	_, err = fairrelay.Open(ctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", fairrelay.Config{})
+	if fairrelay.CodeOf(err) != fairrelay.CodeDatabase {
+		t.Fatalf("unreachable server: %v, want a database error", err)
+	}
+}
