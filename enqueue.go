@@ -19,7 +19,9 @@ type EnqueueParams struct {
 	// and delivered byte for byte.
 	Body []byte
 	// At is the tick of the write (SPEC §2: at >= the stored tick). The event
-	// is eligible from this tick on.
+	// is eligible from this tick on. Beside a running relay, whose clock
+	// moves every millisecond, pass AtStored (the store's tick, read in the
+	// same transaction) or the relay's own tick (relay.Relay.Do).
 	At int64
 }
 
@@ -122,7 +124,9 @@ func (q *Queue) EnqueueBatch(ctx context.Context, at int64, ps []EnqueueParams) 
 // transactional outbox: the business write and the event commit or roll back
 // together. tx is a *sql.Tx on the same SQLite file (open its pool with
 // fairrelay.SQLiteDSN), or for PostgreSQL a pgx.Tx or *sql.Tx on the same
-// database. The caller commits. Answers and errors as Enqueue; an error
+// database. The caller commits. p.At is usually AtStored: a producer does
+// not know the relay's clock. Until the caller commits, the caller's
+// transaction holds the store's write lock (the clock row). Answers and errors as Enqueue; an error
 // leaves the caller's transaction to be rolled back by the caller.
 func (q *Queue) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
 	if err := q.checkEnqueue(p); err != nil {

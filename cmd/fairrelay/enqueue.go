@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -55,7 +56,13 @@ by default at the stored tick (so it can run beside a relay).`,
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), script.EnqueueResult(r))
+			if err := printJSON(cmd.OutOrStdout(), script.EnqueueResult(r)); err != nil {
+				return err
+			}
+			if r.Status == fairrelay.EnqueueConflict {
+				return &exitError{code: 1, err: fmt.Errorf("enqueue: id %q is stored with another flow or body (conflict); nothing was written", id)}
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()

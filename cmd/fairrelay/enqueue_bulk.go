@@ -34,7 +34,7 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, at i
 		return err
 	}
 	if failed > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("enqueue: %d of %d lines failed (see their answers)", failed, total)}
+		return &exitError{code: 1, err: fmt.Errorf("enqueue: %d of %d lines failed or conflicted (see their answers)", failed, total)}
 	}
 	return nil
 }
@@ -71,7 +71,7 @@ func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writ
 			if a.answer == nil {
 				a.answer, k = rs[k], k+1
 			}
-			if _, bad := a.answer["error"]; bad {
+			if _, bad := a.answer["error"]; bad || a.answer["status"] == string(fairrelay.EnqueueConflict) {
 				failed++
 			}
 			a.answer["line"] = a.line

@@ -185,10 +185,15 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"settle", "--queue", filepath.Join(dir, "typo.db"), "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "typo.db does not exist"},
 		{[]string{"script", "--queue", q, "--inbox", q}, "inbox: must be a different database"},
 		{[]string{"inspect", "--queue", inboxDB}, "holds a fairrelay inbox, not a queue store"},
+		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "B", "--delta", "1"}, `id "A1" is stored with another flow or body (conflict)`},
+		{[]string{"redrive", "--queue", q, "--all", "--reason-is", "unsuported_delta", "--reason", "x"}, `reason-is: "unsuported_delta" is not a quarantine reason`},
 		{[]string{"migrate", "--inbox", q}, "holds a fairrelay queue store, not an inbox"},
 	}
 	for _, c := range cases {
 		out, errOut, code := cli(t, "", c.args...)
+		if strings.Contains(out, `"status":"conflict"`) {
+			out = "" // a conflict prints its answer, then fails
+		}
 		if code == 0 || out != "" || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
 			t.Errorf("%v: exit %d stdout %q stderr %q; want non-zero exit and one stderr line containing %q", c.args, code, out, errOut, c.want)
 		}

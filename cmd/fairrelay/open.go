@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,19 @@ type policyFlags struct {
 	base   int64
 	cap    int64
 	jitter float64
+}
+
+// secretEnv names the environment variable that relay and receive read the
+// webhook secret from when --secret is not given: a command line is visible
+// to every user of the machine (ps, /proc/*/cmdline), the environment is not.
+const secretEnv = "FAIRRELAY_SECRET"
+
+// secretFlag returns --secret when given, else $FAIRRELAY_SECRET.
+func secretFlag(cmd *cobra.Command, secret string) string {
+	if cmd.Flags().Changed("secret") {
+		return secret
+	}
+	return os.Getenv(secretEnv)
 }
 
 // atUsage is the help of every one-shot command's --at flag.

@@ -35,6 +35,7 @@ stdout once it listens (--addr 127.0.0.1:0 picks a free port); stops on
 SIGINT or SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			secret := secretFlag(cmd, secret)
 			ctx := cmd.Context()
 			log, err := newLogger(logLevel)
 			if err != nil {
@@ -75,7 +76,7 @@ SIGINT or SIGTERM.`,
 	f := cmd.Flags()
 	f.StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "HOST:PORT to listen on")
-	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string")
+	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")

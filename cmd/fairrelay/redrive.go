@@ -60,7 +60,13 @@ alone.`,
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), script.RedriveResult(r))
+			if err := printJSON(cmd.OutOrStdout(), script.RedriveResult(r)); err != nil {
+				return err
+			}
+			if r.Status == fairrelay.RedriveRejected {
+				return &exitError{code: 1, err: fmt.Errorf("redrive %s: rejected (%s); nothing changed", id, r.RejectReason)}
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -82,12 +88,15 @@ alone.`,
 // event. Redrive errors stop it; rejections are printed and it goes on.
 func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, operator string, at int64) error {
 	ctx := cmd.Context()
+	if reasonIs != "" && !quarantineReason(reasonIs) {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason-is", Message: fmt.Sprintf("%q is not a quarantine reason: budget_exhausted or a permanent outcome (id_conflict, sequence_conflict, unsupported_delta, invalid_body, rejected)", reasonIs)}
+	}
 	const page = 10000
 	es, err := q.Quarantined(ctx, page)
 	if err != nil {
 		return err
 	}
-	n := 0
+	n, rejected := 0, 0
 	for _, e := range es {
 		if (flow != "" && e.Flow != flow) || (reasonIs != "" && (e.Reason == nil || *e.Reason != reasonIs)) {
 			continue
@@ -95,6 +104,9 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 		r, err := q.Redrive(ctx, fairrelay.RedriveParams{EventID: e.ID, ExpectedGeneration: e.Generation, Reason: reason, Operator: operator, At: at})
 		if err != nil {
 			return fmt.Errorf("redrive %s: %w", e.ID, err)
+		}
+		if r.Status == fairrelay.RedriveRejected {
+			rejected++
 		}
 		line := script.RedriveResult(r)
 		line["id"] = e.ID
@@ -104,10 +116,23 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 		n++
 	}
 	if len(es) == page {
-		fmt.Fprintf(cmd.ErrOrStderr(), "redrive: looked at the first %d quarantined heads; run again for more\n", page)
+		fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: redrive: looked at the first %d quarantined heads; run again for more\n", page)
 	}
 	if n == 0 {
-		fmt.Fprintln(cmd.ErrOrStderr(), "redrive: no quarantined head matched")
+		fmt.Fprintln(cmd.ErrOrStderr(), "fairrelay: redrive: no quarantined head matched")
+	}
+	if rejected > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("redrive: %d of %d rejected (changed meanwhile); nothing changed for them", rejected, n)}
 	}
 	return nil
+}
+
+// quarantineReason reports whether s is a reason a head can be quarantined
+// for: budget exhaustion or a permanent outcome.
+func quarantineReason(s string) bool {
+	if s == fairrelay.ReasonBudgetExhausted {
+		return true
+	}
+	o, err := fairrelay.ParseOutcome(s)
+	return err == nil && o.Class() == fairrelay.ClassPermanent
 }

@@ -46,6 +46,7 @@ retried (Retry-After sets a floor), any other status is retried unless listed
 in --permanent-status.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			secret := secretFlag(cmd, secret)
 			ctx := cmd.Context()
 			log, err := newLogger(logLevel)
 			if err != nil {
@@ -111,7 +112,7 @@ in --permanent-status.`,
 	f := cmd.Flags()
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&sinkURL, "sink", "", "receiver URL (http:// or https://) that takes deliveries as POST")
-	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string")
+	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
 	f.IntVar(&workers, "workers", 4, "concurrent deliveries")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-delivery timeout")
 	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")

@@ -299,7 +299,7 @@ func TestBulkEnqueueAnswersEachLine(t *testing.T) {
 		`{"id":"C1","flow":"C","delta":1,"extra":1}`,
 	}, "\n")
 	out, errOut, code := cli(t, in, "enqueue", "--queue", queue)
-	if code == 0 || !strings.Contains(errOut, "6 of 11 lines failed") {
+	if code == 0 || !strings.Contains(errOut, "7 of 11 lines failed or conflicted") {
 		t.Fatalf("exit %d, stderr %q: want non-zero and a count of failed lines", code, errOut)
 	}
 	want := []string{
