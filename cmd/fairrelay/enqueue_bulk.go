@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/jsontext"
 	"github.com/fairrelay/fairrelay/internal/script"
 )
 
@@ -119,18 +118,12 @@ func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writ
 // names (id, flow, body, delta), no duplicates, no nulls, valid text.
 func parseBulkLine(b []byte) (fairrelay.EnqueueParams, error) {
 	var p fairrelay.EnqueueParams
-	members, err := jsontext.Object(b)
+	members, err := script.Members(b)
 	if err != nil {
-		return p, &fairrelay.Error{Code: "invalid_json", Message: "line is not one JSON object: " + err.Error()}
+		return p, err
 	}
 	var body, delta json.RawMessage
 	for _, m := range members {
-		if !jsontext.ValidText(m.Value) {
-			return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: jsontext.ErrNotText.Error()}
-		}
-		if string(m.Value) == "null" {
-			return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must not be null"}
-		}
 		switch m.Key {
 		case "id", "flow":
 			var v string

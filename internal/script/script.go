@@ -145,17 +145,11 @@ func (rn *Runner) Do(ctx context.Context, line []byte) Result {
 // Errors name the field; a line that is not a JSON object is invalid_json.
 func parseOp(line []byte) (op, error) {
 	var o op
-	members, err := jsontext.Object(line)
+	members, err := Members(line)
 	if err != nil {
-		return o, &fairrelay.Error{Code: "invalid_json", Message: "line is not one JSON object: " + err.Error()}
+		return o, err
 	}
 	for _, m := range members {
-		if !jsontext.ValidText(m.Value) {
-			return o, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: jsontext.ErrNotText.Error()}
-		}
-		if string(m.Value) == "null" {
-			return o, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must not be null"}
-		}
 		var target any
 		switch m.Key {
 		case "op":
@@ -202,6 +196,26 @@ func parseOp(line []byte) (op, error) {
 		}
 	}
 	return o, nil
+}
+
+// Members splits one input line into its fields, strictly: the line must be
+// one JSON object without duplicate keys (invalid_json otherwise), and no
+// value may be null or hold invalid text (invalid_input naming the field).
+// Script lines and bulk enqueue lines share it.
+func Members(line []byte) ([]jsontext.Member, error) {
+	members, err := jsontext.Object(line)
+	if err != nil {
+		return nil, &fairrelay.Error{Code: "invalid_json", Message: "line is not one JSON object: " + err.Error()}
+	}
+	for _, m := range members {
+		if !jsontext.ValidText(m.Value) {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: jsontext.ErrNotText.Error()}
+		}
+		if string(m.Value) == "null" {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must not be null"}
+		}
+	}
+	return members, nil
 }
 
 func need[T any](field string, p *T) (T, error) {
