@@ -122,9 +122,6 @@ func errResult(err error) Result {
 	return Result{"error": string(fairrelay.CodeDatabase), "message": err.Error()}
 }
 
-func invalid(field, format string, args ...any) Result {
-	return errResult(&fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: fmt.Sprintf(format, args...)})
-}
 
 // Do runs one op line and returns its result.
 func (rn *Runner) Do(ctx context.Context, line []byte) Result {
