@@ -122,7 +122,6 @@ func errResult(err error) Result {
 	return Result{"error": string(fairrelay.CodeDatabase), "message": err.Error()}
 }
 
-
 // Do runs one op line and returns its result.
 func (rn *Runner) Do(ctx context.Context, line []byte) Result {
 	o, err := parseOp(line)
