@@ -290,3 +290,43 @@ func (q *Queue) Clock(ctx context.Context) (ClockState, error) {
 	}
 	return ClockState{Tick: c.Tick, Ticket: c.Ticket}, nil
 }
+
+// NextDue tells, without writing, when a claim could next take a head. It
+// returns the stored tick, and when ok, due: the stored tick itself when a
+// head is eligible now, else the earliest tick at which a backoff or a lease
+// ends. ok is false when no flow has a head that a claim could ever take
+// (all acked or quarantined). An idle dispatcher uses it to sleep instead of
+// running a claim — a write, since a claim advances the tick — on every
+// poll; it must first raise its own clock to stored (SPEC §7). Errors:
+// ErrBusy, ErrDatabase.
+func (q *Queue) NextDue(ctx context.Context) (stored, due int64, ok bool, err error) {
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return 0, 0, false, dbError("next due", err)
+	}
+	defer tx.Rollback(ctx)
+	c, err := tx.ClockGet(ctx)
+	if err != nil {
+		return 0, 0, false, dbError("next due", err)
+	}
+	order := store.OrderFlowID
+	if q.policy.Entry == EntryFair {
+		order = store.OrderCreation
+	}
+	fs, err := tx.FlowPickRunnable(ctx, order, 1)
+	if err != nil {
+		return 0, 0, false, dbError("next due", err)
+	}
+	if len(fs) > 0 {
+		return c.Tick, c.Tick, true, nil
+	}
+	// The waiting index in wait_until order: its first row ends first.
+	ws, err := tx.FlowListDue(ctx, MaxTick*2, 1)
+	if err != nil {
+		return 0, 0, false, dbError("next due", err)
+	}
+	if len(ws) == 0 || ws[0].WaitUntil == nil {
+		return c.Tick, 0, false, nil
+	}
+	return c.Tick, *ws[0].WaitUntil, true, nil
+}

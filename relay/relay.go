@@ -282,7 +282,33 @@ func (r *Relay) Run(ctx context.Context) error {
 // work is one worker: claim, deliver, settle, until claimCtx is done.
 func (r *Relay) work(claimCtx, deliverCtx, settleCtx context.Context, id int) error {
 	wait := r.cfg.PollInterval
+	idle := false
 	for claimCtx.Err() == nil {
+		if idle {
+			// Idle: ask, with a read, whether anything can be claimed before
+			// running a claim, which is a write (it advances the stored
+			// tick) and would cost an fsync on every poll of an idle relay.
+			stored, due, ok, err := r.q.NextDue(claimCtx)
+			if claimCtx.Err() != nil {
+				break // stopping: no claim after the signal
+			}
+			if err == nil {
+				// Another process may have written a later tick: the clock
+				// never stays below the stored tick (SPEC §7).
+				r.clock.Observe(stored)
+			}
+			if err == nil && (!ok || due > r.clock.Now()) {
+				d := wait
+				if ok {
+					d = min(wait, time.Duration(due-r.clock.Now())*time.Millisecond)
+				}
+				r.idle(claimCtx, d)
+				wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
+				continue
+			}
+			// Due now, or the read failed: the claim decides (and reports a
+			// database error the way it always does).
+		}
 		var cl *fairrelay.Claim
 		// The claim itself runs on settleCtx: a signal arriving mid-claim
 		// must not leave us unsure whether it committed.
@@ -300,10 +326,12 @@ func (r *Relay) work(claimCtx, deliverCtx, settleCtx context.Context, id int) er
 			return fmt.Errorf("claim: %w", err)
 		case cl == nil:
 			r.cfg.Metrics.idle()
+			idle = true
 			r.idle(claimCtx, wait)
 			wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
 			continue
 		}
+		idle = false
 		wait = r.cfg.PollInterval
 		r.cfg.Metrics.claim()
 		if err := r.deliver(deliverCtx, settleCtx, cl); err != nil {

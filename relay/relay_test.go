@@ -765,3 +765,70 @@ func (h *onMessage) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *onMessage) WithGroup(string) slog.Handler      { return h }
+
+// signalTime is manualTime that reports every reading on a channel, so a
+// test can tell that workers went round their loop without sleeping.
+type signalTime struct {
+	*manualTime
+	read chan struct{}
+}
+
+func (s signalTime) Elapsed() time.Duration {
+	select {
+	case s.read <- struct{}{}:
+	default:
+	}
+	return s.manualTime.Elapsed()
+}
+
+// TestIdleRelayDoesNotWrite checks that idle workers ask NextDue (a read)
+// instead of claiming (a write that advances the stored tick) on every poll
+// while the only head waits out its backoff, and that they claim it once it
+// is due.
+func TestIdleRelayDoesNotWrite(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	var first atomic.Bool
+	h.intercept = func(w http.ResponseWriter, r *http.Request, d delivery) bool {
+		if first.CompareAndSwap(false, true) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}
+	// Readings nobody waits for are dropped (a non-blocking send).
+	st := signalTime{manualTime: h.time, read: make(chan struct{})}
+	cfg := h.config(t)
+	cfg.Source = st
+	h.enqueue(t, "A", 1)
+	h.start(t, cfg)
+	if s := h.next(t); s.Result.Status != fairrelay.SettleReady || s.Result.NextAt != s.At+100 {
+		t.Fatalf("first delivery: %+v, want ready 100 ms later", s)
+	}
+	before, err := h.q.Clock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.time.Advance(50 * time.Millisecond) // a later tick, still inside the backoff
+	// Every poll reads the clock, and a worker's next reading comes after
+	// its previous claim committed: 100 readings span many polls of each of
+	// the 4 workers. Claiming on those polls would have moved the tick.
+	for i := range 100 {
+		select {
+		case <-st.read:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d clock readings in 10 s: the workers stopped polling", i)
+		}
+	}
+	after, err := h.q.Clock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Tick != before.Tick {
+		t.Fatalf("stored tick moved from %d to %d while the only head waited out its backoff: idle polls wrote", before.Tick, after.Tick)
+	}
+	h.time.Advance(60 * time.Millisecond) // now due
+	if s := h.next(t); s.Claim.Token.EventID != "A1" || s.Result.Status != fairrelay.SettleAcked {
+		t.Fatalf("once due: %+v", s)
+	}
+}

@@ -96,6 +96,40 @@ var rules = []rule{
 			h.t.Fatalf("next_at %d, want 7", *e.NextAt)
 		}
 	}},
+	{"next_due_reads_without_writing", ref, func(h h) {
+		due := func() (int64, bool) {
+			h.t.Helper()
+			stored, d, ok, err := h.Queue.NextDue(bg)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			if want := h.snapshot().Clock.Tick; stored != want {
+				h.t.Fatalf("NextDue stored tick %d, want %d", stored, want)
+			}
+			return d, ok
+		}
+		if _, ok := due(); ok {
+			h.t.Fatal("empty store: nothing is ever due")
+		}
+		h.enqueue("A1", "A", 1, 3)
+		if d, ok := due(); !ok || d != 3 {
+			h.t.Fatalf("a ready head: due %d %v, want the stored tick 3", d, ok)
+		}
+		c := h.claimID(3, "A1")
+		if d, ok := due(); !ok || d != 8 {
+			h.t.Fatalf("a leased head: due %d %v, want its lease end 8", d, ok)
+		}
+		h.settle(c.Token, fairrelay.OutcomeRetry, 4)
+		if d, ok := due(); !ok || d != 6 {
+			h.t.Fatalf("a head in backoff: due %d %v, want next_at 6", d, ok)
+		}
+		h.unchanged("NextDue", false, func() { due() })
+		c = h.claimID(6, "A1")
+		h.settle(c.Token, fairrelay.OutcomeIDConflict, 6)
+		if _, ok := due(); ok {
+			h.t.Fatal("a quarantined head is never due")
+		}
+	}},
 	{"round_robin_across_flows", ref, func(h h) {
 		for _, f := range []string{"A", "B", "C"} {
 			for i := 1; i <= 3; i++ {
