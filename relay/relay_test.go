@@ -805,21 +805,29 @@ func TestIdleRelayDoesNotWrite(t *testing.T) {
 	if s := h.next(t); s.Result.Status != fairrelay.SettleReady || s.Result.NextAt != s.At+100 {
 		t.Fatalf("first delivery: %+v, want ready 100 ms later", s)
 	}
+	// Every poll reads the clock, and a worker's next reading comes after
+	// its previous claim committed: 100 readings span several polls of each
+	// of the 4 workers.
+	readings := func() {
+		t.Helper()
+		for i := range 100 {
+			select {
+			case <-st.read:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("only %d clock readings in 10 s: the workers stopped polling", i)
+			}
+		}
+	}
+	// First let the claim that follows a delivery (a busy worker claims at
+	// once, a write) finish: from here on every worker is idle.
+	readings()
 	before, err := h.q.Clock(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.time.Advance(50 * time.Millisecond) // a later tick, still inside the backoff
-	// Every poll reads the clock, and a worker's next reading comes after
-	// its previous claim committed: 100 readings span many polls of each of
-	// the 4 workers. Claiming on those polls would have moved the tick.
-	for i := range 100 {
-		select {
-		case <-st.read:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("only %d clock readings in 10 s: the workers stopped polling", i)
-		}
-	}
+	// Claiming on these polls would have moved the stored tick to 50.
+	readings()
 	after, err := h.q.Clock(t.Context())
 	if err != nil {
 		t.Fatal(err)
