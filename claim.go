@@ -58,7 +58,7 @@ func (q *Queue) ClaimBatch(ctx context.Context, at int64, k int) ([]Claim, error
 		return nil, invalid("k", "must be at least 1, got %d", k)
 	}
 	var out []Claim
-	err := q.writeTx(ctx, "claim", at, faultpoint.BeforeClaimCommit, faultpoint.AfterClaimCommit, func(tx store.Tx, c *store.Clock) error {
+	err := q.writeTx(ctx, store.LaneClaim, store.TxHint{Pick: k, PickOrder: q.pickOrder()}, "claim", at, faultpoint.BeforeClaimCommit, faultpoint.AfterClaimCommit, func(tx store.Tx, c *store.Clock) error {
 		var err error
 		out, err = q.claimBatch(ctx, tx, c, c.Tick, k)
 		return err
@@ -74,10 +74,7 @@ func (q *Queue) claimBatch(ctx context.Context, tx store.Tx, c *store.Clock, at 
 	if err := q.promoteDue(ctx, tx, at); err != nil {
 		return nil, err
 	}
-	order := store.OrderFlowID
-	if q.policy.Entry == EntryFair {
-		order = store.OrderCreation
-	}
+	order := q.pickOrder()
 	// The first k runnable flows in dispatch order are exactly what k
 	// consecutive claims pick: a claim takes its flow out of the runnable
 	// index and changes no other flow, so one indexed read serves the batch.
@@ -174,4 +171,13 @@ func (q *Queue) claimOne(ctx context.Context, tx store.Tx, c *store.Clock, at in
 		Flow:  head.Flow, Seq: head.Seq, Body: head.Body,
 		LeaseUntil: lease, Ticket: c.Ticket, Attempts: head.Attempts,
 	}, nil
+}
+
+// pickOrder is the tie-break of the runnable index under the queue's policy
+// (SPEC §2 step 3, §7).
+func (q *Queue) pickOrder() store.Order {
+	if q.policy.Entry == EntryFair {
+		return store.OrderCreation
+	}
+	return store.OrderFlowID
 }

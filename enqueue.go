@@ -71,7 +71,7 @@ func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, er
 		return EnqueueResult{}, err
 	}
 	var res EnqueueResult
-	err := q.writeTx(ctx, "enqueue", p.At, "", "", func(tx store.Tx, c *store.Clock) error {
+	err := q.writeTx(ctx, store.LaneEnqueue, store.TxHint{Events: []string{p.ID}, Flows: []string{p.Flow}}, "enqueue", p.At, "", "", func(tx store.Tx, c *store.Clock) error {
 		fc := flowCache{}
 		var err error
 		if res, err = q.enqueue(ctx, tx, c, fc, p); err != nil {
@@ -94,12 +94,12 @@ func (q *Queue) EnqueueBatch(ctx context.Context, at int64, ps []EnqueueParams) 
 		}
 	}
 	out := make([]EnqueueResult, 0, len(ps))
-	err := q.writeTx(ctx, "enqueue", at, "", "", func(tx store.Tx, c *store.Clock) error {
+	ids, flows := make([]string, len(ps)), make([]string, len(ps))
+	for i, p := range ps {
+		ids[i], flows[i] = p.ID, p.Flow
+	}
+	err := q.writeTx(ctx, store.LaneEnqueue, store.TxHint{Events: ids, Flows: flows}, "enqueue", at, "", "", func(tx store.Tx, c *store.Clock) error {
 		out = out[:0]
-		ids, flows := make([]string, len(ps)), make([]string, len(ps))
-		for i, p := range ps {
-			ids[i], flows[i] = p.ID, p.Flow
-		}
 		// One read for the whole batch where a question costs a round trip.
 		if err := store.Prefetch(ctx, tx, ids, flows); err != nil {
 			return err
@@ -132,7 +132,7 @@ func (q *Queue) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (Enqueue
 	if err := q.checkEnqueue(p); err != nil {
 		return EnqueueResult{}, err
 	}
-	stx, err := q.store.Wrap(ctx, tx)
+	stx, err := q.store.Wrap(ctx, tx, store.LaneEnqueue)
 	if err != nil {
 		return EnqueueResult{}, &Error{Code: CodeInvalidInput, Field: "tx", Message: err.Error()}
 	}

@@ -136,19 +136,21 @@ func (q *Queue) Migrate(ctx context.Context) ([]int, error) {
 	return v, dbError("migrate", err)
 }
 
-// writeTx runs fn in one write transaction after the clock check of SPEC §2:
-// at must be >= the stored tick, which then becomes at. fn's error, or a
-// failed commit, rolls everything back. before and after name the fault
-// points around the commit ("" for none).
-func (q *Queue) writeTx(ctx context.Context, op string, at int64, before, after string, fn func(tx store.Tx, c *store.Clock) error) error {
+// writeTx runs fn in one write transaction of the given lane after the clock
+// check of SPEC §2: at must be >= the stored tick, which then becomes at.
+// fn's error, or a failed commit, rolls everything back. before and after
+// name the fault points around the commit ("" for none). hint says what fn
+// asks first (store.TxHint).
+func (q *Queue) writeTx(ctx context.Context, lane store.Lane, hint store.TxHint, op string, at int64, before, after string, fn func(tx store.Tx, c *store.Clock) error) error {
 	if err := checkTick(at); err != nil {
 		return err
 	}
-	tx, err := q.store.Begin(ctx)
+	tx, err := q.store.Begin(ctx, lane)
 	if err != nil {
 		return dbError(op, err)
 	}
 	defer tx.Rollback(ctx)
+	store.Hint(tx, hint)
 	if err := q.inTx(ctx, op, tx, at, fn); err != nil {
 		if errors.Is(err, errUnchanged) {
 			return nil // the answer is ready; the rollback keeps everything as it was

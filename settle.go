@@ -67,7 +67,7 @@ func (q *Queue) SettleBatch(ctx context.Context, at int64, ps []SettleParams) ([
 		return nil, err
 	}
 	var out []SettleResult
-	err := q.writeTx(ctx, "settle", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
+	err := q.writeTx(ctx, store.LaneSettle, store.TxHint{Events: settleIDs(ps)}, "settle", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
 		var err error
 		out, err = q.settleBatch(ctx, tx, c.Tick, ps)
 		return err
@@ -97,12 +97,8 @@ func checkSettles(ps []SettleParams) error {
 func (q *Queue) settleBatch(ctx context.Context, tx store.Tx, at int64, ps []SettleParams) ([]SettleResult, error) {
 	out := make([]SettleResult, 0, len(ps))
 	if len(ps) > 1 {
-		ids := make([]string, len(ps))
-		for i, p := range ps {
-			ids[i] = p.Token.EventID
-		}
 		// One read for the whole batch where a question costs a round trip.
-		if err := store.Prefetch(ctx, tx, ids, nil); err != nil {
+		if err := store.Prefetch(ctx, tx, settleIDs(ps), nil); err != nil {
 			return nil, err
 		}
 	}
@@ -175,4 +171,13 @@ func (q *Queue) settle(ctx context.Context, tx store.Tx, p SettleParams, at int6
 		return SettleResult{}, err
 	}
 	return res, nil
+}
+
+// settleIDs returns the event ids of ps, in order.
+func settleIDs(ps []SettleParams) []string {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.Token.EventID
+	}
+	return ids
 }

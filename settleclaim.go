@@ -27,7 +27,13 @@ func (q *Queue) SettleAndClaim(ctx context.Context, at int64, ps []SettleParams,
 	}
 	var rs []SettleResult
 	var cs []Claim
-	err := q.writeTx(ctx, "settle and claim", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
+	// Only the settles are hinted: the claims come after the settles'
+	// writes, which they must see.
+	hint := store.TxHint{Events: settleIDs(ps)}
+	if len(ps) == 0 {
+		hint = store.TxHint{Pick: k, PickOrder: q.pickOrder()}
+	}
+	err := q.writeTx(ctx, store.LaneSettle|store.LaneClaim, hint, "settle and claim", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
 		var err error
 		if rs, err = q.settleBatch(ctx, tx, c.Tick, ps); err != nil {
 			return err

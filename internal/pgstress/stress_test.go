@@ -135,18 +135,7 @@ func TestInvariantsUnderConcurrentClaims(t *testing.T) {
 	}
 
 	// Per flow, tickets rise with seq: heads in order, none skipped.
-	byFlow := map[string][]record{}
-	for _, r := range recs {
-		byFlow[r.Flow] = append(byFlow[r.Flow], r)
-	}
-	for f, rs := range byFlow {
-		sort.Slice(rs, func(i, j int) bool { return rs[i].Seq < rs[j].Seq })
-		for i := 1; i < len(rs); i++ {
-			if rs[i].Ticket <= rs[i-1].Ticket {
-				t.Errorf("flow %s: seq %d claimed at ticket %d, before seq %d at ticket %d", f, rs[i].Seq, rs[i].Ticket, rs[i-1].Seq, rs[i-1].Ticket)
-			}
-		}
-	}
+	checkTicketsRiseWithSeq(t, recs)
 
 	// Both stores agree.
 	snap, err := q.Snapshot(ctx)
@@ -235,4 +224,22 @@ func reportDrift(t *testing.T, recs []record) {
 	}
 	t.Logf("rotation drift: wait between a head becoming eligible and its claim: max %d claims, p99 %d (of %d flows); "+
 		"claims later than the exact rotation's bound: %d of %d, by at most %d claims", maxWait, p99, stressFlows, over, len(waits), maxExcess)
+}
+
+// checkTicketsRiseWithSeq requires each flow's tickets to rise with its
+// seqs: heads claimed in order, none skipped.
+func checkTicketsRiseWithSeq(t *testing.T, recs []record) {
+	t.Helper()
+	byFlow := map[string][]record{}
+	for _, r := range recs {
+		byFlow[r.Flow] = append(byFlow[r.Flow], r)
+	}
+	for f, rs := range byFlow {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Seq < rs[j].Seq })
+		for i := 1; i < len(rs); i++ {
+			if rs[i].Ticket <= rs[i-1].Ticket {
+				t.Errorf("flow %s: seq %d claimed at ticket %d, before seq %d at ticket %d", f, rs[i].Seq, rs[i].Ticket, rs[i-1].Seq, rs[i-1].Ticket)
+			}
+		}
+	}
 }

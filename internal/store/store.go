@@ -29,8 +29,11 @@ const (
 	StateQuarantined = "quarantined"
 )
 
-// Clock is the single clock row: the last tick any write saw, the last ticket
-// handed out, and the number of flows created (for creation order).
+// Clock is the clock of SPEC §2: the last tick any write saw, the last ticket
+// handed out, and the number of flows created (for creation order). A
+// backend may keep it as one row per lane (see Lane); ClockGet then answers
+// the largest tick of all lanes, the dispatch lane's ticket and the enqueue
+// lane's flow count, and ClockSet writes the transaction's own lane.
 type Clock struct {
 	Tick   int64
 	Ticket int64
@@ -91,19 +94,40 @@ const (
 	OrderCreation
 )
 
+// Lane names the writers a write transaction is serialised with; a
+// transaction may hold several (a bit set). A one-writer backend (SQLite)
+// serialises every write whatever its lanes; a backend with concurrent
+// writers (PostgreSQL) serialises each lane on its own lock and clock row,
+// so that enqueuers, claimers and settlers do not wait for each other. The
+// rows two lanes write (flow rows, and events through their flows) are then
+// guarded by row locks; see the PostgreSQL backend.
+type Lane int
+
+const (
+	// LaneClaim is claim: the writer of the ticket and of served.
+	LaneClaim Lane = 1 << iota
+	// LaneEnqueue is enqueue: the writer of flow creation (ord) and of each
+	// flow's seq.
+	LaneEnqueue
+	// LaneSettle is settle and redrive: the writers of a claimed or
+	// quarantined head's outcome.
+	LaneSettle
+)
+
 // Store opens transactions on one queue store.
 type Store interface {
-	// Begin starts a write transaction that holds the store's write lock
-	// (SQLite: BEGIN IMMEDIATE). Errors wrap ErrBusy when the lock could not
-	// be taken in time.
-	Begin(ctx context.Context) (Tx, error)
+	// Begin starts a write transaction of the given lane that holds the
+	// store's write lock for that lane (SQLite: BEGIN IMMEDIATE, one lock
+	// for all lanes). Errors wrap ErrBusy when the lock could not be taken in
+	// time.
+	Begin(ctx context.Context, lane Lane) (Tx, error)
 	// BeginRead starts a read-only transaction with a stable view.
 	BeginRead(ctx context.Context) (Tx, error)
 	// Wrap adapts a transaction the caller opened on the same database (the
-	// outbox case). It returns an error when tx is of a type the backend does
-	// not accept. Commit and Rollback on the result are no-ops: the caller owns
-	// the transaction.
-	Wrap(ctx context.Context, tx any) (Tx, error)
+	// outbox case) as a write transaction of the given lane. It returns an
+	// error when tx is of a type the backend does not accept. Commit and
+	// Rollback on the result are no-ops: the caller owns the transaction.
+	Wrap(ctx context.Context, tx any, lane Lane) (Tx, error)
 	// Migrate applies the embedded numbered migrations not applied yet and
 	// returns the versions it applied.
 	Migrate(ctx context.Context) ([]int, error)
@@ -166,4 +190,32 @@ func Prefetch(ctx context.Context, tx Tx, eventIDs, flows []string) error {
 		return p.Prefetch(ctx, eventIDs, flows)
 	}
 	return nil
+}
+
+// TxHint tells a backend, before a write transaction's first statement,
+// what the transaction is about to ask, so that a backend whose every
+// question costs a round trip (PostgreSQL) can ask it together with the
+// first statement. The answers are the same with or without it.
+type TxHint struct {
+	// Events are the ids the transaction reads next with EventGet (a
+	// settle, a redrive, an enqueue's existing ids).
+	Events []string
+	// Flows are the flows it reads next with FlowGet (an enqueue).
+	Flows []string
+	// Pick is the limit of the FlowPickRunnable the transaction asks first
+	// (a claim), in PickOrder; 0 for none.
+	Pick      int
+	PickOrder Order
+}
+
+// Hinter is implemented by a Tx that takes a TxHint before ClockGet.
+type Hinter interface {
+	Hint(h TxHint)
+}
+
+// Hint gives h to tx when the backend takes hints (see Hinter).
+func Hint(tx Tx, h TxHint) {
+	if x, ok := tx.(Hinter); ok {
+		x.Hint(h)
+	}
 }

@@ -2,18 +2,18 @@ package pgstore
 
 import (
 	"slices"
-	"sync/atomic"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
 
 // rowCache holds the rows one write transaction has read or written, so
 // that a batch (ClaimBatch, SettleBatch, EnqueueBatch) asks the server once
-// per row or once per read-ahead instead of once per question. It is exact,
-// not a guess, because of two facts:
-//   - the transaction holds the clock row's lock from ClockGet on, and every
-//     writer takes that lock first, so no other transaction changes a row
-//     while the cache lives;
+// per row or once per batch instead of once per question. It is exact, not
+// a guess, because of two facts:
+//   - every row the transaction writes is locked before it is read (the
+//     rules on Tx): the lane's clock row, the flow rows, and the events
+//     through their flows; no other transaction changes them while the
+//     cache lives;
 //   - every write of the transaction goes through Tx, which updates the
 //     cached row with the same values it sends to the server.
 //
@@ -30,36 +30,24 @@ type rowCache struct {
 	pickOrder store.Order
 	pickValid bool
 	pickAll   bool
-	// readAhead is how many runnable flows the next pick query reads; it
-	// starts at the store's hint and doubles with each query of the
-	// transaction, up to maxReadAhead. picks counts the flows read.
-	readAhead int
-	picks     int
 	// minWait is a lower bound of the smallest wait_until of any flow (nil:
 	// no flow waits): read with the clock, lowered by every write that sets
-	// a wait_until. While it lies after a tick, no head is due at that tick.
+	// a wait_until. While it lies after a tick, no head is due at that tick
+	// (but for a settle committed meanwhile, whose head a later claim takes).
 	minWait *int64
 }
-
-// Read-ahead of the runnable index: a single Claim reads few rows, a large
-// ClaimBatch few queries.
-const (
-	minReadAhead = 8
-	maxReadAhead = 256
-)
 
 type flowSeq struct {
 	flow string
 	seq  int64
 }
 
-func newRowCache(hint *atomic.Int64, minWait *int64) *rowCache {
+func newRowCache(minWait *int64) *rowCache {
 	return &rowCache{
-		events:    map[string]*store.EventRow{},
-		bySeq:     map[flowSeq]string{},
-		flows:     map[string]*store.FlowRow{},
-		readAhead: int(min(max(hint.Load(), minReadAhead), maxReadAhead)),
-		minWait:   minWait,
+		events:  map[string]*store.EventRow{},
+		bySeq:   map[flowSeq]string{},
+		flows:   map[string]*store.FlowRow{},
+		minWait: minWait,
 	}
 }
 
@@ -115,8 +103,6 @@ func (c *rowCache) picked(order store.Order, limit int) ([]store.FlowRow, bool) 
 
 func (c *rowCache) setPick(order store.Order, ids []string, all bool) {
 	c.pick, c.pickOrder, c.pickValid, c.pickAll = ids, order, true, all
-	c.picks += len(ids)
-	c.readAhead = min(2*c.readAhead, maxReadAhead)
 }
 
 // flowWritten records a FlowInsert or FlowUpdate of f. The prefix of the

@@ -27,6 +27,9 @@ type pgxConn struct {
 	tx      pgxQuerier
 	pending pgx.Batch
 	names   []string
+	// reads holds, for each queued statement, the function that takes its
+	// rows (queueRead), nil for a statement whose rows are dropped.
+	reads []func(scanner) error
 }
 
 // pgxQuerier is what pgxConn needs: a *pgx.Conn of the store's pool, or a
@@ -37,10 +40,51 @@ type pgxQuerier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// queue adds a statement that returns nothing to the next round trip.
+// queue adds a statement whose rows, if any, are dropped to the next round
+// trip.
 func (c *pgxConn) queue(name, sql string, args ...any) {
+	c.queueRead(name, nil, sql, args...)
+}
+
+// queueRead adds a query to the next round trip; each is called for every
+// row it returns, when the round trip is made.
+func (c *pgxConn) queueRead(name string, each func(scanner) error, sql string, args ...any) {
 	c.pending.Queue(sql, args...)
 	c.names = append(c.names, name)
+	c.reads = append(c.reads, each)
+}
+
+// roundTrip sends the queued statements and takes their results.
+func (c *pgxConn) roundTrip(ctx context.Context) error {
+	br, err := c.sendPending(ctx, "", nil)
+	if err != nil {
+		return err
+	}
+	return Translate(br.Close())
+}
+
+// takePending returns the queued statements and empties the queue.
+func (c *pgxConn) takePending() (pgx.Batch, []string, []func(scanner) error) {
+	b, names, reads := c.pending, c.names, c.reads
+	c.pending, c.names, c.reads = pgx.Batch{}, nil, nil
+	return b, names, reads
+}
+
+// result takes the result of the queued statement name: its rows go to
+// each, or are dropped when each is nil.
+func result(br pgx.BatchResults, name string, each func(scanner) error) error {
+	if each == nil {
+		if _, err := br.Exec(); err != nil {
+			return Translate(fmt.Errorf("%s: %w", name, err))
+		}
+		return nil
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	defer rows.Close()
+	return eachRow(name, rows, each)
 }
 
 func (c *pgxConn) exec(ctx context.Context, name, sql string, args []any) error {
@@ -53,17 +97,15 @@ func (c *pgxConn) exec(ctx context.Context, name, sql string, args []any) error 
 // sendPending sends the queued writes, plus sql when it is not empty, in one
 // batch, and returns the open batch results positioned at sql's result.
 func (c *pgxConn) sendPending(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
-	b := c.pending
-	names := c.names
-	c.pending, c.names = pgx.Batch{}, nil
+	b, names, reads := c.takePending()
 	if sql != "" {
 		b.Queue(sql, args...)
 	}
 	br := c.tx.SendBatch(ctx, &b)
-	for _, n := range names {
-		if _, err := br.Exec(); err != nil {
+	for i, n := range names {
+		if err := result(br, n, reads[i]); err != nil {
 			br.Close()
-			return nil, Translate(fmt.Errorf("%s: %w", n, err))
+			return nil, err
 		}
 	}
 	return br, nil
@@ -72,20 +114,22 @@ func (c *pgxConn) sendPending(ctx context.Context, sql string, args []any) (pgx.
 // commit sends the queued writes and COMMIT in one round trip, so that the
 // clock lock is released one round trip sooner than with a separate COMMIT.
 func (c *pgxConn) commit(ctx context.Context) error {
-	c.queue("Commit", "COMMIT")
-	b, names := c.pending, c.names
-	c.pending, c.names = pgx.Batch{}, nil
+	b, names, reads := c.takePending()
+	b.Queue("COMMIT")
 	br := c.tx.SendBatch(ctx, &b)
 	defer br.Close()
 	for i, n := range names {
-		tag, err := br.Exec()
-		if err != nil {
-			return Translate(fmt.Errorf("%s: %w", n, err))
+		if err := result(br, n, reads[i]); err != nil {
+			return err
 		}
-		// A transaction that failed earlier answers COMMIT with ROLLBACK.
-		if i == len(names)-1 && tag.String() != "COMMIT" {
-			return fmt.Errorf("commit: the server answered %s", tag)
-		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return Translate(fmt.Errorf("Commit: %w", err))
+	}
+	// A transaction that failed earlier answers COMMIT with ROLLBACK.
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("commit: the server answered %s", tag)
 	}
 	return Translate(br.Close())
 }

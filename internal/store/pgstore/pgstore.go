@@ -21,7 +21,6 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,10 +88,6 @@ func HoldsTable(ctx context.Context, db *sql.DB, table string) (bool, error) {
 type Store struct {
 	pool   *pgxpool.Pool
 	schema string
-	// readAhead is how many runnable flows the last claiming transaction
-	// read: the next one starts reading that many (a hint, never a
-	// correctness matter).
-	readAhead atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -309,14 +304,19 @@ func Translate(err error) error {
 	return err
 }
 
-// Begin starts a READ COMMITTED write transaction. Its first statement
-// (ClockGet) locks the clock row, which serialises writers.
-func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
+// Begin starts a READ COMMITTED write transaction of the given lanes. Its
+// first statement (ClockGet) locks the lanes' clock rows, which serialises
+// each lane's writers (see Tx for how the lanes share flow rows). An
+// enqueue runs alone: it cannot share a transaction with another lane.
+func (s *Store) Begin(ctx context.Context, lane store.Lane) (store.Tx, error) {
+	if lane == 0 || lane&^(store.LaneClaim|store.LaneEnqueue|store.LaneSettle) != 0 || (lane&store.LaneEnqueue != 0 && lane != store.LaneEnqueue) {
+		return nil, fmt.Errorf("begin transaction: unknown lanes %d", lane)
+	}
 	t, err := begin(ctx, s.pool, "BEGIN ISOLATION LEVEL READ COMMITTED")
 	if err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
-	t.write, t.hint = true, &s.readAhead
+	t.write, t.lane = true, lane
 	return t, nil
 }
 
@@ -335,8 +335,14 @@ func (s *Store) BeginRead(ctx context.Context) (store.Tx, error) {
 // resolve to the store's schema, every statement is run with the schema put
 // first on search_path and the caller's search_path restored after it, so
 // the caller's own unqualified names keep their meaning. The first
-// statement locks the clock row until the caller's transaction ends.
-func (s *Store) Wrap(ctx context.Context, tx any) (store.Tx, error) {
+// statement locks the enqueue lane's clock row until the caller's
+// transaction ends: other enqueuers wait for the caller, dispatchers do not
+// (but a settle of a flow the caller enqueued to waits for its row lock).
+// Only the enqueue lane can be wrapped.
+func (s *Store) Wrap(ctx context.Context, tx any, lane store.Lane) (store.Tx, error) {
+	if lane != store.LaneEnqueue {
+		return nil, fmt.Errorf("a caller's transaction can only enqueue (lane %d)", lane)
+	}
 	var c conn
 	switch t := tx.(type) {
 	case pgx.Tx:
@@ -368,5 +374,5 @@ func (s *Store) Wrap(ctx context.Context, tx any) (store.Tx, error) {
 		}
 		c = &scopedConn{c: c, ours: pgx.Identifier{s.schema}.Sanitize() + ", " + path, theirs: path}
 	}
-	return &Tx{c: c, write: true}, nil
+	return &Tx{c: c, write: true, lane: lane}, nil
 }

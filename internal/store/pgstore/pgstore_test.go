@@ -170,7 +170,7 @@ func drive(t *testing.T, rng *rand.Rand, lite, pg *fairrelay.Queue) {
 // TestTxAgreesWithSQLite drives the store seam itself — one write
 // transaction, the questions in an order the protocol does not use today —
 // on SQLite and on PostgreSQL and requires the same answer to every
-// question: the row cache, the read-ahead of runnable flows and the
+// question: the row cache, the cached picks of runnable flows and the
 // collected writes must answer as the server would.
 func TestTxAgreesWithSQLite(t *testing.T) {
 	t.Parallel()
@@ -187,7 +187,7 @@ func TestTxAgreesWithSQLite(t *testing.T) {
 	defer pg.Close()
 	txs := make([]store.Tx, 2)
 	for i, s := range []store.Store{lite, pg} {
-		if txs[i], err = s.Begin(ctx); err != nil {
+		if txs[i], err = s.Begin(ctx, store.LaneClaim|store.LaneSettle); err != nil {
 			t.Fatal(err)
 		}
 		defer txs[i].Rollback(ctx)

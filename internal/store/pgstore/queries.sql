@@ -5,34 +5,55 @@
 -- search_path.
 
 -- name: ClockGet
-SELECT tick, ticket, flows FROM clock WHERE id = 1;
+-- The clock of SPEC §2 from its lane rows (migration 003): the largest tick,
+-- the claim lane's ticket, the enqueue lane's flow count.
+SELECT max(tick), max(ticket) FILTER (WHERE id = 1), max(flows) FILTER (WHERE id = 2) FROM clock;
 
 -- name: ClockLock
--- Writers queue on a transaction-scoped advisory lock of the store's schema
--- before they lock the clock row: the lock manager wakes them one at a time,
--- where waiters on a row lock all wake at each commit and fight for the row
--- again (a convoy that collapses throughput with dozens of claimers). The
--- row lock below stays: it is what makes a writer that skipped this lock,
--- or a REPEATABLE READ caller transaction, safe (it fails, serialised).
-SELECT pg_advisory_xact_lock(1718186354, hashtext(current_schema()));
+-- Writers of a lane queue on a transaction-scoped advisory lock of the
+-- store's schema and lane before they lock their lane's clock row ($1: the
+-- clock row ids of the transaction's lanes, ascending, so that a
+-- transaction holding two lanes takes them in the same order as every
+-- other): the lock manager wakes them one at a time, where waiters on a row
+-- lock all wake at each commit and fight for the row again (a convoy that
+-- collapses throughput with dozens of claimers). The row lock below stays:
+-- it is what makes a writer that skipped this lock, or a REPEATABLE READ
+-- caller transaction, safe (it fails, serialised).
+SELECT pg_advisory_xact_lock(1718186353 + l, hashtext(current_schema())) FROM unnest($1::integer[]) AS l;
 
 -- name: ClockGetForUpdate
--- Every write transaction locks the clock row first: writers are serialised
--- on it, which gives exactly SQLite's one-writer answers (SPEC §4: the same
--- answers). Under READ COMMITTED each later statement then sees every commit
--- made before the lock was granted.
+-- Every write transaction locks its lanes' clock rows first ($1): the
+-- writers of a lane are serialised on it, which gives the lane exactly
+-- SQLite's one-writer answers (SPEC §4: the same answers). Under READ
+-- COMMITTED each later statement then sees every commit made before the
+-- lock was granted. The other lanes' rows are read as last committed:
+-- their writers run at the same time, on other rows or under row locks.
 -- The earliest wait_until comes along (flow_waiting's first entry): while
 -- it lies after a claim's tick, no head is due and FlowListDue needs no
--- round trip. The subquery's snapshot is taken after ClockLock was granted,
--- so every earlier writer has committed.
-SELECT tick, ticket, flows, (SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL)
-FROM clock WHERE id = 1 FOR UPDATE;
+-- round trip. A settle may set an earlier one meanwhile; that head is then
+-- claimed by a later claim.
+-- (count(*) reads every row of "mine", so each of them is locked.)
+WITH mine AS MATERIALIZED (SELECT id FROM clock WHERE id = ANY ($1::integer[]) ORDER BY id FOR UPDATE)
+SELECT (SELECT max(tick) FROM clock), (SELECT ticket FROM clock WHERE id = 1), (SELECT flows FROM clock WHERE id = 2),
+       (SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL)
+FROM (SELECT count(*) FROM mine) AS locked;
 
 -- name: ClockSet
-UPDATE clock SET tick = $1, ticket = $2, flows = $3 WHERE id = 1;
+-- A writer sets its own lanes' rows ($4): the tick, and the counter a lane
+-- owns (the claim lane's ticket, the enqueue lane's flows).
+UPDATE clock SET tick = $1,
+    ticket = CASE WHEN id = 1 THEN $2 ELSE ticket END,
+    flows = CASE WHEN id = 2 THEN $3 ELSE flows END
+WHERE id = ANY ($4::integer[]);
 
 -- name: FlowGet
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = $1;
+
+-- name: FlowGetForUpdate
+-- FlowGet of a write transaction: the flow row stays locked until the end,
+-- so that the other lane cannot change what this one is about to write.
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = $1
+FOR NO KEY UPDATE;
 
 -- name: FlowInsert
 INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until) VALUES ($1, $2, $3, $4, $5, $6, $7);
@@ -44,6 +65,15 @@ UPDATE flow SET seq = $1, served = $2, head_seq = $3, runnable = $4, wait_until 
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
 WHERE wait_until IS NOT NULL AND wait_until <= $1
 ORDER BY wait_until LIMIT $2;
+
+-- name: FlowListDueForUpdate
+-- FlowListDue of a claim: the flows it answers stay locked;
+-- a flow another transaction holds (a settle of its head, an enqueue) is
+-- skipped, never waited for, and is due again at the next claim.
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
+WHERE wait_until IS NOT NULL AND wait_until <= $1
+ORDER BY wait_until LIMIT $2
+FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: FlowPickRunnableSeed
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
@@ -107,23 +137,21 @@ SELECT current_setting('search_path');
 -- statement by statement (Wrap); the value is a parameter, never SQL text.
 SELECT set_config('search_path', $1, true);
 
--- name: EventGetWithFlow
--- EventGet of a write transaction: the event and its flow in one round trip
--- (settle reads both). The foreign key guarantees the flow row.
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at,
-       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until
-FROM event e JOIN flow f ON f.flow_id = e.flow_id WHERE e.event_id = $1;
-
 -- name: FlowPickRunnableSeedHeads
--- FlowPickRunnableSeed of a write transaction, read ahead: the next runnable
+-- FlowPickRunnableSeed of a write transaction: the next runnable
 -- flows with their head events (has_head false when the head row is missing,
--- which the protocol reports as an inconsistent store).
+-- which the protocol reports as an inconsistent store). The flows stay
+-- locked; one another transaction holds (an enqueue appending to it) is
+-- skipped, never waited for. A runnable flow's head cannot change under
+-- the lock of another lane: only a claim (this lane, serialised) takes a
+-- runnable head, and an enqueue only appends behind it.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, e.event_id IS NOT NULL,
        coalesce(e.event_id, ''), coalesce(e.flow_id, ''), coalesce(e.seq, 0), coalesce(e.body, ''::bytea), coalesce(e.state, ''),
        coalesce(e.generation, 0), coalesce(e.attempts, 0), coalesce(e.lifetime_attempts, 0), e.reason,
        coalesce(e.next_at, 0), coalesce(e.lease_until, 0), coalesce(e.enqueued_at, 0)
 FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1;
+WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1
+FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- name: FlowPickRunnableFairHeads
 -- As FlowPickRunnableSeedHeads, in the fair policy's order.
@@ -132,7 +160,8 @@ SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, 
        coalesce(e.generation, 0), coalesce(e.attempts, 0), coalesce(e.lifetime_attempts, 0), e.reason,
        coalesce(e.next_at, 0), coalesce(e.lease_until, 0), coalesce(e.enqueued_at, 0)
 FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1;
+WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1
+FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- The set-based writes of a write transaction: the rows written by many
 -- FlowInsert, EventInsert, FlowUpdate and EventUpdate calls, one statement
@@ -147,23 +176,45 @@ INSERT INTO event (event_id, flow_id, seq, body, state, generation, attempts, li
 SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[]);
 
 -- name: FlowUpdateMany
+-- "flow_id = ANY" as well as the join: the planner then finds the rows
+-- through the primary key whatever it guesses of unnest's size (without it,
+-- it hashes a sequential scan of the whole table once the batch is large).
 UPDATE flow SET seq = u.seq, served = u.served, head_seq = u.head_seq, runnable = u.runnable, wait_until = u.wait_until
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::boolean[], $6::bigint[]) AS u (flow_id, seq, served, head_seq, runnable, wait_until)
-WHERE flow.flow_id = u.flow_id COLLATE "C";
+WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
 
 -- name: EventUpdateMany
 UPDATE event SET state = u.state, generation = u.generation, attempts = u.attempts, lifetime_attempts = u.lifetime_attempts,
     reason = u.reason, next_at = u.next_at, lease_until = u.lease_until
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[])
     AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until)
-WHERE event.event_id = u.event_id COLLATE "C";
+WHERE event.event_id = ANY ($1::text[]) AND event.event_id = u.event_id COLLATE "C";
 
 -- name: EventGetManyWithFlow
--- Prefetch: the events of a batch with their flows.
+-- Prefetch of a settle or redrive: the events with their flows (settle
+-- reads both), after FlowLockOfEvents.
 SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at,
        f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until
 FROM event e JOIN flow f ON f.flow_id = e.flow_id WHERE e.event_id = ANY ($1::text[]);
 
 -- name: FlowGetMany
--- Prefetch: the flows of a batch.
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = ANY ($1::text[]);
+-- Prefetch: the flows of a batch, locked until the end of the transaction
+-- in flow_id order (every transaction that waits for flow locks takes them
+-- in that order, in one statement: no deadlock between the lanes).
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = ANY ($1::text[])
+ORDER BY flow_id FOR NO KEY UPDATE;
+
+-- name: EventGetMany
+-- Prefetch of an enqueue: the events of a batch (an id already stored
+-- answers existing or conflict; its row's identity never changes).
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
+FROM event WHERE event_id = ANY ($1::text[]);
+
+-- name: FlowLockOfEvents
+-- Before a transaction reads events to settle or redrive, it locks
+-- their flows, in flow_id order, in one statement: the event rows it then
+-- reads (the next statement, a new snapshot) cannot change until it ends,
+-- since every writer of an event holds its flow's lock.
+SELECT 1 FROM flow WHERE flow_id = ANY (ARRAY (SELECT flow_id FROM event WHERE event_id = ANY ($1::text[])))
+ORDER BY flow_id FOR NO KEY UPDATE;
+

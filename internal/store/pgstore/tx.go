@@ -2,8 +2,8 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -13,22 +13,39 @@ import (
 // Tx is a transaction on the PostgreSQL store. own is the pool connection
 // of the store's own transactions, nil for a wrapped caller transaction,
 // whose Commit and Rollback belong to the caller. write makes ClockGet lock
-// the clock row (SPEC §2: writes are serialised).
+// the clock rows of the transaction's lanes (SPEC §2: the writers of a lane
+// are serialised; see store.Lane), and makes every read of a row the
+// transaction may write lock that row.
 //
-// The store runs its own transactions by hand on the connection rather
-// than through pgx.Tx: BEGIN travels with the first query and COMMIT with
-// the last writes, two round trips fewer per transaction.
+// The lanes run at the same time and share the flow rows, which each of
+// them writes. Three rules keep each lane's answers exact:
+//   - a writer of a flow row (or of an event: every writer of an event
+//     holds its flow's row lock) locks it before it reads what it will
+//     write, and holds it to the end (FOR NO KEY UPDATE, which the event
+//     table's foreign key checks do not conflict with);
+//   - a transaction waits for flow locks in one statement at most, taking
+//     them in flow_id order (an enqueue's flows, a settle's flows): no two
+//     transactions can wait for each other;
+//   - a claim never waits for a flow: it skips one another transaction
+//     holds (SKIP LOCKED), which can only be an enqueue appending to it or
+//     a settle of its lease-expired head, and a later claim takes it.
+//
+// What the lanes give up is a total order between lanes: the clock check
+// of SPEC §2 compares at with the other lanes' last committed ticks, and a
+// flow created while a claim commits joins the rotation at the ticket
+// committed before (never ahead of a flow already waiting). Operations
+// that do not overlap in time get exactly SQLite's answers.
 type Tx struct {
 	c     conn
 	own   *pgxpool.Conn
 	done  bool
 	write bool
+	lane  store.Lane
+	hint  store.TxHint
 	// cache and ws are used in the store's own write transactions once the
 	// clock row is locked (see rowCache and writeSet).
 	cache *rowCache
 	ws    writeSet
-	// hint is the store's read-ahead hint (Store.readAhead).
-	hint *atomic.Int64
 }
 
 // begin starts a transaction on a connection of pool: stmt (a BEGIN) is
@@ -47,7 +64,7 @@ func begin(ctx context.Context, pool *pgxpool.Pool, stmt string) (*Tx, error) {
 // queuing the collected writes to go with it.
 func (t *Tx) db() conn {
 	if t.cache != nil && !t.ws.empty() {
-		t.ws.stage(t.c.(*pgxConn))
+		t.ws.stage(t.c.(*pgxConn), t.lane)
 	}
 	return t.c
 }
@@ -89,36 +106,60 @@ func (t *Tx) exec(ctx context.Context, name string, args ...any) error {
 	return t.db().exec(ctx, name, q[name], args)
 }
 
-// ClockGet reads the clock row; in a write transaction it locks it first.
+// Hint takes what the transaction asks first (store.Hinter): ClockGet
+// sends those reads in its own round trip, after the locks.
+func (t *Tx) Hint(h store.TxHint) { t.hint = h }
+
+// ClockGet reads the clock (store.Clock); in a write transaction it locks
+// its lanes' clock rows first. In the store's own write transactions it
+// also sends the reads of the transaction's hint in the same round trip,
+// after the locks.
 func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
-	name := "ClockGet"
-	if t.write {
-		name = "ClockGetForUpdate"
+	var c store.Clock
+	if !t.write {
+		err := queryRow(ctx, t.db(), "ClockGet", nil, func(r scanner) error { return r.Scan(&c.Tick, &c.Ticket, &c.Flows) })
+		return c, err
 	}
-	if t.write {
-		if pc, ok := t.c.(*pgxConn); ok {
-			// Sent with the clock read: one round trip.
-			pc.queue("ClockLock", q["ClockLock"])
-		} else if err := t.exec(ctx, "ClockLock"); err != nil {
+	lanes := laneRows(t.lane)
+	var minWait *int64
+	scan := func(r scanner) error { return r.Scan(&c.Tick, &c.Ticket, &c.Flows, &minWait) }
+	pc, ok := t.c.(*pgxConn)
+	if !ok {
+		if err := t.exec(ctx, "ClockLock", lanes); err != nil {
 			return store.Clock{}, err
 		}
+		return c, queryRow(ctx, t.db(), "ClockGetForUpdate", []any{lanes}, scan)
 	}
-	var c store.Clock
-	var minWait *int64
-	err := queryRow(ctx, t.db(), name, nil, func(r scanner) error {
-		if t.write {
-			return r.Scan(&c.Tick, &c.Ticket, &c.Flows, &minWait)
-		}
-		return r.Scan(&c.Tick, &c.Ticket, &c.Flows)
-	})
-	if err == nil && t.write && t.own != nil {
-		// The clock lock is held from here to the end of the transaction:
-		// rows can be cached and writes collected (rowCache, writeSet).
-		if _, ok := t.c.(*pgxConn); ok {
-			t.cache = newRowCache(t.hint, minWait)
-		}
+	pc.queue("ClockLock", q["ClockLock"], lanes)
+	if t.own == nil {
+		return c, queryRow(ctx, t.db(), "ClockGetForUpdate", []any{lanes}, scan)
 	}
-	return c, err
+	// The lanes' locks are held from the first round trip to the end of the
+	// transaction, and the rows read after them are locked as they are
+	// read: rows can be cached and writes collected (rowCache, writeSet).
+	t.cache = newRowCache(nil)
+	found := false
+	pc.queueRead("ClockGetForUpdate", func(r scanner) error { found = true; return scan(r) }, q["ClockGetForUpdate"], lanes)
+	var finish []func()
+	if f := t.queuePrefetch(t.hint.Events, t.hint.Flows); f != nil {
+		finish = append(finish, f)
+	}
+	if t.hint.Pick > 0 {
+		finish = append(finish, t.queuePick(t.hint.PickOrder, t.hint.Pick))
+	}
+	if err := pc.roundTrip(ctx); err != nil {
+		t.cache = nil
+		return store.Clock{}, err
+	}
+	if !found {
+		t.cache = nil
+		return store.Clock{}, errors.New("ClockGetForUpdate: no row")
+	}
+	t.cache.minWait = minWait
+	for _, f := range finish {
+		f()
+	}
+	return c, nil
 }
 
 func (t *Tx) ClockSet(ctx context.Context, c store.Clock) error {
@@ -126,7 +167,7 @@ func (t *Tx) ClockSet(ctx context.Context, c store.Clock) error {
 		t.ws.clock = &c
 		return nil
 	}
-	return t.exec(ctx, "ClockSet", c.Tick, c.Ticket, c.Flows)
+	return t.exec(ctx, "ClockSet", c.Tick, c.Ticket, c.Flows, laneRows(t.lane))
 }
 
 func scanFlow(r scanner, f *store.FlowRow) error {
@@ -139,8 +180,12 @@ func (t *Tx) FlowGet(ctx context.Context, flow string) (*store.FlowRow, error) {
 			return f, nil
 		}
 	}
+	name := "FlowGet"
+	if t.write {
+		name = "FlowGetForUpdate"
+	}
 	var f store.FlowRow
-	found, err := queryRowFound(ctx, t.db(), "FlowGet", []any{flow}, func(r scanner) error { return scanFlow(r, &f) })
+	found, err := queryRowFound(ctx, t.db(), name, []any{flow}, func(r scanner) error { return scanFlow(r, &f) })
 	if err != nil {
 		return nil, err
 	}
@@ -194,6 +239,9 @@ func (t *Tx) FlowListDue(ctx context.Context, at int64, limit int) ([]store.Flow
 	if t.cache != nil && t.cache.noneDue(at) {
 		return nil, nil
 	}
+	if t.write {
+		return t.flows(ctx, "FlowListDueForUpdate", at, limit)
+	}
 	return t.flows(ctx, "FlowListDue", at, limit)
 }
 
@@ -231,47 +279,53 @@ func (t *Tx) event(ctx context.Context, name string, args ...any) (*store.EventR
 
 func (t *Tx) EventGet(ctx context.Context, id string) (*store.EventRow, error) {
 	if t.cache == nil {
+		if t.write && t.lane != store.LaneEnqueue {
+			return nil, errors.New("EventGet: a settle must run on the store's own connection")
+		}
 		return t.event(ctx, "EventGet", id)
 	}
 	if e, ok := t.cache.event(id); ok {
 		return e, nil
 	}
-	// The event's flow comes along: settle asks for it next.
-	if err := t.readEvents(ctx, "EventGetWithFlow", id, []string{id}); err != nil {
+	if t.lane == store.LaneEnqueue {
+		// An enqueue reads an existing event only to compare it; it does
+		// not lock (or cache) the event's flow, which it may never write.
+		e, err := t.event(ctx, "EventGet", id)
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			t.cache.events[id] = nil
+		} else {
+			t.cache.putEvent(*e)
+		}
+		return e, nil
+	}
+	// A settle or redrive: lock the event's flow, then read the event with
+	// its flow (settle asks for it next) in one round trip.
+	if err := t.Prefetch(ctx, []string{id}, nil); err != nil {
 		return nil, err
 	}
 	e, _ := t.cache.event(id)
 	return e, nil
 }
 
-// readEvents runs name (EventGetWithFlow or EventGetManyWithFlow) with arg
-// and caches the events it returns with their flows, and every id of ids it
-// does not return as absent.
-func (t *Tx) readEvents(ctx context.Context, name string, arg any, ids []string) error {
-	err := t.db().query(ctx, name, q[name], []any{arg}, func(r scanner) error {
-		var e store.EventRow
-		var f store.FlowRow
-		var reason *string
-		if err := r.Scan(&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt,
-			&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil); err != nil {
-			return err
-		}
-		if reason != nil {
-			e.Reason = *reason
-		}
-		t.cache.putEvent(e)
-		if _, ok := t.cache.flows[f.Flow]; !ok {
-			t.cache.putFlow(f)
-		}
-		return nil
-	})
-	if err != nil {
+// eventWithFlow caches one row of EventGetManyWithFlow: an event and its
+// flow.
+func (t *Tx) eventWithFlow(r scanner) error {
+	var e store.EventRow
+	var f store.FlowRow
+	var reason *string
+	if err := r.Scan(&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt,
+		&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil); err != nil {
 		return err
 	}
-	for _, id := range ids {
-		if _, ok := t.cache.events[id]; !ok {
-			t.cache.events[id] = nil
-		}
+	if reason != nil {
+		e.Reason = *reason
+	}
+	t.cache.putEvent(e)
+	if _, ok := t.cache.flows[f.Flow]; !ok {
+		t.cache.putFlow(f)
 	}
 	return nil
 }
@@ -285,15 +339,31 @@ func (t *Tx) Prefetch(ctx context.Context, eventIDs, flows []string) error {
 	if t.cache == nil {
 		return nil
 	}
+	pc := t.db().(*pgxConn) // the collected writes go first
+	finish := t.queuePrefetch(eventIDs, flows)
+	if finish == nil {
+		return nil
+	}
+	if err := pc.roundTrip(ctx); err != nil {
+		return err
+	}
+	finish()
+	return nil
+}
+
+// queuePrefetch queues the reads of Prefetch for the next round trip and
+// returns what to do once it is made (nil when nothing needs reading):
+//   - an enqueue reads the events it will compare (their flows are neither
+//     locked nor cached: the batch may never write them) and locks and
+//     reads the flows it will write, in flow_id order;
+//   - a settle or redrive locks the events' flows in flow_id order, then
+//     reads the events with their flows (a new snapshot, after the locks).
+func (t *Tx) queuePrefetch(eventIDs, flows []string) (finish func()) {
+	pc := t.c.(*pgxConn)
 	var ids []string
 	for _, id := range eventIDs {
 		if _, ok := t.cache.events[id]; !ok {
 			ids = append(ids, id)
-		}
-	}
-	if len(ids) > 0 {
-		if err := t.readEvents(ctx, "EventGetManyWithFlow", ids, ids); err != nil {
-			return err
 		}
 	}
 	var fs []string
@@ -302,26 +372,44 @@ func (t *Tx) Prefetch(ctx context.Context, eventIDs, flows []string) error {
 			fs = append(fs, f)
 		}
 	}
-	if len(fs) == 0 {
+	if len(ids) == 0 && len(fs) == 0 {
 		return nil
 	}
-	err := t.db().query(ctx, "FlowGetMany", q["FlowGetMany"], []any{fs}, func(r scanner) error {
-		var f store.FlowRow
-		if err := scanFlow(r, &f); err != nil {
-			return err
-		}
-		t.cache.putFlow(f)
-		return nil
-	})
-	if err != nil {
-		return err
+	if len(ids) > 0 && t.lane == store.LaneEnqueue {
+		pc.queueRead("EventGetMany", func(r scanner) error {
+			var e store.EventRow
+			if err := scanEvent(r, &e); err != nil {
+				return err
+			}
+			t.cache.putEvent(e)
+			return nil
+		}, q["EventGetMany"], ids)
+	} else if len(ids) > 0 {
+		pc.queue("FlowLockOfEvents", q["FlowLockOfEvents"], ids)
+		pc.queueRead("EventGetManyWithFlow", t.eventWithFlow, q["EventGetManyWithFlow"], ids)
 	}
-	for _, f := range fs {
-		if _, ok := t.cache.flows[f]; !ok {
-			t.cache.flows[f] = nil
+	if len(fs) > 0 {
+		pc.queueRead("FlowGetMany", func(r scanner) error {
+			var f store.FlowRow
+			if err := scanFlow(r, &f); err != nil {
+				return err
+			}
+			t.cache.putFlow(f)
+			return nil
+		}, q["FlowGetMany"], fs)
+	}
+	return func() {
+		for _, id := range ids {
+			if _, ok := t.cache.events[id]; !ok {
+				t.cache.events[id] = nil
+			}
+		}
+		for _, f := range fs {
+			if _, ok := t.cache.flows[f]; !ok {
+				t.cache.flows[f] = nil
+			}
 		}
 	}
-	return nil
 }
 
 var _ store.Prefetcher = (*Tx)(nil)
@@ -347,13 +435,26 @@ func (t *Tx) pickCached(ctx context.Context, order store.Order, limit int) ([]st
 	if fs, ok := t.cache.picked(order, limit); ok {
 		return fs, nil
 	}
+	pc := t.db().(*pgxConn) // the collected writes go first
+	finish := t.queuePick(order, limit)
+	if err := pc.roundTrip(ctx); err != nil {
+		return nil, err
+	}
+	finish()
+	fs, _ := t.cache.picked(order, limit)
+	return fs, nil
+}
+
+// queuePick queues the read of the first limit runnable flows in order,
+// with their heads, for the next round trip, and returns what to do once it
+// is made. No read-ahead: every flow read is locked until the commit.
+func (t *Tx) queuePick(order store.Order, limit int) (finish func()) {
 	name := "FlowPickRunnableSeedHeads"
 	if order == store.OrderCreation {
 		name = "FlowPickRunnableFairHeads"
 	}
-	n := max(limit, t.cache.readAhead)
 	var ids []string
-	err := t.db().query(ctx, name, q[name], []any{n}, func(r scanner) error {
+	t.c.(*pgxConn).queueRead(name, func(r scanner) error {
 		var f store.FlowRow
 		var e store.EventRow
 		var hasHead bool
@@ -371,14 +472,8 @@ func (t *Tx) pickCached(ctx context.Context, order store.Order, limit int) ([]st
 		}
 		ids = append(ids, f.Flow)
 		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	t.cache.setPick(order, ids, len(ids) < n)
-	t.hint.Store(int64(t.cache.picks))
-	fs, _ := t.cache.picked(order, limit)
-	return fs, nil
+	}, q[name], limit)
+	return func() { t.cache.setPick(order, ids, len(ids) < limit) }
 }
 
 // nullString stores an empty reason as NULL, as the SQLite backend does.
@@ -453,4 +548,16 @@ func (t *Tx) AuditList(ctx context.Context, after int64, limit int) ([]store.Aud
 		return nil, err
 	}
 	return out, nil
+}
+
+// laneRows returns the clock row ids of the lanes of l, ascending: 1 the
+// claim lane, 2 the enqueue lane, 3 the settle lane (migration 003).
+func laneRows(l store.Lane) []int32 {
+	var ids []int32
+	for i, bit := range []store.Lane{store.LaneClaim, store.LaneEnqueue, store.LaneSettle} {
+		if l&bit != 0 {
+			ids = append(ids, int32(i+1))
+		}
+	}
+	return ids
 }

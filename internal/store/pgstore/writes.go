@@ -88,7 +88,7 @@ func (w *writeSet) updateEvent(e store.EventRow) {
 }
 
 // stage queues the collected writes on c, in the safe order, and empties w.
-func (w *writeSet) stage(c *pgxConn) {
+func (w *writeSet) stage(c *pgxConn, lane store.Lane) {
 	if n := len(w.flowInserts); n > 0 {
 		ids, ord, seq, served, head := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		run, wait := make([]bool, n), make([]*int64, n)
@@ -129,7 +129,7 @@ func (w *writeSet) stage(c *pgxConn) {
 		c.queue("AuditInsert", q["AuditInsert"], a.EventID, a.Action, a.Reason, a.Operator, a.PreviousReason, a.Generation, a.At)
 	}
 	if w.clock != nil {
-		c.queue("ClockSet", q["ClockSet"], w.clock.Tick, w.clock.Ticket, w.clock.Flows)
+		c.queue("ClockSet", q["ClockSet"], w.clock.Tick, w.clock.Ticket, w.clock.Flows, laneRows(lane))
 	}
 	*w = writeSet{}
 }

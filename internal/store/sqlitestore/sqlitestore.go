@@ -203,8 +203,9 @@ func Translate(err error) error {
 	return err
 }
 
-// Begin starts an IMMEDIATE transaction on the write connection.
-func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
+// Begin starts an IMMEDIATE transaction on the write connection. SQLite has
+// one writer: every lane shares it.
+func (s *Store) Begin(ctx context.Context, _ store.Lane) (store.Tx, error) {
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
@@ -224,7 +225,7 @@ func (s *Store) BeginRead(ctx context.Context) (store.Tx, error) {
 
 // Wrap accepts a *sql.Tx the caller opened on the same SQLite file (use DSN
 // with immediate=true for its pool, or the first write may fail busy).
-func (s *Store) Wrap(ctx context.Context, tx any) (store.Tx, error) {
+func (s *Store) Wrap(ctx context.Context, tx any, _ store.Lane) (store.Tx, error) {
 	t, ok := tx.(*sql.Tx)
 	if !ok || t == nil {
 		return nil, fmt.Errorf("the SQLite backend takes a *sql.Tx, not %T", tx)
