@@ -7,8 +7,8 @@
 //   - fairrelay, unordered: enqueue N events, each its own flow
 //     (EnqueueBatch, same batches), while workers claim, hand each event to a
 //     no-op sink and settle it accepted (SettleAndClaim: a worker settles its
-//     last events and claims the next in one transaction); the clock stops
-//     at the last ack.
+//     last events and claims the next in one transaction; with -split, in
+//     two, SettleBatch then ClaimBatch); the clock stops at the last ack.
 //   - fairrelay, ordered: the same with the N events spread over 100 flows,
 //     delivered in order within each flow.
 //
@@ -59,6 +59,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 1, "fairrelay: claiming goroutines (one pool connection each)")
 	flag.IntVar(&o.claim, "claim", 100, "fairrelay: heads per claim (SettleAndClaim)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; each workload reports its median")
+	flag.BoolVar(&o.split, "split", false, "fairrelay: settle and claim in two transactions (SettleBatch, ClaimBatch) instead of one (SettleAndClaim)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -82,6 +83,7 @@ func main() {
 type options struct {
 	url                                                   string
 	n, batch, flows, riverWorkers, workers, claim, rounds int
+	split                                                 bool
 }
 
 func run(ctx context.Context, o options) error {
@@ -302,38 +304,65 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 		go func() {
 			defer wg.Done()
 			// A worker's loop step settles what it delivered and claims the
-			// next heads in one transaction (SettleAndClaim). Everything at
-			// tick 0: a no-op sink answers at once, so no lease runs out.
+			// next heads: in one transaction (SettleAndClaim), or with
+			// -split in two (SettleBatch, then ClaimBatch), as the relay's
+			// workers do. Everything at tick 0: a no-op sink answers at
+			// once, so no lease runs out.
 			var ps []fairrelay.SettleParams
+			settled := func(rs []fairrelay.SettleResult) (done bool, err error) {
+				for _, r := range rs {
+					if r.Status != fairrelay.SettleAcked {
+						return false, fmt.Errorf("settle answered %s", r.Status)
+					}
+				}
+				ps = ps[:0]
+				return acked.Add(int64(len(rs))) >= int64(o.n), nil
+			}
 			for time.Now().Before(deadline) {
 				mu.Lock()
 				stop := firstErr != nil
 				mu.Unlock()
-				if stop {
+				if stop || acked.Load() >= int64(o.n) {
 					return
 				}
 				k := o.claim
 				if acked.Load()+int64(len(ps)) >= int64(o.n) {
 					k = 0 // the last settle: nothing is left to claim
 				}
-				rs, cs, err := q.SettleAndClaim(ctx, 0, ps, k)
+				var rs []fairrelay.SettleResult
+				var cs []fairrelay.Claim
+				var err error
+				if o.split {
+					if len(ps) > 0 {
+						rs, err = q.SettleBatch(ctx, 0, ps)
+						if err == nil {
+							var done bool
+							if done, err = settled(rs); done || err != nil {
+								fail(err)
+								return
+							}
+						}
+					}
+					if err == nil && k > 0 {
+						cs, err = q.ClaimBatch(ctx, 0, k)
+					}
+				} else {
+					rs, cs, err = q.SettleAndClaim(ctx, 0, ps, k)
+					if err == nil {
+						var done bool
+						if done, err = settled(rs); done || err != nil {
+							fail(err)
+							return
+						}
+					}
+				}
 				if errors.Is(err, fairrelay.ErrBusy) {
-					continue
+					continue // nothing changed; ps is still to settle
 				}
 				if err != nil {
 					fail(err)
 					return
 				}
-				for _, r := range rs {
-					if r.Status != fairrelay.SettleAcked {
-						fail(fmt.Errorf("settle answered %s", r.Status))
-						return
-					}
-				}
-				if acked.Add(int64(len(rs))) >= int64(o.n) {
-					return
-				}
-				ps = ps[:0]
 				for _, c := range cs {
 					// The no-op sink accepts every event.
 					ps = append(ps, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
