@@ -27,12 +27,10 @@ func (q *Queue) SettleAndClaim(ctx context.Context, at int64, ps []SettleParams,
 	}
 	var rs []SettleResult
 	var cs []Claim
-	// Only the settles are hinted: the claims come after the settles'
-	// writes, which they must see.
-	hint := store.TxHint{Events: settleIDs(ps)}
-	if len(ps) == 0 {
-		hint = store.TxHint{Pick: k, PickOrder: q.pickOrder()}
-	}
+	// The claims must see the settles' writes: a backend that reads the
+	// pick ahead adds the flows the settles make runnable (pgstore's
+	// rowCache.flowWritten).
+	hint := store.TxHint{Events: settleIDs(ps), Pick: k, PickOrder: q.pickOrder()}
 	err := q.writeTx(ctx, store.LaneSettle|store.LaneClaim, hint, "settle and claim", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
 		var err error
 		if rs, err = q.settleBatch(ctx, tx, c.Tick, ps); err != nil {

@@ -139,9 +139,10 @@ type Store interface {
 // statement. Methods returning a row pointer return nil, nil when no row
 // matches.
 type Tx interface {
-	// ClockGet reads the clock row. In a write transaction that row is locked
-	// until the transaction ends.
+	// ClockGet reads the clock. In a write transaction the transaction's
+	// lanes are locked from here until it ends (see Lane).
 	ClockGet(ctx context.Context) (Clock, error)
+	// ClockSet writes the clock of a write transaction's lanes.
 	ClockSet(ctx context.Context, c Clock) error
 
 	FlowGet(ctx context.Context, flow string) (*FlowRow, error)

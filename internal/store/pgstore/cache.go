@@ -1,7 +1,9 @@
 package pgstore
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -106,10 +108,16 @@ func (c *rowCache) setPick(order store.Order, ids []string, all bool) {
 }
 
 // flowWritten records a FlowInsert or FlowUpdate of f. The prefix of the
-// runnable index stays valid in two cases only: its first flow stopped being
-// runnable (a claim took it: the rest moves up), or a flow outside it that
-// is not runnable changed (the runnable index did not move).
+// runnable index stays valid in three cases: its first flow stopped being
+// runnable (a claim took it: the rest moves up); a flow outside it that is
+// not runnable changed (the runnable index did not move); or a flow that was
+// not runnable became runnable (a settle made its next head the head, a
+// lease or a backoff ran out, a flow was created): it joins the prefix at
+// its place in the index order, or stays out when it sorts after a prefix
+// that does not hold every runnable flow. So a claim that follows a settle
+// in the same transaction needs no second read of the index.
 func (c *rowCache) flowWritten(f store.FlowRow) {
+	old, known := c.flows[f.Flow]
 	c.putFlow(f)
 	if w := f.WaitUntil; w != nil && (c.minWait == nil || *w < *c.minWait) {
 		v := *w
@@ -122,9 +130,27 @@ func (c *rowCache) flowWritten(f store.FlowRow) {
 	case i == 0 && !f.Runnable:
 		c.pick = c.pick[1:]
 	case i < 0 && !f.Runnable:
+	case i < 0 && f.Runnable && (!known || old == nil || !old.Runnable):
+		at, _ := slices.BinarySearchFunc(c.pick, f.Flow, func(id, target string) int { return c.cmpPick(id, target) })
+		if at < len(c.pick) || c.pickAll {
+			c.pick = slices.Insert(c.pick, at, f.Flow)
+		}
 	default:
 		c.pickValid = false
 	}
+}
+
+// cmpPick compares two cached flows in the runnable index's order: served,
+// then the policy's tie-break (flow id bytewise, or creation order).
+func (c *rowCache) cmpPick(a, b string) int {
+	fa, fb := c.flows[a], c.flows[b]
+	if d := cmp.Compare(fa.Served, fb.Served); d != 0 {
+		return d
+	}
+	if c.pickOrder == store.OrderCreation {
+		return cmp.Compare(fa.Ord, fb.Ord)
+	}
+	return strings.Compare(fa.Flow, fb.Flow)
 }
 
 // eventUpdated records an EventUpdate: the mutable columns of a cached row.

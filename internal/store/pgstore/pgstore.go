@@ -1,9 +1,10 @@
 // Package pgstore is the PostgreSQL backend of the queue store
-// (github.com/jackc/pgx/v5). It keeps the SQLite backend's tables, indexes
-// and answers (SPEC §4): every write transaction first locks the single clock
-// row, so writers from any number of processes and connections are
-// serialised exactly as SQLite's one writer is, and read transactions are
-// REPEATABLE READ READ ONLY snapshots. The SQL lives in queries.sql and
+// (github.com/jackc/pgx/v5). It keeps the SQLite backend's tables and
+// answers (SPEC §4). Every write transaction first locks the clock row of
+// its lanes (store.Lane), so the writers of a lane, from any number of
+// processes and connections, are serialised as SQLite's one writer is; the
+// lanes run side by side and share flow rows under row locks (see Tx). Read
+// transactions are REPEATABLE READ READ ONLY snapshots. The SQL lives in queries.sql and
 // migrations/*.sql, embedded; migrations run under an advisory lock so that
 // processes starting together do not race.
 //

@@ -251,6 +251,17 @@ func TestTxAgreesWithSQLite(t *testing.T) {
 		update("F08", func(r *store.FlowRow) { r.Runnable = false })
 		pick(order, 12)
 		update("F08", func(r *store.FlowRow) { r.Runnable = true })
+		// A flow becomes runnable with the served of another (a tie), and
+		// one sorting after a prefix that does not hold every runnable flow.
+		update("F04", func(r *store.FlowRow) { r.Runnable = false })
+		pick(order, 2)
+		update("F04", func(r *store.FlowRow) { r.Runnable, r.Served = true, 50 })
+		pick(order, 12)
+		update("F09", func(r *store.FlowRow) { r.Runnable = false })
+		pick(order, 1)
+		update("F09", func(r *store.FlowRow) { r.Runnable, r.Served = true, 1000 })
+		pick(order, 1)
+		pick(order, 12)
 	}
 	step("due", func(tx store.Tx) (any, error) { return tx.FlowListDue(ctx, 9, 10) })
 	step("event by seq", func(tx store.Tx) (any, error) { return tx.EventGetBySeq(ctx, "F03", 1) })

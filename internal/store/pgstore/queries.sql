@@ -218,3 +218,11 @@ FROM event WHERE event_id = ANY ($1::text[]);
 SELECT 1 FROM flow WHERE flow_id = ANY (ARRAY (SELECT flow_id FROM event WHERE event_id = ANY ($1::text[])))
 ORDER BY flow_id FOR NO KEY UPDATE;
 
+
+-- name: EventGetManyBySeq
+-- The heads of flows a claim takes, by (flow_id, seq) pairs ($1, $2), when
+-- the transaction has not read them yet.
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM unnest($1::text[], $2::bigint[]) AS k (flow_id, seq)
+JOIN event e ON e.flow_id = k.flow_id COLLATE "C" AND e.seq = k.seq
+WHERE e.flow_id = ANY ($1::text[]);

@@ -433,7 +433,9 @@ func (t *Tx) EventGetBySeq(ctx context.Context, flow string, seq int64) (*store.
 // prefix is too short.
 func (t *Tx) pickCached(ctx context.Context, order store.Order, limit int) ([]store.FlowRow, error) {
 	if fs, ok := t.cache.picked(order, limit); ok {
-		return fs, nil
+		// Flows that joined the prefix by a write of this transaction (a
+		// settle's next head) come without their heads: read them together.
+		return fs, t.loadHeads(ctx, fs)
 	}
 	pc := t.db().(*pgxConn) // the collected writes go first
 	finish := t.queuePick(order, limit)
@@ -443,6 +445,29 @@ func (t *Tx) pickCached(ctx context.Context, order store.Order, limit int) ([]st
 	finish()
 	fs, _ := t.cache.picked(order, limit)
 	return fs, nil
+}
+
+// loadHeads reads, in one query, the head events of fs that are not
+// cached; the flows are locked, so their heads cannot change.
+func (t *Tx) loadHeads(ctx context.Context, fs []store.FlowRow) error {
+	var flows []string
+	var seqs []int64
+	for _, f := range fs {
+		if _, ok := t.cache.eventBySeq(f.Flow, f.HeadSeq); !ok && f.HeadSeq <= f.Seq {
+			flows, seqs = append(flows, f.Flow), append(seqs, f.HeadSeq)
+		}
+	}
+	if len(flows) == 0 {
+		return nil
+	}
+	return t.db().query(ctx, "EventGetManyBySeq", q["EventGetManyBySeq"], []any{flows, seqs}, func(r scanner) error {
+		var e store.EventRow
+		if err := scanEvent(r, &e); err != nil {
+			return err
+		}
+		t.cache.putEvent(e)
+		return nil
+	})
 }
 
 // queuePick queues the read of the first limit runnable flows in order,
