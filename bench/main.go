@@ -25,6 +25,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -89,46 +90,65 @@ type options struct {
 func run(ctx context.Context, o options) error {
 	fmt.Printf("bench: n=%d batch=%d rounds=%d; River MaxWorkers=%d; fairrelay workers=%d claim batch=%d; ordered flows=%d; GOMAXPROCS=%d\n",
 		o.n, o.batch, o.rounds, o.riverWorkers, o.workers, o.claim, o.flows, runtime.GOMAXPROCS(0))
+	if err := startMeter(ctx, o.url); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: no CPU figures:", err)
+	}
 	workloads := []struct {
 		name string
-		run  func() (time.Duration, error)
+		run  func() (measure, error)
 	}{
-		{"River (insert → work, no-op job)", func() (time.Duration, error) { return benchRiver(ctx, o) }},
-		{"fairrelay unordered (every event its own flow)", func() (time.Duration, error) {
+		{"River (insert → work, no-op job)", func() (measure, error) { return benchRiver(ctx, o) }},
+		{"fairrelay unordered (every event its own flow)", func() (measure, error) {
 			return benchFairrelay(ctx, o, func(i int) string { return fmt.Sprintf("e%07d", i) })
 		}},
-		{fmt.Sprintf("fairrelay ordered (%d flows)", o.flows), func() (time.Duration, error) {
+		{fmt.Sprintf("fairrelay ordered (%d flows)", o.flows), func() (measure, error) {
 			return benchFairrelay(ctx, o, func(i int) string { return fmt.Sprintf("f%03d", i%o.flows) })
 		}},
 	}
 	// The workloads take turns, round after round, so that a change in the
 	// machine's load during the run hits them alike; each reports its median.
 	times := make([][]time.Duration, len(workloads))
+	cpus := make([][]float64, len(workloads))
 	for r := range o.rounds {
 		for i, w := range workloads {
-			d, err := w.run()
+			m, err := w.run()
 			if err != nil {
 				return fmt.Errorf("%s: %w", w.name, err)
 			}
-			times[i] = append(times[i], d)
-			fmt.Printf("round %d: %-48s %6.2f s %8.0f items/s\n", r+1, w.name, d.Seconds(), float64(o.n)/d.Seconds())
+			times[i] = append(times[i], m.elapsed)
+			cpus[i] = append(cpus[i], m.cpu)
+			fmt.Printf("round %d: %-48s %6.2f s %8.0f items/s %6.0f µs CPU/item\n", r+1, w.name, m.elapsed.Seconds(), float64(o.n)/m.elapsed.Seconds(), m.cpu/float64(o.n)*1e6)
 		}
-	}
-	median := func(ds []time.Duration) time.Duration {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return s[len(s)/2]
 	}
 	river := float64(o.n) / median(times[0]).Seconds()
 	fmt.Println()
-	fmt.Println("| workload | items | median seconds | items/s | × River |")
-	fmt.Println("|---|---:|---:|---:|---:|")
+	fmt.Println("| workload | items | median seconds | items/s | × River | CPU µs/item (client + server) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	for i, w := range workloads {
 		m := median(times[i])
 		rate := float64(o.n) / m.Seconds()
-		fmt.Printf("| %s | %d | %.2f | %.0f | %.2f |\n", w.name, o.n, m.Seconds(), rate, rate/river)
+		cpu := "–"
+		if meter != nil {
+			cpu = fmt.Sprintf("%.0f", median(cpus[i])/float64(o.n)*1e6)
+		}
+		fmt.Printf("| %s | %d | %.2f | %.0f | %.2f | %s |\n", w.name, o.n, m.Seconds(), rate, rate/river, cpu)
 	}
 	return nil
+}
+
+// median returns the median of xs (the upper one for an even count).
+func median[T cmp.Ordered](xs []T) T {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// measure is one timed run of a workload: wall time, and the CPU time the
+// machine spent on it, this process and the PostgreSQL server together
+// (seconds; 0 without a meter).
+type measure struct {
+	elapsed time.Duration
+	cpu     float64
 }
 
 // schema returns a fresh schema name and a function that drops it.
@@ -170,27 +190,27 @@ func (w noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
 	return nil
 }
 
-func benchRiver(ctx context.Context, o options) (time.Duration, error) {
+func benchRiver(ctx context.Context, o options) (measure, error) {
 	name, drop, err := schema(ctx, o.url, "bench_river")
 	if err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	defer drop()
 	pool, err := pgxpool.New(ctx, o.url)
 	if err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	defer pool.Close()
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	driver := riverpgxv5.New(pool)
 	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: name})
 	if err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	workers := river.NewWorkers()
 	worker := noopWorker{worked: new(atomic.Int64), n: int64(o.n), done: make(chan struct{})}
@@ -204,10 +224,10 @@ func benchRiver(ctx context.Context, o options) (time.Duration, error) {
 		FetchPollInterval: 10 * time.Millisecond,
 	})
 	if err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	if err := client.Start(ctx); err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	stopped := false
 	defer func() {
@@ -216,7 +236,7 @@ func benchRiver(ctx context.Context, o options) (time.Duration, error) {
 		}
 	}()
 
-	start := time.Now()
+	start, cpu0 := time.Now(), meter.read()
 	errc := make(chan error, 1)
 	go func() {
 		for i := 0; i < o.n; i += o.batch {
@@ -233,31 +253,31 @@ func benchRiver(ctx context.Context, o options) (time.Duration, error) {
 	select {
 	case <-worker.done:
 	case err := <-errc:
-		return 0, err
+		return measure{}, err
 	case <-time.After(10 * time.Minute):
-		return 0, errors.New("River did not work the jobs within 10 minutes")
+		return measure{}, errors.New("River did not work the jobs within 10 minutes")
 	}
 	// Stop waits for the completer to record every job as completed: the
 	// clock stops when the work is durable, as fairrelay's stops at the ack.
 	stopped = true
 	if err := client.Stop(ctx); err != nil {
-		return 0, err
+		return measure{}, err
 	}
-	elapsed := time.Since(start)
+	res := measure{time.Since(start), meter.read() - cpu0}
 	var completed int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{name, "river_job"}.Sanitize()+" WHERE state = 'completed'").Scan(&completed); err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	if completed != o.n {
-		return 0, fmt.Errorf("%d of %d River jobs completed", completed, o.n)
+		return measure{}, fmt.Errorf("%d of %d River jobs completed", completed, o.n)
 	}
-	return elapsed, nil
+	return res, nil
 }
 
-func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (time.Duration, error) {
+func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (measure, error) {
 	name, drop, err := schema(ctx, o.url, "bench_fr")
 	if err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	defer drop()
 	sep := "?"
@@ -267,12 +287,12 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 	dsn := fmt.Sprintf("%s%sschema=%s&pool_max_conns=%d", o.url, sep, name, o.workers+1)
 	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
 	if err != nil {
-		return 0, err
+		return measure{}, err
 	}
 	defer q.Close()
 	body := []byte(`{"delta":1}`)
 
-	start := time.Now()
+	start, cpu0 := time.Now(), meter.read()
 	var acked atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -377,10 +397,10 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return 0, firstErr
+		return measure{}, firstErr
 	}
 	if acked.Load() != int64(o.n) {
-		return 0, fmt.Errorf("%d of %d events acked before the deadline", acked.Load(), o.n)
+		return measure{}, fmt.Errorf("%d of %d events acked before the deadline", acked.Load(), o.n)
 	}
-	return time.Since(start), nil
+	return measure{time.Since(start), meter.read() - cpu0}, nil
 }
