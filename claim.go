@@ -88,7 +88,9 @@ func (q *Queue) claimBatch(ctx context.Context, tx store.Tx, c *store.Clock, at 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, *cl)
+		if cl != nil {
+			out = append(out, *cl)
+		}
 	}
 	return out, nil
 }
@@ -140,7 +142,8 @@ func (q *Queue) head(ctx context.Context, tx store.Tx, f store.FlowRow) (*store.
 	return e, nil
 }
 
-// claimOne claims the head of f, a runnable flow picked in dispatch order.
+// claimOne claims the head of f, a runnable flow picked in dispatch order;
+// nil when the head is not eligible at tick at after all.
 func (q *Queue) claimOne(ctx context.Context, tx store.Tx, c *store.Clock, at int64, f store.FlowRow) (*Claim, error) {
 	head, err := q.head(ctx, tx, f)
 	if err != nil {
@@ -148,6 +151,13 @@ func (q *Queue) claimOne(ctx context.Context, tx store.Tx, c *store.Clock, at in
 	}
 	if head.State != store.StateReady && head.State != store.StateInflight {
 		return nil, fmt.Errorf("flow %q: runnable head %q is %s: the store is inconsistent", f.Flow, head.ID, head.State)
+	}
+	if head.State == store.StateReady && head.NextAt > at {
+		// Not eligible yet (SPEC §2 step 2): with one writer this cannot
+		// happen, but where lanes run side by side (PostgreSQL) an enqueue,
+		// a redrive or a settle may have made this head ready at a later
+		// tick than this claim's while it ran. A later claim takes it.
+		return nil, nil
 	}
 	// served moves at claim time, not at success: the claim spends the
 	// flow's turn whatever happens next (SPEC §2).

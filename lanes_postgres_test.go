@@ -2,6 +2,7 @@ package fairrelay_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -152,5 +153,122 @@ func TestPostgresEnqueueDoesNotWaitForAClaim(t *testing.T) {
 	cs, err := q.ClaimBatch(ctx, 0, 3)
 	if err != nil || len(cs) != 3 {
 		t.Fatalf("claim after: %+v %v", cs, err)
+	}
+}
+
+// TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle: a settle whose
+// flow's row is held by an open outbox transaction waits for it — without
+// holding the settle lane, so the settles of other flows, and the claims of
+// SettleAndClaim, go on. (Found by review: the settle used to wait while
+// holding its lane, and every other settle queued behind it.)
+func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.Schema(t, "frlane3")
+	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy(), BusyTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for _, id := range []string{"A1", "B1", "C1"} {
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: id[:1], Body: []byte(`{"delta":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := q.ClaimBatch(ctx, 0, 2) // A1 and B1
+	if err != nil || len(first) != 2 {
+		t.Fatalf("claim: %+v %v", first, err)
+	}
+	url, schema, err := pgstore.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The settle of A1 waits for A's row.
+	settledA := make(chan error, 1)
+	go func() {
+		r, err := q.Settle(ctx, first[0].Token, fairrelay.OutcomeAccepted, 0)
+		if err == nil && r.Status != fairrelay.SettleAcked {
+			err = fmt.Errorf("answered %s", r.Status)
+		}
+		settledA <- err
+	}()
+	// Wait until the server shows it waiting for a row lock.
+	for waiting := 0; waiting == 0; {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple') AND query LIKE '%FROM flow WHERE flow_id = ANY%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-settledA:
+			t.Fatalf("the settle of A1 did not wait for the open transaction: %v", err)
+		default:
+		}
+	}
+	deadline, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if r, err := q.Settle(deadline, first[1].Token, fairrelay.OutcomeAccepted, 0); err != nil || r.Status != fairrelay.SettleAcked {
+		t.Fatalf("settle B1 while A1's settle waits: %+v %v", r, err)
+	}
+	if _, cs, err := q.SettleAndClaim(deadline, 0, nil, 2); err != nil || len(cs) != 1 || cs[0].Token.EventID != "C1" {
+		t.Fatalf("settle-and-claim while A1's settle waits: %+v %v", cs, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-settledA; err != nil {
+		t.Fatalf("settle A1 after the commit: %v", err)
+	}
+}
+
+// TestPostgresClaimSkipsAHeadReadyLater: where lanes run side by side, a
+// claim can meet a runnable head that another lane made ready at a later
+// tick than the claim's (an enqueue, a redrive, a settle committed while the
+// claim ran). SPEC §2 step 2 makes it eligible only from next_at on: the
+// claim leaves it, and a claim at next_at takes it. The state is set up
+// directly in the table, as such a race leaves it. (Found by review: 55 of
+// 300 racing enqueues were claimed a tick early.)
+func TestPostgresClaimSkipsAHeadReadyLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.Schema(t, "frlane4")
+	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for _, id := range []string{"A1", "B1"} {
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: id[:1], Body: []byte(`{"delta":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgtest.Exec(t, dsn, `UPDATE event SET next_at = 100 WHERE event_id = 'A1'`)
+	cs, err := q.ClaimBatch(ctx, 5, 2)
+	if err != nil || len(cs) != 1 || cs[0].Token.EventID != "B1" {
+		t.Fatalf("claim at tick 5: %+v %v (A1 is ready from tick 100)", cs, err)
+	}
+	if c, err := q.Claim(ctx, 99); err != nil || c != nil {
+		t.Fatalf("claim at tick 99: %+v %v", c, err)
+	}
+	if c, err := q.Claim(ctx, 100); err != nil || c == nil || c.Token.EventID != "A1" {
+		t.Fatalf("claim at tick 100: %+v %v", c, err)
 	}
 }

@@ -25,7 +25,9 @@ import (
 //     table's foreign key checks do not conflict with);
 //   - a transaction waits for flow locks in one statement at most, taking
 //     them in flow_id order (an enqueue's flows, a settle's flows): no two
-//     transactions can wait for each other;
+//     transactions can wait for each other. A settle takes them before its
+//     lanes' locks, so that waiting for one flow does not hold up the
+//     lane; it then waits for nothing but the lane;
 //   - a claim never waits for a flow: it skips one another transaction
 //     holds (SKIP LOCKED), which can only be an enqueue appending to it or
 //     a settle of its lease-expired head, and a later claim takes it.
@@ -130,6 +132,14 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 		}
 		return c, queryRow(ctx, t.db(), "ClockGetForUpdate", []any{lanes}, scan)
 	}
+	preLocked := t.own != nil && t.lane&store.LaneSettle != 0 && len(t.hint.Events) > 0
+	if preLocked {
+		// A settle waits for its flows before it takes its lanes: a flow
+		// held for long (an open outbox transaction appending to it) then
+		// holds up this settle alone, not every settle (and, for
+		// SettleAndClaim, every claim) queued behind it on the lane lock.
+		pc.queue("FlowLockOfEvents", q["FlowLockOfEvents"], t.hint.Events)
+	}
 	pc.queue("ClockLock", q["ClockLock"], lanes)
 	if t.own == nil {
 		return c, queryRow(ctx, t.db(), "ClockGetForUpdate", []any{lanes}, scan)
@@ -141,7 +151,7 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 	found := false
 	pc.queueRead("ClockGetForUpdate", func(r scanner) error { found = true; return scan(r) }, q["ClockGetForUpdate"], lanes)
 	var finish []func()
-	if f := t.queuePrefetch(t.hint.Events, t.hint.Flows); f != nil {
+	if f := t.queuePrefetch(t.hint.Events, t.hint.Flows, !preLocked); f != nil {
 		finish = append(finish, f)
 	}
 	if t.hint.Pick > 0 {
@@ -340,7 +350,7 @@ func (t *Tx) Prefetch(ctx context.Context, eventIDs, flows []string) error {
 		return nil
 	}
 	pc := t.db().(*pgxConn) // the collected writes go first
-	finish := t.queuePrefetch(eventIDs, flows)
+	finish := t.queuePrefetch(eventIDs, flows, true)
 	if finish == nil {
 		return nil
 	}
@@ -352,13 +362,14 @@ func (t *Tx) Prefetch(ctx context.Context, eventIDs, flows []string) error {
 }
 
 // queuePrefetch queues the reads of Prefetch for the next round trip and
-// returns what to do once it is made (nil when nothing needs reading):
+// returns what to do once it is made (nil when nothing needs reading); lock
+// false says the events' flows are locked already:
 //   - an enqueue reads the events it will compare (their flows are neither
 //     locked nor cached: the batch may never write them) and locks and
 //     reads the flows it will write, in flow_id order;
 //   - a settle or redrive locks the events' flows in flow_id order, then
 //     reads the events with their flows (a new snapshot, after the locks).
-func (t *Tx) queuePrefetch(eventIDs, flows []string) (finish func()) {
+func (t *Tx) queuePrefetch(eventIDs, flows []string, lock bool) (finish func()) {
 	pc := t.c.(*pgxConn)
 	var ids []string
 	for _, id := range eventIDs {
@@ -385,7 +396,9 @@ func (t *Tx) queuePrefetch(eventIDs, flows []string) (finish func()) {
 			return nil
 		}, q["EventGetMany"], ids)
 	} else if len(ids) > 0 {
-		pc.queue("FlowLockOfEvents", q["FlowLockOfEvents"], ids)
+		if lock {
+			pc.queue("FlowLockOfEvents", q["FlowLockOfEvents"], ids)
+		}
 		pc.queueRead("EventGetManyWithFlow", t.eventWithFlow, q["EventGetManyWithFlow"], ids)
 	}
 	if len(fs) > 0 {
