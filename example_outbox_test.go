@@ -93,11 +93,13 @@ func ExampleQueue_EnqueueTx() {
 // EnqueueTx runs inside the application's pgx.Tx — a *sql.Tx of pgx's stdlib
 // driver works the same way. The application's tables keep their meaning:
 // the queue's schema is put first on search_path only for fairrelay's own
-// statements. TestEnqueueTxPostgres runs this against a real server.
+// statements. It assumes the application's table orders (id TEXT PRIMARY
+// KEY, total INT); TestEnqueueTxPostgres runs the same steps against a real
+// server (this example has no Output block, so go test only compiles it).
 func ExampleQueue_EnqueueTx_postgres() {
 	ctx := context.Background()
 	const url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	q, err := fairrelay.Open(ctx, url+"&schema=relay", fairrelay.Config{})
+	q, err := fairrelay.Open(ctx, url+"&schema=relay", fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -112,7 +114,9 @@ func ExampleQueue_EnqueueTx_postgres() {
 		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2)`, "o1", 30); err != nil {
 			return err
 		}
-		_, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "order-placed-o1", Flow: "customer-7", Body: []byte(`{"delta":30}`)})
+		// At: AtStored writes at the store's tick, whatever tick the relay
+		// beside it has reached (a producer does not know the relay's clock).
+		_, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "order-placed-o1", Flow: "customer-7", Body: []byte(`{"delta":30}`), At: fairrelay.AtStored})
 		return err // nil commits both; an error rolls both back
 	})
 	if err != nil {

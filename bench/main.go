@@ -74,6 +74,10 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if !strings.HasPrefix(o.url, "postgres://") && !strings.HasPrefix(o.url, "postgresql://") {
+		fmt.Fprintf(os.Stderr, "bench: -pg: want a postgres:// URL of a server on this machine, got %q\n", o.url)
+		os.Exit(2)
+	}
 	if err := run(context.Background(), o); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)

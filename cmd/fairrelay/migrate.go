@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -32,7 +33,7 @@ func newMigrateCmd() *cobra.Command {
 					return err
 				}
 				defer q.Close()
-				fmt.Fprintf(cmd.OutOrStdout(), "queue %s: %s\n", queue, verb)
+				fmt.Fprintf(cmd.OutOrStdout(), "queue %s: %s\n", redactDSN(queue), verb)
 			}
 			if inboxDSN != "" {
 				verb := statusVerb(inboxDSN)
@@ -41,7 +42,7 @@ func newMigrateCmd() *cobra.Command {
 					return err
 				}
 				defer in.Close()
-				fmt.Fprintf(cmd.OutOrStdout(), "inbox %s: %s\n", inboxDSN, verb)
+				fmt.Fprintf(cmd.OutOrStdout(), "inbox %s: %s\n", redactDSN(inboxDSN), verb)
 			}
 			return nil
 		},
@@ -52,13 +53,27 @@ func newMigrateCmd() *cobra.Command {
 }
 
 // statusVerb says what migrate is about to do to a store: create a SQLite
-// file that does not exist yet, or bring an existing store up to date.
+// file that does not exist yet, or bring an existing store up to date. A
+// PostgreSQL schema is created or brought up to date, which migrate cannot
+// tell apart beforehand.
 func statusVerb(dsn string) string {
 	if strings.Contains(dsn, "://") {
-		return "schema up to date"
+		return "schema created or up to date"
 	}
 	if _, err := os.Stat(dsn); err != nil {
 		return "created"
 	}
 	return "schema up to date"
+}
+
+// redactDSN hides the password of a postgres:// URL, for output.
+func redactDSN(dsn string) string {
+	if !strings.Contains(dsn, "://") {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	return u.Redacted()
 }
