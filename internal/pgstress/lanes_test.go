@@ -71,9 +71,20 @@ func TestInvariantsWithConcurrentLanes(t *testing.T) {
 		busy.Add(int64(n))
 		return err
 	}
+	var enqueued atomic.Int64
 	for g := range enqueuers {
 		wg.Go(func() {
 			for b := range batches {
+				// Keep the flows near empty: the next batch waits until
+				// the workers have acked all but about one batch, so that
+				// appends keep meeting the settles that drain their flows
+				// (the race a lost wake-up would lose).
+				for acked.Load() < enqueued.Load()-flows && ctx.Err() == nil {
+					select {
+					case <-ctx.Done():
+					case <-time.After(200 * time.Microsecond):
+					}
+				}
 				ps := make([]fairrelay.EnqueueParams, flows)
 				for f := range flows {
 					ps[f] = fairrelay.EnqueueParams{ID: fmt.Sprintf("g%d-b%02d-%s", g, b, flowName(f)), Flow: flowName(f), Body: body, At: fairrelay.AtStored}
@@ -82,6 +93,7 @@ func TestInvariantsWithConcurrentLanes(t *testing.T) {
 					fail(fmt.Errorf("enqueuer %d: %w", g, err))
 					return
 				}
+				enqueued.Add(flows)
 			}
 		})
 	}

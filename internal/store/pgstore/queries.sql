@@ -226,3 +226,34 @@ SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, 
 FROM unnest($1::text[], $2::bigint[]) AS k (flow_id, seq)
 JOIN event e ON e.flow_id = k.flow_id COLLATE "C" AND e.seq = k.seq
 WHERE e.flow_id = ANY ($1::text[]);
+
+-- name: FlowGetManyUnlocked
+-- Prefetch of an enqueue: its flows, not locked. The enqueue lane is the
+-- one writer of seq, so the seq read is exact; the columns the other lanes
+-- write are settled at the write (FlowAppendMany).
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = ANY ($1::text[]);
+
+-- name: FlowLock
+-- An enqueue locks the flows it appended to, in flow_id order, in one
+-- statement, just before it writes them at its commit.
+SELECT 1 FROM flow WHERE flow_id = ANY ($1::text[]) ORDER BY flow_id FOR NO KEY UPDATE;
+
+-- name: FlowAppendMany
+-- An enqueue's write of the flows it appended to: the new seq and, for a
+-- flow whose events were all acked when the write runs (head_seq > seq,
+-- read from the row as it is then, under the lock), the wake-up: its first
+-- new event is the head, ready now. Evaluated on the row as the other lanes
+-- left it, so a settle that acked the flow's last head meanwhile cannot
+-- leave the flow asleep.
+UPDATE flow SET seq = u.seq,
+    runnable = CASE WHEN flow.head_seq > flow.seq THEN true ELSE flow.runnable END,
+    wait_until = CASE WHEN flow.head_seq > flow.seq THEN NULL ELSE flow.wait_until END
+FROM unnest($1::text[], $2::bigint[]) AS u (flow_id, seq)
+WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
+
+-- name: EventGetNextMany
+-- SettleAndClaim: the event behind each event to settle (the flow's next
+-- head once it is acked), read with the settle's events.
+SELECT n.event_id, n.flow_id, n.seq, n.body, n.state, n.generation, n.attempts, n.lifetime_attempts, n.reason, n.next_at, n.lease_until, n.enqueued_at
+FROM event e JOIN event n ON n.flow_id = e.flow_id AND n.seq = e.seq + 1
+WHERE e.event_id = ANY ($1::text[]);

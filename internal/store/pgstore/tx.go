@@ -22,7 +22,13 @@ import (
 //   - a writer of a flow row (or of an event: every writer of an event
 //     holds its flow's row lock) locks it before it reads what it will
 //     write, and holds it to the end (FOR NO KEY UPDATE, which the event
-//     table's foreign key checks do not conflict with);
+//     table's foreign key checks do not conflict with). The one exception
+//     is an enqueue of the store's own: it reads its flows unlocked (it is
+//     the one writer of seq, the only column it needs exact) and locks
+//     them only at its commit, writing seq and the wake-up of a drained
+//     flow from the row as it is then (FlowAppendMany), so that its
+//     flows' claims and settles wait or skip for that last round trip
+//     only;
 //   - a transaction waits for flow locks in one statement at most, taking
 //     them in flow_id order (an enqueue's flows, a settle's flows): no two
 //     transactions can wait for each other. A settle takes them before its
@@ -156,6 +162,18 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 	}
 	if t.hint.Pick > 0 {
 		finish = append(finish, t.queuePick(t.hint.PickOrder, t.hint.Pick))
+		if len(t.hint.Events) > 0 && t.lane&store.LaneSettle != 0 {
+			// SettleAndClaim: the events behind the settled ones are the
+			// heads the claims are likely to take (their flows are locked).
+			pc.queueRead("EventGetNextMany", func(r scanner) error {
+				var e store.EventRow
+				if err := scanEvent(r, &e); err != nil {
+					return err
+				}
+				t.cache.putEvent(e)
+				return nil
+			}, q["EventGetNextMany"], t.hint.Events)
+		}
 	}
 	if err := pc.roundTrip(ctx); err != nil {
 		t.cache = nil
@@ -191,7 +209,9 @@ func (t *Tx) FlowGet(ctx context.Context, flow string) (*store.FlowRow, error) {
 		}
 	}
 	name := "FlowGet"
-	if t.write {
+	if t.write && (t.cache == nil || t.lane != store.LaneEnqueue) {
+		// An enqueue of the store's own locks its flows at the write
+		// (FlowAppendMany); a caller's transaction writes at once.
 		name = "FlowGetForUpdate"
 	}
 	var f store.FlowRow
@@ -402,14 +422,18 @@ func (t *Tx) queuePrefetch(eventIDs, flows []string, lock bool) (finish func()) 
 		pc.queueRead("EventGetManyWithFlow", t.eventWithFlow, q["EventGetManyWithFlow"], ids)
 	}
 	if len(fs) > 0 {
-		pc.queueRead("FlowGetMany", func(r scanner) error {
+		name := "FlowGetMany"
+		if t.lane == store.LaneEnqueue {
+			name = "FlowGetManyUnlocked" // locked at the write (FlowAppendMany)
+		}
+		pc.queueRead(name, func(r scanner) error {
 			var f store.FlowRow
 			if err := scanFlow(r, &f); err != nil {
 				return err
 			}
 			t.cache.putFlow(f)
 			return nil
-		}, q["FlowGetMany"], fs)
+		}, q[name], fs)
 	}
 	return func() {
 		for _, id := range ids {
@@ -473,7 +497,10 @@ func (t *Tx) loadHeads(ctx context.Context, fs []store.FlowRow) error {
 	if len(flows) == 0 {
 		return nil
 	}
-	return t.db().query(ctx, "EventGetManyBySeq", q["EventGetManyBySeq"], []any{flows, seqs}, func(r scanner) error {
+	// Straight to the connection, without the collected writes: they do
+	// not touch these events, and a settle's write of a flow can then fold
+	// into the claim's write of it at the commit (one row version).
+	return t.c.query(ctx, "EventGetManyBySeq", q["EventGetManyBySeq"], []any{flows, seqs}, func(r scanner) error {
 		var e store.EventRow
 		if err := scanEvent(r, &e); err != nil {
 			return err

@@ -108,7 +108,16 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane) {
 		}
 		c.queue("EventInsert", q["EventInsertMany"], ids, flows, seq, bodies, states, gen, att, life, reasons, next, lease, enq)
 	}
-	if n := len(w.flowRows); n > 0 {
+	if n := len(w.flowRows); n > 0 && lane == store.LaneEnqueue {
+		// An enqueue writes only what it owns (seq) and the wake-up of a
+		// drained flow, locking the flows just now, in flow_id order.
+		ids, seq := make([]string, n), make([]int64, n)
+		for i, f := range w.flowRows {
+			ids[i], seq[i] = f.Flow, f.Seq
+		}
+		c.queue("FlowLock", q["FlowLock"], ids)
+		c.queue("FlowAppend", q["FlowAppendMany"], ids, seq)
+	} else if n := len(w.flowRows); n > 0 {
 		ids, seq, served, head := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		run, wait := make([]bool, n), make([]*int64, n)
 		for i, f := range w.flowRows {
