@@ -25,35 +25,7 @@ import (
 func TestPostgresOutboxDoesNotStallTheRelay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := pgtest.Schema(t, "frlane")
-	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	for _, id := range []string{"A1", "B1", "C1"} {
-		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: id[:1], Body: []byte(`{"delta":1}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first, err := q.ClaimBatch(ctx, 0, 2) // A1 and B1
-	if err != nil || len(first) != 2 {
-		t.Fatalf("claim: %+v %v", first, err)
-	}
-	url, schema, err := pgstore.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	q, pool, first := outboxFixture(t, "frlane", 0)
 
 	// The caller's transaction appends A2 behind the inflight A1 and stays
 	// open.
@@ -164,35 +136,7 @@ func TestPostgresEnqueueDoesNotWaitForAClaim(t *testing.T) {
 func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := pgtest.Schema(t, "frlane3")
-	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy(), BusyTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	for _, id := range []string{"A1", "B1", "C1"} {
-		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: id[:1], Body: []byte(`{"delta":1}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first, err := q.ClaimBatch(ctx, 0, 2) // A1 and B1
-	if err != nil || len(first) != 2 {
-		t.Fatalf("claim: %+v %v", first, err)
-	}
-	url, schema, err := pgstore.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	q, pool, first := outboxFixture(t, "frlane3", time.Minute)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -271,4 +215,44 @@ func TestPostgresClaimSkipsAHeadReadyLater(t *testing.T) {
 	if c, err := q.Claim(ctx, 100); err != nil || c == nil || c.Token.EventID != "A1" {
 		t.Fatalf("claim at tick 100: %+v %v", c, err)
 	}
+}
+
+// outboxFixture opens a PostgreSQL queue in a fresh schema (prefix) with
+// the given busy timeout (0: the default), enqueues A1, B1 and C1 on flows
+// A, B and C, claims A1 and B1 (returned in that order), and opens a pool
+// on the queue's schema for the test's own transactions, as an
+// application's would be. Everything is closed when the test ends.
+func outboxFixture(t *testing.T, prefix string, busy time.Duration) (*fairrelay.Queue, *pgxpool.Pool, []fairrelay.Claim) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := pgtest.Schema(t, prefix)
+	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy(), BusyTimeout: busy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	for _, id := range []string{"A1", "B1", "C1"} {
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: id[:1], Body: []byte(`{"delta":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := q.ClaimBatch(ctx, 0, 2)
+	if err != nil || len(first) != 2 || first[0].Token.EventID != "A1" || first[1].Token.EventID != "B1" {
+		t.Fatalf("claim: %+v %v", first, err)
+	}
+	url, schema, err := pgstore.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return q, pool, first
 }
