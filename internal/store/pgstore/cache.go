@@ -15,7 +15,9 @@ import (
 //   - every row the transaction writes is locked before it is read (the
 //     rules on Tx): the lane's clock row, the flow rows, and the events
 //     through their flows; no other transaction changes them while the
-//     cache lives;
+//     cache lives. An enqueue's flows are the exception: read unlocked,
+//     only their seq is exact (the enqueue lane alone writes it), and seq
+//     is all an enqueue writes of them (FlowAppendMany);
 //   - every write of the transaction goes through Tx, which updates the
 //     cached row with the same values it sends to the server.
 //
@@ -131,7 +133,7 @@ func (c *rowCache) flowWritten(f store.FlowRow) {
 		c.pick = c.pick[1:]
 	case i < 0 && !f.Runnable:
 	case i < 0 && f.Runnable && (!known || old == nil || !old.Runnable):
-		at, _ := slices.BinarySearchFunc(c.pick, f.Flow, func(id, target string) int { return c.cmpPick(id, target) })
+		at, _ := slices.BinarySearchFunc(c.pick, f.Flow, c.cmpPick)
 		if at < len(c.pick) || c.pickAll {
 			c.pick = slices.Insert(c.pick, at, f.Flow)
 		}

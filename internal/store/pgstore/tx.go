@@ -43,6 +43,10 @@ import (
 // flow created while a claim commits joins the rotation at the ticket
 // committed before (never ahead of a flow already waiting). Operations
 // that do not overlap in time get exactly SQLite's answers.
+//
+// The store runs its own transactions by hand on the connection rather
+// than through pgx.Tx: BEGIN travels with the first query and COMMIT with
+// the last writes, two round trips fewer per transaction.
 type Tx struct {
 	c     conn
 	own   *pgxpool.Conn
@@ -51,7 +55,7 @@ type Tx struct {
 	lane  store.Lane
 	hint  store.TxHint
 	// cache and ws are used in the store's own write transactions once the
-	// clock row is locked (see rowCache and writeSet).
+	// lanes are locked (see rowCache and writeSet).
 	cache *rowCache
 	ws    writeSet
 }
