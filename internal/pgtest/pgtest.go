@@ -103,17 +103,37 @@ func Exclusive(t testing.TB, name string) {
 // schema of dsn, failing the test on error.
 func Exec(t testing.TB, dsn, sql string) {
 	t.Helper()
+	conn := connect(t, dsn)
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// QueryRow runs query (no parameters) on the database and schema of dsn and
+// scans its first row into dest, failing the test on error or when there is
+// no row.
+func QueryRow(t testing.TB, dsn, query string, dest ...any) {
+	t.Helper()
+	conn := connect(t, dsn)
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(context.Background(), query).Scan(dest...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// connect opens a connection to the database and schema of dsn (a
+// schema=NAME parameter puts NAME on search_path), failing the test on
+// error.
+func connect(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
 	cfg, _, err := pgstore.PoolConfig(dsn, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	conn, err := pgx.ConnectConfig(context.Background(), cfg.ConnConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	return conn
 }

@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,50 @@ var queriesSQL string
 //go:embed migrations/*.sql
 var migrationsFS embed.FS
 
-var q = sqlfile.Queries(queriesSQL)
+var q = expandHeadState(sqlfile.Queries(queriesSQL))
+
+// headStateMacro matches the macros of queries.sql that read an event's
+// columns with its flow's head state applied (migration 004):
+//   - "/*event E F*/": the twelve columns scanEvent reads, of event E, with
+//     flow F joined on E's flow (an outer join's missing row reads as none);
+//   - "/*event? E F*/": the same where E itself may be an outer join's
+//     missing row, every column coalesced to its zero value;
+//   - "/*head E F COL*/": the one mutable column COL.
+var headStateMacro = regexp.MustCompile(`/\*(event\??|head) (\w+) (\w+)(?: (\w+))?\*/`)
+
+// expandHeadState replaces the macros of headStateMacro in every query.
+func expandHeadState(qs map[string]string) map[string]string {
+	for name, sql := range qs {
+		qs[name] = headStateMacro.ReplaceAllStringFunc(sql, func(m string) string {
+			p := headStateMacro.FindStringSubmatch(m)
+			kind, e, f := p[1], p[2], p[3]
+			if kind == "head" {
+				return headColumn(e, f, p[4])
+			}
+			cols := []string{e + ".event_id", e + ".flow_id", e + ".seq", e + ".body"}
+			for _, c := range []string{"state", "generation", "attempts", "lifetime_attempts", "reason", "next_at", "lease_until"} {
+				cols = append(cols, headColumn(e, f, c))
+			}
+			cols = append(cols, e+".enqueued_at")
+			if kind == "event?" {
+				zero := []string{"''", "''", "0", "''::bytea", "''", "0", "0", "0", "", "0", "0", "0"}
+				for i, z := range zero {
+					if z != "" { // reason stays NULL
+						cols[i] = "coalesce(" + cols[i] + ", " + z + ")"
+					}
+				}
+			}
+			return strings.Join(cols, ", ")
+		})
+	}
+	return qs
+}
+
+// headColumn is the mutable column col of event e: flow f's head_<col>
+// while f's head state describes e, else e's own.
+func headColumn(e, f, col string) string {
+	return fmt.Sprintf("CASE WHEN %[2]s.head_state_seq = %[1]s.seq AND %[2]s.head_seq = %[1]s.seq THEN %[2]s.head_%[3]s ELSE %[1]s.%[3]s END", e, f, col)
+}
 
 // MigrationLock is the statement that serialises migrators (queue store and
 // inbox alike) on one transaction-scoped advisory lock; the key is an

@@ -88,12 +88,15 @@ SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
 WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 
 -- name: EventGet
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
-FROM event WHERE event_id = $1;
+-- Every read of an event applies its flow's head state (migration 004):
+-- "/*event e o*/" stands for the event's columns as scanEvent reads them
+-- (headStateMacros in pgstore.go).
+SELECT /*event e o*/
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE e.event_id = $1;
 
 -- name: EventGetBySeq
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
-FROM event WHERE flow_id = $1 AND seq = $2;
+SELECT /*event e o*/
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE e.flow_id = $1 AND e.seq = $2;
 
 -- name: EventInsert
 INSERT INTO event (event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)
@@ -104,20 +107,20 @@ UPDATE event SET state = $1, generation = $2, attempts = $3, lifetime_attempts =
 WHERE event_id = $8;
 
 -- name: EventList
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
-FROM event WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
+SELECT /*event e o*/
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE (e.flow_id, e.seq) > ($1, $2) ORDER BY e.flow_id, e.seq LIMIT $3;
 
 -- name: EventListState
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
-FROM event WHERE state = $1 AND (flow_id, seq) > ($2, $3) ORDER BY flow_id, seq LIMIT $4;
+SELECT /*event e o*/
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE /*head e o state*/ = $1 AND (e.flow_id, e.seq) > ($2, $3) ORDER BY e.flow_id, e.seq LIMIT $4;
 
 -- name: EventListQuarantined
 -- Quarantined events are heads of parked flows (see migration 002): read
 -- them through the partial index flow_parked_head.
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+SELECT /*event e f*/
 FROM flow f JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
-  AND e.state = 'quarantined' AND (f.flow_id, f.head_seq) > ($1, $2)
+  AND /*head e f state*/ = 'quarantined' AND (f.flow_id, f.head_seq) > ($1, $2)
 ORDER BY f.flow_id LIMIT $3;
 
 -- name: AuditInsert
@@ -146,9 +149,7 @@ SELECT set_config('search_path', $1, true);
 -- the lock of another lane: only a claim (this lane, serialised) takes a
 -- runnable head, and an enqueue only appends behind it.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, e.event_id IS NOT NULL,
-       coalesce(e.event_id, ''), coalesce(e.flow_id, ''), coalesce(e.seq, 0), coalesce(e.body, ''::bytea), coalesce(e.state, ''),
-       coalesce(e.generation, 0), coalesce(e.attempts, 0), coalesce(e.lifetime_attempts, 0), e.reason,
-       coalesce(e.next_at, 0), coalesce(e.lease_until, 0), coalesce(e.enqueued_at, 0)
+       /*event? e f*/
 FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
@@ -156,9 +157,7 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 -- name: FlowPickRunnableFairHeads
 -- As FlowPickRunnableSeedHeads, in the fair policy's order.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, e.event_id IS NOT NULL,
-       coalesce(e.event_id, ''), coalesce(e.flow_id, ''), coalesce(e.seq, 0), coalesce(e.body, ''::bytea), coalesce(e.state, ''),
-       coalesce(e.generation, 0), coalesce(e.attempts, 0), coalesce(e.lifetime_attempts, 0), e.reason,
-       coalesce(e.next_at, 0), coalesce(e.lease_until, 0), coalesce(e.enqueued_at, 0)
+       /*event? e f*/
 FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
@@ -179,9 +178,32 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text
 -- "flow_id = ANY" as well as the join: the planner then finds the rows
 -- through the primary key whatever it guesses of unnest's size (without it,
 -- it hashes a sequential scan of the whole table once the batch is large).
-UPDATE flow SET seq = u.seq, served = u.served, head_seq = u.head_seq, runnable = u.runnable, wait_until = u.wait_until
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::boolean[], $6::bigint[]) AS u (flow_id, seq, served, head_seq, runnable, wait_until)
+-- The head state (migration 004): $7.. are the columns of the head event
+-- the transaction wrote, $7 its seq; where $7 is NULL the flow keeps its
+-- head state if it still describes the head, and drops it otherwise (it
+-- would never apply again: the head only moves forward).
+UPDATE flow SET seq = u.seq, served = u.served, head_seq = u.head_seq, runnable = u.runnable, wait_until = u.wait_until,
+    head_state_seq = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_seq WHEN flow.head_state_seq = u.head_seq THEN flow.head_state_seq END,
+    head_state = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_state WHEN flow.head_state_seq = u.head_seq THEN flow.head_state END,
+    head_generation = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_generation WHEN flow.head_state_seq = u.head_seq THEN flow.head_generation END,
+    head_attempts = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_attempts WHEN flow.head_state_seq = u.head_seq THEN flow.head_attempts END,
+    head_lifetime_attempts = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_lifetime_attempts WHEN flow.head_state_seq = u.head_seq THEN flow.head_lifetime_attempts END,
+    head_reason = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_reason WHEN flow.head_state_seq = u.head_seq THEN flow.head_reason END,
+    head_next_at = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_next_at WHEN flow.head_state_seq = u.head_seq THEN flow.head_next_at END,
+    head_lease_until = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_lease_until WHEN flow.head_state_seq = u.head_seq THEN flow.head_lease_until END
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::boolean[], $6::bigint[],
+            $7::bigint[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[], $13::bigint[], $14::bigint[])
+    AS u (flow_id, seq, served, head_seq, runnable, wait_until,
+          hs_seq, hs_state, hs_generation, hs_attempts, hs_lifetime_attempts, hs_reason, hs_next_at, hs_lease_until)
 WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
+
+-- name: FlowClearHeadState
+-- An event row written while its flow row is not: the flow's head state
+-- (migration 004), if it describes that event ($1, $2 pairs of flow and
+-- seq), stops applying; the event row now holds the event's columns.
+UPDATE flow SET head_state_seq = NULL
+FROM unnest($1::text[], $2::bigint[]) AS u (flow_id, seq)
+WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C" AND flow.head_state_seq = u.seq;
 
 -- name: EventUpdateMany
 UPDATE event SET state = u.state, generation = u.generation, attempts = u.attempts, lifetime_attempts = u.lifetime_attempts,
@@ -193,7 +215,7 @@ WHERE event.event_id = ANY ($1::text[]) AND event.event_id = u.event_id COLLATE 
 -- name: EventGetManyWithFlow
 -- Prefetch of a settle or redrive: the events with their flows (settle
 -- reads both), after FlowLockOfEvents.
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at,
+SELECT /*event e f*/,
        f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until
 FROM event e JOIN flow f ON f.flow_id = e.flow_id WHERE e.event_id = ANY ($1::text[]);
 
@@ -207,8 +229,8 @@ ORDER BY flow_id FOR NO KEY UPDATE;
 -- name: EventGetMany
 -- Prefetch of an enqueue: the events of a batch (an id already stored
 -- answers existing or conflict; its row's identity never changes).
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
-FROM event WHERE event_id = ANY ($1::text[]);
+SELECT /*event e o*/
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE e.event_id = ANY ($1::text[]);
 
 -- name: FlowLockOfEvents
 -- Before a transaction reads events to settle or redrive, it locks
@@ -222,9 +244,10 @@ ORDER BY flow_id FOR NO KEY UPDATE;
 -- name: EventGetManyBySeq
 -- The heads of flows a claim takes, by (flow_id, seq) pairs ($1, $2), when
 -- the transaction has not read them yet.
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+SELECT /*event e o*/
 FROM unnest($1::text[], $2::bigint[]) AS k (flow_id, seq)
 JOIN event e ON e.flow_id = k.flow_id COLLATE "C" AND e.seq = k.seq
+LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq
 WHERE e.flow_id = ANY ($1::text[]);
 
 -- name: FlowGetManyUnlocked
@@ -254,6 +277,7 @@ WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
 -- name: EventGetNextMany
 -- SettleAndClaim: the event behind each event to settle (the flow's next
 -- head once it is acked), read with the settle's events.
-SELECT n.event_id, n.flow_id, n.seq, n.body, n.state, n.generation, n.attempts, n.lifetime_attempts, n.reason, n.next_at, n.lease_until, n.enqueued_at
+SELECT /*event n o*/
 FROM event e JOIN event n ON n.flow_id = e.flow_id AND n.seq = e.seq + 1
+LEFT JOIN flow o ON o.flow_id = n.flow_id AND o.head_seq = n.seq
 WHERE e.event_id = ANY ($1::text[]);

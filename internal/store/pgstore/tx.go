@@ -568,7 +568,12 @@ func (t *Tx) EventUpdate(ctx context.Context, e store.EventRow) error {
 		t.ws.updateEvent(e)
 		return nil
 	}
-	return t.exec(ctx, "EventUpdate", e.State, e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason), e.NextAt, e.LeaseUntil, e.ID)
+	if err := t.exec(ctx, "EventUpdate", e.State, e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason), e.NextAt, e.LeaseUntil, e.ID); err != nil {
+		return err
+	}
+	// The event row now holds the event's columns: its flow's head state,
+	// if it describes this event, stops applying (migration 004).
+	return t.exec(ctx, "FlowClearHeadState", []string{e.Flow}, []int64{e.Seq})
 }
 
 func (t *Tx) EventList(ctx context.Context, state string, afterFlow string, afterSeq int64, limit int) ([]store.EventRow, error) {

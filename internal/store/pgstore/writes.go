@@ -108,6 +108,22 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane) {
 		}
 		c.queue("EventInsert", q["EventInsertMany"], ids, flows, seq, bodies, states, gen, att, life, reasons, next, lease, enq)
 	}
+	// The head state (migration 004): an updated event that is its flow's
+	// head when the transaction ends, and whose flow row the transaction
+	// writes, is written on the flow row (one row version instead of two);
+	// every other updated event goes to its event row.
+	var headState map[string]store.EventRow // flow id → its head event
+	var direct []store.EventRow
+	for _, e := range w.eventRows {
+		if i, ok := w.flowUpdates[e.Flow]; ok && lane != store.LaneEnqueue && w.flowRows[i].HeadSeq == e.Seq {
+			if headState == nil {
+				headState = map[string]store.EventRow{}
+			}
+			headState[e.Flow] = e
+			continue
+		}
+		direct = append(direct, e)
+	}
 	if n := len(w.flowRows); n > 0 && lane == store.LaneEnqueue {
 		// An enqueue writes only what it owns (seq) and the wake-up of a
 		// drained flow, locking the flows just now, in flow_id order.
@@ -120,19 +136,36 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane) {
 	} else if n := len(w.flowRows); n > 0 {
 		ids, seq, served, head := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		run, wait := make([]bool, n), make([]*int64, n)
+		hsSeq, hsGen, hsAtt, hsLife, hsNext, hsLease := make([]*int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		hsState, hsReason := make([]string, n), make([]*string, n)
 		for i, f := range w.flowRows {
 			ids[i], seq[i], served[i], head[i], run[i], wait[i] = f.Flow, f.Seq, f.Served, f.HeadSeq, f.Runnable, f.WaitUntil
+			if e, ok := headState[f.Flow]; ok {
+				hsSeq[i], hsState[i], hsGen[i], hsAtt[i], hsLife[i] = &e.Seq, e.State, e.Generation, e.Attempts, e.LifetimeAttempts
+				hsReason[i], hsNext[i], hsLease[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil
+			}
 		}
-		c.queue("FlowUpdate", q["FlowUpdateMany"], ids, seq, served, head, run, wait)
+		c.queue("FlowUpdate", q["FlowUpdateMany"], ids, seq, served, head, run, wait,
+			hsSeq, hsState, hsGen, hsAtt, hsLife, hsReason, hsNext, hsLease)
 	}
-	if n := len(w.eventRows); n > 0 {
+	if n := len(direct); n > 0 {
 		ids, states, reasons := make([]string, n), make([]string, n), make([]*string, n)
 		gen, att, life, next, lease := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		for i, e := range w.eventRows {
+		var clearFlows []string
+		var clearSeqs []int64
+		for i, e := range direct {
 			ids[i], states[i], gen[i], att[i], life[i] = e.ID, e.State, e.Generation, e.Attempts, e.LifetimeAttempts
 			reasons[i], next[i], lease[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil
+			if _, ok := w.flowUpdates[e.Flow]; !ok || lane == store.LaneEnqueue {
+				// The flow row is not written here: its head state, if it
+				// describes this event, must stop applying.
+				clearFlows, clearSeqs = append(clearFlows, e.Flow), append(clearSeqs, e.Seq)
+			}
 		}
 		c.queue("EventUpdate", q["EventUpdateMany"], ids, states, gen, att, life, reasons, next, lease)
+		if len(clearFlows) > 0 {
+			c.queue("FlowClearHeadState", q["FlowClearHeadState"], clearFlows, clearSeqs)
+		}
 	}
 	for _, a := range w.audits {
 		c.queue("AuditInsert", q["AuditInsert"], a.EventID, a.Action, a.Reason, a.Operator, a.PreviousReason, a.Generation, a.At)

@@ -1,0 +1,168 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/store"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
+)
+
+// headState is what migration 004's columns of one flow row hold.
+type headState struct {
+	seq        *int64
+	state      *string
+	generation *int64
+}
+
+func readHeadState(t *testing.T, dsn, flow string) headState {
+	t.Helper()
+	var h headState
+	pgtest.QueryRow(t, dsn, `SELECT head_state_seq, head_state, head_generation FROM flow WHERE flow_id = '`+flow+`'`,
+		&h.seq, &h.state, &h.generation)
+	return h
+}
+
+func readEventRow(t *testing.T, dsn, id string) (state string, generation int64) {
+	t.Helper()
+	pgtest.QueryRow(t, dsn, `SELECT state, generation FROM event WHERE event_id = '`+id+`'`, &state, &generation)
+	return state, generation
+}
+
+// queueOfA opens a queue in a fresh schema, closed when the test ends, with
+// the events ids enqueued to flow A.
+func queueOfA(t *testing.T, ids ...string) (string, *fairrelay.Queue) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := pgtest.Schema(t, "frhead")
+	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	for _, id := range ids {
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: "A", Body: []byte(`{"delta":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dsn, q
+}
+
+// TestClaimWritesTheFlowRowOnly: a claim keeps its head's new state on the
+// flow row it writes anyway and leaves the event row as enqueued (one row
+// version per claim instead of two, migration 004), while every read answers
+// the claimed state; the ack that moves the head past the event writes the
+// event row with its final state, and the flow drops the head state.
+func TestClaimWritesTheFlowRowOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, q := queueOfA(t, "A1", "A2")
+	c, err := q.Claim(ctx, 1)
+	if err != nil || c == nil || c.Token.EventID != "A1" {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	if st, gen := readEventRow(t, dsn, "A1"); st != store.StateReady || gen != 0 {
+		t.Fatalf("event row of A1 after the claim: %s generation %d, want it untouched (ready, 0)", st, gen)
+	}
+	if h := readHeadState(t, dsn, "A"); h.seq == nil || *h.seq != 1 || *h.state != store.StateInflight || *h.generation != c.Token.Generation {
+		t.Fatalf("flow A's head state after the claim: %+v, want seq 1 inflight generation %d", h, c.Token.Generation)
+	}
+	if e, err := q.Event(ctx, "A1"); err != nil || e.State != store.StateInflight || e.Generation != c.Token.Generation {
+		t.Fatalf("A1 as read: %+v %v, want inflight generation %d", e, err, c.Token.Generation)
+	}
+
+	if r, err := q.Settle(ctx, c.Token, fairrelay.OutcomeAccepted, 2); err != nil || r.Status != fairrelay.SettleAcked {
+		t.Fatalf("settle: %+v %v", r, err)
+	}
+	if st, gen := readEventRow(t, dsn, "A1"); st != store.StateAcked || gen != c.Token.Generation {
+		t.Fatalf("event row of A1 after the ack: %s generation %d, want acked, %d", st, gen, c.Token.Generation)
+	}
+	if h := readHeadState(t, dsn, "A"); h.seq != nil {
+		t.Fatalf("flow A keeps a head state after its head moved on: seq %d", *h.seq)
+	}
+	if e, err := q.Event(ctx, "A2"); err != nil || e.State != store.StateReady || e.Generation != 0 {
+		t.Fatalf("A2, the new head: %+v %v", e, err)
+	}
+}
+
+// TestEventWrittenWithoutItsFlow: a write of an event whose flow row the
+// transaction does not write goes to the event row, and the flow's head
+// state, which described the event, stops applying — in the store's own
+// transaction and in a caller's (Wrap). The protocol always writes both
+// today; the store must not answer a stale state if it ever does not.
+func TestEventWrittenWithoutItsFlow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, q := queueOfA(t, "A1")
+	if c, err := q.Claim(ctx, 1); err != nil || c == nil {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	s, err := pgstore.Open(ctx, dsn, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// write sets A1's attempts to n in tx, ends it with commit, and checks
+	// that A1 is read back with n attempts, still inflight.
+	write := func(what string, tx store.Tx, commit func() error, n int64) {
+		t.Helper()
+		if _, err := tx.ClockGet(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e, err := tx.EventGet(ctx, "A1")
+		if err != nil || e == nil || e.State != store.StateInflight {
+			t.Fatalf("A1 in %s: %+v %v", what, e, err)
+		}
+		e.Attempts = n
+		if err := tx.EventUpdate(ctx, *e); err != nil {
+			t.Fatal(err)
+		}
+		if err := commit(); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := q.Event(ctx, "A1"); err != nil || r.Attempts != n || r.State != store.StateInflight {
+			t.Fatalf("A1 after %s wrote %d attempts: %+v %v", what, n, r, err)
+		}
+	}
+
+	tx, err := s.Begin(ctx, store.LaneSettle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	write("the store's own transaction", tx, func() error { return tx.Commit(ctx) }, 7)
+	if h := readHeadState(t, dsn, "A"); h.seq != nil {
+		t.Fatalf("flow A's head state still set: seq %d", *h.seq)
+	}
+
+	// A caller's transaction: make the flow row hold a head state again,
+	// then write the event through Wrap.
+	pgtest.Exec(t, dsn, `UPDATE flow SET head_state_seq = 1, head_state = 'inflight', head_generation = 1, head_attempts = 1,
+		head_lifetime_attempts = 1, head_next_at = 0, head_lease_until = 30001 WHERE flow_id = 'A'`)
+	if e, err := q.Event(ctx, "A1"); err != nil || e.Attempts != 1 {
+		t.Fatalf("A1 with the head state set by hand: %+v %v, want 1 attempt", e, err)
+	}
+	cfg, _, err := pgstore.PoolConfig(dsn, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	ptx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptx.Rollback(ctx)
+	wtx, err := s.Wrap(ctx, ptx, store.LaneEnqueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("a caller's transaction", wtx, func() error { return ptx.Commit(ctx) }, 9)
+}
