@@ -6,6 +6,7 @@ package sqlfile
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -95,13 +96,34 @@ func Apply(ctx context.Context, db *sql.DB, migs []Migration, lock string) ([]in
 	return ApplyNamed(ctx, db, "fairrelay_migration", migs, lock)
 }
 
+// ErrNewerSchema is returned (wrapped) by Apply and ApplyNamed when the
+// database records a migration this build does not have: a newer fairrelay
+// migrated it, and this one would misread what that one writes (migration
+// 004 of the PostgreSQL store, for one, moves a head's state onto its flow
+// row). Nothing is changed.
+var ErrNewerSchema = errors.New("the database was migrated by a newer fairrelay")
+
 // ApplyNamed is Apply with the record kept in table (a fixed identifier from
 // the caller's code, never user input). When every migration is already
 // recorded it takes no write lock: a read-only command on a busy store does
-// not wait for the writer.
+// not wait for the writer. Errors: ErrNewerSchema (wrapped) when table
+// records a version migs lacks; the database's errors.
 func ApplyNamed(ctx context.Context, db *sql.DB, table string, migs []Migration, lock string) ([]int, error) {
-	if upToDate(ctx, db, table, migs) {
-		return nil, nil
+	if have, ok := recorded(ctx, db, table); ok {
+		known := map[int]bool{}
+		last := 0
+		for _, m := range migs {
+			known[m.Version] = true
+			last = max(last, m.Version)
+		}
+		for v := range have {
+			if !known[v] {
+				return nil, fmt.Errorf("%w: it records migration %d, and this build knows migrations up to %d; run a fairrelay at least as new as the one that migrated it", ErrNewerSchema, v, last)
+			}
+		}
+		if len(have) == len(migs) {
+			return nil, nil
+		}
 	}
 	var applied []int
 	for _, m := range migs {
@@ -116,31 +138,26 @@ func ApplyNamed(ctx context.Context, db *sql.DB, table string, migs []Migration,
 	return applied, nil
 }
 
-// upToDate reports whether table records every migration, reading without a
-// transaction; any error (no table yet) answers false.
-func upToDate(ctx context.Context, db *sql.DB, table string, migs []Migration) bool {
+// recorded returns the versions table records, reading without a
+// transaction; ok is false on any error (no table yet).
+func recorded(ctx context.Context, db *sql.DB, table string) (have map[int]bool, ok bool) {
 	rows, err := db.QueryContext(ctx, `SELECT version FROM `+table)
 	if err != nil {
-		return false
+		return nil, false
 	}
 	defer rows.Close()
-	have := map[int]bool{}
+	have = map[int]bool{}
 	for rows.Next() {
 		var v int
 		if rows.Scan(&v) != nil {
-			return false
+			return nil, false
 		}
 		have[v] = true
 	}
 	if rows.Err() != nil {
-		return false
+		return nil, false
 	}
-	for _, m := range migs {
-		if !have[m.Version] {
-			return false
-		}
-	}
-	return true
+	return have, true
 }
 
 func applyOne(ctx context.Context, db *sql.DB, table string, m Migration, lock string) (bool, error) {
