@@ -54,9 +54,9 @@ func queueOfA(t *testing.T, ids ...string) (string, *fairrelay.Queue) {
 
 // TestClaimWritesTheFlowRowOnly: a claim keeps its head's new state on the
 // flow row it writes anyway and leaves the event row as enqueued (one row
-// version per claim instead of two, migration 004), while every read answers
-// the claimed state; the ack that moves the head past the event writes the
-// event row with its final state, and the flow drops the head state.
+// version per claim instead of two, migration 004), and so does the ack,
+// while every read answers the state as it is; the next claim of the flow
+// gives the acked event its final state on its own row.
 func TestClaimWritesTheFlowRowOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -78,14 +78,35 @@ func TestClaimWritesTheFlowRowOnly(t *testing.T) {
 	if r, err := q.Settle(ctx, c.Token, fairrelay.OutcomeAccepted, 2); err != nil || r.Status != fairrelay.SettleAcked {
 		t.Fatalf("settle: %+v %v", r, err)
 	}
-	if st, gen := readEventRow(t, dsn, "A1"); st != store.StateAcked || gen != c.Token.Generation {
-		t.Fatalf("event row of A1 after the ack: %s generation %d, want acked, %d", st, gen, c.Token.Generation)
+	// The ack writes the flow row alone: A1's row still waits.
+	if st, gen := readEventRow(t, dsn, "A1"); st != store.StateReady || gen != 0 {
+		t.Fatalf("event row of A1 after the ack: %s generation %d, want it untouched (ready, 0)", st, gen)
 	}
-	if h := readHeadState(t, dsn, "A"); h.seq != nil {
-		t.Fatalf("flow A keeps a head state after its head moved on: seq %d", *h.seq)
+	if h := readHeadState(t, dsn, "A"); h.seq == nil || *h.seq != 1 || *h.state != store.StateAcked {
+		t.Fatalf("flow A's head state after the ack: %+v, want seq 1 acked", h)
+	}
+	if e, err := q.Event(ctx, "A1"); err != nil || e.State != store.StateAcked || e.Generation != c.Token.Generation {
+		t.Fatalf("A1 as read after the ack: %+v %v", e, err)
 	}
 	if e, err := q.Event(ctx, "A2"); err != nil || e.State != store.StateReady || e.Generation != 0 {
 		t.Fatalf("A2, the new head: %+v %v", e, err)
+	}
+
+	// The claim of A2 takes the flow's head state and gives A1 its row back.
+	c2, err := q.Claim(ctx, 3)
+	if err != nil || c2 == nil || c2.Token.EventID != "A2" {
+		t.Fatalf("claim of A2: %+v %v", c2, err)
+	}
+	if st, gen := readEventRow(t, dsn, "A1"); st != store.StateAcked || gen != c.Token.Generation {
+		t.Fatalf("event row of A1 after A2's claim: %s generation %d, want acked, %d", st, gen, c.Token.Generation)
+	}
+	if h := readHeadState(t, dsn, "A"); h.seq == nil || *h.seq != 2 || *h.state != store.StateInflight {
+		t.Fatalf("flow A's head state after A2's claim: %+v, want seq 2 inflight", h)
+	}
+	for id, want := range map[string]fairrelay.State{"A1": store.StateAcked, "A2": store.StateInflight} {
+		if e, err := q.Event(ctx, id); err != nil || e.State != want {
+			t.Fatalf("%s as read after A2's claim: %+v %v, want %s", id, e, err, want)
+		}
 	}
 }
 

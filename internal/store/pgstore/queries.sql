@@ -92,11 +92,11 @@ WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 -- "/*event e o*/" stands for the event's columns as scanEvent reads them
 -- (headStateMacros in pgstore.go).
 SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE e.event_id = $1;
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE e.event_id = $1;
 
 -- name: EventGetBySeq
 SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE e.flow_id = $1 AND e.seq = $2;
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE e.flow_id = $1 AND e.seq = $2;
 
 -- name: EventInsert
 INSERT INTO event (event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)
@@ -108,11 +108,11 @@ WHERE event_id = $8;
 
 -- name: EventList
 SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE (e.flow_id, e.seq) > ($1, $2) ORDER BY e.flow_id, e.seq LIMIT $3;
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE (e.flow_id, e.seq) > ($1, $2) ORDER BY e.flow_id, e.seq LIMIT $3;
 
 -- name: EventListState
 SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE /*head e o state*/ = $1 AND (e.flow_id, e.seq) > ($2, $3) ORDER BY e.flow_id, e.seq LIMIT $4;
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE /*head e o state*/ = $1 AND (e.flow_id, e.seq) > ($2, $3) ORDER BY e.flow_id, e.seq LIMIT $4;
 
 -- name: EventListQuarantined
 -- Quarantined events are heads of parked flows (see migration 002): read
@@ -178,24 +178,36 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text
 -- "flow_id = ANY" as well as the join: the planner then finds the rows
 -- through the primary key whatever it guesses of unnest's size (without it,
 -- it hashes a sequential scan of the whole table once the batch is large).
--- The head state (migration 004): $7.. are the columns of the head event
--- the transaction wrote, $7 its seq; where $7 is NULL the flow keeps its
--- head state if it still describes the head, and drops it otherwise (it
--- would never apply again: the head only moves forward).
+-- The head state (migration 004): $7.. are the columns of the event the
+-- transaction keeps there, $7 its seq; where $7 is NULL the flow keeps the
+-- head state it has. FlowFlushHeadState runs first.
 UPDATE flow SET seq = u.seq, served = u.served, head_seq = u.head_seq, runnable = u.runnable, wait_until = u.wait_until,
-    head_state_seq = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_seq WHEN flow.head_state_seq = u.head_seq THEN flow.head_state_seq END,
-    head_state = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_state WHEN flow.head_state_seq = u.head_seq THEN flow.head_state END,
-    head_generation = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_generation WHEN flow.head_state_seq = u.head_seq THEN flow.head_generation END,
-    head_attempts = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_attempts WHEN flow.head_state_seq = u.head_seq THEN flow.head_attempts END,
-    head_lifetime_attempts = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_lifetime_attempts WHEN flow.head_state_seq = u.head_seq THEN flow.head_lifetime_attempts END,
-    head_reason = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_reason WHEN flow.head_state_seq = u.head_seq THEN flow.head_reason END,
-    head_next_at = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_next_at WHEN flow.head_state_seq = u.head_seq THEN flow.head_next_at END,
-    head_lease_until = CASE WHEN u.hs_seq IS NOT NULL THEN u.hs_lease_until WHEN flow.head_state_seq = u.head_seq THEN flow.head_lease_until END
+    head_state_seq = CASE WHEN u.hs_seq IS NULL THEN flow.head_state_seq ELSE u.hs_seq END,
+    head_state = CASE WHEN u.hs_seq IS NULL THEN flow.head_state ELSE u.hs_state END,
+    head_generation = CASE WHEN u.hs_seq IS NULL THEN flow.head_generation ELSE u.hs_generation END,
+    head_attempts = CASE WHEN u.hs_seq IS NULL THEN flow.head_attempts ELSE u.hs_attempts END,
+    head_lifetime_attempts = CASE WHEN u.hs_seq IS NULL THEN flow.head_lifetime_attempts ELSE u.hs_lifetime_attempts END,
+    head_reason = CASE WHEN u.hs_seq IS NULL THEN flow.head_reason ELSE u.hs_reason END,
+    head_next_at = CASE WHEN u.hs_seq IS NULL THEN flow.head_next_at ELSE u.hs_next_at END,
+    head_lease_until = CASE WHEN u.hs_seq IS NULL THEN flow.head_lease_until ELSE u.hs_lease_until END
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::boolean[], $6::bigint[],
             $7::bigint[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[], $13::bigint[], $14::bigint[])
     AS u (flow_id, seq, served, head_seq, runnable, wait_until,
           hs_seq, hs_state, hs_generation, hs_attempts, hs_lifetime_attempts, hs_reason, hs_next_at, hs_lease_until)
 WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
+
+-- name: FlowFlushHeadState
+-- Before flows ($1) take the head state of another event ($2, its seq):
+-- the event whose state they hold now gets it back on its row (migration
+-- 004), unless the transaction writes that row itself ($3: the events it
+-- writes to their rows, after this statement).
+UPDATE event SET state = f.head_state, generation = f.head_generation, attempts = f.head_attempts,
+    lifetime_attempts = f.head_lifetime_attempts, reason = f.head_reason, next_at = f.head_next_at, lease_until = f.head_lease_until
+FROM flow f, unnest($1::text[], $2::bigint[]) AS u (flow_id, seq)
+WHERE f.flow_id = ANY ($1::text[]) AND f.flow_id = u.flow_id COLLATE "C"
+  AND f.head_state_seq <> u.seq
+  AND event.flow_id = f.flow_id AND event.seq = f.head_state_seq
+  AND event.event_id <> ALL ($3::text[]);
 
 -- name: FlowClearHeadState
 -- An event row written while its flow row is not: the flow's head state
@@ -230,7 +242,7 @@ ORDER BY flow_id FOR NO KEY UPDATE;
 -- Prefetch of an enqueue: the events of a batch (an id already stored
 -- answers existing or conflict; its row's identity never changes).
 SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq WHERE e.event_id = ANY ($1::text[]);
+FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE e.event_id = ANY ($1::text[]);
 
 -- name: FlowLockOfEvents
 -- Before a transaction reads events to settle or redrive, it locks
@@ -247,7 +259,7 @@ ORDER BY flow_id FOR NO KEY UPDATE;
 SELECT /*event e o*/
 FROM unnest($1::text[], $2::bigint[]) AS k (flow_id, seq)
 JOIN event e ON e.flow_id = k.flow_id COLLATE "C" AND e.seq = k.seq
-LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_seq = e.seq
+LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq
 WHERE e.flow_id = ANY ($1::text[]);
 
 -- name: FlowGetManyUnlocked
@@ -279,5 +291,5 @@ WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
 -- head once it is acked), read with the settle's events.
 SELECT /*event n o*/
 FROM event e JOIN event n ON n.flow_id = e.flow_id AND n.seq = e.seq + 1
-LEFT JOIN flow o ON o.flow_id = n.flow_id AND o.head_seq = n.seq
+LEFT JOIN flow o ON o.flow_id = n.flow_id AND o.head_state_seq = n.seq
 WHERE e.event_id = ANY ($1::text[]);

@@ -108,21 +108,45 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane) {
 		}
 		c.queue("EventInsert", q["EventInsertMany"], ids, flows, seq, bodies, states, gen, att, life, reasons, next, lease, enq)
 	}
-	// The head state (migration 004): an updated event that is its flow's
-	// head when the transaction ends, and whose flow row the transaction
-	// writes, is written on the flow row (one row version instead of two);
-	// every other updated event goes to its event row.
-	var headState map[string]store.EventRow // flow id → its head event
+	// The head state (migration 004): of the events the transaction
+	// updated, the last one (by seq) of each flow whose row it writes goes
+	// on that row (one row version instead of two; it is the flow's head,
+	// or its last acked event while it has no newer one); every other goes
+	// to its event row. A flow that takes the state of another event first
+	// gives the state it holds back to that event's row (FlowFlushHeadState),
+	// unless the transaction writes that row itself.
+	var headState map[string]store.EventRow // flow id → the event kept on its row
+	if lane != store.LaneEnqueue {
+		for _, e := range w.eventRows {
+			if _, ok := w.flowUpdates[e.Flow]; !ok {
+				continue
+			}
+			if old, ok := headState[e.Flow]; !ok || e.Seq > old.Seq {
+				if headState == nil {
+					headState = map[string]store.EventRow{}
+				}
+				headState[e.Flow] = e
+			}
+		}
+	}
 	var direct []store.EventRow
 	for _, e := range w.eventRows {
-		if i, ok := w.flowUpdates[e.Flow]; ok && lane != store.LaneEnqueue && w.flowRows[i].HeadSeq == e.Seq {
-			if headState == nil {
-				headState = map[string]store.EventRow{}
-			}
-			headState[e.Flow] = e
-			continue
+		if h, ok := headState[e.Flow]; !ok || h.ID != e.ID {
+			direct = append(direct, e)
 		}
-		direct = append(direct, e)
+	}
+	if n := len(headState); n > 0 {
+		flows, seqs := make([]string, 0, n), make([]int64, 0, n)
+		for _, f := range w.flowRows { // the flows' order, not the map's
+			if e, ok := headState[f.Flow]; ok {
+				flows, seqs = append(flows, f.Flow), append(seqs, e.Seq)
+			}
+		}
+		written := make([]string, len(direct))
+		for i, e := range direct {
+			written[i] = e.ID
+		}
+		c.queue("FlowFlushHeadState", q["FlowFlushHeadState"], flows, seqs, written)
 	}
 	if n := len(w.flowRows); n > 0 && lane == store.LaneEnqueue {
 		// An enqueue writes only what it owns (seq) and the wake-up of a

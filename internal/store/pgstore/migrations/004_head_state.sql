@@ -1,15 +1,15 @@
--- 004: a claim writes one row instead of two. The mutable columns of a
--- flow's head event (state, generation, attempts, lifetime_attempts,
+-- 004: a claim writes one row instead of two. The mutable columns of one
+-- event of each flow (state, generation, attempts, lifetime_attempts,
 -- reason, next_at, lease_until) may be kept on the flow row instead of the
--- event row: head_state_seq says which event they describe. They are that
--- event's columns while head_state_seq = head_seq = the event's seq; in
--- every other case (NULL, or the head has moved on) the event row is
--- authoritative. A claim, a retry, a quarantine and a redrive of a head
--- write them here, on the flow row they write anyway; the write that moves
--- the head past the event (an ack) writes the event row with its final
--- values. Every read of an event applies them (queries.sql), so the
--- answers do not change. Rows from before this migration have NULL here:
--- their event rows are authoritative.
+-- event row: head_state_seq says which event they belong to, and for that
+-- event they win over its own row. It is the last event a transaction that
+-- wrote the flow row changed: the head (claimed, retried, quarantined,
+-- redriven) or, once acked, the event the head moved past, until the flow's
+-- next head state replaces it and gives it back to its row. So a claim
+-- writes the flow row alone, and an ack that drains its flow does too.
+-- Every read of an event applies them (queries.sql), so the answers do not
+-- change. Rows from before this migration have NULL here: their event rows
+-- hold their columns.
 ALTER TABLE flow
     ADD COLUMN head_state_seq         BIGINT,
     ADD COLUMN head_state             TEXT,
