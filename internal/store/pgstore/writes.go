@@ -6,8 +6,11 @@ import (
 
 // writeSet collects the writes of a write transaction that holds the clock
 // lock, to send them as at most one statement per kind (FlowInsertMany,
-// EventInsertMany, FlowUpdateMany, EventUpdateMany), then the audit rows and
-// the clock, with the next read that needs the server or with the commit.
+// EventInsertMany, FlowFlushHeadState, FlowUpdateMany, EventUpdateMany,
+// FlowClearHeadState), then the audit rows and the clock, with the next read
+// that needs the server or with the commit. An updated event goes either on
+// its flow row (the head state of migration 004) or to its own row: see
+// stage.
 //
 // The order of the kinds is safe: inserts come first (an event needs its
 // flow), then updates, which for a row written twice carry its last values —
