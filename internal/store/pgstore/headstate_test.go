@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +30,7 @@ func readHeadState(t *testing.T, dsn, flow string) headState {
 
 func readEventRow(t *testing.T, dsn, id string) (state string, generation int64) {
 	t.Helper()
-	pgtest.QueryRow(t, dsn, `SELECT state, generation FROM event WHERE event_id = '`+id+`'`, &state, &generation)
+	pgtest.QueryRow(t, dsn, `SELECT own_state, generation FROM event WHERE event_id = '`+id+`'`, &state, &generation)
 	return state, generation
 }
 
@@ -186,4 +187,30 @@ func TestEventWrittenWithoutItsFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	write("a caller's transaction", wtx, func() error { return ptx.Commit(ctx) }, 9)
+}
+
+// TestBuildsBefore004FailOnAMigratedStore: a fairrelay built before
+// migration 004 reads the event row's state column for every event it
+// touches (this is its EventGet, verbatim) and checks no migration record;
+// on a migrated store it must fail on that read instead of misreading the
+// heads (the column is renamed).
+func TestBuildsBefore004FailOnAMigratedStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, _ := queueOfA(t, "A1")
+	cfg, _, err := pgstore.PoolConfig(dsn, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var id string
+	err = conn.QueryRow(ctx, `SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
+FROM event WHERE event_id = $1`, "A1").Scan(&id)
+	if err == nil || !strings.Contains(err.Error(), `column "state" does not exist`) {
+		t.Fatalf("a pre-004 read of an event: %v, want column \"state\" does not exist", err)
+	}
 }

@@ -80,9 +80,14 @@ func expandHeadState(qs map[string]string) map[string]string {
 }
 
 // headColumn is the mutable column col of event e: flow f's head_<col>
-// while f's head state describes e, else e's own.
+// while f's head state describes e, else e's own (the state is the event
+// row's own_state since migration 004).
 func headColumn(e, f, col string) string {
-	return fmt.Sprintf("CASE WHEN %[2]s.head_state_seq = %[1]s.seq THEN %[2]s.head_%[3]s ELSE %[1]s.%[3]s END", e, f, col)
+	own := col
+	if col == "state" {
+		own = "own_state"
+	}
+	return fmt.Sprintf("CASE WHEN %[2]s.head_state_seq = %[1]s.seq THEN %[2]s.head_%[3]s ELSE %[1]s.%[4]s END", e, f, col, own)
 }
 
 // MigrationLock is the statement that serialises migrators (queue store and

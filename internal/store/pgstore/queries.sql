@@ -99,11 +99,11 @@ SELECT /*event e o*/
 FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE e.flow_id = $1 AND e.seq = $2;
 
 -- name: EventInsert
-INSERT INTO event (event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)
+INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
 
 -- name: EventUpdate
-UPDATE event SET state = $1, generation = $2, attempts = $3, lifetime_attempts = $4, reason = $5, next_at = $6, lease_until = $7
+UPDATE event SET own_state = $1, generation = $2, attempts = $3, lifetime_attempts = $4, reason = $5, next_at = $6, lease_until = $7
 WHERE event_id = $8;
 
 -- name: EventList
@@ -171,7 +171,7 @@ INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::boolean[], $7::bigint[]);
 
 -- name: EventInsertMany
-INSERT INTO event (event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)
+INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)
 SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[]);
 
 -- name: FlowUpdateMany
@@ -201,7 +201,7 @@ WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
 -- the event whose state they hold now gets it back on its row (migration
 -- 004), unless the transaction writes that row itself ($3: the events it
 -- writes to their rows, after this statement).
-UPDATE event SET state = f.head_state, generation = f.head_generation, attempts = f.head_attempts,
+UPDATE event SET own_state = f.head_state, generation = f.head_generation, attempts = f.head_attempts,
     lifetime_attempts = f.head_lifetime_attempts, reason = f.head_reason, next_at = f.head_next_at, lease_until = f.head_lease_until
 FROM flow f, unnest($1::text[], $2::bigint[]) AS u (flow_id, seq)
 WHERE f.flow_id = ANY ($1::text[]) AND f.flow_id = u.flow_id COLLATE "C"
@@ -218,7 +218,7 @@ FROM unnest($1::text[], $2::bigint[]) AS u (flow_id, seq)
 WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C" AND flow.head_state_seq = u.seq;
 
 -- name: EventUpdateMany
-UPDATE event SET state = u.state, generation = u.generation, attempts = u.attempts, lifetime_attempts = u.lifetime_attempts,
+UPDATE event SET own_state = u.state, generation = u.generation, attempts = u.attempts, lifetime_attempts = u.lifetime_attempts,
     reason = u.reason, next_at = u.next_at, lease_until = u.lease_until
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[])
     AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until)

@@ -10,6 +10,13 @@
 -- Every read of an event applies them (queries.sql), so the answers do not
 -- change. Rows from before this migration have NULL here: their event rows
 -- hold their columns.
+--
+-- A fairrelay built before this migration would read event rows as if they
+-- held every event's state, misread the heads and re-issue their tokens,
+-- and it does not check the migrations a store records (later builds
+-- refuse a store migrated further than they know). So the event row's state
+-- column is renamed: such a build fails on its first read of an event
+-- (column "state" does not exist) instead of corrupting the store.
 ALTER TABLE flow
     ADD COLUMN head_state_seq         BIGINT,
     ADD COLUMN head_state             TEXT,
@@ -19,3 +26,4 @@ ALTER TABLE flow
     ADD COLUMN head_reason            TEXT,
     ADD COLUMN head_next_at           BIGINT,
     ADD COLUMN head_lease_until       BIGINT;
+ALTER TABLE event RENAME COLUMN state TO own_state;
