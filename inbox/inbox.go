@@ -65,8 +65,12 @@ const NoDeltaLimit = math.MaxInt64
 
 // Inbox is one receiver's store. Safe for concurrent use.
 type Inbox struct {
-	db          *sql.DB
-	translate   func(error) error // the backend's error translation (busy, not a database)
+	db        *sql.DB
+	translate func(error) error // the backend's error translation (busy, not a database)
+	// lock, when not empty, is run first in every receive with the
+	// delivery's flow and event id: it serialises the receives of one flow
+	// and of one id (PostgreSQL; SQLite's transactions are serialised).
+	lock        string
 	maxDelta    atomic.Int64
 	unavailable atomic.Bool
 }
@@ -76,6 +80,7 @@ type Inbox struct {
 type backend struct {
 	open      func(ctx context.Context, dsn string, opts Options) (*sql.DB, error)
 	translate func(error) error
+	lock      string // Inbox.lock
 }
 
 var openers = map[string]backend{}
@@ -91,14 +96,14 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "empty path"}
 	}
 	var db *sql.DB
-	translate := sqlitestore.Translate
+	translate, lock := sqlitestore.Translate, ""
 	for prefix, b := range openers {
 		if strings.HasPrefix(dsn, prefix) {
 			var err error
 			if db, err = b.open(ctx, dsn, opts); err != nil {
 				return nil, dbError("open inbox", err)
 			}
-			translate = b.translate
+			translate, lock = b.translate, b.lock
 		}
 	}
 	if db == nil {
@@ -107,7 +112,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 			return nil, err
 		}
 	}
-	in := &Inbox{db: db, translate: translate}
+	in := &Inbox{db: db, translate: translate, lock: lock}
 	if opts.MaxDelta == 0 {
 		opts.MaxDelta = NoDeltaLimit
 	}
@@ -231,6 +236,15 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 }
 
 func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay.Outcome, error) {
+	if in.lock != "" {
+		// Every statement below then sees the receives of this flow and
+		// this id that committed before: two deliveries of one event at
+		// once answer accepted and duplicate, never an error or a
+		// sequence_conflict read from between the other's two writes.
+		if _, err := tx.ExecContext(ctx, in.lock, d.Flow, d.EventID); err != nil {
+			return "", fmt.Errorf("ReceiveLock: %w", err)
+		}
+	}
 	var flow string
 	var seq int64
 	var body []byte

@@ -22,10 +22,19 @@ var postgresMigrations embed.FS
 // already holds another fairrelay store. Options.BusyTimeout bounds lock
 // waits (lock_timeout).
 func init() {
-	b := backend{open: openPostgres, translate: pgstore.Translate}
+	b := backend{open: openPostgres, translate: pgstore.Translate, lock: receiveLock}
 	openers["postgres://"] = b
 	openers["postgresql://"] = b
 }
+
+// receiveLock serialises the receives of one flow ($1) and of one event id
+// ($2) on transaction-scoped advisory locks of the inbox's schema, flow
+// first: READ COMMITTED alone let two deliveries of one event both miss the
+// receipt, and one then failed on the receipt's key or read the other's
+// projection as a sequence_conflict. (A hash collision between two flows
+// only makes them wait for each other.)
+const receiveLock = `SELECT pg_advisory_xact_lock(hashtext(current_schema()), hashtext('flow:' || $1)),
+       pg_advisory_xact_lock(hashtext(current_schema()), hashtext('event:' || $2))`
 
 func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
 	cfg, schema, err := pgstore.PoolConfig(dsn, opts.BusyTimeout)
