@@ -39,6 +39,11 @@ type rowCache struct {
 	// a wait_until. While it lies after a tick, no head is due at that tick
 	// (but for a settle committed meanwhile, whose head a later claim takes).
 	minWait *int64
+	// headStateSeq holds, for the flows read, their head_state_seq
+	// (migration 004) as it stands in the transaction, nil for none; a
+	// flow missing here is not known. It spares FlowFlushHeadState when no
+	// flow needs it.
+	headStateSeq map[string]*int64
 }
 
 type flowSeq struct {
@@ -48,10 +53,11 @@ type flowSeq struct {
 
 func newRowCache(minWait *int64) *rowCache {
 	return &rowCache{
-		events:  map[string]*store.EventRow{},
-		bySeq:   map[flowSeq]string{},
-		flows:   map[string]*store.FlowRow{},
-		minWait: minWait,
+		events:       map[string]*store.EventRow{},
+		bySeq:        map[flowSeq]string{},
+		flows:        map[string]*store.FlowRow{},
+		minWait:      minWait,
+		headStateSeq: map[string]*int64{},
 	}
 }
 

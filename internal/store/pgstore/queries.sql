@@ -47,12 +47,12 @@ UPDATE clock SET tick = $1,
 WHERE id = ANY ($4::integer[]);
 
 -- name: FlowGet
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = $1;
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow WHERE flow_id = $1;
 
 -- name: FlowGetForUpdate
 -- FlowGet of a write transaction: the flow row stays locked until the end,
 -- so that the other lane cannot change what this one is about to write.
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = $1
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow WHERE flow_id = $1
 FOR NO KEY UPDATE;
 
 -- name: FlowInsert
@@ -62,7 +62,7 @@ INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until) VAL
 UPDATE flow SET seq = $1, served = $2, head_seq = $3, runnable = $4, wait_until = $5 WHERE flow_id = $6;
 
 -- name: FlowListDue
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
 WHERE wait_until IS NOT NULL AND wait_until <= $1
 ORDER BY wait_until LIMIT $2;
 
@@ -70,21 +70,21 @@ ORDER BY wait_until LIMIT $2;
 -- FlowListDue of a claim: the flows it answers stay locked;
 -- a flow another transaction holds (a settle of its head, an enqueue) is
 -- skipped, never waited for, and is due again at the next claim.
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
 WHERE wait_until IS NOT NULL AND wait_until <= $1
 ORDER BY wait_until LIMIT $2
 FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: FlowPickRunnableSeed
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
 WHERE runnable ORDER BY served, flow_id LIMIT $1;
 
 -- name: FlowPickRunnableFair
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
 WHERE runnable ORDER BY served, ord LIMIT $1;
 
 -- name: FlowList
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
 WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 
 -- name: EventGet
@@ -148,7 +148,7 @@ SELECT set_config('search_path', $1, true);
 -- skipped, never waited for. A runnable flow's head cannot change under
 -- the lock of another lane: only a claim (this lane, serialised) takes a
 -- runnable head, and an enqueue only appends behind it.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, e.event_id IS NOT NULL,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, e.event_id IS NOT NULL,
        /*event? e f*/
 FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1
@@ -156,7 +156,7 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- name: FlowPickRunnableFairHeads
 -- As FlowPickRunnableSeedHeads, in the fair policy's order.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, e.event_id IS NOT NULL,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, e.event_id IS NOT NULL,
        /*event? e f*/
 FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1
@@ -228,14 +228,14 @@ WHERE event.event_id = ANY ($1::text[]) AND event.event_id = u.event_id COLLATE 
 -- Prefetch of a settle or redrive: the events with their flows (settle
 -- reads both), after FlowLockOfEvents.
 SELECT /*event e f*/,
-       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until
+       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq
 FROM event e JOIN flow f ON f.flow_id = e.flow_id WHERE e.event_id = ANY ($1::text[]);
 
 -- name: FlowGetMany
 -- Prefetch: the flows of a batch, locked until the end of the transaction
 -- in flow_id order (every transaction that waits for flow locks takes them
 -- in that order, in one statement: no deadlock between the lanes).
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = ANY ($1::text[])
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow WHERE flow_id = ANY ($1::text[])
 ORDER BY flow_id FOR NO KEY UPDATE;
 
 -- name: EventGetMany
@@ -266,7 +266,7 @@ WHERE e.flow_id = ANY ($1::text[]);
 -- Prefetch of an enqueue: its flows, not locked. The enqueue lane is the
 -- one writer of seq, so the seq read is exact; the columns the other lanes
 -- write are settled at the write (FlowAppendMany).
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = ANY ($1::text[]);
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow WHERE flow_id = ANY ($1::text[]);
 
 -- name: FlowLock
 -- An enqueue locks the flows it appended to, in flow_id order, in one

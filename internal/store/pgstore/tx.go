@@ -76,7 +76,7 @@ func begin(ctx context.Context, pool *pgxpool.Pool, stmt string) (*Tx, error) {
 // queuing the collected writes to go with it.
 func (t *Tx) db() conn {
 	if t.cache != nil && !t.ws.empty() {
-		t.ws.stage(t.c.(*pgxConn), t.lane)
+		t.ws.stage(t.c.(*pgxConn), t.lane, t.cache)
 	}
 	return t.c
 }
@@ -202,8 +202,10 @@ func (t *Tx) ClockSet(ctx context.Context, c store.Clock) error {
 	return t.exec(ctx, "ClockSet", c.Tick, c.Ticket, c.Flows, laneRows(t.lane))
 }
 
-func scanFlow(r scanner, f *store.FlowRow) error {
-	return r.Scan(&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil)
+// scanFlow scans a flow row: the columns of store.FlowRow, then its
+// head_state_seq (migration 004) into hs.
+func scanFlow(r scanner, f *store.FlowRow, hs **int64) error {
+	return r.Scan(&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, hs)
 }
 
 func (t *Tx) FlowGet(ctx context.Context, flow string) (*store.FlowRow, error) {
@@ -219,7 +221,8 @@ func (t *Tx) FlowGet(ctx context.Context, flow string) (*store.FlowRow, error) {
 		name = "FlowGetForUpdate"
 	}
 	var f store.FlowRow
-	found, err := queryRowFound(ctx, t.db(), name, []any{flow}, func(r scanner) error { return scanFlow(r, &f) })
+	var hs *int64
+	found, err := queryRowFound(ctx, t.db(), name, []any{flow}, func(r scanner) error { return scanFlow(r, &f, &hs) })
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +234,7 @@ func (t *Tx) FlowGet(ctx context.Context, flow string) (*store.FlowRow, error) {
 	}
 	if t.cache != nil {
 		t.cache.putFlow(f)
+		t.cache.headStateSeq[f.Flow] = hs
 	}
 	return &f, nil
 }
@@ -257,8 +261,12 @@ func (t *Tx) flows(ctx context.Context, name string, args ...any) ([]store.FlowR
 	var out []store.FlowRow
 	err := t.db().query(ctx, name, q[name], args, func(r scanner) error {
 		var f store.FlowRow
-		if err := scanFlow(r, &f); err != nil {
+		var hs *int64
+		if err := scanFlow(r, &f, &hs); err != nil {
 			return err
+		}
+		if t.cache != nil {
+			t.cache.headStateSeq[f.Flow] = hs
 		}
 		out = append(out, f)
 		return nil
@@ -350,8 +358,9 @@ func (t *Tx) eventWithFlow(r scanner) error {
 	var e store.EventRow
 	var f store.FlowRow
 	var reason *string
+	var hs *int64
 	if err := r.Scan(&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt,
-		&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil); err != nil {
+		&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, &hs); err != nil {
 		return err
 	}
 	if reason != nil {
@@ -360,6 +369,7 @@ func (t *Tx) eventWithFlow(r scanner) error {
 	t.cache.putEvent(e)
 	if _, ok := t.cache.flows[f.Flow]; !ok {
 		t.cache.putFlow(f)
+		t.cache.headStateSeq[f.Flow] = hs
 	}
 	return nil
 }
@@ -432,10 +442,12 @@ func (t *Tx) queuePrefetch(eventIDs, flows []string, lock bool) (finish func()) 
 		}
 		pc.queueRead(name, func(r scanner) error {
 			var f store.FlowRow
-			if err := scanFlow(r, &f); err != nil {
+			var hs *int64
+			if err := scanFlow(r, &f, &hs); err != nil {
 				return err
 			}
 			t.cache.putFlow(f)
+			t.cache.headStateSeq[f.Flow] = hs
 			return nil
 		}, q[name], fs)
 	}
@@ -528,7 +540,8 @@ func (t *Tx) queuePick(order store.Order, limit int) (finish func()) {
 		var e store.EventRow
 		var hasHead bool
 		var reason *string
-		if err := r.Scan(&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, &hasHead,
+		var hs *int64
+		if err := r.Scan(&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, &hs, &hasHead,
 			&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt); err != nil {
 			return err
 		}
@@ -536,6 +549,7 @@ func (t *Tx) queuePick(order store.Order, limit int) (finish func()) {
 			e.Reason = *reason
 		}
 		t.cache.putFlow(f)
+		t.cache.headStateSeq[f.Flow] = hs
 		if hasHead {
 			t.cache.putEvent(e)
 		}

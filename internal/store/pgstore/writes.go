@@ -91,7 +91,9 @@ func (w *writeSet) updateEvent(e store.EventRow) {
 }
 
 // stage queues the collected writes on c, in the safe order, and empties w.
-func (w *writeSet) stage(c *pgxConn, lane store.Lane) {
+// cache, when not nil, knows the head_state_seq of the flows it read and is
+// kept up to date with the head-state writes.
+func (w *writeSet) stage(c *pgxConn, lane store.Lane, cache *rowCache) {
 	if n := len(w.flowInserts); n > 0 {
 		ids, ord, seq, served, head := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		run, wait := make([]bool, n), make([]*int64, n)
@@ -133,23 +135,38 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane) {
 		}
 	}
 	var direct []store.EventRow
+	writtenSeq := map[flowSeq]bool{}
 	for _, e := range w.eventRows {
 		if h, ok := headState[e.Flow]; !ok || h.ID != e.ID {
 			direct = append(direct, e)
+			writtenSeq[flowSeq{e.Flow, e.Seq}] = true
 		}
 	}
 	if n := len(headState); n > 0 {
 		flows, seqs := make([]string, 0, n), make([]int64, 0, n)
 		for _, f := range w.flowRows { // the flows' order, not the map's
-			if e, ok := headState[f.Flow]; ok {
-				flows, seqs = append(flows, f.Flow), append(seqs, e.Seq)
+			e, ok := headState[f.Flow]
+			if !ok {
+				continue
 			}
+			if cache != nil {
+				// No flush when the flow is known to hold no head state,
+				// or this event's, or one of an event written below.
+				if cur, known := cache.headStateSeq[f.Flow]; known && (cur == nil || *cur == e.Seq || writtenSeq[flowSeq{f.Flow, *cur}]) {
+					cache.headStateSeq[f.Flow] = &e.Seq
+					continue
+				}
+				cache.headStateSeq[f.Flow] = &e.Seq
+			}
+			flows, seqs = append(flows, f.Flow), append(seqs, e.Seq)
 		}
-		written := make([]string, len(direct))
-		for i, e := range direct {
-			written[i] = e.ID
+		if len(flows) > 0 {
+			written := make([]string, len(direct))
+			for i, e := range direct {
+				written[i] = e.ID
+			}
+			c.queue("FlowFlushHeadState", q["FlowFlushHeadState"], flows, seqs, written)
 		}
-		c.queue("FlowFlushHeadState", q["FlowFlushHeadState"], flows, seqs, written)
 	}
 	if n := len(w.flowRows); n > 0 && lane == store.LaneEnqueue {
 		// An enqueue writes only what it owns (seq) and the wake-up of a
@@ -187,6 +204,11 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane) {
 				// The flow row is not written here: its head state, if it
 				// describes this event, must stop applying.
 				clearFlows, clearSeqs = append(clearFlows, e.Flow), append(clearSeqs, e.Seq)
+				if cache != nil {
+					if cur := cache.headStateSeq[e.Flow]; cur != nil && *cur == e.Seq {
+						cache.headStateSeq[e.Flow] = nil
+					}
+				}
 			}
 		}
 		c.queue("EventUpdate", q["EventUpdateMany"], ids, states, gen, att, life, reasons, next, lease)
