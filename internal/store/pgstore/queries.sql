@@ -286,10 +286,13 @@ UPDATE flow SET seq = u.seq,
 FROM unnest($1::text[], $2::bigint[]) AS u (flow_id, seq)
 WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
 
--- name: EventGetNextMany
--- SettleAndClaim: the event behind each event to settle (the flow's next
--- head once it is acked), read with the settle's events.
-SELECT /*event n o*/
-FROM event e JOIN event n ON n.flow_id = e.flow_id AND n.seq = e.seq + 1
-LEFT JOIN flow o ON o.flow_id = n.flow_id AND o.head_state_seq = n.seq
+-- name: EventGetManyWithFlowAndNext
+-- EventGetManyWithFlow of SettleAndClaim, with the event behind each one
+-- (the flow's next head once it is acked; the columns after has_next are
+-- zero when there is none), which its claims are likely to take.
+SELECT /*event e f*/,
+       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
+       n.event_id IS NOT NULL, /*event? n f*/
+FROM event e JOIN flow f ON f.flow_id = e.flow_id
+LEFT JOIN event n ON n.flow_id = e.flow_id AND n.seq = e.seq + 1
 WHERE e.event_id = ANY ($1::text[]);

@@ -161,23 +161,14 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 	found := false
 	pc.queueRead("ClockGetForUpdate", func(r scanner) error { found = true; return scan(r) }, q["ClockGetForUpdate"], lanes)
 	var finish []func()
-	if f := t.queuePrefetch(t.hint.Events, t.hint.Flows, !preLocked); f != nil {
+	// SettleAndClaim: the events behind the settled ones are the heads the
+	// claims are likely to take (their flows are locked): read them along.
+	next := t.hint.Pick > 0 && t.lane&store.LaneSettle != 0
+	if f := t.queuePrefetch(t.hint.Events, t.hint.Flows, !preLocked, next); f != nil {
 		finish = append(finish, f)
 	}
 	if t.hint.Pick > 0 {
 		finish = append(finish, t.queuePick(t.hint.PickOrder, t.hint.Pick))
-		if len(t.hint.Events) > 0 && t.lane&store.LaneSettle != 0 {
-			// SettleAndClaim: the events behind the settled ones are the
-			// heads the claims are likely to take (their flows are locked).
-			pc.queueRead("EventGetNextMany", func(r scanner) error {
-				var e store.EventRow
-				if err := scanEvent(r, &e); err != nil {
-					return err
-				}
-				t.cache.putEvent(e)
-				return nil
-			}, q["EventGetNextMany"], t.hint.Events)
-		}
 	}
 	if err := pc.roundTrip(ctx); err != nil {
 		t.cache = nil
@@ -354,13 +345,37 @@ func (t *Tx) EventGet(ctx context.Context, id string) (*store.EventRow, error) {
 
 // eventWithFlow caches one row of EventGetManyWithFlow: an event and its
 // flow.
-func (t *Tx) eventWithFlow(r scanner) error {
+func (t *Tx) eventWithFlow(r scanner) error { return t.scanEventWithFlow(r) }
+
+// eventWithFlowAndNext caches one row of EventGetManyWithFlowAndNext: an
+// event, its flow and, when there is one, the event behind it.
+func (t *Tx) eventWithFlowAndNext(r scanner) error {
+	var n store.EventRow
+	var hasNext bool
+	var reason *string
+	if err := t.scanEventWithFlow(r, &hasNext, &n.ID, &n.Flow, &n.Seq, &n.Body, &n.State, &n.Generation, &n.Attempts, &n.LifetimeAttempts,
+		&reason, &n.NextAt, &n.LeaseUntil, &n.EnqueuedAt); err != nil {
+		return err
+	}
+	if hasNext {
+		if reason != nil {
+			n.Reason = *reason
+		}
+		t.cache.putEvent(n)
+	}
+	return nil
+}
+
+// scanEventWithFlow scans an event and its flow, then more into more, and
+// caches the two.
+func (t *Tx) scanEventWithFlow(r scanner, more ...any) error {
 	var e store.EventRow
 	var f store.FlowRow
 	var reason *string
 	var hs *int64
-	if err := r.Scan(&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt,
-		&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, &hs); err != nil {
+	dest := []any{&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt,
+		&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, &hs}
+	if err := r.Scan(append(dest, more...)...); err != nil {
 		return err
 	}
 	if reason != nil {
@@ -384,7 +399,7 @@ func (t *Tx) Prefetch(ctx context.Context, eventIDs, flows []string) error {
 		return nil
 	}
 	pc := t.db().(*pgxConn) // the collected writes go first
-	finish := t.queuePrefetch(eventIDs, flows, true)
+	finish := t.queuePrefetch(eventIDs, flows, true, false)
 	if finish == nil {
 		return nil
 	}
@@ -403,7 +418,7 @@ func (t *Tx) Prefetch(ctx context.Context, eventIDs, flows []string) error {
 //     reads the flows it will write, in flow_id order;
 //   - a settle or redrive locks the events' flows in flow_id order, then
 //     reads the events with their flows (a new snapshot, after the locks).
-func (t *Tx) queuePrefetch(eventIDs, flows []string, lock bool) (finish func()) {
+func (t *Tx) queuePrefetch(eventIDs, flows []string, lock, next bool) (finish func()) {
 	pc := t.c.(*pgxConn)
 	var ids []string
 	for _, id := range eventIDs {
@@ -433,7 +448,11 @@ func (t *Tx) queuePrefetch(eventIDs, flows []string, lock bool) (finish func()) 
 		if lock {
 			pc.queue("FlowLockOfEvents", q["FlowLockOfEvents"], ids)
 		}
-		pc.queueRead("EventGetManyWithFlow", t.eventWithFlow, q["EventGetManyWithFlow"], ids)
+		if next {
+			pc.queueRead("EventGetManyWithFlowAndNext", t.eventWithFlowAndNext, q["EventGetManyWithFlowAndNext"], ids)
+		} else {
+			pc.queueRead("EventGetManyWithFlow", t.eventWithFlow, q["EventGetManyWithFlow"], ids)
+		}
 	}
 	if len(fs) > 0 {
 		name := "FlowGetMany"
