@@ -49,7 +49,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error
 	if queue, err := pgstore.HoldsTable(ctx, db, "event"); err != nil || queue {
 		db.Close()
 		if err == nil {
-			err = fmt.Errorf("%w: the schema holds a fairrelay queue store, not an inbox", store.ErrNotDatabase)
+			err = fmt.Errorf("%w: schema %s holds a fairrelay queue store, not an inbox", store.ErrNotDatabase, schema)
 		}
 		return nil, err
 	}

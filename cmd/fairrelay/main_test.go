@@ -183,7 +183,8 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},
 		{[]string{"inspect", "--queue", filepath.Join(dir, "typo.db")}, "typo.db does not exist"},
 		{[]string{"settle", "--queue", filepath.Join(dir, "typo.db"), "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "typo.db does not exist"},
-		{[]string{"script", "--queue", q, "--inbox", q}, "inbox: must be a different database"},
+		{[]string{"script", "--queue", q, "--inbox", q}, "inbox: names the same store as --queue"},
+		{[]string{"migrate", "--queue", filepath.Join(dir, "both.db"), "--inbox", filepath.Join(dir, ".", "both.db")}, "inbox: names the same store as --queue"},
 		{[]string{"inspect", "--queue", inboxDB}, "holds a fairrelay inbox, not a queue store"},
 		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "B", "--delta", "1"}, `id "A1" is stored with another flow or body (conflict)`},
 		{[]string{"redrive", "--queue", q, "--all", "--reason-is", "unsuported_delta", "--reason", "x"}, `reason-is: "unsuported_delta" is not a quarantine reason`},
@@ -204,6 +205,33 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "typo.db")); err == nil {
 		t.Fatal("inspect of a mistyped path created the file")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "both.db")); err == nil {
+		t.Fatal("migrate of one file as queue and inbox created it")
+	}
+}
+
+// TestSameStore: the queue and the inbox are separate stores (SPEC §4); a
+// PostgreSQL store is a schema of a database of a server.
+func TestSameStore(t *testing.T) {
+	t.Parallel()
+	const pg = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{pg + "&schema=relay", pg + "&schema=relay", true},
+		{pg + "&schema=relay", "postgres://postgres@127.0.0.1:5432/test?schema=relay&sslmode=require", true},
+		{pg + "&schema=relay", pg + "&schema=relay_inbox", false},
+		{pg + "&schema=relay", "postgres://postgres@127.0.0.1:5432/other?schema=relay", false},
+		{pg + "&schema=relay", "postgres://postgres@127.0.0.1:5433/test?schema=relay", false},
+		{"q.db", "./q.db", true},
+		{"q.db", "i.db", false},
+		{"q.db", "", false},
+	} {
+		if got := sameStore(c.a, c.b); got != c.same {
+			t.Errorf("sameStore(%q, %q) = %v, want %v", c.a, c.b, got, c.same)
+		}
 	}
 }
 

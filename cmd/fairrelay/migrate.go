@@ -24,6 +24,9 @@ func newMigrateCmd() *cobra.Command {
 			if queue == "" && inboxDSN == "" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "queue", Message: "missing: give --queue and/or --inbox"}
 			}
+			if err := distinctStores(queue, inboxDSN); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			if queue != "" {
 				verb := statusVerb(queue)

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -100,4 +103,40 @@ func openInbox(ctx context.Context, dsn string, opts inbox.Options) (*inbox.Inbo
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	return in, nil
+}
+
+// distinctStores refuses a queue and an inbox that name one store (SPEC §4:
+// separate stores), before either is opened, so that nothing is created:
+// one SQLite file, or one schema of one PostgreSQL database.
+func distinctStores(queue, inboxDSN string) error {
+	if !sameStore(queue, inboxDSN) {
+		return nil
+	}
+	return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox",
+		Message: "names the same store as --queue: give the inbox a file (or a PostgreSQL schema) of its own (SPEC §4: separate stores)"}
+}
+
+// sameStore reports whether two store arguments name one SQLite file, or
+// one schema (schema=NAME) of one PostgreSQL database on one server.
+func sameStore(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	if a == b {
+		return true
+	}
+	if strings.Contains(a, "://") || strings.Contains(b, "://") {
+		ua, err1 := url.Parse(a)
+		ub, err2 := url.Parse(b)
+		return err1 == nil && err2 == nil && ua.Host == ub.Host && strings.TrimPrefix(ua.Path, "/") == strings.TrimPrefix(ub.Path, "/") &&
+			ua.Query().Get("schema") == ub.Query().Get("schema")
+	}
+	aa, err1 := filepath.Abs(a)
+	bb, err2 := filepath.Abs(b)
+	if err1 == nil && err2 == nil && aa == bb {
+		return true
+	}
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
@@ -29,8 +26,8 @@ the exit code is non-zero only when the script cannot be read.`,
 				return err
 			}
 			ctx := cmd.Context()
-			if sameFile(queue, inboxDSN) {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "must be a different database from --queue (SPEC §4: separate files)"}
+			if err := distinctStores(queue, inboxDSN); err != nil {
+				return err
 			}
 			q, err := openQueue(ctx, queue, pol)
 			if err != nil {
@@ -50,22 +47,4 @@ the exit code is non-zero only when the script cannot be read.`,
 	cmd.Flags().StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
 	pf.register(cmd, fairrelay.ReferencePolicy())
 	return cmd
-}
-
-// sameFile reports whether two store arguments name one SQLite file.
-func sameFile(a, b string) bool {
-	if a == "" || b == "" {
-		return false
-	}
-	if a == b {
-		return true
-	}
-	aa, err1 := filepath.Abs(a)
-	bb, err2 := filepath.Abs(b)
-	if err1 == nil && err2 == nil && aa == bb {
-		return true
-	}
-	sa, err1 := os.Stat(a)
-	sb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
