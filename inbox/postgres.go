@@ -31,10 +31,13 @@ func init() {
 // ($2) on transaction-scoped advisory locks of the inbox's schema, flow
 // first: READ COMMITTED alone let two deliveries of one event both miss the
 // receipt, and one then failed on the receipt's key or read the other's
-// projection as a sequence_conflict. (A hash collision between two flows
-// only makes them wait for each other.)
-const receiveLock = `SELECT pg_advisory_xact_lock(hashtext(current_schema()), hashtext('flow:' || $1)),
-       pg_advisory_xact_lock(hashtext(current_schema()), hashtext('event:' || $2))`
+// projection as a sequence_conflict. Flows and ids lock in two key spaces
+// (the first key), so a transaction waits for an id lock only while it
+// holds nothing another waits for in that space: no deadlock, even when a
+// flow's hash equals an id's. (A hash collision between two flows, or two
+// ids, only makes them wait for each other.)
+const receiveLock = `SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':flow'), hashtext($1)),
+       pg_advisory_xact_lock(hashtext(current_schema() || ':event'), hashtext($2))`
 
 func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
 	cfg, schema, err := pgstore.PoolConfig(dsn, opts.BusyTimeout)
