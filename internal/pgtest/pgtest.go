@@ -103,7 +103,7 @@ func Exclusive(t testing.TB, name string) {
 // schema of dsn, failing the test on error.
 func Exec(t testing.TB, dsn, sql string) {
 	t.Helper()
-	conn := connect(t, dsn)
+	conn := Connect(t, dsn)
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(context.Background(), sql); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -115,17 +115,17 @@ func Exec(t testing.TB, dsn, sql string) {
 // no row.
 func QueryRow(t testing.TB, dsn, query string, dest ...any) {
 	t.Helper()
-	conn := connect(t, dsn)
+	conn := Connect(t, dsn)
 	defer conn.Close(context.Background())
 	if err := conn.QueryRow(context.Background(), query).Scan(dest...); err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
 }
 
-// connect opens a connection to the database and schema of dsn (a
+// Connect opens a connection to the database and schema of dsn (a
 // schema=NAME parameter puts NAME on search_path), failing the test on
-// error.
-func connect(t testing.TB, dsn string) *pgx.Conn {
+// error. The caller closes it.
+func Connect(t testing.TB, dsn string) *pgx.Conn {
 	t.Helper()
 	cfg, _, err := pgstore.PoolConfig(dsn, 0)
 	if err != nil {

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -168,14 +166,7 @@ func TestEventWrittenWithoutItsFlow(t *testing.T) {
 	if e, err := q.Event(ctx, "A1"); err != nil || e.Attempts != 1 {
 		t.Fatalf("A1 with the head state set by hand: %+v %v, want 1 attempt", e, err)
 	}
-	cfg, _, err := pgstore.PoolConfig(dsn, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := pgtest.Connect(t, dsn)
 	defer conn.Close(ctx)
 	ptx, err := conn.Begin(ctx)
 	if err != nil {
@@ -198,17 +189,10 @@ func TestBuildsBefore004FailOnAMigratedStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn, _ := queueOfA(t, "A1")
-	cfg, _, err := pgstore.PoolConfig(dsn, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := pgtest.Connect(t, dsn)
 	defer conn.Close(ctx)
 	var id string
-	err = conn.QueryRow(ctx, `SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
+	err := conn.QueryRow(ctx, `SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
 FROM event WHERE event_id = $1`, "A1").Scan(&id)
 	if err == nil || !strings.Contains(err.Error(), `column "state" does not exist`) {
 		t.Fatalf("a pre-004 read of an event: %v, want column \"state\" does not exist", err)
