@@ -123,6 +123,17 @@ func newQueue(s store.Store, cfg Config) *Queue {
 	return &Queue{store: s, policy: cfg.Policy.withDefaults(), log: log}
 }
 
+// ConcurrentWriters reports whether the store commits a claim and a settle
+// at the same time: true on PostgreSQL, where enqueues, claims and settles
+// are separate writers (lanes), each serialised on its own lock; false on
+// SQLite, which has one writer at a time. A dispatcher that settles beside
+// its claims (package relay) does so only when it is true; on SQLite it
+// settles with its next claim (SettleAndClaim) instead.
+func (q *Queue) ConcurrentWriters() bool {
+	c, ok := q.store.(store.ConcurrentWriter)
+	return ok && c.ConcurrentLanes()
+}
+
 // Policy returns the queue's policy with defaults filled in.
 func (q *Queue) Policy() Policy { return q.policy }
 

@@ -17,6 +17,7 @@ type Metrics struct {
 	settles   *prometheus.CounterVec
 	leaseLost prometheus.Counter
 	latency   prometheus.Histogram
+	txs       *prometheus.CounterVec
 }
 
 // NewMetrics creates the relay's metrics and registers them on reg:
@@ -25,7 +26,12 @@ type Metrics struct {
 //   - fairrelay_settles_total{outcome, status}: settles by the outcome sent
 //     and settle's answer (acked, ready, quarantined, stale, expired);
 //   - fairrelay_lease_lost_total: settles not sent because the lease ran out;
-//   - fairrelay_delivery_seconds: delivery latency histogram.
+//   - fairrelay_delivery_seconds: delivery latency histogram (observed once
+//     the answer waits for its settle);
+//   - fairrelay_transactions_total{kind}: write transactions the relay
+//     committed, by kind: claim (ClaimBatch), settle (SettleBatch) or
+//     settle_and_claim (SettleAndClaim). Claims and settles per
+//     transaction are the group commit's batch sizes.
 //
 // Errors: reg's registration error (for example a duplicate).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -42,8 +48,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fairrelay_delivery_seconds", Help: "Delivery latency, from send to answer.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+		txs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairrelay_transactions_total", Help: "Write transactions the relay committed, by kind (claim, settle, settle_and_claim)."},
+			[]string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.latency} {
+	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.latency, m.txs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -54,6 +63,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) claim() {
 	if m != nil {
 		m.claims.Inc()
+	}
+}
+
+// Transaction kinds of fairrelay_transactions_total.
+const (
+	txClaim          = "claim"
+	txSettle         = "settle"
+	txSettleAndClaim = "settle_and_claim"
+)
+
+func (m *Metrics) transaction(kind string) {
+	if m != nil {
+		m.txs.WithLabelValues(kind).Inc()
 	}
 }
 

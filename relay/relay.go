@@ -1,7 +1,20 @@
 // Package relay is the dispatch loop of fairrelay: the long-lived daemon that
 // claims heads from a queue store, delivers them through a sink.Sink without
-// holding any transaction, and settles the answers, with N concurrent
-// workers. Time is the daemon clock of SPEC §7 (1 tick = 1 ms, see Clock).
+// holding any transaction, and settles the answers, with up to
+// Config.Workers deliveries at once. Time is the daemon clock of SPEC §7
+// (1 tick = 1 ms, see Clock).
+//
+// One claimer claims as many heads as there are free delivery slots, in one
+// transaction (Queue.ClaimBatch), and starts a delivery for each; answers
+// are settled many to a transaction. On PostgreSQL (concurrent writers) a
+// settler settles them beside the claims (Queue.SettleBatch), the way
+// River's completer runs beside its producer, except while the claims wait
+// for those very settles (ordered traffic: the heads claimed next are the
+// events behind the ones just delivered); then, and always on SQLite (one
+// writer), the claimer settles them with its next claim
+// (Queue.SettleAndClaim). While deliveries are under way the claimer and
+// the settler wait up to a millisecond for more of them to end, so that one
+// transaction takes many.
 //
 // Shutdown (Run's ctx done) stops claiming at once, lets in-flight
 // deliveries finish up to Config.ShutdownTimeout, settles them while their
@@ -31,7 +44,9 @@ type Config struct {
 	// Sink delivers events to the receiver. Required.
 	Sink sink.Sink
 	// Workers is how many deliveries run at once (each on a distinct flow:
-	// a flow has at most one inflight event). Defaults to 4; at most 1024.
+	// a flow has at most one inflight event), and so the most heads one
+	// claim transaction takes. Defaults to 4; at most 1024. Answers waiting
+	// for their settle do not hold a slot; at most 2 × Workers wait.
 	Workers int
 	// DeliveryTimeout bounds one delivery. Defaults to 10s.
 	DeliveryTimeout time.Duration
@@ -42,7 +57,7 @@ type Config struct {
 	// ShutdownTimeout is how long Run waits for in-flight deliveries after
 	// its ctx is done before cutting them off. Defaults to DeliveryTimeout.
 	ShutdownTimeout time.Duration
-	// PollInterval is an idle worker's first wait before claiming again; the
+	// PollInterval is the idle claimer's first wait before claiming again; the
 	// wait doubles up to MaxPollInterval while the queue stays idle, and a
 	// Wake (or Do) ends it early. Defaults to 10ms.
 	PollInterval time.Duration
@@ -56,9 +71,11 @@ type Config struct {
 	// Metrics, when set, counts claims, settles and delivery latency (see
 	// NewMetrics).
 	Metrics *Metrics
-	// OnSettle, when set, is called after every settle (and every settle
-	// skipped because the lease ran out), from the worker that made it. It
-	// must not block for long.
+	// OnSettle, when set, is called for every answer after its settle
+	// committed (and for every settle skipped because the lease ran out),
+	// from the goroutine that settled it (the claimer or the settler), one
+	// call at a time per goroutine. It must not block for long: the
+	// dispatch waits for it.
 	OnSettle func(Settled)
 }
 
@@ -152,8 +169,9 @@ type Relay struct {
 	q       *fairrelay.Queue
 	clock   *Clock
 	log     *slog.Logger
-	writeMu sync.Mutex    // orders this process's writes by tick (see write)
-	wake    chan struct{} // tokens that end idle waits
+	serial  bool          // the store has one writer at a time (see write)
+	writeMu sync.Mutex    // orders this process's writes by tick when serial
+	wake    chan struct{} // a token that ends the claimer's idle wait
 	running atomic.Bool
 }
 
@@ -171,36 +189,21 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	}
 	return &Relay{
 		cfg: cfg, q: cfg.Queue, clock: NewClock(cfg.Source, c.Tick), log: cfg.Logger,
-		wake: make(chan struct{}, cfg.Workers),
+		serial: !cfg.Queue.ConcurrentWriters(), wake: make(chan struct{}, 1),
 	}, nil
 }
 
 // Now returns the daemon clock's current tick.
 func (r *Relay) Now() int64 { return r.clock.Now() }
 
-// Wake ends the idle wait of every idle worker, so they claim at once (call
-// it after enqueueing from this process; Do calls it).
-func (r *Relay) Wake() {
-	for range cap(r.wake) {
-		select {
-		case r.wake <- struct{}{}:
-		default:
-			return
-		}
-	}
-}
+// Wake ends the claimer's idle wait, so it claims at once (call it after
+// enqueueing from this process; Do calls it).
+func (r *Relay) Wake() { kick(r.wake) }
 
-// wakeOne ends one idle worker's wait: a settle made a new head eligible.
-func (r *Relay) wakeOne() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Do runs fn with the daemon clock's current tick, in order with the
-// relay's own writes, so an enqueue or redrive from this process never
-// regresses the clock; then it wakes idle workers. fn typically calls
+// Do runs fn with the daemon clock's current tick, retried at the stored
+// tick when another write overtook it (see write), so an enqueue or redrive
+// from this process never fails with ErrClockRegressed for the relay's own
+// writes; then it wakes the claimer. fn typically calls
 // Queue.EnqueueBatch or Queue.Redrive at that tick. fn's error is returned.
 func (r *Relay) Do(ctx context.Context, fn func(at int64) error) error {
 	err := r.write(ctx, fn)
@@ -208,16 +211,25 @@ func (r *Relay) Do(ctx context.Context, fn func(at int64) error) error {
 	return err
 }
 
-// write runs fn at the current tick under writeMu: in this process ticks are
-// written in order. When another process wrote a later tick (fn fails with
-// ErrClockRegressed), the clock is raised to the stored tick and fn runs
-// again (SPEC §7: never below the stored tick).
+// write runs fn at the daemon clock's current tick. On a store with one
+// writer at a time (SQLite) it holds writeMu, so this process's writes reach
+// the store in tick order. On a store with concurrent writers (PostgreSQL,
+// Queue.ConcurrentWriters) the claimer and the settler write side by side,
+// and one may take a tick the other then overtakes. Either way, when fn
+// fails with ErrClockRegressed (this or another process stored a later
+// tick; the failed write changed nothing), the clock is raised to the
+// stored tick and fn runs again (SPEC §7: never below the stored tick), at
+// most clockRetries more times.
 func (r *Relay) write(ctx context.Context, fn func(at int64) error) error {
 	for i := 0; ; i++ {
-		r.writeMu.Lock()
+		if r.serial {
+			r.writeMu.Lock()
+		}
 		err := fn(r.clock.Now())
-		r.writeMu.Unlock()
-		if !errors.Is(err, fairrelay.ErrClockRegressed) || i == 3 {
+		if r.serial {
+			r.writeMu.Unlock()
+		}
+		if !errors.Is(err, fairrelay.ErrClockRegressed) || i == clockRetries {
 			return err
 		}
 		c, cerr := r.q.Clock(ctx)
@@ -227,6 +239,55 @@ func (r *Relay) write(ctx context.Context, fn func(at int64) error) error {
 		r.clock.Observe(c.Tick)
 	}
 }
+
+// clockRetries bounds the retries of one write overtaken by later ticks.
+const clockRetries = 10
+
+// answer is a delivery's result, waiting for its settle.
+type answer struct {
+	s          Settled // Claim, Outcome, Detail and Latency are set
+	retryAfter time.Duration
+}
+
+// pipeline is what one Run's claimer, deliveries and settler share. The
+// claimer claims as many heads as there are free delivery slots and starts
+// a delivery for each; every answer waits in answers until a settle takes
+// it. Who settles depends on the store and the traffic:
+//   - beside the claims: the settler settles every answer waiting in one
+//     transaction (SettleBatch) while the claimer claims, like River's
+//     completer beside its producer. Only on a store with concurrent
+//     writers; the default there.
+//   - with the claims (combine): the claimer settles the answers waiting
+//     with its next claim, in one transaction (SettleAndClaim). Always on a
+//     one-writer store (SQLite); on the others while the heads the claims
+//     need wait for those very settles (a claim came back short while
+//     settles were waiting), which is ordered traffic: the claims then see
+//     the acks at once instead of one transaction later.
+//
+// mu guards every field but the channels.
+type pipeline struct {
+	mu         sync.Mutex
+	delivering int      // deliveries under way (at most Workers)
+	answers    []answer // answered, waiting for a settle
+	settling   int      // answers in the settler's transaction under way
+	combine    bool     // the claimer settles the answers with its claims
+	claimDone  bool     // the claimer has stopped: the settler settles the rest
+	claimKick  chan struct{}
+	settleKick chan struct{}
+}
+
+// kick wakes the goroutine waiting on c, now or at its next wait.
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// batchWait is how long the claimer waits for more free delivery slots, and
+// the settler for more answers, while deliveries are under way, so that one
+// transaction claims or settles many events (group commit).
+const batchWait = time.Millisecond
 
 // Run dispatches until ctx is done, then shuts down gracefully (package
 // doc) and returns nil. It returns early with an error only for a database
@@ -247,25 +308,45 @@ func (r *Relay) Run(ctx context.Context) error {
 	var (
 		fatalOnce sync.Once
 		fatal     error
-		wg        sync.WaitGroup
 	)
-	r.log.Info("relay: started", "workers", r.cfg.Workers, "tick", r.clock.Now(),
-		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry)
-	for i := range r.cfg.Workers {
-		wg.Go(func() {
-			if err := r.work(claimCtx, deliverCtx, settleCtx, i); err != nil {
-				fatalOnce.Do(func() {
-					fatal = err
-					r.log.Error("relay: stopping on error", "err", err)
-					stopClaiming()
-				})
-			}
+	fail := func(err error) {
+		fatalOnce.Do(func() {
+			fatal = err
+			r.log.Error("relay: stopping on error", "err", err)
+			stopClaiming()
 		})
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	p := &pipeline{combine: r.serial, claimKick: make(chan struct{}, 1), settleKick: make(chan struct{}, 1)}
+	r.log.Info("relay: started", "workers", r.cfg.Workers, "tick", r.clock.Now(),
+		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry,
+		"settler", !r.serial)
+	var deliveries sync.WaitGroup
+	claimerDone, settlerDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(claimerDone)
+		if err := r.claimLoop(claimCtx, deliverCtx, settleCtx, p, &deliveries); err != nil {
+			fail(err)
+		}
+		p.mu.Lock()
+		p.claimDone, p.combine = true, false
+		p.mu.Unlock()
+		kick(p.settleKick)
+	}()
+	go func() {
+		defer close(settlerDone)
+		if err := r.settleLoop(settleCtx, p); err != nil {
+			fail(err)
+		}
+	}()
 	<-claimCtx.Done()
 	r.log.Info("relay: stopping: no new claims; waiting for in-flight deliveries", "deadline", r.cfg.ShutdownTimeout)
+	done := make(chan struct{})
+	go func() {
+		<-claimerDone
+		<-settlerDone
+		deliveries.Wait()
+		close(done)
+	}()
 	deadline := time.NewTimer(r.cfg.ShutdownTimeout)
 	defer deadline.Stop()
 	select {
@@ -275,16 +356,53 @@ func (r *Relay) Run(ctx context.Context) error {
 		cutDeliveries()
 		<-done
 	}
+	p.mu.Lock()
+	if n := len(p.answers); n > 0 {
+		// Only after a database error stopped the settler.
+		r.log.Warn("relay: answers not settled; their events wait out their leases", "count", n)
+	}
+	p.mu.Unlock()
 	r.log.Info("relay: stopped", "tick", r.clock.Now())
 	return fatal
 }
 
-// work is one worker: claim, deliver, settle, until claimCtx is done.
-func (r *Relay) work(claimCtx, deliverCtx, settleCtx context.Context, id int) error {
+// claimLoop is the claimer: it claims heads for the free delivery slots,
+// starts their deliveries, and (combine) settles the answers with its
+// claims, until claimCtx is done.
+func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pipeline, deliveries *sync.WaitGroup) error {
 	wait := r.cfg.PollInterval
 	idle := false
+	var batchUntil time.Time
 	for claimCtx.Err() == nil {
-		if idle {
+		p.mu.Lock()
+		k := r.cfg.Workers - p.delivering
+		if !p.combine && len(p.answers) >= 2*r.cfg.Workers {
+			k = 0 // the settler is behind: let it catch up first
+		}
+		if k > 0 && p.delivering > 0 {
+			// Deliveries are under way: wait a moment for more of them to
+			// end, to claim their slots (and, combine, settle their
+			// answers) in one transaction.
+			if batchUntil.IsZero() {
+				batchUntil = time.Now().Add(batchWait)
+			}
+			if d := time.Until(batchUntil); d > 0 {
+				p.mu.Unlock()
+				r.idle(claimCtx, p, d)
+				continue
+			}
+		}
+		batchUntil = time.Time{}
+		var ans []answer
+		if p.combine {
+			ans, p.answers = p.answers, nil
+		}
+		p.mu.Unlock()
+		if k == 0 && len(ans) == 0 {
+			r.idle(claimCtx, p, r.cfg.MaxPollInterval)
+			continue
+		}
+		if idle && len(ans) == 0 {
 			// Idle: ask, with a read, whether anything can be claimed before
 			// running a claim, which is a write (it advances the stored
 			// tick) and would cost an fsync on every poll of an idle relay.
@@ -302,59 +420,242 @@ func (r *Relay) work(claimCtx, deliverCtx, settleCtx context.Context, id int) er
 				if ok {
 					d = min(wait, time.Duration(due-r.clock.Now())*time.Millisecond)
 				}
-				r.idle(claimCtx, d)
+				r.idle(claimCtx, p, d)
 				wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
 				continue
 			}
 			// Due now, or the read failed: the claim decides (and reports a
 			// database error the way it always does).
 		}
-		var cl *fairrelay.Claim
+		var cs []fairrelay.Claim
+		var settled []Settled
+		kind := ""
 		// The claim itself runs on settleCtx: a signal arriving mid-claim
 		// must not leave us unsure whether it committed.
 		err := r.write(settleCtx, func(at int64) (err error) {
-			cl, err = r.q.Claim(settleCtx, at)
+			var ps []fairrelay.SettleParams
+			ps, settled = settleParams(at, ans)
+			var rs []fairrelay.SettleResult
+			switch {
+			case len(ps) > 0:
+				rs, cs, err = r.q.SettleAndClaim(settleCtx, at, ps, k)
+				kind = txSettleAndClaim
+			case k > 0:
+				cs, err = r.q.ClaimBatch(settleCtx, at, k)
+				kind = txClaim
+			default:
+				cs = nil // every answer's lease ran out: nothing to write
+			}
+			if err == nil {
+				setResults(settled, rs)
+			}
 			return err
 		})
-		switch {
-		case errors.Is(err, fairrelay.ErrBusy):
-			r.log.Warn("relay: claim: database busy; retrying", "worker", id, "err", err)
-			r.idle(claimCtx, wait)
+		if errors.Is(err, fairrelay.ErrBusy) {
+			r.log.Warn("relay: claim: database busy; retrying", "err", err, "answers", len(ans))
+			if len(ans) > 0 {
+				p.mu.Lock()
+				p.answers = append(ans, p.answers...)
+				p.mu.Unlock()
+			}
+			r.idle(claimCtx, p, wait)
 			wait = min(2*wait, r.cfg.MaxPollInterval)
 			continue
-		case err != nil:
+		}
+		if err != nil {
+			if len(ans) > 0 {
+				r.log.Warn("relay: answers not settled; their events wait out their leases", "count", len(ans))
+			}
 			return fmt.Errorf("claim: %w", err)
-		case cl == nil:
+		}
+		if kind != "" {
+			r.cfg.Metrics.transaction(kind)
+		}
+		for _, s := range settled {
+			r.report(s)
+		}
+		p.mu.Lock()
+		if !r.serial {
+			p.combine = combineNext(p.combine, settled, k, cs, len(p.answers)+p.settling)
+			if !p.combine {
+				kick(p.settleKick)
+			}
+		}
+		p.delivering += len(cs)
+		p.mu.Unlock()
+		for _, cl := range cs {
+			r.cfg.Metrics.claim()
+			deliveries.Add(1)
+			go func() {
+				defer deliveries.Done()
+				a := r.deliver(deliverCtx, &cl)
+				p.mu.Lock()
+				p.delivering--
+				p.answers = append(p.answers, a)
+				p.mu.Unlock()
+				// Observed once the answer waits for its settle.
+				r.cfg.Metrics.delivered(a.s.Latency)
+				kick(p.claimKick)
+				kick(p.settleKick)
+			}()
+		}
+		switch {
+		case k > 0 && len(cs) == 0:
 			r.cfg.Metrics.idle()
 			idle = true
-			r.idle(claimCtx, wait)
+			r.idle(claimCtx, p, wait)
 			wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
-			continue
-		}
-		idle = false
-		wait = r.cfg.PollInterval
-		r.cfg.Metrics.claim()
-		if err := r.deliver(deliverCtx, settleCtx, cl); err != nil {
-			return err
+		case len(cs) > 0:
+			idle = false
+			wait = r.cfg.PollInterval
+			if len(cs) < k {
+				// Nothing else is eligible now: more becomes so with an
+				// ack, an enqueue (Wake) or time (a backoff, a lease).
+				r.idle(claimCtx, p, wait)
+			}
 		}
 	}
 	return nil
 }
 
-// idle waits d, or until a wake token or ctx is done — never a busy poll.
-func (r *Relay) idle(ctx context.Context, d time.Duration) {
+// combineNext returns whether the claimer settles the answers with its
+// claims from now on (pipeline.combine, on a store with concurrent
+// writers), after a write that settled settled (none for a plain claim) and
+// claimed cs of the k heads it asked for, with waiting answers waiting for
+// or in the settler's transaction:
+//   - a plain claim came back short while answers wait: the heads it did
+//     not find may be the events behind them, eligible once they are acked
+//     (ordered traffic), so the claimer settles them with its next claim;
+//   - a SettleAndClaim took all k heads, most of them of flows it did not
+//     just ack: the claims did not need those settles, so the settler
+//     settles beside the claims again;
+//   - otherwise, as before.
+func combineNext(combine bool, settled []Settled, k int, cs []fairrelay.Claim, waiting int) bool {
+	switch {
+	case len(settled) == 0 && len(cs) < k && waiting > 0:
+		return true
+	case len(settled) > 0 && k > 0 && len(cs) == k && 2*behind(settled, cs) < len(cs):
+		return false
+	}
+	return combine
+}
+
+// behind counts the claims of flows whose answers settled says were acked:
+// heads that waited for those acks.
+func behind(settled []Settled, cs []fairrelay.Claim) int {
+	acked := make(map[string]bool, len(settled))
+	for _, s := range settled {
+		if s.Result.Status == fairrelay.SettleAcked {
+			acked[s.Claim.Flow] = true
+		}
+	}
+	n := 0
+	for _, c := range cs {
+		if acked[c.Flow] {
+			n++
+		}
+	}
+	return n
+}
+
+// settleParams returns the settles of as at tick at, and their reports: an
+// answer whose lease ran out by at is not sent (LeaseLost), since it would
+// be expired anyway and someone may hold a newer lease.
+func settleParams(at int64, as []answer) ([]fairrelay.SettleParams, []Settled) {
+	var ps []fairrelay.SettleParams
+	out := make([]Settled, len(as))
+	for i, a := range as {
+		out[i] = a.s
+		out[i].At = at
+		if at >= a.s.Claim.LeaseUntil {
+			out[i].LeaseLost = true
+			continue
+		}
+		p := fairrelay.SettleParams{Token: a.s.Claim.Token, Outcome: a.s.Outcome}
+		if a.retryAfter > 0 {
+			p.NotBefore = at + a.retryAfter.Milliseconds()
+		}
+		ps = append(ps, p)
+	}
+	return ps, out
+}
+
+// setResults gives the reports that were sent their results, in order.
+func setResults(out []Settled, rs []fairrelay.SettleResult) {
+	j := 0
+	for i := range out {
+		if !out[i].LeaseLost {
+			out[i].Result = rs[j]
+			j++
+		}
+	}
+}
+
+// settleLoop is the settler: it settles the answers waiting, all in one
+// transaction, whenever the claimer does not (pipeline). After the claimer
+// stopped, it settles what is left and returns once no delivery is under
+// way and no answer waits.
+func (r *Relay) settleLoop(ctx context.Context, p *pipeline) error {
+	var batchUntil time.Time
+	for {
+		p.mu.Lock()
+		if p.claimDone && p.delivering == 0 && len(p.answers) == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		if len(p.answers) == 0 || p.combine {
+			p.mu.Unlock()
+			<-p.settleKick
+			continue
+		}
+		if p.delivering > 0 {
+			// More answers are coming: wait a moment for them, to settle
+			// them along.
+			if batchUntil.IsZero() {
+				batchUntil = time.Now().Add(batchWait)
+			}
+			if d := time.Until(batchUntil); d > 0 {
+				p.mu.Unlock()
+				t := time.NewTimer(d)
+				select {
+				case <-p.settleKick:
+				case <-t.C:
+				}
+				t.Stop()
+				continue
+			}
+		}
+		batchUntil = time.Time{}
+		as := p.answers
+		p.answers, p.settling = nil, len(as)
+		p.mu.Unlock()
+		err := r.settle(ctx, as)
+		p.mu.Lock()
+		p.settling = 0
+		p.mu.Unlock()
+		kick(p.claimKick) // the acks may have made heads eligible
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// idle waits d, or until a wake token (Wake), a kick of the pipeline or ctx
+// is done — never a busy poll.
+func (r *Relay) idle(ctx context.Context, p *pipeline, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-r.wake:
+	case <-p.claimKick:
 	case <-t.C:
 	}
 }
 
 // deliver sends one claim through the sink, with no transaction open, and
-// settles the answer.
-func (r *Relay) deliver(deliverCtx, settleCtx context.Context, cl *fairrelay.Claim) error {
+// returns the answer to settle.
+func (r *Relay) deliver(deliverCtx context.Context, cl *fairrelay.Claim) answer {
 	// The delivery must end before the lease does, with the margin left
 	// for the settle.
 	left := time.Duration(cl.LeaseUntil-r.clock.Now())*time.Millisecond - r.cfg.LeaseMargin
@@ -373,7 +674,6 @@ func (r *Relay) deliver(deliverCtx, settleCtx context.Context, cl *fairrelay.Cla
 		err = errors.New("no time left in the lease to deliver")
 	}
 	latency := time.Since(start)
-	r.cfg.Metrics.delivered(latency)
 	outcome, detail := res.Outcome, res.Detail
 	switch {
 	case err != nil:
@@ -383,71 +683,83 @@ func (r *Relay) deliver(deliverCtx, settleCtx context.Context, cl *fairrelay.Cla
 	case outcome == "":
 		outcome, detail = fairrelay.OutcomeRetry, "the sink returned no outcome"
 	}
-	return r.settle(settleCtx, cl, outcome, res.RetryAfter, detail, latency)
+	return answer{s: Settled{Claim: *cl, Outcome: outcome, Detail: detail, Latency: latency}, retryAfter: res.RetryAfter}
 }
 
 // busyRetries bounds the settle attempts on a busy database; after them
-// the event is left to its lease.
+// the events are left to their leases.
 const busyRetries = 20
 
-func (r *Relay) settle(ctx context.Context, cl *fairrelay.Claim, outcome fairrelay.Outcome, retryAfter time.Duration, detail string, latency time.Duration) error {
-	s := Settled{Claim: *cl, Outcome: outcome, Detail: detail, Latency: latency}
+// settle settles as in one transaction (SettleBatch) and reports each.
+// ErrBusy is retried with a growing pause, busyRetries times; any other
+// error is returned, and the events are left to their leases.
+func (r *Relay) settle(ctx context.Context, as []answer) error {
+	var settled []Settled
 	for attempt := 1; ; attempt++ {
 		err := r.write(ctx, func(at int64) error {
-			s.At = at
-			// Never settle after the lease ran out: the answer would be
-			// expired anyway, and someone may hold a newer lease.
-			if at >= cl.LeaseUntil {
-				s.LeaseLost = true
+			var ps []fairrelay.SettleParams
+			ps, settled = settleParams(at, as)
+			if len(ps) == 0 {
 				return nil
 			}
-			p := fairrelay.SettleParams{Token: cl.Token, Outcome: outcome}
-			if retryAfter > 0 {
-				p.NotBefore = at + retryAfter.Milliseconds()
-			}
-			rs, err := r.q.SettleBatch(ctx, at, []fairrelay.SettleParams{p})
+			rs, err := r.q.SettleBatch(ctx, at, ps)
 			if err == nil {
-				s.Result = rs[0]
+				setResults(settled, rs)
+				r.cfg.Metrics.transaction(txSettle)
 			}
 			return err
 		})
 		if errors.Is(err, fairrelay.ErrBusy) && attempt < busyRetries {
-			r.idle(ctx, time.Duration(attempt)*10*time.Millisecond)
+			t := time.NewTimer(time.Duration(attempt) * 10 * time.Millisecond)
+			<-t.C
 			continue
 		}
 		if errors.Is(err, fairrelay.ErrBusy) {
-			r.log.Warn("relay: settle: database busy; leaving the event to its lease", "id", cl.Token.EventID, "err", err)
-			s.LeaseLost = true
+			r.log.Warn("relay: settle: database busy; leaving the events to their leases", "count", len(as), "err", err)
+			for i := range settled {
+				settled[i].LeaseLost = true
+			}
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("settle %s: %w", cl.Token.EventID, err)
+			r.log.Warn("relay: answers not settled; their events wait out their leases", "count", len(as))
+			return fmt.Errorf("settle: %w", err)
 		}
 		break
 	}
-	r.report(s)
+	for _, s := range settled {
+		r.report(s)
+	}
 	return nil
 }
 
 func (r *Relay) report(s Settled) {
 	r.cfg.Metrics.settled(s)
-	attrs := []any{"id", s.Claim.Token.EventID, "flow", s.Claim.Flow, "seq", s.Claim.Seq,
-		"generation", s.Claim.Token.Generation, "attempt", s.Claim.Attempts, "outcome", s.Outcome,
-		"detail", s.Detail, "tick", s.At, "latency", s.Latency}
+	level, msg := slog.LevelDebug, "relay: settled"
 	switch {
 	case s.LeaseLost:
-		r.log.Warn("relay: lease ran out before the settle; not settled", attrs...)
+		level, msg = slog.LevelWarn, "relay: lease ran out before the settle; not settled"
 	case s.Result.Status == fairrelay.SettleQuarantined:
-		r.log.Warn("relay: quarantined", attrs...)
+		level, msg = slog.LevelWarn, "relay: quarantined"
 	case s.Result.Status == fairrelay.SettleReady:
 		// A failed delivery is worth an operator's eye: repeated, it ends in
 		// budget_exhausted.
-		r.log.Warn("relay: delivery failed; will retry", append(attrs, "next_at", s.Result.NextAt)...)
-	default:
-		r.log.Debug("relay: settled", append(attrs, "status", s.Result.Status)...)
+		level, msg = slog.LevelWarn, "relay: delivery failed; will retry"
 	}
-	if s.Result.Status == fairrelay.SettleAcked {
-		r.wakeOne() // the flow's next event is now its head, eligible now
+	// The attributes are built only for a record the logger keeps: the
+	// acks of a busy relay are not logged at the default level.
+	if r.log.Enabled(context.Background(), level) {
+		attrs := []any{"id", s.Claim.Token.EventID, "flow", s.Claim.Flow, "seq", s.Claim.Seq,
+			"generation", s.Claim.Token.Generation, "attempt", s.Claim.Attempts, "outcome", s.Outcome,
+			"detail", s.Detail, "tick", s.At, "latency", s.Latency}
+		switch {
+		case s.LeaseLost, s.Result.Status == fairrelay.SettleQuarantined:
+		case s.Result.Status == fairrelay.SettleReady:
+			attrs = append(attrs, "next_at", s.Result.NextAt)
+		default:
+			attrs = append(attrs, "status", s.Result.Status)
+		}
+		r.log.Log(context.Background(), level, msg, attrs...)
 	}
 	if r.cfg.OnSettle != nil {
 		r.cfg.OnSettle(s)

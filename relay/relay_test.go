@@ -840,3 +840,109 @@ func TestIdleRelayDoesNotWrite(t *testing.T) {
 		t.Fatalf("once due: %+v", s)
 	}
 }
+
+// metricValue reads one counter of reg by name and label pairs, 0 when it
+// has no such series yet.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || (l.GetName() == labels[i] && l.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// The claimer takes as many heads as there are free delivery slots in one
+// transaction: 16 eligible flows, 16 workers, one claim transaction while
+// every delivery is held at the receiver.
+func TestOneClaimTransactionFillsTheFreeSlots(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, h *harness) {
+		const n = 16
+		for f := range n {
+			h.enqueue(t, fmt.Sprintf("F%02d", f), 1)
+		}
+		arrived, release := make(chan string, n), make(chan struct{})
+		h.intercept = func(w http.ResponseWriter, r *http.Request, d delivery) bool {
+			arrived <- d.id
+			<-release
+			return false
+		}
+		reg := prometheus.NewRegistry()
+		m, err := relay.NewMetrics(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := h.config(t)
+		cfg.Workers, cfg.Metrics = n, m
+		_, stop := h.start(t, cfg)
+		for range n {
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("fewer than 16 deliveries arrived within 10 s")
+			}
+		}
+		claims := metricValue(t, reg, "fairrelay_claims_total")
+		txs := metricValue(t, reg, "fairrelay_transactions_total", "kind", "claim")
+		close(release)
+		h.until(t, acks(n))
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if claims != n || txs != 1 {
+			t.Fatalf("with every delivery held: %v claims in %v claim transactions, want %d in 1", claims, txs, n)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); run(t, newHarness(t, testPolicy())) })
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		run(t, newHarnessOn(t, testPolicy(), pgtest.Schema(t, "relay_q_"), pgtest.Schema(t, "relay_i_")))
+	})
+}
+
+// On SQLite (one writer) the claimer settles each answer with its next
+// claim: one flow of three events under one worker is one claim
+// transaction, then three SettleAndClaim, and no separate settle.
+func TestSQLiteSettlesWithTheNextClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	h.enqueue(t, "A", 1, 2, 3)
+	reg := prometheus.NewRegistry()
+	m, err := relay.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.config(t)
+	cfg.Workers, cfg.Metrics = 1, m
+	_, stop := h.start(t, cfg)
+	h.until(t, acks(3))
+	got := map[string]float64{}
+	for _, kind := range []string{"claim", "settle_and_claim", "settle"} {
+		got[kind] = metricValue(t, reg, "fairrelay_transactions_total", "kind", kind)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got["claim"] != 1 || got["settle_and_claim"] != 3 || got["settle"] != 0 {
+		t.Fatalf("transactions %v, want claim 1, settle_and_claim 3, settle 0", got)
+	}
+}

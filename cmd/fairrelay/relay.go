@@ -33,8 +33,9 @@ func newRelayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay --queue Q --sink URL [--secret S] [--workers N] [--policy fair]",
 		Short: "Run the relay daemon: claim, deliver over HTTP (Standard Webhooks), settle",
-		Long: `Runs until SIGINT or SIGTERM. N workers claim heads, POST them to --sink signed
-with --secret (Standard Webhooks), and settle the answers. Time is the daemon
+		Long: `Runs until SIGINT or SIGTERM. Claims heads, POSTs them to --sink signed
+with --secret (Standard Webhooks), --workers at once, and settles the answers,
+many to a transaction. Time is the daemon
 clock of SPEC §7: 1 tick = 1 ms, so --lease and the backoff flags are in ms.
 On a signal the relay stops claiming, lets in-flight deliveries finish (up to
 --shutdown-timeout), never settles after a lease ran out, and exits 0.

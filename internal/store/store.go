@@ -114,6 +114,14 @@ const (
 	LaneSettle
 )
 
+// ConcurrentWriter is implemented by a Store whose lanes are concurrent
+// writers (PostgreSQL): a claim and a settle can commit at the same time. A
+// Store without it has one writer at a time (SQLite).
+type ConcurrentWriter interface {
+	// ConcurrentLanes reports whether the lanes write concurrently.
+	ConcurrentLanes() bool
+}
+
 // Store opens transactions on one queue store.
 type Store interface {
 	// Begin starts a write transaction of the given lane that holds the
