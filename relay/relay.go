@@ -490,13 +490,24 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				defer deliveries.Done()
 				a := r.deliver(deliverCtx, &cl)
 				p.mu.Lock()
+				full := p.delivering == r.cfg.Workers
 				p.delivering--
+				first := len(p.answers) == 0
 				p.answers = append(p.answers, a)
+				last := p.delivering == 0
 				p.mu.Unlock()
 				// Observed once the answer waits for its settle.
 				r.cfg.Metrics.delivered(a.s.Latency)
-				kick(p.claimKick)
-				kick(p.settleKick)
+				// Wake-ups cost a context switch each: only the answers a
+				// waiting claimer or settler acts on wake it (the first
+				// slot freed, the first answer, the last delivery); the
+				// others it finds when its batch wait ends.
+				if full || first || last {
+					kick(p.claimKick)
+				}
+				if first || last {
+					kick(p.settleKick)
+				}
 			}()
 		}
 		switch {
