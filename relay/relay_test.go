@@ -892,7 +892,9 @@ func TestOneClaimTransactionFillsTheFreeSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := h.config(t)
-		cfg.Workers, cfg.Metrics = n, m
+		// Held deliveries must not time out (a retry would wait for a
+		// backoff that the manual clock never reaches).
+		cfg.Workers, cfg.Metrics, cfg.DeliveryTimeout = n, m, 30*time.Second
 		_, stop := h.start(t, cfg)
 		for range n {
 			select {
@@ -912,10 +914,12 @@ func TestOneClaimTransactionFillsTheFreeSlots(t *testing.T) {
 			t.Fatalf("with every delivery held: %v claims in %v claim transactions, want %d in 1", claims, txs, n)
 		}
 	}
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); run(t, newHarness(t, testPolicy())) })
+	pol := testPolicy()
+	pol.Lease = 60_000 // above the 30 s delivery timeout
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); run(t, newHarness(t, pol)) })
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		run(t, newHarnessOn(t, testPolicy(), pgtest.Schema(t, "relay_q_"), pgtest.Schema(t, "relay_i_")))
+		run(t, newHarnessOn(t, pol, pgtest.Schema(t, "relay_q_"), pgtest.Schema(t, "relay_i_")))
 	})
 }
 
@@ -924,7 +928,9 @@ func TestOneClaimTransactionFillsTheFreeSlots(t *testing.T) {
 // transaction, then three SettleAndClaim, and no separate settle.
 func TestSQLiteSettlesWithTheNextClaim(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, testPolicy())
+	pol := testPolicy()
+	pol.Lease = 60_000 // above the 30 s delivery timeout: no retry on a slow machine
+	h := newHarness(t, pol)
 	h.enqueue(t, "A", 1, 2, 3)
 	reg := prometheus.NewRegistry()
 	m, err := relay.NewMetrics(reg)
@@ -932,7 +938,7 @@ func TestSQLiteSettlesWithTheNextClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := h.config(t)
-	cfg.Workers, cfg.Metrics = 1, m
+	cfg.Workers, cfg.Metrics, cfg.DeliveryTimeout = 1, m, 30*time.Second
 	_, stop := h.start(t, cfg)
 	h.until(t, acks(3))
 	got := map[string]float64{}
