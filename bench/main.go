@@ -2,13 +2,16 @@
 // (github.com/riverqueue/river) on the same PostgreSQL server, in one run:
 //
 //   - River: insert N no-op jobs (InsertManyFast, in batches) while a client
-//     works them; the clock stops when the last job is recorded completed
-//     (Client.Stop waits for the completer).
+//     with -river-workers workers works them; the clock stops when the last
+//     job is recorded completed (Client.Stop waits for the completer).
 //   - fairrelay, unordered: enqueue N events, each its own flow
-//     (EnqueueBatch, same batches), while workers claim, hand each event to a
-//     no-op sink and settle it accepted (SettleAndClaim: a worker settles its
-//     last events and claims the next in one transaction; with -split, in
-//     two, SettleBatch then ClaimBatch); the clock stops at the last ack.
+//     (EnqueueBatch through Relay.Do, same batches), while the relay daemon
+//     (package relay, what `fairrelay relay` runs) with -relay-workers
+//     deliveries at once claims them, hands each to a no-op sink and
+//     settles it accepted; the clock stops at the last ack. With -loop,
+//     instead of the relay, -workers goroutines each settle their last
+//     events and claim -claim more in one transaction (SettleAndClaim; with
+//     -split in two, SettleBatch then ClaimBatch), all at tick 0.
 //   - fairrelay, ordered: the same with the N events spread over 100 flows,
 //     delivered in order within each flow.
 //
@@ -48,6 +51,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/relay"
+	"github.com/fairrelay/fairrelay/sink"
 )
 
 func main() {
@@ -57,11 +62,15 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 1000, "jobs / events per insert batch")
 	flag.IntVar(&o.flows, "flows", 100, "flows of the ordered workload")
 	flag.IntVar(&o.riverWorkers, "river-workers", 100, "River: MaxWorkers of the default queue")
-	flag.IntVar(&o.workers, "workers", 1, "fairrelay: claiming goroutines (one pool connection each)")
-	flag.IntVar(&o.claim, "claim", 100, "fairrelay: heads per claim (SettleAndClaim)")
+	flag.IntVar(&o.workers, "workers", 1, "fairrelay -loop: claiming goroutines (one pool connection each)")
+	flag.IntVar(&o.claim, "claim", 100, "fairrelay -loop: heads per claim")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; each workload reports its median")
-	flag.BoolVar(&o.split, "split", false, "fairrelay: settle and claim in two transactions (SettleBatch, ClaimBatch) instead of one (SettleAndClaim)")
+	flag.IntVar(&o.relayWorkers, "relay-workers", 100, "fairrelay: the relay's Workers (deliveries at once)")
+	flag.BoolVar(&o.loop, "loop", false, "fairrelay: instead of the relay, -workers goroutines each settling and claiming -claim heads at a time (SettleAndClaim, or with -split SettleBatch then ClaimBatch)")
+	flag.BoolVar(&o.split, "split", false, "fairrelay -loop: settle and claim in two transactions (SettleBatch, ClaimBatch) instead of one (SettleAndClaim)")
+	flag.StringVar(&o.only, "only", "", "run only these workloads, comma-separated: river, unordered, ordered (default: all three)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -74,9 +83,25 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if o.split && !o.loop {
+		fmt.Fprintln(os.Stderr, "bench: -split: applies to -loop only")
+		os.Exit(2)
+	}
 	if !strings.HasPrefix(o.url, "postgres://") && !strings.HasPrefix(o.url, "postgresql://") {
 		fmt.Fprintf(os.Stderr, "bench: -pg: want a postgres:// URL of a server on this machine, got %q\n", o.url)
 		os.Exit(2)
+	}
+	if *memprofile != "" {
+		defer func() {
+			f, err := os.Create(*memprofile)
+			if err == nil {
+				err = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -memprofile:", err)
+			}
+		}()
 	}
 	if err := run(context.Background(), o); err != nil {
 		pprof.StopCPUProfile()
@@ -88,26 +113,44 @@ func main() {
 type options struct {
 	url                                                   string
 	n, batch, flows, riverWorkers, workers, claim, rounds int
-	split                                                 bool
+	split, loop                                           bool
+	relayWorkers                                          int
+	only                                                  string
 }
 
 func run(ctx context.Context, o options) error {
-	fmt.Printf("bench: n=%d batch=%d rounds=%d; River MaxWorkers=%d; fairrelay workers=%d claim batch=%d; ordered flows=%d; GOMAXPROCS=%d\n",
-		o.n, o.batch, o.rounds, o.riverWorkers, o.workers, o.claim, o.flows, runtime.GOMAXPROCS(0))
+	side := fmt.Sprintf("fairrelay relay Workers=%d", o.relayWorkers)
+	if o.loop {
+		side = fmt.Sprintf("fairrelay loop: %d workers × %d heads, split %v", o.workers, o.claim, o.split)
+	}
+	fmt.Printf("bench: n=%d batch=%d rounds=%d; River MaxWorkers=%d; %s; ordered flows=%d; GOMAXPROCS=%d\n",
+		o.n, o.batch, o.rounds, o.riverWorkers, side, o.flows, runtime.GOMAXPROCS(0))
 	if err := startMeter(ctx, o.url); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: no CPU figures:", err)
 	}
-	workloads := []struct {
-		name string
-		run  func() (measure, error)
-	}{
-		{"River (insert → work, no-op job)", func() (measure, error) { return benchRiver(ctx, o) }},
-		{"fairrelay unordered (every event its own flow)", func() (measure, error) {
+	type workload struct {
+		key, name string
+		run       func() (measure, error)
+	}
+	all := []workload{
+		{"river", "River (insert → work, no-op job)", func() (measure, error) { return benchRiver(ctx, o) }},
+		{"unordered", "fairrelay unordered (every event its own flow)", func() (measure, error) {
 			return benchFairrelay(ctx, o, func(i int) string { return fmt.Sprintf("e%07d", i) })
 		}},
-		{fmt.Sprintf("fairrelay ordered (%d flows)", o.flows), func() (measure, error) {
+		{"ordered", fmt.Sprintf("fairrelay ordered (%d flows)", o.flows), func() (measure, error) {
 			return benchFairrelay(ctx, o, func(i int) string { return fmt.Sprintf("f%03d", i%o.flows) })
 		}},
+	}
+	workloads := all
+	if o.only != "" {
+		workloads = nil
+		for _, k := range strings.Split(o.only, ",") {
+			i := slices.IndexFunc(all, func(w workload) bool { return w.key == strings.TrimSpace(k) })
+			if i < 0 {
+				return fmt.Errorf("-only: unknown workload %q (want river, unordered or ordered)", k)
+			}
+			workloads = append(workloads, all[i])
+		}
 	}
 	// The workloads take turns, round after round, so that a change in the
 	// machine's load during the run hits them alike; each reports its median.
@@ -124,7 +167,10 @@ func run(ctx context.Context, o options) error {
 			fmt.Printf("round %d: %-48s %6.2f s %8.0f items/s %6.0f µs CPU/item\n", r+1, w.name, m.elapsed.Seconds(), float64(o.n)/m.elapsed.Seconds(), m.cpu/float64(o.n)*1e6)
 		}
 	}
-	river := float64(o.n) / median(times[0]).Seconds()
+	river := 0.0 // River's items/s, when it ran
+	if workloads[0].key == "river" {
+		river = float64(o.n) / median(times[0]).Seconds()
+	}
 	fmt.Println()
 	fmt.Println("| workload | items | median seconds | items/s | × River | CPU µs/item (client + server) |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
@@ -135,7 +181,11 @@ func run(ctx context.Context, o options) error {
 		if meter != nil {
 			cpu = fmt.Sprintf("%.0f", median(cpus[i])/float64(o.n)*1e6)
 		}
-		fmt.Printf("| %s | %d | %.2f | %.0f | %.2f | %s |\n", w.name, o.n, m.Seconds(), rate, rate/river, cpu)
+		ratio := "–"
+		if river > 0 {
+			ratio = fmt.Sprintf("%.2f", rate/river)
+		}
+		fmt.Printf("| %s | %d | %.2f | %.0f | %s | %s |\n", w.name, o.n, m.Seconds(), rate, ratio, cpu)
 	}
 	return nil
 }
@@ -172,6 +222,25 @@ func schema(ctx context.Context, url, prefix string) (string, func(), error) {
 		}
 	}
 	return name, drop, nil
+}
+
+// openQueue opens a fairrelay queue in a fresh schema of the server at url
+// with a pool of conns connections; close closes it and drops the schema.
+func openQueue(ctx context.Context, url string, pol fairrelay.Policy, conns int) (q *fairrelay.Queue, close func(), err error) {
+	name, drop, err := schema(ctx, url, "bench_fr")
+	if err != nil {
+		return nil, nil, err
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	dsn := fmt.Sprintf("%s%sschema=%s&pool_max_conns=%d", url, sep, name, conns)
+	if q, err = fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: pol}); err != nil {
+		drop()
+		return nil, nil, err
+	}
+	return q, func() { q.Close(); drop() }, nil
 }
 
 // noopArgs is River's no-op job.
@@ -279,21 +348,14 @@ func benchRiver(ctx context.Context, o options) (measure, error) {
 }
 
 func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (measure, error) {
-	name, drop, err := schema(ctx, o.url, "bench_fr")
+	if !o.loop {
+		return benchRelay(ctx, o, flowOf)
+	}
+	q, drop, err := openQueue(ctx, o.url, fairrelay.ReferencePolicy(), o.workers+1)
 	if err != nil {
 		return measure{}, err
 	}
 	defer drop()
-	sep := "?"
-	if strings.Contains(o.url, "?") {
-		sep = "&"
-	}
-	dsn := fmt.Sprintf("%s%sschema=%s&pool_max_conns=%d", o.url, sep, name, o.workers+1)
-	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		return measure{}, err
-	}
-	defer q.Close()
 	body := []byte(`{"delta":1}`)
 
 	start, cpu0 := time.Now(), meter.read()
@@ -407,4 +469,80 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 		return measure{}, fmt.Errorf("%d of %d events acked before the deadline", acked.Load(), o.n)
 	}
 	return measure{time.Since(start), meter.read() - cpu0}, nil
+}
+
+// benchRelay runs the relay daemon (package relay, what `fairrelay relay`
+// runs) with -relay-workers deliveries at once and a no-op sink that
+// accepts every event, under the daemon's policy, while this process
+// enqueues through Relay.Do (at the relay's clock). The clock stops at the
+// last ack the relay reports (OnSettle runs after its settle committed).
+func benchRelay(ctx context.Context, o options, flowOf func(i int) string) (measure, error) {
+	// Connections: the enqueuer, the claimer, the settler, and a spare
+	// for the clock reads of a retried write.
+	q, drop, err := openQueue(ctx, o.url, fairrelay.DaemonPolicy(), 4)
+	if err != nil {
+		return measure{}, err
+	}
+	defer drop()
+	var acked atomic.Int64
+	done := make(chan struct{})
+	failed := make(chan error, 1)
+	r, err := relay.New(ctx, relay.Config{
+		Queue: q, Workers: o.relayWorkers,
+		Sink: sink.Func(func(context.Context, sink.Delivery) (sink.Result, error) {
+			return sink.Result{Outcome: fairrelay.OutcomeAccepted}, nil
+		}),
+		OnSettle: func(s relay.Settled) {
+			if s.LeaseLost || s.Result.Status != fairrelay.SettleAcked {
+				select {
+				case failed <- fmt.Errorf("settle of %s: %+v", s.Claim.Token.EventID, s):
+				default:
+				}
+				return
+			}
+			if acked.Add(1) == int64(o.n) {
+				close(done)
+			}
+		},
+	})
+	if err != nil {
+		return measure{}, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	body := []byte(`{"delta":1}`)
+
+	start, cpu0 := time.Now(), meter.read()
+	go func() { runErr <- r.Run(runCtx) }()
+	go func() {
+		for i := 0; i < o.n; i += o.batch {
+			ps := make([]fairrelay.EnqueueParams, 0, o.batch)
+			for j := i; j < min(i+o.batch, o.n); j++ {
+				ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("e%07d", j), Flow: flowOf(j), Body: body})
+			}
+			if err := r.Do(ctx, func(at int64) error { _, err := q.EnqueueBatch(ctx, at, ps); return err }); err != nil {
+				select {
+				case failed <- err:
+				default:
+				}
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case err := <-failed:
+		return measure{}, err
+	case err := <-runErr:
+		return measure{}, fmt.Errorf("relay stopped: %v", err)
+	case <-time.After(10 * time.Minute):
+		return measure{}, fmt.Errorf("%d of %d events acked within 10 minutes", acked.Load(), o.n)
+	}
+	res := measure{time.Since(start), meter.read() - cpu0}
+	stop()
+	if err := <-runErr; err != nil {
+		return measure{}, err
+	}
+	return res, nil
 }

@@ -45,8 +45,9 @@ type Config struct {
 	Sink sink.Sink
 	// Workers is how many deliveries run at once (each on a distinct flow:
 	// a flow has at most one inflight event), and so the most heads one
-	// claim transaction takes. Defaults to 4; at most 1024. Answers waiting
-	// for their settle do not hold a slot; at most 2 × Workers wait.
+	// claim transaction takes. Defaults to 4; at most 1024. An answer
+	// waiting for its settle does not hold a slot, but no new head is
+	// claimed while 2 × Workers answers wait.
 	Workers int
 	// DeliveryTimeout bounds one delivery. Defaults to 10s.
 	DeliveryTimeout time.Duration

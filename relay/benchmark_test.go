@@ -1,0 +1,100 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/relay"
+	"github.com/fairrelay/fairrelay/sink"
+)
+
+// BenchmarkRelay measures the relay daemon end to end with a sink that
+// accepts every event at once: b.N events, enqueued up front on 100 flows
+// (ordered) or each on its own flow (unordered), dispatched by a relay with
+// 100 workers until the last ack, on a SQLite file and on PostgreSQL. It
+// reports events/s; ns/op is the time per event.
+//
+//	go test ./relay -run '^$' -bench Relay -benchtime 5000x
+func BenchmarkRelay(b *testing.B) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		for _, shape := range []string{"unordered", "ordered"} {
+			b.Run(backend+"/"+shape, func(b *testing.B) {
+				dsn := filepath.Join(b.TempDir(), "queue.db")
+				if backend == "postgres" {
+					dsn = pgtest.Schema(b, "relay_bench_")
+				}
+				benchRelay(b, dsn, shape == "ordered")
+			})
+		}
+	}
+}
+
+func benchRelay(b *testing.B, dsn string, ordered bool) {
+	ctx := b.Context()
+	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer q.Close()
+	ps := make([]fairrelay.EnqueueParams, 0, 1000)
+	for i := range b.N {
+		flow := fmt.Sprintf("f%07d", i)
+		if ordered {
+			flow = fmt.Sprintf("f%03d", i%100)
+		}
+		ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("e%07d", i), Flow: flow, Body: []byte(`{"delta":1}`)})
+		if len(ps) == cap(ps) || i == b.N-1 {
+			if _, err := q.EnqueueBatch(ctx, 0, ps); err != nil {
+				b.Fatal(err)
+			}
+			ps = ps[:0]
+		}
+	}
+	var acked atomic.Int64
+	done := make(chan struct{})
+	failed := make(chan relay.Settled, 1)
+	r, err := relay.New(ctx, relay.Config{
+		Queue: q, Workers: 100,
+		Sink: sink.Func(func(context.Context, sink.Delivery) (sink.Result, error) {
+			return sink.Result{Outcome: fairrelay.OutcomeAccepted}, nil
+		}),
+		OnSettle: func(s relay.Settled) {
+			if s.LeaseLost || s.Result.Status != fairrelay.SettleAcked {
+				select {
+				case failed <- s:
+				default:
+				}
+				return
+			}
+			if acked.Add(1) == int64(b.N) {
+				close(done)
+			}
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	b.ResetTimer()
+	go func() { runErr <- r.Run(runCtx) }()
+	select {
+	case <-done:
+	case s := <-failed:
+		b.Fatalf("settle: %+v", s)
+	case err := <-runErr:
+		b.Fatalf("relay stopped: %v", err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	stop()
+	if err := <-runErr; err != nil {
+		b.Fatal(err)
+	}
+}
