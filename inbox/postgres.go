@@ -45,6 +45,13 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error
 		return nil, err
 	}
 	db := stdlib.OpenDB(*cfg.ConnConfig)
+	// The pool's size (pool_max_conns, or pgxpool's default) bounds the
+	// connections, and all of them stay open when idle: database/sql keeps
+	// only 2 by default, so a receiver answering many deliveries at once
+	// opened a connection (a server process) for most receives and closed
+	// it after — up to 10 times slower than on SQLite at 8 deliveries.
+	db.SetMaxOpenConns(int(cfg.MaxConns))
+	db.SetMaxIdleConns(int(cfg.MaxConns))
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, pgstore.Translate(err)
