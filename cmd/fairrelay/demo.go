@@ -83,7 +83,7 @@ and ends with every event acked once (A: seq 2, total 11).`,
 	f.IntVar(&o.flows, "flows", 20, "flows beside the article's A, B and C")
 	f.IntVar(&o.events, "events", 300, "events spread over those flows")
 	f.IntVar(&o.workers, "workers", 8, "relay workers")
-	f.IntVar(&o.flakyPer, "flaky-every", 10, "the receiver answers 503 to the first attempt of every Nth event (0: never)")
+	f.IntVar(&o.flakyPer, "flaky-every", 10, "the receiver answers 503 to the first attempt of every event whose seq in its flow is a multiple of N (0: never)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up when the demo has not finished by then")
 	return cmd
 }

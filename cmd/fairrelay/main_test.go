@@ -109,6 +109,30 @@ func TestScriptGoesOnAfterBadLines(t *testing.T) {
 	}
 }
 
+// A strictly read script line names the field it rejects: a duplicated
+// one, an unknown one, a null.
+func TestScriptLineErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in := `{"op":"enqueue","at":0,"at":1,"id":"A1","flow":"A","delta":1}` + "\n" +
+		`{"op":"enqueue","at":0,"id":"A1","flow":"A","delta":1,"bogus":1}` + "\n" +
+		`{"op":"enqueue","at":0,"id":null,"flow":"A","delta":1}` + "\n"
+	out, _, code := cli(t, in, "script", "--queue", filepath.Join(dir, "q.db"), "--inbox", filepath.Join(dir, "i.db"))
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := []string{`"error":"invalid_json","field":"at"`, `"error":"invalid_input","field":"bogus"`, `"error":"invalid_input","field":"id"`}
+	if len(lines) != len(want) {
+		t.Fatalf("output:\n%s", out)
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d: %s, want %s", i+1, lines[i], w)
+		}
+	}
+}
+
 func TestScriptSkipsAnOverlongLineAndGoesOn(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -81,9 +81,15 @@ type Member struct {
 	Value json.RawMessage
 }
 
+// DuplicateKeyError is Object's error for a key that appears twice.
+type DuplicateKeyError struct{ Key string }
+
+func (e *DuplicateKeyError) Error() string { return fmt.Sprintf("duplicate key %q", e.Key) }
+
 // Object splits raw into the members of one JSON object, in order. Errors:
-// not an object, trailing data, a duplicate key, or text that is not valid
-// (ErrNotText, wrapped with the key it was found under).
+// not an object, trailing data, a duplicate key (*DuplicateKeyError), or
+// text that is not valid (ErrNotText, wrapped with the key it was found
+// under).
 func Object(raw []byte) ([]Member, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -107,7 +113,7 @@ func Object(raw []byte) ([]Member, error) {
 			return nil, err
 		}
 		if seen[k] {
-			return nil, fmt.Errorf("duplicate key %q", k)
+			return nil, &DuplicateKeyError{Key: k}
 		}
 		seen[k] = true
 		out = append(out, Member{Key: k, Value: v})

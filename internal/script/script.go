@@ -195,13 +195,18 @@ func parseOp(line []byte) (op, error) {
 }
 
 // Members splits one input line into its fields, strictly: the line must be
-// one JSON object without duplicate keys (invalid_json otherwise), and no
-// value may be null or hold invalid text (invalid_input naming the field).
+// one JSON object without duplicate keys (invalid_json otherwise, naming
+// the duplicated field), and no value may be null or hold invalid text
+// (invalid_input naming the field).
 // Script lines and bulk enqueue lines share it.
 func Members(line []byte) ([]jsontext.Member, error) {
 	members, err := jsontext.Object(line)
 	if err != nil {
-		return nil, &fairrelay.Error{Code: "invalid_json", Message: "line is not one JSON object: " + err.Error()}
+		e := &fairrelay.Error{Code: "invalid_json", Message: "line is not one JSON object: " + err.Error()}
+		if dup, ok := errors.AsType[*jsontext.DuplicateKeyError](err); ok {
+			e.Field = dup.Key
+		}
+		return nil, e
 	}
 	for _, m := range members {
 		if !jsontext.ValidText(m.Value) {
