@@ -140,7 +140,7 @@ func (q *Queue) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (Enqueue
 		return EnqueueResult{}, &Error{Code: CodeInvalidInput, Field: "tx", Message: err.Error()}
 	}
 	var res EnqueueResult
-	err = q.inTx(ctx, "enqueue", stx, p.At, func(tx store.Tx, c *store.Clock) error {
+	tick, err := q.inTx(ctx, "enqueue", stx, p.At, func(tx store.Tx, c *store.Clock) error {
 		fc := flowCache{}
 		var err error
 		if res, err = q.enqueue(ctx, tx, c, fc, p); err != nil {
@@ -148,6 +148,9 @@ func (q *Queue) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (Enqueue
 		}
 		return fc.flush(ctx, tx)
 	})
+	if ran, ok := ctx.Value(tickFloorKey{}).(func(int64)); ok && err == nil {
+		ran(tick)
+	}
 	return res, err
 }
 

@@ -32,6 +32,27 @@ const MaxTick = 1 << 60
 // It is math.MinInt64, a value no computed tick is by accident.
 const AtStored int64 = math.MinInt64
 
+// tickFloorKey is the context key of WithTickFloor.
+type tickFloorKey struct{}
+
+// WithTickFloor returns a context under which a write of a Queue (every
+// operation of SPEC §2 but the reads) whose tick lies below the stored tick
+// runs at the stored tick instead of failing with ErrClockRegressed: the
+// daemon clock of SPEC §7, which never goes below the stored tick. It is
+// for a dispatcher whose writes wait for locks while other processes
+// commit later ticks (several relays on one PostgreSQL queue), where a
+// retry at a fresher tick would lose the same race again. ran, when not
+// nil, is called with the tick each write ran at, once it has committed (a
+// …Tx variant: once it is written in the caller's transaction), so that the
+// caller's clock can follow (relay's Clock.Observe). Scripts and tests
+// that give explicit ticks do not use it: there a smaller tick is an error.
+func WithTickFloor(ctx context.Context, ran func(tick int64)) context.Context {
+	if ran == nil {
+		ran = func(int64) {}
+	}
+	return context.WithValue(ctx, tickFloorKey{}, ran)
+}
+
 // MaxReasonBytes is the longest redrive reason accepted, in bytes.
 const MaxReasonBytes = 4096
 
@@ -162,7 +183,8 @@ func (q *Queue) writeTx(ctx context.Context, lane store.Lane, hint store.TxHint,
 	}
 	defer tx.Rollback(ctx)
 	store.Hint(tx, hint)
-	if err := q.inTx(ctx, op, tx, at, fn); err != nil {
+	tick, err := q.inTx(ctx, op, tx, at, fn)
+	if err != nil {
 		if errors.Is(err, errUnchanged) {
 			return nil // the answer is ready; the rollback keeps everything as it was
 		}
@@ -177,6 +199,9 @@ func (q *Queue) writeTx(ctx context.Context, lane store.Lane, hint store.TxHint,
 	if after != "" {
 		faultpoint.Hit(after)
 	}
+	if ran, ok := ctx.Value(tickFloorKey{}).(func(int64)); ok {
+		ran(tick)
+	}
 	return nil
 }
 
@@ -186,30 +211,34 @@ func (q *Queue) writeTx(ctx context.Context, lane store.Lane, hint store.TxHint,
 var errUnchanged = errors.New("answer changes nothing")
 
 // inTx is the body of writeTx without begin/commit, shared with the …Tx
-// variants that run inside a caller's transaction. fn must take the tick of
-// the write from c.Tick (at may be AtStored).
-func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn func(tx store.Tx, c *store.Clock) error) error {
+// variants that run inside a caller's transaction; it returns the tick the
+// write ran at. fn must take the tick of the write from c.Tick (at may be
+// AtStored, or below the stored tick under WithTickFloor).
+func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn func(tx store.Tx, c *store.Clock) error) (int64, error) {
 	c, err := tx.ClockGet(ctx)
 	if err != nil {
-		return dbError(op, err)
+		return 0, dbError(op, err)
 	}
 	if at == AtStored {
 		at = c.Tick
 	}
 	if at < c.Tick {
-		return &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, c.Tick)}
+		if _, floor := ctx.Value(tickFloorKey{}).(func(int64)); !floor {
+			return 0, &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, c.Tick)}
+		}
+		at = c.Tick
 	}
 	c.Tick = at
 	if err := fn(tx, &c); err != nil {
 		if errors.Is(err, errUnchanged) {
-			return err
+			return 0, err
 		}
-		return dbError(op, err)
+		return 0, dbError(op, err)
 	}
 	if err := tx.ClockSet(ctx, c); err != nil {
-		return dbError(op, err)
+		return 0, dbError(op, err)
 	}
-	return nil
+	return at, nil
 }
 
 func checkTick(at int64) error {

@@ -207,35 +207,46 @@ func (r *Relay) Wake() { kick(r.wake) }
 // writes; then it wakes the claimer. fn typically calls
 // Queue.EnqueueBatch or Queue.Redrive at that tick. fn's error is returned.
 func (r *Relay) Do(ctx context.Context, fn func(at int64) error) error {
-	err := r.write(ctx, fn)
+	_, err := r.write(ctx, func(_ context.Context, at int64) error { return fn(at) })
 	r.Wake()
 	return err
 }
 
-// write runs fn at the daemon clock's current tick. On a store with one
-// writer at a time (SQLite) it holds writeMu, so this process's writes reach
-// the store in tick order. On a store with concurrent writers (PostgreSQL,
-// Queue.ConcurrentWriters) the claimer and the settler write side by side,
-// and one may take a tick the other then overtakes. Either way, when fn
-// fails with ErrClockRegressed (this or another process stored a later
-// tick; the failed write changed nothing), the clock is raised to the
-// stored tick and fn runs again (SPEC §7: never below the stored tick), at
-// most clockRetries more times.
-func (r *Relay) write(ctx context.Context, fn func(at int64) error) error {
+// write runs fn at the daemon clock's current tick, with a context under
+// which the queue's writes never fail for a tick below the stored one:
+// they run at the stored tick instead, and the clock follows the tick they
+// ran at (fairrelay.WithTickFloor; SPEC §7: never below the stored tick).
+// The claimer's and the settler's writes use that context: several relays
+// on one PostgreSQL queue commit later ticks while a write waits for its
+// lane's lock, and a write retried at a fresher tick would lose that race
+// again. On a store with one writer at a time (SQLite) write holds writeMu,
+// so this process's writes reach the store in tick order. fn may also
+// write with a context of its own (Do): when that fails with
+// ErrClockRegressed (the failed write changed nothing), the clock is raised
+// to the stored tick and fn runs again, at most clockRetries more times.
+//
+// ran is the tick the last write of fn ran at (the at fn was given when the
+// floor did not raise it, or when fn wrote nothing).
+func (r *Relay) write(ctx context.Context, fn func(ctx context.Context, at int64) error) (ran int64, err error) {
+	ctx = fairrelay.WithTickFloor(ctx, func(tick int64) {
+		ran = tick
+		r.clock.Observe(tick)
+	})
 	for i := 0; ; i++ {
 		if r.serial {
 			r.writeMu.Lock()
 		}
-		err := fn(r.clock.Now())
+		ran = r.clock.Now()
+		err := fn(ctx, ran)
 		if r.serial {
 			r.writeMu.Unlock()
 		}
 		if !errors.Is(err, fairrelay.ErrClockRegressed) || i == clockRetries {
-			return err
+			return ran, err
 		}
 		c, cerr := r.q.Clock(ctx)
 		if cerr != nil {
-			return cerr
+			return ran, cerr
 		}
 		r.clock.Observe(c.Tick)
 	}
@@ -433,16 +444,16 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		kind := ""
 		// The claim itself runs on settleCtx: a signal arriving mid-claim
 		// must not leave us unsure whether it committed.
-		err := r.write(settleCtx, func(at int64) (err error) {
+		ran, err := r.write(settleCtx, func(ctx context.Context, at int64) (err error) {
 			var ps []fairrelay.SettleParams
 			ps, settled = settleParams(at, ans)
 			var rs []fairrelay.SettleResult
 			switch {
 			case len(ps) > 0:
-				rs, cs, err = r.q.SettleAndClaim(settleCtx, at, ps, k)
+				rs, cs, err = r.q.SettleAndClaim(ctx, at, ps, k)
 				kind = txSettleAndClaim
 			case k > 0:
-				cs, err = r.q.ClaimBatch(settleCtx, at, k)
+				cs, err = r.q.ClaimBatch(ctx, at, k)
 				kind = txClaim
 			default:
 				cs = nil // every answer's lease ran out: nothing to write
@@ -473,6 +484,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			r.cfg.Metrics.transaction(kind)
 		}
 		for _, s := range settled {
+			s.At = ran // the floor may have raised the tick
 			r.report(s)
 		}
 		p.mu.Lock()
@@ -707,8 +719,10 @@ const busyRetries = 20
 // error is returned, and the events are left to their leases.
 func (r *Relay) settle(ctx context.Context, as []answer) error {
 	var settled []Settled
+	var ran int64
 	for attempt := 1; ; attempt++ {
-		err := r.write(ctx, func(at int64) error {
+		var err error
+		ran, err = r.write(ctx, func(ctx context.Context, at int64) error {
 			var ps []fairrelay.SettleParams
 			ps, settled = settleParams(at, as)
 			if len(ps) == 0 {
@@ -740,6 +754,7 @@ func (r *Relay) settle(ctx context.Context, as []answer) error {
 		break
 	}
 	for _, s := range settled {
+		s.At = ran // the floor may have raised the tick
 		r.report(s)
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 	"github.com/fairrelay/fairrelay/relay"
+	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
@@ -220,13 +221,30 @@ func (h *harness) ledger(t *testing.T) (map[string]inbox.Projection, int) {
 // delivery at a time, and every event is applied once.
 func TestOrderPerFlowUnderWorkers(t *testing.T) {
 	t.Parallel()
-	testOrderPerFlow(t, newHarness(t, testPolicy()))
+	testOrderPerFlow(t, newHarness(t, patientPolicy()))
 }
 
 // The same on PostgreSQL: queue store and inbox each in a fresh schema.
 func TestOrderPerFlowUnderWorkersPostgres(t *testing.T) {
 	t.Parallel()
-	testOrderPerFlow(t, newHarnessOn(t, testPolicy(), pgtest.Schema(t, "relay_q_"), pgtest.Schema(t, "relay_i_")))
+	testOrderPerFlow(t, newHarnessOn(t, patientPolicy(), pgtest.Schema(t, "relay_q_"), pgtest.Schema(t, "relay_i_")))
+}
+
+// patientPolicy is testPolicy with a lease of 60 s, for a config with a
+// 30 s delivery timeout (patient): a test that waits for every event to be
+// accepted must not see a delivery time out on a loaded machine, since its
+// retry would wait for a backoff the manual clock never reaches.
+func patientPolicy() fairrelay.Policy {
+	p := testPolicy()
+	p.Lease = 60_000
+	return p
+}
+
+// patient is h.config with the 30 s delivery timeout patientPolicy allows.
+func (h *harness) patient(t *testing.T) relay.Config {
+	cfg := h.config(t)
+	cfg.DeliveryTimeout = 30 * time.Second
+	return cfg
 }
 
 func testOrderPerFlow(t *testing.T, h *harness) {
@@ -234,7 +252,7 @@ func testOrderPerFlow(t *testing.T, h *harness) {
 	for f := range flows {
 		h.enqueue(t, fmt.Sprintf("F%d", f), 1, 2, 3, 4, 5, 6)
 	}
-	_, stop := h.start(t, h.config(t))
+	_, stop := h.start(t, h.patient(t))
 	all := h.until(t, acks(flows*events))
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -271,11 +289,11 @@ func testOrderPerFlow(t *testing.T, h *harness) {
 // result 1 through the daemon).
 func TestFairRotation(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, testPolicy())
+	h := newHarness(t, patientPolicy())
 	for _, f := range []string{"A", "B", "C"} {
 		h.enqueue(t, f, 1, 1, 1)
 	}
-	cfg := h.config(t)
+	cfg := h.patient(t)
 	cfg.Workers = 1
 	_, stop := h.start(t, cfg)
 	all := h.until(t, acks(9))
@@ -294,11 +312,11 @@ func TestFairRotation(t *testing.T) {
 // completes A.
 func TestQuarantineOnPermanentAnswerThenRedrive(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, testPolicy())
+	h := newHarness(t, patientPolicy())
 	h.in.SetMaxDelta(5)
 	h.enqueue(t, "A", 10, 1)
 	h.enqueue(t, "B", 1, 2, 3)
-	r, stop := h.start(t, h.config(t))
+	r, stop := h.start(t, h.patient(t))
 	quarantined := func(all []relay.Settled) bool {
 		q := false
 		for _, s := range all {
@@ -694,7 +712,7 @@ func TestConfigValidation(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, testPolicy())
+	h := newHarness(t, patientPolicy())
 	h.in.SetMaxDelta(5)
 	h.enqueue(t, "A", 10, 1)
 	h.enqueue(t, "B", 1, 2)
@@ -706,7 +724,7 @@ func TestMetrics(t *testing.T) {
 	if err := relay.RegisterQueueGauges(reg, h.q); err != nil {
 		t.Fatal(err)
 	}
-	cfg := h.config(t)
+	cfg := h.patient(t)
 	cfg.Metrics = m
 	_, stop := h.start(t, cfg)
 	h.until(t, func(all []relay.Settled) bool { return len(all) == 3 })
@@ -891,10 +909,9 @@ func TestOneClaimTransactionFillsTheFreeSlots(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := h.config(t)
-		// Held deliveries must not time out (a retry would wait for a
-		// backoff that the manual clock never reaches).
-		cfg.Workers, cfg.Metrics, cfg.DeliveryTimeout = n, m, 30*time.Second
+		// Held deliveries must not time out.
+		cfg := h.patient(t)
+		cfg.Workers, cfg.Metrics = n, m
 		_, stop := h.start(t, cfg)
 		for range n {
 			select {
@@ -914,12 +931,10 @@ func TestOneClaimTransactionFillsTheFreeSlots(t *testing.T) {
 			t.Fatalf("with every delivery held: %v claims in %v claim transactions, want %d in 1", claims, txs, n)
 		}
 	}
-	pol := testPolicy()
-	pol.Lease = 60_000 // above the 30 s delivery timeout
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); run(t, newHarness(t, pol)) })
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); run(t, newHarness(t, patientPolicy())) })
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		run(t, newHarnessOn(t, pol, pgtest.Schema(t, "relay_q_"), pgtest.Schema(t, "relay_i_")))
+		run(t, newHarnessOn(t, patientPolicy(), pgtest.Schema(t, "relay_q_"), pgtest.Schema(t, "relay_i_")))
 	})
 }
 
@@ -928,17 +943,15 @@ func TestOneClaimTransactionFillsTheFreeSlots(t *testing.T) {
 // transaction, then three SettleAndClaim, and no separate settle.
 func TestSQLiteSettlesWithTheNextClaim(t *testing.T) {
 	t.Parallel()
-	pol := testPolicy()
-	pol.Lease = 60_000 // above the 30 s delivery timeout: no retry on a slow machine
-	h := newHarness(t, pol)
+	h := newHarness(t, patientPolicy())
 	h.enqueue(t, "A", 1, 2, 3)
 	reg := prometheus.NewRegistry()
 	m, err := relay.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := h.config(t)
-	cfg.Workers, cfg.Metrics, cfg.DeliveryTimeout = 1, m, 30*time.Second
+	cfg := h.patient(t)
+	cfg.Workers, cfg.Metrics = 1, m
 	_, stop := h.start(t, cfg)
 	h.until(t, acks(3))
 	got := map[string]float64{}
@@ -950,5 +963,105 @@ func TestSQLiteSettlesWithTheNextClaim(t *testing.T) {
 	}
 	if got["claim"] != 1 || got["settle_and_claim"] != 3 || got["settle"] != 0 {
 		t.Fatalf("transactions %v, want claim 1, settle_and_claim 3, settle 0", got)
+	}
+}
+
+// Several relays on one PostgreSQL queue (the usual high-availability
+// setup), each with its own pool and clock, dispatch one backlog together:
+// none stops on clock_regressed (their writes wait for lane locks while the
+// others commit later ticks: fairrelay.WithTickFloor), every event is
+// applied once, in order within its flow, never two deliveries of a flow at
+// once.
+func TestSeveralRelaysOnOnePostgresQueue(t *testing.T) {
+	t.Parallel()
+	const relays, flows, perFlow = 3, 100, 30
+	dsn := pgtest.Schema(t, "relay_ha_")
+	ctx := t.Context()
+	var (
+		mu       sync.Mutex
+		last     = map[string]int64{} // flow → seq applied
+		inflight = map[string]int{}
+		overlap  []string
+		applied  int
+		all      = make(chan struct{})
+	)
+	receiver := sink.Func(func(_ context.Context, d sink.Delivery) (sink.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if inflight[d.Flow]++; inflight[d.Flow] > 1 {
+			overlap = append(overlap, d.EventID)
+		}
+		defer func() { inflight[d.Flow]-- }()
+		switch {
+		case d.Seq <= last[d.Flow]:
+			return sink.Result{Outcome: fairrelay.OutcomeDuplicate}, nil
+		case d.Seq > last[d.Flow]+1:
+			return sink.Result{Outcome: fairrelay.OutcomeGap}, nil
+		}
+		last[d.Flow] = d.Seq
+		if applied++; applied == flows*perFlow {
+			close(all)
+		}
+		return sink.Result{Outcome: fairrelay.OutcomeAccepted}, nil
+	})
+	runErr := make(chan error, relays)
+	var stops []context.CancelFunc
+	var qs []*fairrelay.Queue
+	for i := range relays {
+		q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		qs = append(qs, q)
+		if i == 0 {
+			ps := make([]fairrelay.EnqueueParams, 0, flows*perFlow)
+			for s := range perFlow {
+				for f := range flows {
+					ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("F%03d-%02d", f, s+1), Flow: fmt.Sprintf("F%03d", f), Body: []byte(`{"delta":1}`)})
+				}
+			}
+			if _, err := q.EnqueueBatch(ctx, fairrelay.AtStored, ps); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, err := relay.New(ctx, relay.Config{Queue: q, Sink: receiver, Workers: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		stops = append(stops, stop)
+		go func() { runErr <- r.Run(runCtx) }()
+	}
+	select {
+	case <-all:
+	case err := <-runErr:
+		t.Fatalf("a relay stopped before the backlog was done: %v", err)
+	case <-time.After(2 * time.Minute):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("%d of %d events applied in 2 minutes", applied, flows*perFlow)
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	for range relays {
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(overlap) > 0 {
+		t.Errorf("deliveries of one flow at once: %v", overlap)
+	}
+	hs, err := qs[0].Heads(ctx, "", flows+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if h.Head != nil {
+			t.Errorf("flow %s: head %+v left, want every event acked", h.Flow, h.Head)
+		}
 	}
 }
