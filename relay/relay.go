@@ -166,14 +166,19 @@ type Settled struct {
 
 // Relay is the dispatch daemon. Create it with New, run it once with Run.
 type Relay struct {
-	cfg     Config
-	q       *fairrelay.Queue
-	clock   *Clock
-	log     *slog.Logger
-	serial  bool          // the store has one writer at a time (see write)
-	writeMu sync.Mutex    // orders this process's writes by tick when serial
-	wake    chan struct{} // a token that ends the claimer's idle wait
-	running atomic.Bool
+	cfg    Config
+	q      *fairrelay.Queue
+	clock  *Clock
+	log    *slog.Logger
+	serial bool // the store has one writer at a time (see write)
+	// heartbeat (ticks) is how far an idle relay's clock may run ahead of
+	// the stored tick before it writes it: half the lease's slack over a
+	// delivery, so that a lease another relay grants at a clock that far
+	// behind still outlasts its delivery (claimLoop).
+	heartbeat int64
+	writeMu   sync.Mutex    // orders this process's writes by tick when serial
+	wake      chan struct{} // a token that ends the claimer's idle wait
+	running   atomic.Bool
 }
 
 // New validates cfg and starts the daemon clock at the queue's stored tick
@@ -191,6 +196,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	return &Relay{
 		cfg: cfg, q: cfg.Queue, clock: NewClock(cfg.Source, c.Tick), log: cfg.Logger,
 		serial: !cfg.Queue.ConcurrentWriters(), wake: make(chan struct{}, 1),
+		heartbeat: max(1, (cfg.Queue.Policy().Lease-(cfg.DeliveryTimeout+cfg.LeaseMargin).Milliseconds())/2),
 	}, nil
 }
 
@@ -427,7 +433,14 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				// never stays below the stored tick (SPEC §7).
 				r.clock.Observe(stored)
 			}
-			if err == nil && (!ok || due > r.clock.Now()) {
+			// A relay's clock moves while it only reads, and another relay
+			// that starts now starts at the stored tick: its leases would
+			// look expired to this one early. So an idle relay whose clock
+			// ran a heartbeat ahead of the stored tick writes it (a claim,
+			// which claims whatever is due): the clocks of the relays on
+			// one store stay within a heartbeat of each other.
+			behind := err == nil && r.clock.Now()-stored >= r.heartbeat
+			if err == nil && !behind && (!ok || due > r.clock.Now()) {
 				d := wait
 				if ok {
 					d = min(wait, time.Duration(due-r.clock.Now())*time.Millisecond)
@@ -436,8 +449,8 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
 				continue
 			}
-			// Due now, or the read failed: the claim decides (and reports a
-			// database error the way it always does).
+			// Due now, the heartbeat, or the read failed: the claim decides
+			// (and reports a database error the way it always does).
 		}
 		var cs []fairrelay.Claim
 		var settled []Settled

@@ -1065,3 +1065,63 @@ func TestSeveralRelaysOnOnePostgresQueue(t *testing.T) {
 		}
 	}
 }
+
+// An idle relay's clock moves while it only reads. A relay started beside
+// it starts at the stored tick: if that lagged far behind, its leases would
+// look expired to the first one at once, which would deliver the same head
+// again while the second still holds it. The idle relay writes its clock
+// (a heartbeat claim) once it runs (lease - timeout - margin) / 2 ahead of
+// the stored tick, so the lease the second grants outlasts its delivery
+// for both.
+func TestIdleRelayKeepsTheStoredTickWithinAHeartbeat(t *testing.T) {
+	t.Parallel()
+	// Lease 60 s; the first relay's timeout 500 ms + margin 100 ms: its
+	// heartbeat is 29.7 s. The second waits up to 30 s for its delivery.
+	h := newHarness(t, patientPolicy())
+	arrived, release := make(chan delivery, 4), make(chan struct{})
+	h.intercept = func(w http.ResponseWriter, r *http.Request, d delivery) bool {
+		arrived <- d
+		<-release
+		return false
+	}
+	defer close(release)
+	first := signalTime{manualTime: &manualTime{}, read: make(chan struct{})}
+	readings := func(st signalTime) {
+		t.Helper()
+		for i := range 100 {
+			select {
+			case <-st.read:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("only %d clock readings in 10 s", i)
+			}
+		}
+	}
+	cfg := h.config(t)
+	cfg.Source = first
+	h.start(t, cfg)
+	readings(first)
+	first.Advance(70 * time.Second) // idle for 70 s, past a lease: only reads, and the heartbeat
+	readings(first)
+	if c, err := h.q.Clock(t.Context()); err != nil || c.Tick != 70_000 {
+		t.Fatalf("stored tick %+v (%v) after the idle relay's clock reached 70000, want 70000 (a heartbeat)", c, err)
+	}
+	// A second relay starts at the stored tick and claims A1.
+	cfg2 := h.patient(t)
+	cfg2.Source = &manualTime{}
+	second, _ := h.start(t, cfg2)
+	if err := second.Do(t.Context(), func(at int64) error {
+		_, err := h.q.EnqueueBatch(t.Context(), at, []fairrelay.EnqueueParams{{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-arrived: // the second relay's delivery, held at the receiver
+	case <-time.After(10 * time.Second):
+		t.Fatal("A1 was not delivered within 10 s")
+	}
+	readings(first) // the first relay polls while the delivery is held
+	if e := h.event(t, "A1"); e.State != fairrelay.StateInflight || e.Generation != 1 {
+		t.Fatalf("A1 %+v while the second relay's delivery holds its lease, want inflight, generation 1", e)
+	}
+}
