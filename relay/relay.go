@@ -16,6 +16,15 @@
 // the settler wait up to a millisecond for more of them to end, so that one
 // transaction takes many.
 //
+// Several relays may dispatch one store (on PostgreSQL, from many
+// machines). Their writes run under fairrelay.WithTickFloor: a write that
+// waited for a lock while another relay stored a later tick runs at that
+// tick, and the clock follows. An idle relay only reads, except that it
+// writes its clock (a claim) once it runs (lease - DeliveryTimeout -
+// LeaseMargin) / 2 ahead of the stored tick: a relay started beside it
+// starts at the stored tick, and the leases it grants must not look
+// expired to this one.
+//
 // Shutdown (Run's ctx done) stops claiming at once, lets in-flight
 // deliveries finish up to Config.ShutdownTimeout, settles them while their
 // leases hold, and returns nil. A settle is never sent after its lease ran
