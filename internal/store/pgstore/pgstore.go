@@ -305,12 +305,12 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Schema returns the schema the store lives in.
 func (s *Store) Schema() string { return s.schema }
 
-// Close closes the pool.
 // ConcurrentLanes reports true: each lane has its own lock and clock row
 // (migration 003), so claims, settles and enqueues commit side by side
 // (store.ConcurrentWriter).
 func (s *Store) ConcurrentLanes() bool { return true }
 
+// Close closes the pool.
 func (s *Store) Close() error {
 	s.pool.Close()
 	return nil
