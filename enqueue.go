@@ -148,7 +148,7 @@ func (q *Queue) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (Enqueue
 		}
 		return fc.flush(ctx, tx)
 	})
-	if ran, ok := ctx.Value(tickFloorKey{}).(func(int64)); ok && err == nil {
+	if ran := tickFloor(ctx); ran != nil && err == nil {
 		ran(tick)
 	}
 	return res, err

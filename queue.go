@@ -53,6 +53,13 @@ func WithTickFloor(ctx context.Context, ran func(tick int64)) context.Context {
 	return context.WithValue(ctx, tickFloorKey{}, ran)
 }
 
+// tickFloor returns the callback of a WithTickFloor context, nil for any
+// other context.
+func tickFloor(ctx context.Context) func(tick int64) {
+	ran, _ := ctx.Value(tickFloorKey{}).(func(int64))
+	return ran
+}
+
 // MaxReasonBytes is the longest redrive reason accepted, in bytes.
 const MaxReasonBytes = 4096
 
@@ -199,7 +206,7 @@ func (q *Queue) writeTx(ctx context.Context, lane store.Lane, hint store.TxHint,
 	if after != "" {
 		faultpoint.Hit(after)
 	}
-	if ran, ok := ctx.Value(tickFloorKey{}).(func(int64)); ok {
+	if ran := tickFloor(ctx); ran != nil {
 		ran(tick)
 	}
 	return nil
@@ -223,7 +230,7 @@ func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn f
 		at = c.Tick
 	}
 	if at < c.Tick {
-		if _, floor := ctx.Value(tickFloorKey{}).(func(int64)); !floor {
+		if tickFloor(ctx) == nil {
 			return 0, &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, c.Tick)}
 		}
 		at = c.Tick

@@ -224,6 +224,23 @@ func schema(ctx context.Context, url, prefix string) (string, func(), error) {
 	return name, drop, nil
 }
 
+// enqueueAll hands the workload's o.n events (ids e0000000…, flows by
+// flowOf) to enqueue in batches of o.batch, in order, stopping at the first
+// error.
+func enqueueAll(o options, flowOf func(i int) string, enqueue func([]fairrelay.EnqueueParams) error) error {
+	body := []byte(`{"delta":1}`)
+	for i := 0; i < o.n; i += o.batch {
+		ps := make([]fairrelay.EnqueueParams, 0, o.batch)
+		for j := i; j < min(i+o.batch, o.n); j++ {
+			ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("e%07d", j), Flow: flowOf(j), Body: body})
+		}
+		if err := enqueue(ps); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // openQueue opens a fairrelay queue in a fresh schema of the server at url
 // with a pool of conns connections; close closes it and drops the schema.
 func openQueue(ctx context.Context, url string, pol fairrelay.Policy, conns int) (q *fairrelay.Queue, close func(), err error) {
@@ -356,7 +373,6 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 		return measure{}, err
 	}
 	defer drop()
-	body := []byte(`{"delta":1}`)
 
 	start, cpu0 := time.Now(), meter.read()
 	var acked atomic.Int64
@@ -374,15 +390,11 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := 0; i < o.n; i += o.batch {
-			ps := make([]fairrelay.EnqueueParams, 0, o.batch)
-			for j := i; j < min(i+o.batch, o.n); j++ {
-				ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("e%07d", j), Flow: flowOf(j), Body: body})
-			}
-			if _, err := q.EnqueueBatch(ctx, 0, ps); err != nil {
-				fail(err)
-				return
-			}
+		if err := enqueueAll(o, flowOf, func(ps []fairrelay.EnqueueParams) error {
+			_, err := q.EnqueueBatch(ctx, 0, ps)
+			return err
+		}); err != nil {
+			fail(err)
 		}
 	}()
 	for range o.workers {
@@ -511,22 +523,16 @@ func benchRelay(ctx context.Context, o options, flowOf func(i int) string) (meas
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	runErr := make(chan error, 1)
-	body := []byte(`{"delta":1}`)
 
 	start, cpu0 := time.Now(), meter.read()
 	go func() { runErr <- r.Run(runCtx) }()
 	go func() {
-		for i := 0; i < o.n; i += o.batch {
-			ps := make([]fairrelay.EnqueueParams, 0, o.batch)
-			for j := i; j < min(i+o.batch, o.n); j++ {
-				ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("e%07d", j), Flow: flowOf(j), Body: body})
-			}
-			if err := r.Do(ctx, func(at int64) error { _, err := q.EnqueueBatch(ctx, at, ps); return err }); err != nil {
-				select {
-				case failed <- err:
-				default:
-				}
-				return
+		if err := enqueueAll(o, flowOf, func(ps []fairrelay.EnqueueParams) error {
+			return r.Do(ctx, func(at int64) error { _, err := q.EnqueueBatch(ctx, at, ps); return err })
+		}); err != nil {
+			select {
+			case failed <- err:
+			default:
 			}
 		}
 	}()
