@@ -146,10 +146,17 @@ func (c Config) Validate() error {
 	case c.PollInterval < 0 || c.MaxPollInterval < c.PollInterval:
 		return invalid("poll_interval", "need 0 <= poll interval (%s) <= max poll interval (%s)", c.PollInterval, c.MaxPollInterval)
 	}
-	lease := time.Duration(c.Queue.Policy().Lease) * time.Millisecond
-	if lease <= c.DeliveryTimeout+c.LeaseMargin {
+	return CheckLease(c.Queue.Policy().Lease, c.DeliveryTimeout, c.LeaseMargin)
+}
+
+// CheckLease reports ErrInvalidInput (field "lease") unless a policy's lease
+// (ticks = ms) exceeds the delivery timeout plus the lease margin: a
+// delivery must not outlive its lease. Config.Validate runs it; a caller
+// may run it before it opens (or creates) the queue store.
+func CheckLease(lease int64, timeout, margin time.Duration) error {
+	if l := time.Duration(lease) * time.Millisecond; l <= timeout+margin {
 		return invalid("lease", "%s must exceed the delivery timeout %s plus the margin %s: a delivery could outlive its lease",
-			lease, c.DeliveryTimeout, c.LeaseMargin)
+			l, timeout, margin)
 	}
 	return nil
 }

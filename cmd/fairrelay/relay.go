@@ -74,6 +74,10 @@ in --permanent-status.`,
 					return err
 				}
 			}
+			// Before the store is opened: a refused run creates nothing.
+			if err := relay.CheckLease(pol.Lease, timeout, margin); err != nil {
+				return err
+			}
 			s, err := webhook.New(opts)
 			if err != nil {
 				return err

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -276,6 +278,10 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 	}
 	if _, errOut, code := cli(t, "", "relay", "--queue", queue); code == 0 || !strings.Contains(errOut, "sink") {
 		t.Errorf("no --sink: exit %d, %q", code, errOut)
+	}
+	// A refused run creates nothing.
+	if _, err := os.Stat(queue); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("queue store after refused runs: %v, want none", err)
 	}
 }
 
