@@ -473,11 +473,18 @@ func TestGracefulShutdownMidDelivery(t *testing.T) {
 	h.enqueue(t, "B", 1)
 	cfg := h.config(t)
 	cfg.Workers = 1
-	_, stop := h.start(t, cfg)
-	waitClosed(t, arrived)
+	r, err := relay.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, signal := context.WithCancel(t.Context())
+	defer signal()
 	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	// Run cannot return while A1 is in flight; release it once shutdown began.
+	go func() { stopped <- r.Run(ctx) }()
+	waitClosed(t, arrived)
+	// Run cannot return while A1 is in flight; release it once shutdown
+	// began (signal has returned: the relay's ctx is done).
+	signal()
 	close(release)
 	if err := <-stopped; err != nil {
 		t.Fatalf("Run: %v", err)
