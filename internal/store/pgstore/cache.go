@@ -44,6 +44,9 @@ type rowCache struct {
 	// flow missing here is not known. It spares FlowFlushHeadState when no
 	// flow needs it.
 	headStateSeq map[string]*int64
+	// The rows the maps point to (see rowSlab).
+	eventSlab rowSlab[store.EventRow]
+	flowSlab  rowSlab[store.FlowRow]
 }
 
 type flowSeq struct {
@@ -64,12 +67,33 @@ func newRowCache(minWait *int64) *rowCache {
 // noneDue reports that no flow's wait_until is at or before tick at.
 func (c *rowCache) noneDue(at int64) bool { return c.minWait == nil || *c.minWait > at }
 
+// reset empties the cache for the next transaction (txBuffers).
+func (c *rowCache) reset() {
+	c.events = resetMap(c.events)
+	c.bySeq = resetMap(c.bySeq)
+	c.flows = resetMap(c.flows)
+	c.headStateSeq = resetMap(c.headStateSeq)
+	c.pick, c.pickOrder, c.pickValid, c.pickAll, c.minWait = nil, 0, false, false, nil
+	c.eventSlab.reset()
+	c.flowSlab.reset()
+}
+
+// resetMap empties m; one that held a very large batch is dropped rather
+// than kept (clearing a map costs its capacity, not its length).
+func resetMap[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) > 4096 {
+		return map[K]V{}
+	}
+	clear(m)
+	return m
+}
+
 func (c *rowCache) putEvent(e store.EventRow) {
-	c.events[e.ID] = &e
+	c.events[e.ID] = c.eventSlab.put(e)
 	c.bySeq[flowSeq{e.Flow, e.Seq}] = e.ID
 }
 
-func (c *rowCache) putFlow(f store.FlowRow) { c.flows[f.Flow] = &f }
+func (c *rowCache) putFlow(f store.FlowRow) { c.flows[f.Flow] = c.flowSlab.put(f) }
 
 // event returns a copy of the cached event; ok is false when it is not
 // cached (absent events are cached as ok with a nil row).

@@ -198,3 +198,45 @@ FROM event WHERE event_id = $1`, "A1").Scan(&id)
 		t.Fatalf("a pre-004 read of an event: %v, want column \"state\" does not exist", err)
 	}
 }
+
+// A write transaction that reuses an earlier one's buffers (the store keeps
+// them: see txBuffers) reads what is stored now, not what the earlier one cached: here a flow row changed by
+// another connection between the two.
+func TestReusedBuffersDoNotCarryRows(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.Schema(t, "frbuf")
+	s, err := pgstore.Open(ctx, dsn, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	write := func(f func(tx store.Tx) error) {
+		t.Helper()
+		tx, err := s.Begin(ctx, store.LaneClaim|store.LaneSettle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.ClockGet(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := f(tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(func(tx store.Tx) error {
+		return tx.FlowInsert(ctx, store.FlowRow{Flow: "F", Ord: 1, Seq: 0, HeadSeq: 1})
+	})
+	write(func(tx store.Tx) error { _, err := tx.FlowGet(ctx, "F"); return err }) // cached here
+	pgtest.Exec(t, dsn, `UPDATE flow SET served = 41 WHERE flow_id = 'F'`)
+	write(func(tx store.Tx) error {
+		f, err := tx.FlowGet(ctx, "F")
+		if err == nil && f.Served != 41 {
+			t.Errorf("FlowGet after reuse: served %d, want 41 (a row cached by the previous transaction)", f.Served)
+		}
+		return err
+	})
+}

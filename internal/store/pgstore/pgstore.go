@@ -136,8 +136,9 @@ func HoldsTable(ctx context.Context, db *sql.DB, table string) (bool, error) {
 // Store is the PostgreSQL queue store: one pgx connection pool whose
 // connections have the store's schema on their search_path.
 type Store struct {
-	pool   *pgxpool.Pool
-	schema string
+	pool    *pgxpool.Pool
+	schema  string
+	buffers bufferPool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -367,7 +368,7 @@ func (s *Store) Begin(ctx context.Context, lane store.Lane) (store.Tx, error) {
 	if lane == 0 || lane&^(store.LaneClaim|store.LaneEnqueue|store.LaneSettle) != 0 || (lane&store.LaneEnqueue != 0 && lane != store.LaneEnqueue) {
 		return nil, fmt.Errorf("begin transaction: unknown lanes %d", lane)
 	}
-	t, err := begin(ctx, s.pool, "BEGIN ISOLATION LEVEL READ COMMITTED")
+	t, err := begin(ctx, s.pool, &s.buffers, "BEGIN ISOLATION LEVEL READ COMMITTED")
 	if err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
@@ -378,7 +379,7 @@ func (s *Store) Begin(ctx context.Context, lane store.Lane) (store.Tx, error) {
 // BeginRead starts a REPEATABLE READ READ ONLY transaction: one snapshot for
 // all its statements.
 func (s *Store) BeginRead(ctx context.Context) (store.Tx, error) {
-	t, err := begin(ctx, s.pool, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	t, err := begin(ctx, s.pool, &s.buffers, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
 		return nil, fmt.Errorf("begin read transaction: %w", err)
 	}

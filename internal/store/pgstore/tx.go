@@ -55,28 +55,31 @@ type Tx struct {
 	lane  store.Lane
 	hint  store.TxHint
 	// cache and ws are used in the store's own write transactions once the
-	// lanes are locked (see rowCache and writeSet).
-	cache *rowCache
-	ws    writeSet
+	// lanes are locked (see rowCache and writeSet); bufs holds them, and
+	// goes back to its pool when the transaction ends.
+	cache   *rowCache
+	ws      *writeSet
+	bufs    *txBuffers
+	buffers *bufferPool // the store's
 }
 
 // begin starts a transaction on a connection of pool: stmt (a BEGIN) is
 // queued to go with the first query.
-func begin(ctx context.Context, pool *pgxpool.Pool, stmt string) (*Tx, error) {
+func begin(ctx context.Context, pool *pgxpool.Pool, buffers *bufferPool, stmt string) (*Tx, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, Translate(err)
 	}
 	pc := &pgxConn{tx: conn.Conn()}
 	pc.queue("Begin", stmt)
-	return &Tx{c: pc, own: conn}, nil
+	return &Tx{c: pc, own: conn, buffers: buffers}, nil
 }
 
 // db returns the connection for a statement that needs the server, after
 // queuing the collected writes to go with it.
 func (t *Tx) db() conn {
 	if t.cache != nil && !t.ws.empty() {
-		t.ws.stage(t.c.(*pgxConn), t.lane, t.cache)
+		t.ws.stage(t.c.(*pgxConn), t.lane, t.cache, &t.bufs.arrays)
 	}
 	return t.c
 }
@@ -93,7 +96,17 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	t.done = true
 	t.own.Release()
+	t.releaseBuffers()
 	return nil
+}
+
+// releaseBuffers gives the transaction's buffers back to their pool, once
+// it has ended: nothing of it is read or sent any more.
+func (t *Tx) releaseBuffers() {
+	if t.bufs != nil {
+		t.buffers.put(t.bufs)
+		t.bufs, t.cache, t.ws = nil, nil, nil
+	}
 }
 
 // Rollback ends the transaction unless it was committed, and returns the
@@ -105,6 +118,7 @@ func (t *Tx) Rollback(ctx context.Context) error {
 	}
 	t.done = true
 	defer t.own.Release()
+	defer t.releaseBuffers()
 	if pc := t.c.(*pgxConn); len(pc.names) > 0 && pc.names[0] == "Begin" {
 		return nil // BEGIN was never sent: there is nothing to end
 	}
@@ -157,7 +171,8 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 	// The lanes' locks are held from the first round trip to the end of the
 	// transaction, and the rows read after them are locked as they are
 	// read: rows can be cached and writes collected (rowCache, writeSet).
-	t.cache = newRowCache(nil)
+	t.bufs = t.buffers.get()
+	t.cache, t.ws = &t.bufs.cache, &t.bufs.ws
 	found := false
 	pc.queueRead("ClockGetForUpdate", func(r scanner) error { found = true; return scan(r) }, q["ClockGetForUpdate"], lanes)
 	var finish []func()
@@ -171,11 +186,11 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 		finish = append(finish, t.queuePick(t.hint.PickOrder, t.hint.Pick))
 	}
 	if err := pc.roundTrip(ctx); err != nil {
-		t.cache = nil
+		t.cache, t.ws = nil, nil
 		return store.Clock{}, err
 	}
 	if !found {
-		t.cache = nil
+		t.cache, t.ws = nil, nil
 		return store.Clock{}, errors.New("ClockGetForUpdate: no row")
 	}
 	t.cache.minWait = minWait

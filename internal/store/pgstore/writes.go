@@ -30,6 +30,28 @@ type writeSet struct {
 	eventRows     []store.EventRow
 	audits        []store.AuditRow
 	clock         *store.Clock
+	// Scratch of stage, kept for the next call (txBuffers).
+	headState  map[string]int
+	writtenSeq map[flowSeq]bool
+	direct     []store.EventRow
+}
+
+// reset empties w, keeping its memory for the next writes (stage, and the
+// next transaction: txBuffers).
+func (w *writeSet) reset() {
+	w.flowInserts = resetBuf(w.flowInserts)
+	w.eventInserts = resetBuf(w.eventInserts)
+	w.flowInserted = resetMap(w.flowInserted)
+	w.eventInserted = resetMap(w.eventInserted)
+	w.flowUpdates = resetMap(w.flowUpdates)
+	w.flowRows = resetBuf(w.flowRows)
+	w.eventUpdates = resetMap(w.eventUpdates)
+	w.eventRows = resetBuf(w.eventRows)
+	w.audits = resetBuf(w.audits)
+	w.clock = nil
+	w.headState = resetMap(w.headState)
+	w.writtenSeq = resetMap(w.writtenSeq)
+	w.direct = resetBuf(w.direct)
 }
 
 func (w *writeSet) empty() bool {
@@ -92,20 +114,21 @@ func (w *writeSet) updateEvent(e store.EventRow) {
 
 // stage queues the collected writes on c, in the safe order, and empties w.
 // cache, when not nil, knows the head_state_seq of the flows it read and is
-// kept up to date with the head-state writes.
-func (w *writeSet) stage(c *pgxConn, lane store.Lane, cache *rowCache) {
+// kept up to date with the head-state writes. The statements' arrays come
+// from a, which must not be reset before they are sent.
+func (w *writeSet) stage(c *pgxConn, lane store.Lane, cache *rowCache, a *arrays) {
 	if n := len(w.flowInserts); n > 0 {
-		ids, ord, seq, served, head := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		run, wait := make([]bool, n), make([]*int64, n)
+		ids, ord, seq, served, head := a.stringArray(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
+		run, wait := a.boolArray(n), a.int64PArray(n)
 		for i, f := range w.flowInserts {
 			ids[i], ord[i], seq[i], served[i], head[i], run[i], wait[i] = f.Flow, f.Ord, f.Seq, f.Served, f.HeadSeq, f.Runnable, f.WaitUntil
 		}
 		c.queue("FlowInsert", q["FlowInsertMany"], ids, ord, seq, served, head, run, wait)
 	}
 	if n := len(w.eventInserts); n > 0 {
-		ids, flows, states, reasons := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
-		seq, gen, att, life, next, lease, enq := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		bodies := make([][]byte, n)
+		ids, flows, states, reasons := a.stringArray(n), a.stringArray(n), a.stringArray(n), a.stringPArray(n)
+		seq, gen, att, life, next, lease, enq := a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
+		bodies := a.bytesArray(n)
 		for i, e := range w.eventInserts {
 			ids[i], flows[i], seq[i], bodies[i], states[i] = e.ID, e.Flow, e.Seq, e.Body, e.State
 			gen[i], att[i], life[i], reasons[i] = e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason)
@@ -120,48 +143,54 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane, cache *rowCache) {
 	// to its event row. A flow that takes the state of another event first
 	// gives the state it holds back to that event's row (FlowFlushHeadState),
 	// unless the transaction writes that row itself.
-	var headState map[string]store.EventRow // flow id → the event kept on its row
+	headState := w.headState // flow id → index in eventRows of the event kept on its row
 	if lane != store.LaneEnqueue {
-		for _, e := range w.eventRows {
+		for i, e := range w.eventRows {
 			if _, ok := w.flowUpdates[e.Flow]; !ok {
 				continue
 			}
-			if old, ok := headState[e.Flow]; !ok || e.Seq > old.Seq {
+			if old, ok := headState[e.Flow]; !ok || e.Seq > w.eventRows[old].Seq {
 				if headState == nil {
-					headState = map[string]store.EventRow{}
+					headState = map[string]int{}
+					w.headState = headState
 				}
-				headState[e.Flow] = e
+				headState[e.Flow] = i
 			}
 		}
 	}
-	var direct []store.EventRow
-	writtenSeq := map[flowSeq]bool{}
-	for _, e := range w.eventRows {
-		if h, ok := headState[e.Flow]; !ok || h.ID != e.ID {
+	direct := w.direct[:0]
+	if w.writtenSeq == nil {
+		w.writtenSeq = map[flowSeq]bool{}
+	}
+	writtenSeq := w.writtenSeq
+	for i, e := range w.eventRows {
+		if h, ok := headState[e.Flow]; !ok || h != i {
 			direct = append(direct, e)
 			writtenSeq[flowSeq{e.Flow, e.Seq}] = true
 		}
 	}
+	w.direct = direct
 	if n := len(headState); n > 0 {
-		flows, seqs := make([]string, 0, n), make([]int64, 0, n)
+		flows, seqs := a.stringArray(n)[:0], a.int64Array(n)[:0]
 		for _, f := range w.flowRows { // the flows' order, not the map's
-			e, ok := headState[f.Flow]
+			h, ok := headState[f.Flow]
 			if !ok {
 				continue
 			}
+			e := &w.eventRows[h]
 			if cache != nil {
 				// No flush when the flow is known to hold no head state,
 				// or this event's, or one of an event written below.
-				if cur, known := cache.headStateSeq[f.Flow]; known && (cur == nil || *cur == e.Seq || writtenSeq[flowSeq{f.Flow, *cur}]) {
-					cache.headStateSeq[f.Flow] = &e.Seq
+				cur, known := cache.headStateSeq[f.Flow]
+				cache.headStateSeq[f.Flow] = a.int64Ptr(e.Seq)
+				if known && (cur == nil || *cur == e.Seq || writtenSeq[flowSeq{f.Flow, *cur}]) {
 					continue
 				}
-				cache.headStateSeq[f.Flow] = &e.Seq
 			}
 			flows, seqs = append(flows, f.Flow), append(seqs, e.Seq)
 		}
 		if len(flows) > 0 {
-			written := make([]string, len(direct))
+			written := a.stringArray(len(direct))
 			for i, e := range direct {
 				written[i] = e.ID
 			}
@@ -171,21 +200,22 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane, cache *rowCache) {
 	if n := len(w.flowRows); n > 0 && lane == store.LaneEnqueue {
 		// An enqueue writes only what it owns (seq) and the wake-up of a
 		// drained flow, locking the flows just now, in flow_id order.
-		ids, seq := make([]string, n), make([]int64, n)
+		ids, seq := a.stringArray(n), a.int64Array(n)
 		for i, f := range w.flowRows {
 			ids[i], seq[i] = f.Flow, f.Seq
 		}
 		c.queue("FlowLock", q["FlowLock"], ids)
 		c.queue("FlowAppend", q["FlowAppendMany"], ids, seq)
 	} else if n := len(w.flowRows); n > 0 {
-		ids, seq, served, head := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		run, wait := make([]bool, n), make([]*int64, n)
-		hsSeq, hsGen, hsAtt, hsLife, hsNext, hsLease := make([]*int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		hsState, hsReason := make([]string, n), make([]*string, n)
+		ids, seq, served, head := a.stringArray(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
+		run, wait := a.boolArray(n), a.int64PArray(n)
+		hsSeq, hsGen, hsAtt, hsLife, hsNext, hsLease := a.int64PArray(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
+		hsState, hsReason := a.stringArray(n), a.stringPArray(n)
 		for i, f := range w.flowRows {
 			ids[i], seq[i], served[i], head[i], run[i], wait[i] = f.Flow, f.Seq, f.Served, f.HeadSeq, f.Runnable, f.WaitUntil
-			if e, ok := headState[f.Flow]; ok {
-				hsSeq[i], hsState[i], hsGen[i], hsAtt[i], hsLife[i] = &e.Seq, e.State, e.Generation, e.Attempts, e.LifetimeAttempts
+			if h, ok := headState[f.Flow]; ok {
+				e := &w.eventRows[h]
+				hsSeq[i], hsState[i], hsGen[i], hsAtt[i], hsLife[i] = a.int64Ptr(e.Seq), e.State, e.Generation, e.Attempts, e.LifetimeAttempts
 				hsReason[i], hsNext[i], hsLease[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil
 			}
 		}
@@ -193,8 +223,8 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane, cache *rowCache) {
 			hsSeq, hsState, hsGen, hsAtt, hsLife, hsReason, hsNext, hsLease)
 	}
 	if n := len(direct); n > 0 {
-		ids, states, reasons := make([]string, n), make([]string, n), make([]*string, n)
-		gen, att, life, next, lease := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		ids, states, reasons := a.stringArray(n), a.stringArray(n), a.stringPArray(n)
+		gen, att, life, next, lease := a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
 		var clearFlows []string
 		var clearSeqs []int64
 		for i, e := range direct {
@@ -222,5 +252,5 @@ func (w *writeSet) stage(c *pgxConn, lane store.Lane, cache *rowCache) {
 	if w.clock != nil {
 		c.queue("ClockSet", q["ClockSet"], w.clock.Tick, w.clock.Ticket, w.clock.Flows, laneRows(lane))
 	}
-	*w = writeSet{}
+	w.reset()
 }
