@@ -303,11 +303,30 @@ type pipeline struct {
 	mu         sync.Mutex
 	delivering int      // deliveries under way (at most Workers)
 	answers    []answer // answered, waiting for a settle
+	spare      []answer // an emptied answers slice, for the next batch
 	settling   int      // answers in the settler's transaction under way
 	combine    bool     // the claimer settles the answers with its claims
 	claimDone  bool     // the claimer has stopped: the settler settles the rest
 	claimKick  chan struct{}
 	settleKick chan struct{}
+}
+
+// takeAnswers returns the answers waiting and leaves an empty slice in
+// their place (the spare one, when there is one). mu must be held.
+func (p *pipeline) takeAnswers() []answer {
+	as := p.answers
+	p.answers, p.spare = p.spare, nil
+	return as
+}
+
+// recycle keeps as, whose answers have been settled and reported, as the
+// spare slice: the batches reuse two slices instead of growing a new one
+// each. mu must be held.
+func (p *pipeline) recycle(as []answer) {
+	if cap(as) > cap(p.spare) {
+		clear(as)
+		p.spare = as[:0]
+	}
 }
 
 // kick wakes the goroutine waiting on c, now or at its next wait.
@@ -429,7 +448,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		batchUntil = time.Time{}
 		var ans []answer
 		if p.combine {
-			ans, p.answers = p.answers, nil
+			ans = p.takeAnswers()
 		}
 		p.mu.Unlock()
 		if k == 0 && len(ans) == 0 {
@@ -517,6 +536,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			r.report(s)
 		}
 		p.mu.Lock()
+		p.recycle(ans)
 		if !r.serial {
 			p.combine = combineNext(p.combine, settled, k, cs, len(p.answers)+p.settling)
 			if !p.combine {
@@ -679,12 +699,13 @@ func (r *Relay) settleLoop(ctx context.Context, p *pipeline) error {
 			}
 		}
 		batchUntil = time.Time{}
-		as := p.answers
-		p.answers, p.settling = nil, len(as)
+		as := p.takeAnswers()
+		p.settling = len(as)
 		p.mu.Unlock()
 		err := r.settle(ctx, as)
 		p.mu.Lock()
 		p.settling = 0
+		p.recycle(as)
 		p.mu.Unlock()
 		kick(p.claimKick) // the acks may have made heads eligible
 		if err != nil {
