@@ -128,8 +128,9 @@ func (q *Queue) EnqueueBatch(ctx context.Context, at int64, ps []EnqueueParams) 
 // not know the relay's clock. Until the caller commits, the caller's
 // transaction holds a write lock: on SQLite the file's (every other writer
 // waits), on PostgreSQL the enqueue lane's and the row of p.Flow (other
-// enqueuers wait; claims skip that flow and its settles wait; everything
-// else goes on — store.Lane). Answers and errors as Enqueue; an error leaves
+// enqueuers wait; claims skip that flow and its settles wait, or under
+// WithSkipHeldFlows, as the relay settles, are put off; everything else
+// goes on — store.Lane). Answers and errors as Enqueue; an error leaves
 // the caller's transaction to be rolled back by the caller.
 func (q *Queue) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
 	if err := q.checkEnqueue(p); err != nil {

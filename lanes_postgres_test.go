@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -137,14 +138,7 @@ func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, pool, first := outboxFixture(t, "frlane3", time.Minute)
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdFlowA(t, q, pool)
 
 	// The settle of A1 waits for A's row.
 	settledA := make(chan error, 1)
@@ -183,6 +177,46 @@ func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 	}
 }
 
+// TestPostgresSettleSkipsHeldFlows: under WithSkipHeldFlows a settle batch
+// does not wait for a flow an open outbox transaction holds. That token
+// comes back Held and its event is untouched; the rest of the batch
+// settles, and SettleAndClaim claims as well. Once the transaction
+// commits, the same token settles.
+func TestPostgresSettleSkipsHeldFlows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool, first := outboxFixture(t, "frlane5", time.Minute)
+	tx := holdFlowA(t, q, pool)
+	// A deadline well past what a skip takes: a settle that waited for the
+	// open transaction would miss it.
+	skip, cancel := context.WithTimeout(fairrelay.WithSkipHeldFlows(ctx), 20*time.Second)
+	defer cancel()
+	settle := func(tok fairrelay.Token) fairrelay.SettleParams {
+		return fairrelay.SettleParams{Token: tok, Outcome: fairrelay.OutcomeAccepted}
+	}
+	rs, err := q.SettleBatch(skip, 0, []fairrelay.SettleParams{settle(first[0].Token), settle(first[1].Token)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]fairrelay.SettleResult{{Held: true}, {Status: fairrelay.SettleAcked}}, rs); d != "" {
+		t.Fatalf("settle A1, B1 while A is held (-want +got):\n%s", d)
+	}
+	if e, err := q.Event(ctx, "A1"); err != nil || e.State != fairrelay.StateInflight || e.Generation != first[0].Token.Generation {
+		t.Fatalf("A1 after a held settle: %+v %v, want inflight, unchanged", e, err)
+	}
+	rs, cs, err := q.SettleAndClaim(skip, 0, []fairrelay.SettleParams{settle(first[0].Token)}, 2)
+	if err != nil || len(rs) != 1 || !rs[0].Held || len(cs) != 1 || cs[0].Token.EventID != "C1" {
+		t.Fatalf("settle-and-claim while A is held: %+v %+v %v, want A1 held and C1 claimed", rs, cs, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rs, err = q.SettleBatch(skip, 0, []fairrelay.SettleParams{settle(first[0].Token)})
+	if err != nil || len(rs) != 1 || rs[0].Status != fairrelay.SettleAcked || rs[0].Held {
+		t.Fatalf("settle A1 after the commit: %+v %v", rs, err)
+	}
+}
+
 // TestPostgresClaimSkipsAHeadReadyLater: where lanes run side by side, a
 // claim can meet a runnable head that another lane made ready at a later
 // tick than the claim's (an enqueue, a redrive, a settle committed while the
@@ -215,6 +249,23 @@ func TestPostgresClaimSkipsAHeadReadyLater(t *testing.T) {
 	if c, err := q.Claim(ctx, 100); err != nil || c == nil || c.Token.EventID != "A1" {
 		t.Fatalf("claim at tick 100: %+v %v", c, err)
 	}
+}
+
+// holdFlowA opens an outbox transaction on pool that appends A2 to flow A
+// and stays open (it is rolled back when the test ends, unless the test
+// commits it): it holds A's row and the enqueue lane.
+func holdFlowA(t *testing.T, q *fairrelay.Queue, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	if _, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
 
 // outboxFixture opens a PostgreSQL queue in a fresh schema (prefix) with

@@ -60,6 +60,27 @@ func tickFloor(ctx context.Context) func(tick int64) {
 	return ran
 }
 
+// skipHeldKey is the context key of WithSkipHeldFlows.
+type skipHeldKey struct{}
+
+// WithSkipHeldFlows returns a context under which SettleBatch and
+// SettleAndClaim skip a token whose flow another transaction holds, instead
+// of waiting for that transaction to end: its SettleResult has Held set,
+// and nothing of it changes; settle it again later. On PostgreSQL an
+// outbox transaction holds the rows of the flows it appended to until it
+// commits (EnqueueTx); a settle of one of those flows' heads would wait
+// for it, and so would every other settle of its batch. The relay settles
+// under it. On SQLite (one writer at a time) no flow is ever held.
+func WithSkipHeldFlows(ctx context.Context) context.Context {
+	return context.WithValue(ctx, skipHeldKey{}, true)
+}
+
+// skipHeld reports whether ctx comes from WithSkipHeldFlows.
+func skipHeld(ctx context.Context) bool {
+	v, _ := ctx.Value(skipHeldKey{}).(bool)
+	return v
+}
+
 // MaxReasonBytes is the longest redrive reason accepted, in bytes.
 const MaxReasonBytes = 4096
 

@@ -2,6 +2,7 @@ package fairrelay
 
 import (
 	"context"
+	"slices"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -35,6 +36,10 @@ const (
 type SettleResult struct {
 	Status SettleStatus `json:"status"`
 	NextAt int64        `json:"next_at,omitempty"`
+	// Held reports a settle that did not run: under WithSkipHeldFlows,
+	// another transaction held the token's flow. Status is empty and
+	// nothing of the event or its flow changed.
+	Held bool `json:"held,omitempty"`
 }
 
 // SettleParams is one settle of a batch.
@@ -67,7 +72,7 @@ func (q *Queue) SettleBatch(ctx context.Context, at int64, ps []SettleParams) ([
 		return nil, err
 	}
 	var out []SettleResult
-	err := q.writeTx(ctx, store.LaneSettle, store.TxHint{Events: settleIDs(ps)}, "settle", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
+	err := q.writeTx(ctx, store.LaneSettle, store.TxHint{Events: settleIDs(ps), SkipHeld: skipHeld(ctx)}, "settle", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
 		var err error
 		out, err = q.settleBatch(ctx, tx, c.Tick, ps)
 		return err
@@ -93,16 +98,27 @@ func checkSettles(ps []SettleParams) error {
 	return nil
 }
 
-// settleBatch is the body of SettleBatch inside a write transaction.
+// settleBatch is the body of SettleBatch inside a write transaction. A
+// token whose flow the transaction skipped (store.HeldEvents: another
+// transaction holds it) is answered Held and not read.
 func (q *Queue) settleBatch(ctx context.Context, tx store.Tx, at int64, ps []SettleParams) ([]SettleResult, error) {
 	out := make([]SettleResult, 0, len(ps))
+	held := store.HeldEvents(tx)
 	if len(ps) > 1 {
 		// One read for the whole batch where a question costs a round trip.
-		if err := store.Prefetch(ctx, tx, settleIDs(ps), nil); err != nil {
+		ids := settleIDs(ps)
+		if len(held) > 0 {
+			ids = slices.DeleteFunc(ids, func(id string) bool { return held[id] })
+		}
+		if err := store.Prefetch(ctx, tx, ids, nil); err != nil {
 			return nil, err
 		}
 	}
 	for _, p := range ps {
+		if held[p.Token.EventID] {
+			out = append(out, SettleResult{Held: true})
+			continue
+		}
 		r, err := q.settle(ctx, tx, p, at)
 		if err != nil {
 			return nil, err

@@ -16,6 +16,8 @@ import (
 // claims nothing. The claims are empty when nothing is eligible (idle).
 // The fault points are the settle's (before_settle_commit,
 // after_settle_commit): a crash before the commit keeps neither part.
+// Under WithSkipHeldFlows a settle whose flow another transaction holds is
+// skipped, as in SettleBatch.
 // Errors: those of SettleBatch (an unknown event id fails the whole call and
 // nothing changes), ErrInvalidInput (field "k") for k < 0.
 func (q *Queue) SettleAndClaim(ctx context.Context, at int64, ps []SettleParams, k int) ([]SettleResult, []Claim, error) {
@@ -30,7 +32,7 @@ func (q *Queue) SettleAndClaim(ctx context.Context, at int64, ps []SettleParams,
 	// The claims must see the settles' writes: a backend that reads the
 	// pick ahead adds the flows the settles make runnable (pgstore's
 	// rowCache.flowWritten).
-	hint := store.TxHint{Events: settleIDs(ps), Pick: k, PickOrder: q.pickOrder()}
+	hint := store.TxHint{Events: settleIDs(ps), Pick: k, PickOrder: q.pickOrder(), SkipHeld: skipHeld(ctx)}
 	err := q.writeTx(ctx, store.LaneSettle|store.LaneClaim, hint, "settle and claim", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
 		var err error
 		if rs, err = q.settleBatch(ctx, tx, c.Tick, ps); err != nil {

@@ -426,6 +426,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 	wait := r.cfg.PollInterval
 	idle := false
 	var batchUntil time.Time
+	heldWait := minHeldWait
 	for claimCtx.Err() == nil {
 		p.mu.Lock()
 		k := r.cfg.Workers - p.delivering
@@ -498,7 +499,9 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			var rs []fairrelay.SettleResult
 			switch {
 			case len(ps) > 0:
-				rs, cs, err = r.q.SettleAndClaim(ctx, at, ps, k)
+				// A settle does not wait for a flow an outbox transaction
+				// holds: the other answers of its batch would wait with it.
+				rs, cs, err = r.q.SettleAndClaim(fairrelay.WithSkipHeldFlows(ctx), at, ps, k)
 				kind = txSettleAndClaim
 			case k > 0:
 				cs, err = r.q.ClaimBatch(ctx, at, k)
@@ -531,12 +534,15 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		if kind != "" {
 			r.cfg.Metrics.transaction(kind)
 		}
+		var held []answer
+		held, settled = heldBack(ans, settled)
 		for _, s := range settled {
 			s.At = ran // the floor may have raised the tick
 			r.report(s)
 		}
 		p.mu.Lock()
 		p.recycle(ans)
+		p.answers = append(p.answers, held...)
 		if !r.serial {
 			p.combine = combineNext(p.combine, settled, k, cs, len(p.answers)+p.settling)
 			if !p.combine {
@@ -545,6 +551,13 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		}
 		p.delivering += len(cs)
 		p.mu.Unlock()
+		if len(held) > 0 && len(settled) == 0 && len(cs) == 0 {
+			// Only held flows' answers: wait before asking again.
+			r.idle(claimCtx, p, heldWait)
+			heldWait = min(2*heldWait, maxHeldWait)
+		} else if len(held) == 0 {
+			heldWait = minHeldWait
+		}
 		for _, cl := range cs {
 			r.cfg.Metrics.claim()
 			deliveries.Add(1)
@@ -670,6 +683,7 @@ func setResults(out []Settled, rs []fairrelay.SettleResult) {
 // way and no answer waits.
 func (r *Relay) settleLoop(ctx context.Context, p *pipeline) error {
 	var batchUntil time.Time
+	heldWait := minHeldWait
 	for {
 		p.mu.Lock()
 		if p.claimDone && p.delivering == 0 && len(p.answers) == 0 {
@@ -702,16 +716,55 @@ func (r *Relay) settleLoop(ctx context.Context, p *pipeline) error {
 		as := p.takeAnswers()
 		p.settling = len(as)
 		p.mu.Unlock()
-		err := r.settle(ctx, as)
+		held, err := r.settle(ctx, as)
 		p.mu.Lock()
 		p.settling = 0
 		p.recycle(as)
+		p.answers = append(p.answers, held...)
 		p.mu.Unlock()
 		kick(p.claimKick) // the acks may have made heads eligible
 		if err != nil {
 			return err
 		}
+		if len(held) == len(as) {
+			// Only held flows' answers: wait before asking again, unless
+			// new answers arrive.
+			t := time.NewTimer(heldWait)
+			select {
+			case <-p.settleKick:
+			case <-t.C:
+			}
+			t.Stop()
+			heldWait = min(2*heldWait, maxHeldWait)
+		} else {
+			heldWait = minHeldWait
+		}
 	}
+}
+
+// The pause before settling again answers whose flows another transaction
+// held (an open outbox transaction, fairrelay.WithSkipHeldFlows) while
+// nothing else was settled: it doubles from minHeldWait up to maxHeldWait
+// as long as they stay held.
+const (
+	minHeldWait = 10 * time.Millisecond
+	maxHeldWait = time.Second
+)
+
+// heldBack splits the answers as settled (settled[i] reports as[i]) into
+// those whose settles came back Held — to settle again later — and the
+// reports of the others, which it returns in settled's place (reusing its
+// memory).
+func heldBack(as []answer, settled []Settled) (held []answer, reports []Settled) {
+	reports = settled[:0]
+	for i, s := range settled {
+		if s.Result.Held {
+			held = append(held, as[i])
+			continue
+		}
+		reports = append(reports, s)
+	}
+	return held, reports
 }
 
 // idle waits d, or until a wake token (Wake), a kick of the pipeline or ctx
@@ -764,21 +817,22 @@ func (r *Relay) deliver(deliverCtx context.Context, cl *fairrelay.Claim) answer 
 // the events are left to their leases.
 const busyRetries = 20
 
-// settle settles as in one transaction (SettleBatch) and reports each.
-// ErrBusy is retried with a growing pause, busyRetries times; any other
-// error is returned, and the events are left to their leases.
-func (r *Relay) settle(ctx context.Context, as []answer) error {
+// settle settles as in one transaction (SettleBatch) and reports each,
+// but for the answers it returns: those whose flows another transaction
+// held (WithSkipHeldFlows), to settle again later. ErrBusy is retried with
+// a growing pause, busyRetries times; any other error is returned, and the
+// events are left to their leases.
+func (r *Relay) settle(ctx context.Context, as []answer) (held []answer, err error) {
 	var settled []Settled
 	var ran int64
 	for attempt := 1; ; attempt++ {
-		var err error
 		ran, err = r.write(ctx, func(ctx context.Context, at int64) error {
 			var ps []fairrelay.SettleParams
 			ps, settled = settleParams(at, as)
 			if len(ps) == 0 {
 				return nil
 			}
-			rs, err := r.q.SettleBatch(ctx, at, ps)
+			rs, err := r.q.SettleBatch(fairrelay.WithSkipHeldFlows(ctx), at, ps) // as SettleAndClaim
 			if err == nil {
 				setResults(settled, rs)
 				r.cfg.Metrics.transaction(txSettle)
@@ -799,15 +853,16 @@ func (r *Relay) settle(ctx context.Context, as []answer) error {
 		}
 		if err != nil {
 			r.log.Warn("relay: answers not settled; their events wait out their leases", "count", len(as))
-			return fmt.Errorf("settle: %w", err)
+			return nil, fmt.Errorf("settle: %w", err)
 		}
 		break
 	}
+	held, settled = heldBack(as, settled)
 	for _, s := range settled {
 		s.At = ran // the floor may have raised the tick
 		r.report(s)
 	}
-	return nil
+	return held, nil
 }
 
 func (r *Relay) report(s Settled) {

@@ -1133,3 +1133,77 @@ func TestIdleRelayKeepsTheStoredTickWithinAHeartbeat(t *testing.T) {
 		t.Fatalf("A1 %+v while a delivery holds its lease, want inflight, generation 1", e)
 	}
 }
+
+// An outbox transaction left open on a flow whose head is being delivered
+// holds that flow's row; the relay goes on settling and claiming the other
+// flows meanwhile, and settles the held head once the transaction commits
+// (fairrelay.WithSkipHeldFlows). Without that, A1's settle waits for the
+// row, and so does every answer settled with it; answers pile up to
+// 2 × Workers and the relay claims nothing more until the commit.
+func TestOpenOutboxTransactionDoesNotStallTheRelay(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := pgtest.Schema(t, "relay_ox_")
+	h := newHarnessOn(t, patientPolicy(), dsn, filepath.Join(t.TempDir(), "inbox.db"))
+	// Every delivery waits at the gate until the transaction is open.
+	gate, arrived := make(chan struct{}), make(chan string, 64)
+	h.intercept = func(w http.ResponseWriter, r *http.Request, d delivery) bool {
+		arrived <- d.id
+		select {
+		case <-gate:
+			return false
+		case <-r.Context().Done():
+			return true
+		}
+	}
+	h.enqueue(t, "A", 1)
+	const others = 20
+	for i := range others {
+		h.enqueue(t, fmt.Sprintf("B%02d", i), 1)
+	}
+	cfg := h.patient(t)
+	cfg.Workers = 2
+	h.start(t, cfg)
+	// A (created first) is claimed in the first rotation: wait until it is
+	// being delivered.
+	for id := ""; id != "A1"; {
+		select {
+		case id = <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatal("A1 was not delivered within 10s")
+		}
+	}
+	conn := pgtest.Connect(t, dsn)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if r, err := h.q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("EnqueueTx: %+v %v", r, err)
+	}
+	go func() {
+		for range arrived {
+		}
+	}()
+	close(gate)
+	// A's row is held until the commit: every other flow's head is
+	// delivered and acked meanwhile.
+	for range others {
+		if s := h.next(t); s.Claim.Flow == "A" || s.Result.Status != fairrelay.SettleAcked {
+			t.Fatalf("settle while the outbox transaction is open: %+v, want a B flow's head acked", s)
+		}
+	}
+	if a1 := h.event(t, "A1"); a1.State != fairrelay.StateInflight {
+		t.Fatalf("A1 while its flow is held: %+v, want inflight", a1.EventState)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"A1", "A2"} {
+		if s := h.next(t); s.Claim.Token.EventID != want || s.Result.Status != fairrelay.SettleAcked {
+			t.Fatalf("settle after the commit: %+v, want %s acked", s, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package conformance
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
@@ -466,8 +467,9 @@ var rules = []rule{
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		if fmt.Sprint(rs) != "[{acked 0} {acked 0} {acked 0} {stale 0}]" {
-			h.t.Fatalf("settle batch %v", rs)
+		want := []fairrelay.SettleResult{{Status: fairrelay.SettleAcked}, {Status: fairrelay.SettleAcked}, {Status: fairrelay.SettleAcked}, {Status: fairrelay.SettleStale}}
+		if !slices.Equal(rs, want) {
+			h.t.Fatalf("settle batch %+v, want %+v", rs, want)
 		}
 		_, err = h.Queue.SettleBatch(bg, 1, []fairrelay.SettleParams{ps[3], {Token: fairrelay.Token{EventID: "NOPE"}, Outcome: fairrelay.OutcomeAccepted}})
 		wantCode(h.t, "settle batch with unknown id", err, fairrelay.CodeNotFound, "")

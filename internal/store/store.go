@@ -215,6 +215,27 @@ type TxHint struct {
 	// (a claim), in PickOrder; 0 for none.
 	Pick      int
 	PickOrder Order
+	// SkipHeld asks a store whose transactions run side by side
+	// (PostgreSQL) not to wait for the flows of Events that another
+	// transaction holds: it leaves those events unread, and HeldEvents
+	// names them. A settle's hint only.
+	SkipHeld bool
+}
+
+// HeldReporter is implemented by a Tx that can skip held flows (TxHint's
+// SkipHeld).
+type HeldReporter interface {
+	// Held returns the events of the hint whose flows another transaction
+	// held, which the transaction must not read or write; nil for none.
+	Held() map[string]bool
+}
+
+// HeldEvents returns tx's Held, nil when tx never skips a flow.
+func HeldEvents(tx Tx) map[string]bool {
+	if x, ok := tx.(HeldReporter); ok {
+		return x.Held()
+	}
+	return nil
 }
 
 // Hinter is implemented by a Tx that takes a TxHint before ClockGet.

@@ -252,6 +252,14 @@ FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.
 SELECT 1 FROM flow WHERE flow_id = ANY (ARRAY (SELECT flow_id FROM event WHERE event_id = ANY ($1::text[])))
 ORDER BY flow_id FOR NO KEY UPDATE;
 
+-- name: FlowLockOfEventsSkipLocked
+-- FlowLockOfEvents of a settle that does not wait (TxHint.SkipHeld): the
+-- flows another transaction holds (an open outbox transaction that
+-- appended to them) are skipped; the flows it locked come back, and the
+-- events of the others are left alone.
+SELECT flow_id FROM flow WHERE flow_id = ANY (ARRAY (SELECT flow_id FROM event WHERE event_id = ANY ($1::text[])))
+ORDER BY flow_id FOR NO KEY UPDATE SKIP LOCKED;
+
 
 -- name: EventGetManyBySeq
 -- The heads of flows a claim takes, by (flow_id, seq) pairs ($1, $2), when

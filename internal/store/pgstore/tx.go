@@ -61,7 +61,14 @@ type Tx struct {
 	ws      *writeSet
 	bufs    *txBuffers
 	buffers *bufferPool // the store's
+	// held are the events of the hint whose flows another transaction
+	// held (TxHint.SkipHeld): not read, not cached.
+	held map[string]bool
 }
+
+// Held returns the events of the hint that the transaction skipped because
+// another transaction held their flows (store.HeldReporter).
+func (t *Tx) Held() map[string]bool { return t.held }
 
 // begin starts a transaction on a connection of pool: stmt (a BEGIN) is
 // queued to go with the first query.
@@ -157,7 +164,21 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 		return c, queryRow(ctx, t.db(), "ClockGetForUpdate", []any{lanes}, scan)
 	}
 	preLocked := t.own != nil && t.lane&store.LaneSettle != 0 && len(t.hint.Events) > 0
-	if preLocked {
+	var locked map[string]bool // with SkipHeld: the flows the settle locked
+	switch {
+	case preLocked && t.hint.SkipHeld:
+		// A settle that does not wait: it locks the flows no other
+		// transaction holds and leaves the events of the others alone.
+		locked = map[string]bool{}
+		pc.queueRead("FlowLockOfEventsSkipLocked", func(r scanner) error {
+			var f string
+			if err := r.Scan(&f); err != nil {
+				return err
+			}
+			locked[f] = true
+			return nil
+		}, q["FlowLockOfEventsSkipLocked"], t.hint.Events)
+	case preLocked:
 		// A settle waits for its flows before it takes its lanes: a flow
 		// held for long (an open outbox transaction appending to it) then
 		// holds up this settle alone, not every settle (and, for
@@ -197,7 +218,37 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 	for _, f := range finish {
 		f()
 	}
+	if locked != nil {
+		t.forgetHeld(locked)
+	}
 	return c, nil
+}
+
+// forgetHeld records as held the hint's events whose flows are not in
+// locked, and drops from the cache what the prefetch read of them (the
+// event, its flow, the event behind it): rows another transaction may be
+// changing, which this one must neither answer from nor write.
+func (t *Tx) forgetHeld(locked map[string]bool) {
+	for _, id := range t.hint.Events {
+		e := t.cache.events[id]
+		if e == nil || locked[e.Flow] {
+			continue // unknown (the settle reports it) or locked
+		}
+		if t.held == nil {
+			t.held = map[string]bool{}
+		}
+		t.held[id] = true
+		for seq := e.Seq; seq <= e.Seq+1; seq++ {
+			k := flowSeq{e.Flow, seq}
+			if other, ok := t.cache.bySeq[k]; ok {
+				delete(t.cache.events, other)
+				delete(t.cache.bySeq, k)
+			}
+		}
+		delete(t.cache.events, id)
+		delete(t.cache.flows, e.Flow)
+		delete(t.cache.headStateSeq, e.Flow)
+	}
 }
 
 func (t *Tx) ClockSet(ctx context.Context, c store.Clock) error {
