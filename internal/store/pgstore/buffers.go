@@ -22,7 +22,7 @@ type txBuffers struct {
 // (one per transaction under way at once is all it ever holds; a
 // sync.Pool would lose them at every garbage collection, which is what they
 // are there to make rarer). Buffers that grew past maxKeptElements array
-// elements (an enqueue of a very large batch) are left to the collector.
+// elements or cached rows (a very large batch) are left to the collector.
 type bufferPool struct {
 	mu    sync.Mutex
 	spare []*txBuffers
@@ -49,7 +49,8 @@ func (p *bufferPool) get() *txBuffers {
 
 // put empties b and keeps it for the next transaction.
 func (p *bufferPool) put(b *txBuffers) {
-	if cap(b.arrays.int64s) > maxKeptElements || cap(b.arrays.strings) > maxKeptElements {
+	if cap(b.arrays.int64s) > maxKeptElements || cap(b.arrays.strings) > maxKeptElements ||
+		len(b.cache.eventSlab.chunks)*slabChunk > maxKeptElements || len(b.cache.flowSlab.chunks)*slabChunk > maxKeptElements {
 		return
 	}
 	b.cache.reset()

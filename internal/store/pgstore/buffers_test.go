@@ -92,3 +92,16 @@ func TestBufferPoolEmptiesWhatItKeeps(t *testing.T) {
 		t.Fatal("the pool kept buffers past maxKeptElements")
 	}
 }
+
+// Buffers whose row slabs grew past maxKeptElements rows are not kept.
+func TestBufferPoolDropsLargeSlabs(t *testing.T) {
+	var p bufferPool
+	b := p.get()
+	for range maxKeptElements + 1 {
+		b.cache.flowSlab.put(store.FlowRow{})
+	}
+	p.put(b)
+	if again := p.get(); again == b {
+		t.Fatal("the pool kept buffers whose slab passed maxKeptElements rows")
+	}
+}

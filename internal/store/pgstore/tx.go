@@ -192,7 +192,13 @@ func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
 	// The lanes' locks are held from the first round trip to the end of the
 	// transaction, and the rows read after them are locked as they are
 	// read: rows can be cached and writes collected (rowCache, writeSet).
-	t.bufs = t.buffers.get()
+	if t.bufs == nil {
+		t.bufs = t.buffers.get()
+	} else {
+		// A second ClockGet: a fresh cache, as the first one's rows may
+		// have changed; the writes collected so far stay.
+		t.bufs.cache.reset()
+	}
 	t.cache, t.ws = &t.bufs.cache, &t.bufs.ws
 	found := false
 	pc.queueRead("ClockGetForUpdate", func(r scanner) error { found = true; return scan(r) }, q["ClockGetForUpdate"], lanes)
