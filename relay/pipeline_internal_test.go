@@ -79,7 +79,7 @@ func TestSettlerSettlesEveryWaitingAnswerInOneTransaction(t *testing.T) {
 		for _, c := range cs {
 			p.answers = append(p.answers, answer{s: Settled{Claim: c, Outcome: fairrelay.OutcomeAccepted}})
 		}
-		if err := r.settleLoop(t.Context(), p); err != nil {
+		if err := r.settleLoop(t.Context(), t.Context(), p); err != nil {
 			t.Fatal(err)
 		}
 		if got := counter(t, m.txs.WithLabelValues(txSettle)); got != 1 {

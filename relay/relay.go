@@ -387,7 +387,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer close(settlerDone)
-		if err := r.settleLoop(settleCtx, p); err != nil {
+		if err := r.settleLoop(settleCtx, deliverCtx, p); err != nil {
 			fail(err)
 		}
 	}()
@@ -680,8 +680,10 @@ func setResults(out []Settled, rs []fairrelay.SettleResult) {
 // settleLoop is the settler: it settles the answers waiting, all in one
 // transaction, whenever the claimer does not (pipeline). After the claimer
 // stopped, it settles what is left and returns once no delivery is under
-// way and no answer waits.
-func (r *Relay) settleLoop(ctx context.Context, p *pipeline) error {
+// way and no answer waits. Answers whose flows another transaction holds it
+// tries again until cutoff is done (the shutdown deadline), then leaves
+// their events to their leases.
+func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 	var batchUntil time.Time
 	heldWait := minHeldWait
 	for {
@@ -717,6 +719,11 @@ func (r *Relay) settleLoop(ctx context.Context, p *pipeline) error {
 		p.settling = len(as)
 		p.mu.Unlock()
 		held, err := r.settle(ctx, as)
+		if len(held) > 0 && cutoff.Err() != nil {
+			// Past the shutdown deadline: no more waiting for those flows.
+			r.log.Warn("relay: shutdown deadline: answers of flows another transaction holds not settled; their events wait out their leases", "count", len(held))
+			held = nil
+		}
 		p.mu.Lock()
 		p.settling = 0
 		p.recycle(as)
@@ -733,6 +740,7 @@ func (r *Relay) settleLoop(ctx context.Context, p *pipeline) error {
 			select {
 			case <-p.settleKick:
 			case <-t.C:
+			case <-cutoff.Done():
 			}
 			t.Stop()
 			heldWait = min(2*heldWait, maxHeldWait)

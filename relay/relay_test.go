@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairrelay/fairrelay"
@@ -1173,16 +1174,7 @@ func TestOpenOutboxTransactionDoesNotStallTheRelay(t *testing.T) {
 			t.Fatal("A1 was not delivered within 10s")
 		}
 	}
-	conn := pgtest.Connect(t, dsn)
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if r, err := h.q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
-		t.Fatalf("EnqueueTx: %+v %v", r, err)
-	}
+	tx := h.holdFlowA(t, dsn)
 	go func() {
 		for range arrived {
 		}
@@ -1206,4 +1198,57 @@ func TestOpenOutboxTransactionDoesNotStallTheRelay(t *testing.T) {
 			t.Fatalf("settle after the commit: %+v, want %s acked", s, want)
 		}
 	}
+}
+
+// A relay stopping while an outbox transaction holds the flow of an
+// answer waiting for its settle tries that settle until the shutdown
+// deadline, then returns, leaving the event to its lease (here a manual
+// clock that never reaches it: a settler that kept waiting would never
+// return).
+func TestShutdownLeavesAHeldFlowsAnswer(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "relay_oxs_")
+	h := newHarnessOn(t, patientPolicy(), dsn, filepath.Join(t.TempDir(), "inbox.db"))
+	arrived, release := blockFirst(h, "A1")
+	h.enqueue(t, "A", 1)
+	cfg := h.patient(t)
+	cfg.ShutdownTimeout = 200 * time.Millisecond
+	_, stop := h.start(t, cfg)
+	waitClosed(t, arrived)
+	h.holdFlowA(t, dsn)
+	close(release)
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return within 20s of the signal while A's row was held")
+	}
+	if a1 := h.event(t, "A1"); a1.State != fairrelay.StateInflight {
+		t.Fatalf("A1 after the shutdown: %+v, want inflight (left to its lease)", a1.EventState)
+	}
+}
+
+// holdFlowA opens an outbox transaction on the PostgreSQL queue dsn that
+// appends A2 to flow A and stays open until the test commits it or ends
+// (rolled back): it holds A's row.
+func (h *harness) holdFlowA(t *testing.T, dsn string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	conn := pgtest.Connect(t, dsn)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		tx.Rollback(ctx)
+		conn.Close(ctx)
+	})
+	if r, err := h.q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("EnqueueTx: %+v %v", r, err)
+	}
+	return tx
 }
