@@ -16,6 +16,7 @@ type Metrics struct {
 	idles     prometheus.Counter
 	settles   *prometheus.CounterVec
 	leaseLost prometheus.Counter
+	held      prometheus.Counter
 	latency   prometheus.Histogram
 	txs       *prometheus.CounterVec
 }
@@ -26,6 +27,9 @@ type Metrics struct {
 //   - fairrelay_settles_total{outcome, status}: settles by the outcome sent
 //     and settle's answer (acked, ready, quarantined, stale, expired);
 //   - fairrelay_lease_lost_total: settles not sent because the lease ran out;
+//   - fairrelay_settles_held_total: settles put off because another
+//     transaction held the event's flow (an open outbox transaction on
+//     PostgreSQL, fairrelay.WithSkipHeldFlows), each tried again later;
 //   - fairrelay_delivery_seconds: delivery latency histogram (observed once
 //     the answer waits for its settle);
 //   - fairrelay_transactions_total{kind}: write transactions the relay
@@ -45,6 +49,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"outcome", "status"}),
 		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_lease_lost_total", Help: "Settles not sent because the lease ran out first."}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairrelay_settles_held_total", Help: "Settles put off because another transaction (an open outbox transaction) held the event's flow; each is tried again."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fairrelay_delivery_seconds", Help: "Delivery latency, from send to answer.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
@@ -52,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fairrelay_transactions_total", Help: "Write transactions the relay committed, by kind (claim, settle, settle_and_claim)."},
 			[]string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.latency, m.txs} {
+	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.held, m.latency, m.txs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -76,6 +82,12 @@ const (
 func (m *Metrics) transaction(kind string) {
 	if m != nil {
 		m.txs.WithLabelValues(kind).Inc()
+	}
+}
+
+func (m *Metrics) heldSettles(n int) {
+	if m != nil && n > 0 {
+		m.held.Add(float64(n))
 	}
 }
 

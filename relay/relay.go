@@ -536,6 +536,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		}
 		var held []answer
 		held, settled = heldBack(ans, settled)
+		r.cfg.Metrics.heldSettles(len(held))
 		for _, s := range settled {
 			s.At = ran // the floor may have raised the tick
 			r.report(s)
@@ -866,6 +867,7 @@ func (r *Relay) settle(ctx context.Context, as []answer) (held []answer, err err
 		break
 	}
 	held, settled = heldBack(as, settled)
+	r.cfg.Metrics.heldSettles(len(held))
 	for _, s := range settled {
 		s.At = ran // the floor may have raised the tick
 		r.report(s)

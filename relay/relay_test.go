@@ -1164,6 +1164,12 @@ func TestOpenOutboxTransactionDoesNotStallTheRelay(t *testing.T) {
 	}
 	cfg := h.patient(t)
 	cfg.Workers = 2
+	reg := prometheus.NewRegistry()
+	m, err := relay.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Metrics = m
 	h.start(t, cfg)
 	// A (created first) is claimed in the first rotation: wait until it is
 	// being delivered.
@@ -1189,6 +1195,11 @@ func TestOpenOutboxTransactionDoesNotStallTheRelay(t *testing.T) {
 	}
 	if a1 := h.event(t, "A1"); a1.State != fairrelay.StateInflight {
 		t.Fatalf("A1 while its flow is held: %+v, want inflight", a1.EventState)
+	}
+	// A1's answer came before the last B flow's: its settle was tried,
+	// and put off, in that settle's transaction or an earlier one.
+	if n := counterValue(t, reg, "fairrelay_settles_held_total"); n < 1 {
+		t.Fatalf("fairrelay_settles_held_total = %v, want at least 1", n)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -1251,4 +1262,20 @@ func (h *harness) holdFlowA(t *testing.T, dsn string) pgx.Tx {
 		t.Fatalf("EnqueueTx: %+v %v", r, err)
 	}
 	return tx
+}
+
+// counterValue returns the value of the unlabelled counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
