@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -57,6 +59,11 @@ and ends with every event acked once (A: seq 2, total 11).`,
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "events", Message: "must be 0 to 100000"}
 			}
 			if o.dir == "" {
+				// The temporary folder goes when the demo ends, also when
+				// its reader went away (demo | head): with SIGPIPE ignored,
+				// a write to the closed pipe fails instead of killing the
+				// process before the cleanup.
+				signal.Ignore(syscall.SIGPIPE)
 				d, err := os.MkdirTemp("", "fairrelay-demo-")
 				if err != nil {
 					return err
@@ -168,10 +175,18 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 	}
 	fmt.Fprint(out, "\n\n")
 
+	// The bar, and the line breaks that end it, only on a terminal: in a
+	// file or a pipe they would be blank lines.
+	tty := isTerminal(errOut)
+	endBar := func() {
+		if tty {
+			fmt.Fprintln(errOut)
+		}
+	}
 	bar := progressbar.NewOptions(len(work), progressbar.OptionSetWriter(errOut), progressbar.OptionSetWidth(30),
-		progressbar.OptionSetVisibility(isTerminal(errOut)),
+		progressbar.OptionSetVisibility(tty),
 		progressbar.OptionShowCount(), progressbar.OptionSetDescription("acked"),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(errOut) }))
+		progressbar.OptionOnCompletion(endBar))
 	st := &demoStats{bar: bar}
 	// Enqueue in waves, through the relay so the ticks stay in order and
 	// idle workers wake at once.
@@ -190,12 +205,12 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 		return err
 	}
 	bar.Describe("acked (A1 quarantined, A2 waits behind it)")
-	fmt.Fprintln(errOut)
+	endBar()
 	a1, err := q.Event(ctx, "A1")
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nA1 was quarantined (%s) after %d attempt(s); A2 waits behind it; every other flow completed:\n\n",
+	fmt.Fprintf(out, "A1 was quarantined (%s) after %d attempt(s); A2 waits behind it; every other flow completed:\n\n",
 		deref(a1.Reason), a1.LifetimeAttempts)
 	if err := demoFlowTable(ctx, out, q, in, false); err != nil {
 		return err

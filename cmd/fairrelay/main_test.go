@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
@@ -318,6 +319,10 @@ func TestDemoEndsWithTheArticleProjection(t *testing.T) {
 	if !strings.Contains(out, "A1 was quarantined (unsupported_delta)") {
 		t.Fatalf("demo did not quarantine A1:\n%s", out)
 	}
+	// Not a terminal: no progress bar, and none of its line breaks either.
+	if errOut != "" || strings.Contains(out, "\n\n\n") {
+		t.Errorf("blank lines or a bar without a terminal; stderr %q, stdout:\n%s", errOut, out)
+	}
 	// The first table: A quarantined, every other flow done; the final one:
 	// every flow done, A with seq 2 and total 11 (SPEC §5 result 3).
 	tables := strings.Split(out, "FLOW  EVENTS")
@@ -344,5 +349,34 @@ func TestDemoEndsWithTheArticleProjection(t *testing.T) {
 	}
 	if !strings.Contains(out, "308 receipts for 308 events") {
 		t.Fatalf("demo end state:\n%s", out)
+	}
+}
+
+// A demo whose reader goes away (demo | head -1) still removes its
+// temporary folder: the pipe closing must not kill it before the cleanup.
+func TestDemoWithAClosedPipeRemovesItsFolder(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	cmd := exec.Command(os.Args[0], "demo")
+	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1", "TMPDIR="+tmp)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Close() // the reader goes away, as head does
+	_, dir, ok := strings.Cut(strings.TrimSpace(first), "files in ")
+	if !ok || !strings.HasPrefix(dir, tmp) {
+		t.Fatalf("first line %q: want the folder under %s", first, tmp)
+	}
+	cmd.Wait() // its exit status after a broken pipe is not the point
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("%s is still there after the demo ended (stat: %v)", dir, err)
 	}
 }
