@@ -3,6 +3,7 @@ package fairrelay_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +15,8 @@ import (
 // TestOpenRefusesANewerStore: a store that records a migration this build
 // does not have was migrated by a newer fairrelay, whose rows this one would
 // misread (migration 004 of the PostgreSQL store moves a head's state onto
-// its flow row); Open refuses it and names the migration.
+// its flow row); Open refuses it, names the migration, and answers
+// invalid_input on field "queue" whatever the backend.
 func TestOpenRefusesANewerStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -31,6 +33,12 @@ func TestOpenRefusesANewerStore(t *testing.T) {
 		_, err = fairrelay.Open(ctx, dsn, fairrelay.Config{})
 		if err == nil || !strings.Contains(err.Error(), "migrated by a newer fairrelay") || !strings.Contains(err.Error(), "migration 999") {
 			t.Fatalf("open of a store at migration 999: %v", err)
+		}
+		// The same answer on every backend: the store named by "queue" is
+		// one this build cannot use.
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "queue" {
+			t.Fatalf("open of a store at migration 999: %#v, want invalid_input on field queue", err)
 		}
 	}
 	t.Run("sqlite", func(t *testing.T) {

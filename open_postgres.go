@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/fairrelay/fairrelay/internal/sqlfile"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
@@ -27,7 +28,7 @@ func init() {
 			return nil, &Error{Code: CodeInvalidInput, Field: "queue", Message: err.Error()}
 		}
 		s, err := pgstore.Open(ctx, dsn, pgstore.Options{LockTimeout: cfg.BusyTimeout, MustExist: cfg.MustExist})
-		if errors.Is(err, pgstore.ErrMissing) {
+		if errors.Is(err, pgstore.ErrMissing) || errors.Is(err, sqlfile.ErrNewerSchema) {
 			return nil, &Error{Code: CodeInvalidInput, Field: "queue", Message: err.Error()}
 		}
 		if err != nil {

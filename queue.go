@@ -116,8 +116,9 @@ type Queue struct {
 // Open opens the queue store named by dsn, creating it and applying the
 // migrations when needed. dsn is a file path (embedded SQLite) or a
 // postgres:// URL. Errors: ErrInvalidInput (field "queue" or a policy field)
-// for a bad path or policy, ErrNotDatabase for a file that is not a database,
-// ErrBusy or ErrDatabase from the backend.
+// for a bad path or policy, or a store migrated by a newer fairrelay (it
+// records a migration this build does not know), ErrNotDatabase for a file
+// that is not a database, ErrBusy or ErrDatabase from the backend.
 func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, err
