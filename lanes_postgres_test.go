@@ -149,12 +149,8 @@ func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 		}
 		settledA <- err
 	}()
-	// Wait until the server shows it waiting for a row lock.
-	for waiting := 0; waiting == 0; {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple') AND query LIKE '%FROM flow WHERE flow_id = ANY%'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
+	// Wait until the server shows it waiting for the open transaction.
+	for waitsFor(t, pool, tx) == 0 {
 		select {
 		case err := <-settledA:
 			t.Fatalf("the settle of A1 did not wait for the open transaction: %v", err)
@@ -217,6 +213,76 @@ func TestPostgresSettleSkipsHeldFlows(t *testing.T) {
 	}
 }
 
+// TestPostgresHeldFlowFreedBeforeThePick: SettleAndClaim under
+// WithSkipHeldFlows finds flow A held and puts its token aside; the
+// transaction holding A (here, as another relay's claim would, with the
+// claim lane) commits while the settle waits for the lane, so the pick,
+// read after that wait, locks A and takes its head. (Found by review: the
+// store dropped A's rows from its cache but kept A in the pick, and the
+// claim dereferenced the missing row.)
+func TestPostgresHeldFlowFreedBeforeThePick(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool := postgresQueue(t, "frlane6")
+	for _, id := range []string{"A1", "A2"} {
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: "A", Body: []byte(`{"delta":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A1 claimed (generation 1), its lease runs out, claimed again and
+	// acked: A is runnable with head A2, and the first token is stale.
+	old, err := q.Claim(ctx, 0)
+	if err != nil || old == nil || old.Token.EventID != "A1" {
+		t.Fatalf("claim: %+v %v", old, err)
+	}
+	again, err := q.Claim(ctx, old.LeaseUntil)
+	if err != nil || again == nil || again.Token.Generation != 2 {
+		t.Fatalf("claim after the lease: %+v %v", again, err)
+	}
+	if r, err := q.Settle(ctx, again.Token, fairrelay.OutcomeAccepted, old.LeaseUntil); err != nil || r.Status != fairrelay.SettleAcked {
+		t.Fatalf("settle generation 2: %+v %v", r, err)
+	}
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	for _, stmt := range []string{
+		`SELECT pg_advisory_xact_lock(1718186353 + 1, hashtext(current_schema()))`, // the claim lane (store.Lane)
+		`SELECT 1 FROM flow WHERE flow_id = 'A' FOR NO KEY UPDATE`,
+	} {
+		if _, err := hold.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type answer struct {
+		rs  []fairrelay.SettleResult
+		cs  []fairrelay.Claim
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		rs, cs, err := q.SettleAndClaim(fairrelay.WithSkipHeldFlows(ctx), old.LeaseUntil+1,
+			[]fairrelay.SettleParams{{Token: old.Token, Outcome: fairrelay.OutcomeAccepted}}, 1)
+		done <- answer{rs, cs, err}
+	}()
+	// Commit once the server shows it waiting for the lane's lock.
+	for waitsFor(t, pool, hold) == 0 {
+		select {
+		case a := <-done:
+			t.Fatalf("SettleAndClaim did not wait for the claim lane: %+v", a)
+		default:
+		}
+	}
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || len(a.rs) != 1 || !a.rs[0].Held || len(a.cs) != 1 || a.cs[0].Token.EventID != "A2" {
+		t.Fatalf("settle-and-claim: %+v, want the stale token held and A2 claimed", a)
+	}
+}
+
 // TestPostgresClaimSkipsAHeadReadyLater: where lanes run side by side, a
 // claim can meet a runnable head that another lane made ready at a later
 // tick than the claim's (an enqueue, a redrive, a settle committed while the
@@ -251,6 +317,23 @@ func TestPostgresClaimSkipsAHeadReadyLater(t *testing.T) {
 	}
 }
 
+// waitsFor returns how many server processes wait for a lock that the
+// transaction tx holds (pg_blocking_pids): only this test's, whatever other
+// tests run on the server.
+func waitsFor(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx) int {
+	t.Helper()
+	ctx := context.Background()
+	var pid int32
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // holdFlowA opens an outbox transaction on pool that appends A2 to flow A
 // and stays open (it is rolled back when the test ends, unless the test
 // commits it): it holds A's row and the enqueue lane.
@@ -276,12 +359,7 @@ func holdFlowA(t *testing.T, q *fairrelay.Queue, pool *pgxpool.Pool) pgx.Tx {
 func outboxFixture(t *testing.T, prefix string, busy time.Duration) (*fairrelay.Queue, *pgxpool.Pool, []fairrelay.Claim) {
 	t.Helper()
 	ctx := context.Background()
-	dsn := pgtest.Schema(t, prefix)
-	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy(), BusyTimeout: busy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
+	q, pool := postgresQueueBusy(t, prefix, busy)
 	for _, id := range []string{"A1", "B1", "C1"} {
 		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: id[:1], Body: []byte(`{"delta":1}`)}); err != nil {
 			t.Fatal(err)
@@ -291,6 +369,29 @@ func outboxFixture(t *testing.T, prefix string, busy time.Duration) (*fairrelay.
 	if err != nil || len(first) != 2 || first[0].Token.EventID != "A1" || first[1].Token.EventID != "B1" {
 		t.Fatalf("claim: %+v %v", first, err)
 	}
+	return q, pool, first
+}
+
+// postgresQueue opens an empty PostgreSQL queue (the reference policy) in a
+// fresh schema (prefix), and a pool on that schema for the test's own
+// transactions, as an application's would be. Both close when the test
+// ends.
+func postgresQueue(t *testing.T, prefix string) (*fairrelay.Queue, *pgxpool.Pool) {
+	t.Helper()
+	return postgresQueueBusy(t, prefix, 0)
+}
+
+// postgresQueueBusy is postgresQueue with the given busy timeout (0: the
+// default).
+func postgresQueueBusy(t *testing.T, prefix string, busy time.Duration) (*fairrelay.Queue, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := pgtest.Schema(t, prefix)
+	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy(), BusyTimeout: busy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
 	url, schema, err := pgstore.ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -305,5 +406,5 @@ func outboxFixture(t *testing.T, prefix string, busy time.Duration) (*fairrelay.
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return q, pool, first
+	return q, pool
 }

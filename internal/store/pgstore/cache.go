@@ -130,7 +130,13 @@ func (c *rowCache) picked(order store.Order, limit int) ([]store.FlowRow, bool) 
 	}
 	out := make([]store.FlowRow, 0, min(limit, len(c.pick)))
 	for _, id := range c.pick[:min(limit, len(c.pick))] {
-		out = append(out, *c.flows[id])
+		f := c.flows[id]
+		if f == nil {
+			// A row dropped from the cache (forgetHeld invalidates the
+			// prefix first; this is the fallback): read the pick again.
+			return nil, false
+		}
+		out = append(out, *f)
 	}
 	return out, true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -254,6 +255,12 @@ func (t *Tx) forgetHeld(locked map[string]bool) {
 		delete(t.cache.events, id)
 		delete(t.cache.flows, e.Flow)
 		delete(t.cache.headStateSeq, e.Flow)
+		if t.cache.pickValid && slices.Contains(t.cache.pick, e.Flow) {
+			// The flow was freed while the settle waited for its lanes, and
+			// the pick (read after that wait) locked it: its rows are not
+			// cached any more, so the claims read the pick again.
+			t.cache.pickValid = false
+		}
 	}
 }
 
