@@ -170,9 +170,12 @@ type Settled struct {
 	Outcome fairrelay.Outcome
 	// Detail is the sink's note, or the delivery error.
 	Detail string
-	// Result is settle's answer; zero when LeaseLost.
+	// Result is settle's answer; zero when LeaseLost, but for Held.
 	Result fairrelay.SettleResult
-	// LeaseLost: the lease ran out before the settle, which was not sent.
+	// LeaseLost: the settle was not made and the event is left to its
+	// lease: the lease ran out before the settle could be sent, the
+	// database stayed busy, or at the shutdown deadline another transaction
+	// still held the event's flow (Result.Held is then set).
 	LeaseLost bool
 	// At is the tick of the settle.
 	At int64
@@ -722,7 +725,13 @@ func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 		held, err := r.settle(ctx, as)
 		if len(held) > 0 && cutoff.Err() != nil {
 			// Past the shutdown deadline: no more waiting for those flows.
+			// Reported as not settled, as when the database stays busy.
 			r.log.Warn("relay: shutdown deadline: answers of flows another transaction holds not settled; their events wait out their leases", "count", len(held))
+			for _, a := range held {
+				s := a.s
+				s.LeaseLost, s.Result, s.At = true, fairrelay.SettleResult{Held: true}, r.clock.Now()
+				r.report(s)
+			}
 			held = nil
 		}
 		p.mu.Lock()
@@ -879,6 +888,8 @@ func (r *Relay) report(s Settled) {
 	r.cfg.Metrics.settled(s)
 	level, msg := slog.LevelDebug, "relay: settled"
 	switch {
+	case s.LeaseLost && s.Result.Held:
+		level, msg = slog.LevelWarn, "relay: another transaction held the flow until the shutdown deadline; not settled"
 	case s.LeaseLost:
 		level, msg = slog.LevelWarn, "relay: lease ran out before the settle; not settled"
 	case s.Result.Status == fairrelay.SettleQuarantined:

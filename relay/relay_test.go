@@ -1241,6 +1241,10 @@ func TestShutdownLeavesAHeldFlowsAnswer(t *testing.T) {
 	if a1 := h.event(t, "A1"); a1.State != fairrelay.StateInflight {
 		t.Fatalf("A1 after the shutdown: %+v, want inflight (left to its lease)", a1.EventState)
 	}
+	// Reported (OnSettle sees every answer), as not settled.
+	if s := h.next(t); s.Claim.Token.EventID != "A1" || !s.LeaseLost || !s.Result.Held {
+		t.Fatalf("report of A1: %+v, want not settled (LeaseLost), held", s)
+	}
 }
 
 // holdFlowA opens an outbox transaction on the PostgreSQL queue dsn that
