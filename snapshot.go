@@ -50,6 +50,10 @@ type EventState struct {
 // AuditEntry is one audit row: a redrive decision (SPEC §2). Generation is
 // the new generation; PreviousReason the quarantine reason it cleared.
 type AuditEntry struct {
+	// No numbers the row in the log: ascending in the order written, with
+	// gaps (a rolled-back redrive may use a number). It pages Audit and is
+	// not part of the SPEC §6 shape, so JSON leaves it out.
+	No             int64   `json:"-"`
 	ID             string  `json:"id"`
 	Action         string  `json:"action"`
 	Reason         string  `json:"reason"`
@@ -88,7 +92,7 @@ func eventState(e store.EventRow) EventState {
 }
 
 func auditEntry(a store.AuditRow) AuditEntry {
-	return AuditEntry{ID: a.EventID, Action: a.Action, Reason: a.Reason, Operator: a.Operator,
+	return AuditEntry{No: a.No, ID: a.EventID, Action: a.Action, Reason: a.Reason, Operator: a.Operator,
 		PreviousReason: a.PreviousReason, Generation: a.Generation, At: a.At}
 }
 
@@ -229,18 +233,23 @@ func (q *Queue) Quarantined(ctx context.Context, limit int) ([]EventState, error
 	return out, nil
 }
 
-// Audit lists up to limit audit rows as written, after the first skip rows.
-// Errors: ErrBusy, ErrDatabase.
-func (q *Queue) Audit(ctx context.Context, skip int64, limit int) ([]AuditEntry, error) {
+// Audit lists up to limit audit rows as written, those numbered above after
+// (AuditEntry.No; 0 starts at the first row, and the last row's No asks for
+// the next page). Errors: ErrInvalidInput (field "limit" below 1, "after"
+// negative), ErrBusy, ErrDatabase.
+func (q *Queue) Audit(ctx context.Context, after int64, limit int) ([]AuditEntry, error) {
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	if after < 0 {
+		return nil, invalid("after", "must not be negative, got %d", after)
 	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {
 		return nil, dbError("audit", err)
 	}
 	defer tx.Rollback(ctx)
-	as, err := tx.AuditList(ctx, skip, limit)
+	as, err := tx.AuditList(ctx, after, limit)
 	if err != nil {
 		return nil, dbError("audit", err)
 	}

@@ -32,7 +32,7 @@ func newBenchClaimCmd() *cobra.Command {
 	opts := bench.ClaimOptions{}
 	cmd := &cobra.Command{
 		Use:   "claim [--flows 10,1000,100000] [--backlog 1000000] [--batch 1,64] [--duration 5s] [--json]",
-		Short: "Claim+settle rate against the raw commit rate of the same disk (issue 4)",
+		Short: "Claim+settle rate against the raw commit rate of the same disk (BENCHMARKS.md)",
 		Long: `Runs in one process: the raw single-row commit rate of SQLite on the same
 disk with the same pragmas (the physical reference), and for each flow count a
 fresh store loaded with the backlog spread over the flows, and for each batch

@@ -48,7 +48,7 @@ func newDemoCmd() *cobra.Command {
 127.0.0.1, enqueues the article's sample — A1 with delta 10 against a receiver
 that supports 5, A2, B1-B3, C1-C3 — plus --events events over --flows flows,
 shows live progress, then the table: A1 quarantined without holding back any
-other flow. It then redrives A1 with a reason, raises the receiver's limit,
+other flow. It then raises the receiver's limit, redrives A1 with a reason,
 and ends with every event acked once (A: seq 2, total 11).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -17,6 +17,7 @@ func newInspectCmd() *cobra.Command {
 	var queue, after string
 	var asJSON bool
 	var limit int
+	var afterNo int64
 	cmd := &cobra.Command{
 		Use:   "inspect --queue Q [flows|heads|quarantined|audit|clock] [--json]",
 		Short: "Show flows, heads, quarantined events, the audit log or the clock",
@@ -37,9 +38,21 @@ A readable table by default; --json prints one JSON object per line.`,
 			if limit < 1 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
 			}
+			// Each view pages its own way; a paging flag it does not take
+			// is refused rather than ignored.
+			if after != "" && view != "flows" && view != "heads" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: fmt.Sprintf("pages the flows and heads views only, not %s (audit pages with --after-no)", view)}
+			}
+			if afterNo != 0 && view != "audit" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: fmt.Sprintf("pages the audit view only, not %s", view)}
+			}
+			if afterNo < 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: "must not be negative"}
+			}
 			ctx := cmd.Context()
 			var rows []any
 			var table func(w io.Writer)
+			next := "" // how to ask for the rows after a full page
 			switch view {
 			case "flows", "heads":
 				// Open only after the view is known to be valid.
@@ -57,6 +70,9 @@ A readable table by default; --json prints one JSON object per line.`,
 				hs, err := q.Heads(ctx, after, limit)
 				if err != nil {
 					return err
+				}
+				if len(hs) > 0 {
+					next = "--after " + hs[len(hs)-1].Flow
 				}
 				for _, h := range hs {
 					if view == "flows" {
@@ -88,6 +104,7 @@ A readable table by default; --json prints one JSON object per line.`,
 				if err != nil {
 					return err
 				}
+				next = "a larger --limit"
 				for _, e := range es {
 					rows = append(rows, e)
 				}
@@ -108,19 +125,26 @@ A readable table by default; --json prints one JSON object per line.`,
 					fmt.Fprintf(w, "%d\t%d\n", c.Tick, c.Ticket)
 				}
 			case "audit":
-				as, err := q.Audit(ctx, 0, limit)
+				as, err := q.Audit(ctx, afterNo, limit)
 				if err != nil {
 					return err
+				}
+				if len(as) > 0 {
+					next = "--after-no " + strconv.FormatInt(as[len(as)-1].No, 10)
 				}
 				for _, a := range as {
 					rows = append(rows, a)
 				}
 				table = func(w io.Writer) {
-					fmt.Fprintln(w, "AT\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
+					fmt.Fprintln(w, "NO\tAT\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
 					for _, a := range as {
-						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", a.At, a.ID, a.Action, a.Generation, deref(a.Operator), deref(a.PreviousReason), a.Reason)
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", a.No, a.At, a.ID, a.Action, a.Generation, deref(a.Operator), deref(a.PreviousReason), a.Reason)
 					}
 				}
+			}
+			if len(rows) == limit && next != "" {
+				// A full page: say so, on stderr (stdout stays the rows).
+				fmt.Fprintf(cmd.ErrOrStderr(), "inspect: %d rows, the --limit; more may follow: ask again with %s\n", limit, next)
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -141,6 +165,7 @@ A readable table by default; --json prints one JSON object per line.`,
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per line instead of a table")
 	f.IntVar(&limit, "limit", 1000, "at most this many rows")
 	f.StringVar(&after, "after", "", "flows and heads: start after this flow id (paging)")
+	f.Int64Var(&afterNo, "after-no", 0, "audit: start after the row numbered this (the NO column; paging)")
 	return cmd
 }
 

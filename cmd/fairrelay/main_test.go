@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -378,5 +380,68 @@ func TestDemoWithAClosedPipeRemovesItsFolder(t *testing.T) {
 	cmd.Wait() // its exit status after a broken pipe is not the point
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("%s is still there after the demo ended (stat: %v)", dir, err)
+	}
+}
+
+// inspect says when a page is full and how to ask for the next one, and
+// refuses a paging flag its view does not take instead of ignoring it. (And
+// a redrive without --operator names the OS user in its audit rows.)
+func TestInspectPages(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	var in strings.Builder
+	in.WriteString(`{"op":"inbox","max_delta":5}` + "\n")
+	for i := range 5 {
+		fmt.Fprintf(&in, `{"op":"enqueue","id":"Q%d","flow":"Q%d","delta":10,"at":0}`+"\n", i, i)
+	}
+	for range 5 {
+		in.WriteString(`{"op":"step","at":0}` + "\n") // each quarantined: delta 10 > max_delta 5
+	}
+	if _, errOut, code := cli(t, in.String(), "script", "--queue", q, "--inbox", filepath.Join(t.TempDir(), "i.db")); code != 0 {
+		t.Fatalf("script: exit %d: %s", code, errOut)
+	}
+	// No --operator: the audit rows name the account that ran it.
+	if _, errOut, code := cli(t, "", "redrive", "--queue", q, "--all", "--reason", "fixed", "--at", "1"); code != 0 {
+		t.Fatalf("redrive: exit %d: %s", code, errOut)
+	}
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := cli(t, "", "inspect", "--queue", q, "audit", "--json"); strings.Count(out, `"operator":"`+me.Username+`"`) != 5 {
+		t.Fatalf("audit rows of a redrive without --operator, want operator %q:\n%s", me.Username, out)
+	}
+	// Audit in pages of 2: 2, 2, 1 rows, each page's hint naming the next.
+	var ids []string
+	after := "0"
+	for page := range 3 {
+		out, errOut, code := cli(t, "", "inspect", "--queue", q, "audit", "--limit", "2", "--after-no", after)
+		if code != 0 {
+			t.Fatalf("audit page %d: exit %d: %s", page, code, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")[1:] // past the header
+		for _, l := range lines {
+			ids = append(ids, strings.Fields(l)[2])
+		}
+		hint := strings.Contains(errOut, "more may follow")
+		if (len(lines) == 2) != hint {
+			t.Fatalf("audit page %d: %d rows, stderr %q", page, len(lines), errOut)
+		}
+		if hint {
+			_, after, _ = strings.Cut(strings.TrimSpace(errOut), "--after-no ")
+		}
+	}
+	if got := strings.Join(ids, " "); got != "Q0 Q1 Q2 Q3 Q4" {
+		t.Fatalf("audit rows over the pages: %s, want each redrive once, in order", got)
+	}
+	for _, args := range [][]string{
+		{"inspect", "--queue", q, "audit", "--after", "Q1"},
+		{"inspect", "--queue", q, "quarantined", "--after", "Q1"},
+		{"inspect", "--queue", q, "heads", "--after-no", "3"},
+	} {
+		_, errOut, code := cli(t, "", args...)
+		if code == 0 || !strings.Contains(errOut, "pages the") {
+			t.Fatalf("%v: exit %d, stderr %q; want it refused", args, code, errOut)
+		}
 	}
 }

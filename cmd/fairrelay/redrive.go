@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"os/user"
 
 	"github.com/spf13/cobra"
 
@@ -48,6 +50,11 @@ alone.`,
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
 				}
 			}
+			if operator == "" {
+				// An audited decision names who made it: the account
+				// running the command, unless --operator says otherwise.
+				operator = osUser()
+			}
 			q, err := openExistingQueue(cmd.Context(), queue, pol)
 			if err != nil {
 				return err
@@ -74,7 +81,7 @@ alone.`,
 	f.StringVar(&id, "id", "", "the quarantined event's id")
 	f.Int64Var(&gen, "expected-generation", 0, "the event's current generation (optimistic concurrency)")
 	f.StringVar(&reason, "reason", "", "why it is safe to try again; kept in the audit row")
-	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row")
+	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row (default: the OS user running the command)")
 	f.Int64Var(&at, "at", 0, atUsage)
 	f.BoolVar(&all, "all", false, "redrive every quarantined head (narrow with --flow and --reason-is)")
 	f.StringVar(&flow, "flow", "", "with --all: only this flow")
@@ -135,4 +142,13 @@ func quarantineReason(s string) bool {
 	}
 	o, err := fairrelay.ParseOutcome(s)
 	return err == nil && o.Class() == fairrelay.ClassPermanent
+}
+
+// osUser returns the name of the account running the process, "" when it
+// cannot be found.
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return os.Getenv("USER")
 }
