@@ -765,7 +765,7 @@ func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 // nothing else was settled: it doubles from minHeldWait up to maxHeldWait
 // as long as they stay held.
 const (
-	minHeldWait = 10 * time.Millisecond
+	minHeldWait = 2 * time.Millisecond
 	maxHeldWait = time.Second
 )
 
