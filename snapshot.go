@@ -50,9 +50,11 @@ type EventState struct {
 // AuditEntry is one audit row: a redrive decision (SPEC §2). Generation is
 // the new generation; PreviousReason the quarantine reason it cleared.
 type AuditEntry struct {
-	// No numbers the row in the log: ascending in the order written, with
-	// gaps (a rolled-back redrive may use a number). It pages Audit and is
-	// not part of the SPEC §6 shape, so JSON leaves it out.
+	// No numbers the row in the log, as Audit reads it: ascending in the
+	// order written, with gaps (on PostgreSQL a rolled-back redrive may use
+	// a number). It pages Audit; it is not part of the SPEC §6 shape, so
+	// JSON leaves it out and Snapshot leaves it 0 (backends may number
+	// differently).
 	No             int64   `json:"-"`
 	ID             string  `json:"id"`
 	Action         string  `json:"action"`
@@ -92,7 +94,7 @@ func eventState(e store.EventRow) EventState {
 }
 
 func auditEntry(a store.AuditRow) AuditEntry {
-	return AuditEntry{No: a.No, ID: a.EventID, Action: a.Action, Reason: a.Reason, Operator: a.Operator,
+	return AuditEntry{ID: a.EventID, Action: a.Action, Reason: a.Reason, Operator: a.Operator,
 		PreviousReason: a.PreviousReason, Generation: a.Generation, At: a.At}
 }
 
@@ -255,7 +257,9 @@ func (q *Queue) Audit(ctx context.Context, after int64, limit int) ([]AuditEntry
 	}
 	out := make([]AuditEntry, 0, len(as))
 	for _, a := range as {
-		out = append(out, auditEntry(a))
+		e := auditEntry(a)
+		e.No = a.No
+		out = append(out, e)
 	}
 	return out, nil
 }
