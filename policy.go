@@ -68,11 +68,14 @@ func ReferencePolicy() Policy {
 
 // DaemonPolicy is the relay daemon's policy, where 1 tick = 1 ms (SPEC §7):
 // fair entry, lease 30 000 ticks (30 s: above a 10 s delivery timeout plus a
-// 1 s margin), budget 8, backoff from 1 000 ticks (1 s) doubling up to
-// 300 000 (5 min) with jitter 0.2, bodies up to 1 MiB. Use it for a Queue
+// 1 s margin), budget 20, backoff from 1 000 ticks (1 s) doubling up to
+// 300 000 (5 min) with jitter 0.2, bodies up to 1 MiB. The budget and the
+// backoff ride out a receiver that is down for about an hour (the 19
+// waits add up to ~58 min) before its heads are quarantined; a permanent
+// failure quarantines at once whatever the budget. Use it for a Queue
 // that a relay.Relay dispatches, and for tools that act on the same store.
 func DaemonPolicy() Policy {
-	return Policy{Entry: EntryFair, Lease: 30_000, Budget: 8, BackoffBase: 1_000, BackoffCap: 300_000, Jitter: 0.2, MaxBodyBytes: 1 << 20}
+	return Policy{Entry: EntryFair, Lease: 30_000, Budget: 20, BackoffBase: 1_000, BackoffCap: 300_000, Jitter: 0.2, MaxBodyBytes: 1 << 20}
 }
 
 // withDefaults fills zero fields with their defaults.

@@ -100,3 +100,17 @@ func TestOutcomeClassesAndParsing(t *testing.T) {
 		t.Error("classes do not follow SPEC §2")
 	}
 }
+
+// The daemon's budget and backoff ride out a receiver outage of about an
+// hour before quarantining a head (the waits of every attempt but the last,
+// jitter at its shortest), and not a week.
+func TestDaemonPolicyRidesOutAnHourLongOutage(t *testing.T) {
+	p := fairrelay.DaemonPolicy()
+	var waited int64
+	for attempts := int64(1); attempts < p.Budget; attempts++ {
+		waited += p.Backoff("e1", 1, attempts)
+	}
+	if least := int64(45 * 60 * 1000); waited < least || waited > 2*60*60*1000 {
+		t.Fatalf("a head is quarantined after %d ms of transient failures, want between 45 min and 2 h", waited)
+	}
+}
