@@ -27,9 +27,12 @@ type Metrics struct {
 //   - fairrelay_settles_total{outcome, status}: settles by the outcome sent
 //     and settle's answer (acked, ready, quarantined, stale, expired);
 //   - fairrelay_lease_lost_total: settles not sent because the lease ran out;
-//   - fairrelay_settles_held_total: settles put off because another
+//   - fairrelay_settles_held_total: settle attempts put off because another
 //     transaction held the event's flow (an open outbox transaction on
-//     PostgreSQL, fairrelay.WithSkipHeldFlows), each tried again later;
+//     PostgreSQL, fairrelay.WithSkipHeldFlows): one per answer per attempt,
+//     so an answer held for long counts many times; a rate above zero
+//     says some flow is held (the relay also logs a warning once an
+//     answer has waited about a second);
 //   - fairrelay_delivery_seconds: delivery latency histogram (observed once
 //     the answer waits for its settle);
 //   - fairrelay_transactions_total{kind}: write transactions the relay
@@ -50,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_lease_lost_total", Help: "Settles not sent because the lease ran out first."}),
 		held: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fairrelay_settles_held_total", Help: "Settles put off because another transaction (an open outbox transaction) held the event's flow; each is tried again."}),
+			Name: "fairrelay_settles_held_total", Help: "Settle attempts put off because another transaction (an open outbox transaction) held the event's flow; one per answer per attempt."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fairrelay_delivery_seconds", Help: "Delivery latency, from send to answer.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),

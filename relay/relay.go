@@ -558,7 +558,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		if len(held) > 0 && len(settled) == 0 && len(cs) == 0 {
 			// Only held flows' answers: wait before asking again.
 			r.idle(claimCtx, p, heldWait)
-			heldWait = min(2*heldWait, maxHeldWait)
+			heldWait = r.nextHeldWait(heldWait, held)
 		} else if len(held) == 0 {
 			heldWait = minHeldWait
 		}
@@ -753,7 +753,7 @@ func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 			case <-cutoff.Done():
 			}
 			t.Stop()
-			heldWait = min(2*heldWait, maxHeldWait)
+			heldWait = r.nextHeldWait(heldWait, held)
 		} else {
 			heldWait = minHeldWait
 		}
@@ -768,6 +768,22 @@ const (
 	minHeldWait = 2 * time.Millisecond
 	maxHeldWait = time.Second
 )
+
+// nextHeldWait returns the pause after wait while only the answers held
+// are left, and warns once, when the pause reaches maxHeldWait, that those
+// flows have been held for a while (an outbox transaction left open?).
+func (r *Relay) nextHeldWait(wait time.Duration, held []answer) time.Duration {
+	next := min(2*wait, maxHeldWait)
+	if next == maxHeldWait && wait < maxHeldWait {
+		flows := make([]string, 0, min(len(held), 5))
+		for _, a := range held[:min(len(held), 5)] {
+			flows = append(flows, a.s.Claim.Flow)
+		}
+		r.log.Warn("relay: settles wait for flows another transaction holds (an outbox transaction left open?); trying again every second",
+			"count", len(held), "flows", flows)
+	}
+	return next
+}
 
 // heldBack splits the answers as settled (settled[i] reports as[i]) into
 // those whose settles came back Held — to settle again later — and the
