@@ -2,6 +2,7 @@ package fairrelay
 
 import (
 	"context"
+	"math"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -153,8 +154,13 @@ func (q *Queue) Snapshot(ctx context.Context) (*Snapshot, error) {
 // listEvents pages through events in (flow, seq) order, up to max rows (all
 // when max < 0).
 func listEvents(ctx context.Context, tx store.Tx, state string, max int) ([]store.EventRow, error) {
+	return listEventsAfter(ctx, tx, state, "", 0, max)
+}
+
+// listEventsAfter is listEvents from the first event after (afterFlow,
+// afterSeq) in flow then seq order.
+func listEventsAfter(ctx context.Context, tx store.Tx, state, afterFlow string, afterSeq int64, max int) ([]store.EventRow, error) {
 	var out []store.EventRow
-	afterFlow, afterSeq := "", int64(0)
 	for max < 0 || len(out) < max {
 		n := pageSize
 		if max >= 0 && max-len(out) < n {
@@ -214,8 +220,17 @@ func (q *Queue) Heads(ctx context.Context, after string, limit int) ([]Head, err
 }
 
 // Quarantined lists up to limit quarantined events by flow then seq; each
-// blocks its flow until a redrive. Errors: ErrBusy, ErrDatabase.
+// blocks its flow until a redrive. Errors: ErrInvalidInput (field "limit"
+// below 1), ErrBusy, ErrDatabase.
 func (q *Queue) Quarantined(ctx context.Context, limit int) ([]EventState, error) {
+	return q.QuarantinedAfter(ctx, "", limit)
+}
+
+// QuarantinedAfter is Quarantined from the first flow after afterFlow (""
+// for the first flow): a quarantined event is its flow's head, so there is
+// one per flow at most, and the last one's Flow asks for the next page.
+// Errors as Quarantined.
+func (q *Queue) QuarantinedAfter(ctx context.Context, afterFlow string, limit int) ([]EventState, error) {
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
 	}
@@ -224,7 +239,11 @@ func (q *Queue) Quarantined(ctx context.Context, limit int) ([]EventState, error
 		return nil, dbError("quarantined", err)
 	}
 	defer tx.Rollback(ctx)
-	es, err := listEvents(ctx, tx, store.StateQuarantined, limit)
+	afterSeq := int64(0)
+	if afterFlow != "" {
+		afterSeq = math.MaxInt64 // every event of afterFlow is before the page
+	}
+	es, err := listEventsAfter(ctx, tx, store.StateQuarantined, afterFlow, afterSeq, limit)
 	if err != nil {
 		return nil, dbError("quarantined", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -40,8 +41,8 @@ A readable table by default; --json prints one JSON object per line.`,
 			}
 			// Each view pages its own way; a paging flag it does not take
 			// is refused rather than ignored.
-			if after != "" && view != "flows" && view != "heads" {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: fmt.Sprintf("pages the flows and heads views only, not %s (audit pages with --after-no)", view)}
+			if after != "" && view != "flows" && view != "heads" && view != "quarantined" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: fmt.Sprintf("pages the flows, heads and quarantined views only, not %s (audit pages with --after-no)", view)}
 			}
 			if afterNo != 0 && view != "audit" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: fmt.Sprintf("pages the audit view only, not %s", view)}
@@ -72,7 +73,7 @@ A readable table by default; --json prints one JSON object per line.`,
 					return err
 				}
 				if len(hs) > 0 {
-					next = "--after " + hs[len(hs)-1].Flow
+					next = "--after " + shellQuote(hs[len(hs)-1].Flow)
 				}
 				for _, h := range hs {
 					if view == "flows" {
@@ -100,11 +101,13 @@ A readable table by default; --json prints one JSON object per line.`,
 					}
 				}
 			case "quarantined":
-				es, err := q.Quarantined(ctx, limit)
+				es, err := q.QuarantinedAfter(ctx, after, limit)
 				if err != nil {
 					return err
 				}
-				next = "a larger --limit"
+				if len(es) > 0 {
+					next = "--after " + shellQuote(es[len(es)-1].Flow)
+				}
 				for _, e := range es {
 					rows = append(rows, e)
 				}
@@ -144,7 +147,7 @@ A readable table by default; --json prints one JSON object per line.`,
 			}
 			if len(rows) == limit && next != "" {
 				// A full page: say so, on stderr (stdout stays the rows).
-				fmt.Fprintf(cmd.ErrOrStderr(), "inspect: %d rows, the --limit; more may follow: ask again with %s\n", limit, next)
+				fmt.Fprintf(cmd.ErrOrStderr(), "inspect: a full page (--limit %d); more may follow: ask again with %s\n", limit, next)
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -164,7 +167,7 @@ A readable table by default; --json prints one JSON object per line.`,
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per line instead of a table")
 	f.IntVar(&limit, "limit", 1000, "at most this many rows")
-	f.StringVar(&after, "after", "", "flows and heads: start after this flow id (paging)")
+	f.StringVar(&after, "after", "", "flows, heads and quarantined: start after this flow id (paging)")
 	f.Int64Var(&afterNo, "after-no", 0, "audit: start after the row numbered this (the NO column; paging)")
 	return cmd
 }
@@ -186,4 +189,15 @@ func due(e fairrelay.EventState) string {
 		return "lease_until " + strconv.FormatInt(*e.LeaseUntil, 10)
 	}
 	return "-"
+}
+
+// shellQuote returns s as one shell word: as it is when it needs no
+// quoting, else in single quotes (a paging hint must paste back as given).
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@%+=,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

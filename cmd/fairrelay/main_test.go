@@ -400,6 +400,27 @@ func TestInspectPages(t *testing.T) {
 	if _, errOut, code := cli(t, in.String(), "script", "--queue", q, "--inbox", filepath.Join(t.TempDir(), "i.db")); code != 0 {
 		t.Fatalf("script: exit %d: %s", code, errOut)
 	}
+	// The quarantined heads in pages of 2, each page's hint naming the next.
+	var quarantined []string
+	next := []string{}
+	for page := range 3 {
+		out, errOut, code := cli(t, "", append([]string{"inspect", "--queue", q, "quarantined", "--limit", "2"}, next...)...)
+		if code != 0 {
+			t.Fatalf("quarantined page %d: exit %d: %s", page, code, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")[1:]
+		for _, l := range lines {
+			quarantined = append(quarantined, strings.Fields(l)[0])
+		}
+		if _, hint, ok := strings.Cut(strings.TrimSpace(errOut), "ask again with "); ok {
+			next = strings.Fields(hint)
+		} else if len(lines) == 2 {
+			t.Fatalf("quarantined page %d: a full page without a hint: %q", page, errOut)
+		}
+	}
+	if got := strings.Join(quarantined, " "); got != "Q0 Q1 Q2 Q3 Q4" {
+		t.Fatalf("quarantined over the pages: %s, want each head once, in flow order", got)
+	}
 	// No --operator: the audit rows name the account that ran it.
 	if _, errOut, code := cli(t, "", "redrive", "--queue", q, "--all", "--reason", "fixed", "--at", "1"); code != 0 {
 		t.Fatalf("redrive: exit %d: %s", code, errOut)
@@ -436,7 +457,7 @@ func TestInspectPages(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"inspect", "--queue", q, "audit", "--after", "Q1"},
-		{"inspect", "--queue", q, "quarantined", "--after", "Q1"},
+		{"inspect", "--queue", q, "clock", "--after", "Q1"},
 		{"inspect", "--queue", q, "heads", "--after-no", "3"},
 	} {
 		_, errOut, code := cli(t, "", args...)
