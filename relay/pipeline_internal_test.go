@@ -1,9 +1,12 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,4 +180,35 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A streak of held-only settles pauses 2 ms, doubling to 1 s, and warns
+// once, about a second into the streak however many pauses that took (a
+// claimer that also waited out idle polls used to warn ~9 s late).
+func TestHeldPauseDoublesAndWarnsOnceAfterASecond(t *testing.T) {
+	var logged bytes.Buffer
+	r := &Relay{log: slog.New(slog.NewTextHandler(&logged, nil))}
+	held := []answer{{s: Settled{Claim: fairrelay.Claim{Flow: "A"}}}}
+	var h heldStreak
+	var pauses []time.Duration
+	for range 3 {
+		pauses = append(pauses, r.heldPause(&h, held))
+	}
+	if want := []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond}; fmt.Sprint(pauses) != fmt.Sprint(want) {
+		t.Fatalf("pauses %v, want %v", pauses, want)
+	}
+	if logged.Len() != 0 {
+		t.Fatalf("warned at the start of a streak: %s", logged.String())
+	}
+	h.since = h.since.Add(-time.Second) // a second into the streak
+	r.heldPause(&h, held)
+	r.heldPause(&h, held)
+	if n := strings.Count(logged.String(), "settles wait for flows another transaction holds"); n != 1 || !strings.Contains(logged.String(), "flows=[A]") {
+		t.Fatalf("warnings a second into the streak: %d, want 1 naming flow A:\n%s", n, logged.String())
+	}
+	for range 20 {
+		if d := r.heldPause(&h, held); d > maxHeldWait {
+			t.Fatalf("pause %v above %v", d, maxHeldWait)
+		}
+	}
 }

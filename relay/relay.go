@@ -429,7 +429,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 	wait := r.cfg.PollInterval
 	idle := false
 	var batchUntil time.Time
-	heldWait := minHeldWait
+	var held heldStreak
 	for claimCtx.Err() == nil {
 		p.mu.Lock()
 		k := r.cfg.Workers - p.delivering
@@ -537,16 +537,16 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		if kind != "" {
 			r.cfg.Metrics.transaction(kind)
 		}
-		var held []answer
-		held, settled = heldBack(ans, settled)
-		r.cfg.Metrics.heldSettles(len(held))
+		var heldAns []answer
+		heldAns, settled = heldBack(ans, settled)
+		r.cfg.Metrics.heldSettles(len(heldAns))
 		for _, s := range settled {
 			s.At = ran // the floor may have raised the tick
 			r.report(s)
 		}
 		p.mu.Lock()
 		p.recycle(ans)
-		p.answers = append(p.answers, held...)
+		p.answers = append(p.answers, heldAns...)
 		if !r.serial {
 			p.combine = combineNext(p.combine, settled, k, cs, len(p.answers)+p.settling)
 			if !p.combine {
@@ -555,12 +555,9 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		}
 		p.delivering += len(cs)
 		p.mu.Unlock()
-		if len(held) > 0 && len(settled) == 0 && len(cs) == 0 {
-			// Only held flows' answers: wait before asking again.
-			r.idle(claimCtx, p, heldWait)
-			heldWait = r.nextHeldWait(heldWait, held)
-		} else if len(held) == 0 {
-			heldWait = minHeldWait
+		heldOnly := len(heldAns) > 0 && len(settled) == 0 && len(cs) == 0
+		if len(heldAns) == 0 {
+			held = heldStreak{}
 		}
 		for _, cl := range cs {
 			r.cfg.Metrics.claim()
@@ -590,6 +587,13 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			}()
 		}
 		switch {
+		case heldOnly:
+			// Only held flows' answers came back (and no claim): wait
+			// before asking again — this pause instead of the idle one.
+			if k > 0 {
+				r.cfg.Metrics.idle()
+			}
+			r.idle(claimCtx, p, r.heldPause(&held, heldAns))
 		case k > 0 && len(cs) == 0:
 			r.cfg.Metrics.idle()
 			idle = true
@@ -689,7 +693,7 @@ func setResults(out []Settled, rs []fairrelay.SettleResult) {
 // their events to their leases.
 func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 	var batchUntil time.Time
-	heldWait := minHeldWait
+	var heldRun heldStreak
 	for {
 		p.mu.Lock()
 		if p.claimDone && p.delivering == 0 && len(p.answers) == 0 {
@@ -746,16 +750,15 @@ func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 		if len(held) == len(as) {
 			// Only held flows' answers: wait before asking again, unless
 			// new answers arrive.
-			t := time.NewTimer(heldWait)
+			t := time.NewTimer(r.heldPause(&heldRun, held))
 			select {
 			case <-p.settleKick:
 			case <-t.C:
 			case <-cutoff.Done():
 			}
 			t.Stop()
-			heldWait = r.nextHeldWait(heldWait, held)
 		} else {
-			heldWait = minHeldWait
+			heldRun = heldStreak{}
 		}
 	}
 }
@@ -769,20 +772,34 @@ const (
 	maxHeldWait = time.Second
 )
 
-// nextHeldWait returns the pause after wait while only the answers held
-// are left, and warns once, when the pause reaches maxHeldWait, that those
-// flows have been held for a while (an outbox transaction left open?).
-func (r *Relay) nextHeldWait(wait time.Duration, held []answer) time.Duration {
-	next := min(2*wait, maxHeldWait)
-	if next == maxHeldWait && wait < maxHeldWait {
+// heldStreak paces the retries of answers whose flows another
+// transaction holds, while nothing else is settled: the pause doubles from
+// minHeldWait to maxHeldWait. The zero value starts a streak.
+type heldStreak struct {
+	wait   time.Duration
+	since  time.Time // the streak's first pause
+	warned bool
+}
+
+// heldPause returns the next pause of streak h, and warns once, about a
+// second into the streak, that those flows have been held for a while (an
+// outbox transaction left open?).
+func (r *Relay) heldPause(h *heldStreak, held []answer) time.Duration {
+	if h.since.IsZero() {
+		h.since, h.wait = time.Now(), minHeldWait
+	}
+	if !h.warned && time.Since(h.since) >= time.Second {
+		h.warned = true
 		flows := make([]string, 0, min(len(held), 5))
 		for _, a := range held[:min(len(held), 5)] {
 			flows = append(flows, a.s.Claim.Flow)
 		}
-		r.log.Warn("relay: settles wait for flows another transaction holds (an outbox transaction left open?); trying again every second",
+		r.log.Warn("relay: settles wait for flows another transaction holds (an outbox transaction left open?); trying again up to every second",
 			"count", len(held), "flows", flows)
 	}
-	return next
+	d := h.wait
+	h.wait = min(2*h.wait, maxHeldWait)
+	return d
 }
 
 // heldBack splits the answers as settled (settled[i] reports as[i]) into
