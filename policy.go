@@ -70,7 +70,7 @@ func ReferencePolicy() Policy {
 // fair entry, lease 30 000 ticks (30 s: above a 10 s delivery timeout plus a
 // 1 s margin), budget 20, backoff from 1 000 ticks (1 s) doubling up to
 // 300 000 (5 min) with jitter 0.2, bodies up to 1 MiB. The budget and the
-// backoff retry a head whose receiver keeps failing transiently for 47–58
+// backoff retry a head whose receiver keeps failing transiently for 47–59
 // min (the 19 waits, each shortened by up to 20 % of jitter) before it is
 // quarantined; a permanent failure quarantines at once whatever the budget. Use it for a Queue
 // that a relay.Relay dispatches, and for tools that act on the same store.

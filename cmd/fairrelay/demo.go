@@ -31,12 +31,13 @@ func init() { rootCmd.AddCommand(newDemoCmd()) }
 
 // demoOptions size the demo's workload.
 type demoOptions struct {
-	dir      string
-	flows    int // flows beyond the article's A, B, C
-	events   int // events over those flows
-	workers  int
-	flakyPer int // the receiver answers 503 to the first attempt of every flakyPer-th event (0: never)
-	timeout  time.Duration
+	dir       string
+	temporary bool // dir is a temporary folder, removed when the demo ends
+	flows     int  // flows beyond the article's A, B, C
+	events    int  // events over those flows
+	workers   int
+	flakyPer  int // the receiver answers 503 to the first attempt of every flakyPer-th event (0: never)
+	timeout   time.Duration
 }
 
 func newDemoCmd() *cobra.Command {
@@ -69,7 +70,7 @@ and ends with every event acked once (A: seq 2, total 11).`,
 					return err
 				}
 				defer os.RemoveAll(d)
-				o.dir = d
+				o.dir, o.temporary = d, true
 			} else {
 				if err := os.MkdirAll(o.dir, 0o755); err != nil {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "dir", Message: err.Error()}
@@ -166,8 +167,12 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 	defer func() { stopRelay(); <-relayDone }()
 
 	work := demoWorkload(o.flows, o.events)
-	fmt.Fprintf(out, "fairrelay demo: a receiver on http://%s (signed webhooks) and a relay with %d workers; files in %s\n\n",
-		ln.Addr(), o.workers, o.dir)
+	where := "files in " + o.dir
+	if o.temporary {
+		where += " (removed at the end; --dir DIR keeps them)"
+	}
+	fmt.Fprintf(out, "fairrelay demo: a receiver on http://%s (signed webhooks) and a relay with %d workers; %s\n\n",
+		ln.Addr(), o.workers, where)
 	fmt.Fprintf(out, "Enqueueing the article's sample (A1 delta 10 against a receiver that supports 5, A2, B1-B3, C1-C3)\n")
 	fmt.Fprintf(out, "and %d events over %d flows, while the relay runs.", o.events, o.flows)
 	if o.flakyPer > 0 {

@@ -373,8 +373,9 @@ func TestDemoWithAClosedPipeRemovesItsFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Close() // the reader goes away, as head does
-	_, dir, ok := strings.Cut(strings.TrimSpace(first), "files in ")
-	if !ok || !strings.HasPrefix(dir, tmp) {
+	_, rest, ok := strings.Cut(strings.TrimSpace(first), "files in ")
+	dir, _, _ := strings.Cut(rest, " ")
+	if !ok || !strings.HasPrefix(dir, tmp) || !strings.Contains(rest, "removed at the end") {
 		t.Fatalf("first line %q: want the folder under %s", first, tmp)
 	}
 	cmd.Wait() // its exit status after a broken pipe is not the point
