@@ -48,7 +48,7 @@ func newDemoCmd() *cobra.Command {
 		Long: `Starts a receiver (the inbox over HTTP, signed webhooks) and a relay on
 127.0.0.1, enqueues the article's sample — A1 with delta 10 against a receiver
 that supports 5, A2, B1-B3, C1-C3 — plus --events events over --flows flows,
-shows live progress, then the table: A1 quarantined without holding back any
+shows live progress (on a terminal), then the table: A1 quarantined without holding back any
 other flow. It then raises the receiver's limit, redrives A1 with a reason,
 and ends with every event acked once (A: seq 2, total 11).`,
 		Args: cobra.NoArgs,
@@ -176,7 +176,7 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 	fmt.Fprintf(out, "Enqueueing the article's sample (A1 delta 10 against a receiver that supports 5, A2, B1-B3, C1-C3)\n")
 	fmt.Fprintf(out, "and %d events over %d flows, while the relay runs.", o.events, o.flows)
 	if o.flakyPer > 0 {
-		fmt.Fprintf(out, " The receiver answers 503 to the first attempt of every %dth event.", o.flakyPer)
+		fmt.Fprintf(out, " The receiver answers 503 to the first attempt of every event whose seq in its flow is a multiple of %d.", o.flakyPer)
 	}
 	fmt.Fprint(out, "\n\n")
 
