@@ -223,7 +223,7 @@ func TestPostgresSettleSkipsHeldFlows(t *testing.T) {
 func TestPostgresHeldFlowFreedBeforeThePick(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, pool := postgresQueue(t, "frlane6")
+	q, pool := postgresQueue(t, "frlane6", 0)
 	for _, id := range []string{"A1", "A2"} {
 		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: "A", Body: []byte(`{"delta":1}`)}); err != nil {
 			t.Fatal(err)
@@ -359,7 +359,7 @@ func holdFlowA(t *testing.T, q *fairrelay.Queue, pool *pgxpool.Pool) pgx.Tx {
 func outboxFixture(t *testing.T, prefix string, busy time.Duration) (*fairrelay.Queue, *pgxpool.Pool, []fairrelay.Claim) {
 	t.Helper()
 	ctx := context.Background()
-	q, pool := postgresQueueBusy(t, prefix, busy)
+	q, pool := postgresQueue(t, prefix, busy)
 	for _, id := range []string{"A1", "B1", "C1"} {
 		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: id[:1], Body: []byte(`{"delta":1}`)}); err != nil {
 			t.Fatal(err)
@@ -372,18 +372,11 @@ func outboxFixture(t *testing.T, prefix string, busy time.Duration) (*fairrelay.
 	return q, pool, first
 }
 
-// postgresQueue opens an empty PostgreSQL queue (the reference policy) in a
-// fresh schema (prefix), and a pool on that schema for the test's own
-// transactions, as an application's would be. Both close when the test
-// ends.
-func postgresQueue(t *testing.T, prefix string) (*fairrelay.Queue, *pgxpool.Pool) {
-	t.Helper()
-	return postgresQueueBusy(t, prefix, 0)
-}
-
-// postgresQueueBusy is postgresQueue with the given busy timeout (0: the
-// default).
-func postgresQueueBusy(t *testing.T, prefix string, busy time.Duration) (*fairrelay.Queue, *pgxpool.Pool) {
+// postgresQueue opens an empty PostgreSQL queue (the reference policy, busy
+// timeout busy, 0 for the default) in a fresh schema (prefix), and a pool
+// on that schema for the test's own transactions, as an application's
+// would be. Both close when the test ends.
+func postgresQueue(t *testing.T, prefix string, busy time.Duration) (*fairrelay.Queue, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	dsn := pgtest.Schema(t, prefix)

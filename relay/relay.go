@@ -538,12 +538,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			r.cfg.Metrics.transaction(kind)
 		}
 		var heldAns []answer
-		heldAns, settled = heldBack(ans, settled)
-		r.cfg.Metrics.heldSettles(len(heldAns))
-		for _, s := range settled {
-			s.At = ran // the floor may have raised the tick
-			r.report(s)
-		}
+		heldAns, settled = r.reportSettles(ans, settled, ran)
 		p.mu.Lock()
 		p.recycle(ans)
 		p.answers = append(p.answers, heldAns...)
@@ -908,13 +903,22 @@ func (r *Relay) settle(ctx context.Context, as []answer) (held []answer, err err
 		}
 		break
 	}
-	held, settled = heldBack(as, settled)
+	held, _ = r.reportSettles(as, settled, ran)
+	return held, nil
+}
+
+// reportSettles reports the settles of a transaction that ran at tick ran
+// (settled[i] reports as[i]), but for those that came back Held, whose
+// answers it returns to settle again later (heldBack); reports are the
+// settles it reported.
+func (r *Relay) reportSettles(as []answer, settled []Settled, ran int64) (held []answer, reports []Settled) {
+	held, reports = heldBack(as, settled)
 	r.cfg.Metrics.heldSettles(len(held))
-	for _, s := range settled {
+	for _, s := range reports {
 		s.At = ran // the floor may have raised the tick
 		r.report(s)
 	}
-	return held, nil
+	return held, reports
 }
 
 func (r *Relay) report(s Settled) {

@@ -799,6 +799,19 @@ type signalTime struct {
 	read chan struct{}
 }
 
+// waitReads waits for n readings of the clock, failing after 10 s: a relay
+// that reads its clock on every poll has polled that often.
+func (st signalTime) waitReads(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-st.read:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d clock readings in 10 s: the relay stopped polling", i)
+		}
+	}
+}
+
 func (s signalTime) Elapsed() time.Duration {
 	select {
 	case s.read <- struct{}{}:
@@ -834,26 +847,16 @@ func TestIdleRelayDoesNotWrite(t *testing.T) {
 	// Every poll reads the clock, and a worker's next reading comes after
 	// its previous claim committed: 100 readings span several polls of each
 	// of the 4 workers.
-	readings := func() {
-		t.Helper()
-		for i := range 100 {
-			select {
-			case <-st.read:
-			case <-time.After(10 * time.Second):
-				t.Fatalf("only %d clock readings in 10 s: the workers stopped polling", i)
-			}
-		}
-	}
 	// First let the claim that follows a delivery (a busy worker claims at
 	// once, a write) finish: from here on every worker is idle.
-	readings()
+	st.waitReads(t, 100)
 	before, err := h.q.Clock(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.time.Advance(50 * time.Millisecond) // a later tick, still inside the backoff
 	// Claiming on these polls would have moved the stored tick to 50.
-	readings()
+	st.waitReads(t, 100)
 	after, err := h.q.Clock(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -1095,22 +1098,12 @@ func TestIdleRelayKeepsTheStoredTickWithinAHeartbeat(t *testing.T) {
 	}
 	defer close(release)
 	first := signalTime{manualTime: &manualTime{}, read: make(chan struct{})}
-	readings := func(st signalTime) {
-		t.Helper()
-		for i := range 100 {
-			select {
-			case <-st.read:
-			case <-time.After(10 * time.Second):
-				t.Fatalf("only %d clock readings in 10 s", i)
-			}
-		}
-	}
 	cfg := h.patient(t)
 	cfg.Source = first
 	h.start(t, cfg)
-	readings(first)
+	first.waitReads(t, 100)
 	first.Advance(70 * time.Second) // idle for 70 s, past a lease: only reads, and the heartbeat
-	readings(first)
+	first.waitReads(t, 100)
 	if c, err := h.q.Clock(t.Context()); err != nil || c.Tick != 70_000 {
 		t.Fatalf("stored tick %+v (%v) after the idle relay's clock reached 70000, want 70000 (a heartbeat)", c, err)
 	}
@@ -1129,7 +1122,7 @@ func TestIdleRelayKeepsTheStoredTickWithinAHeartbeat(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("A1 was not delivered within 10 s")
 	}
-	readings(first) // the first relay polls while the delivery is held
+	first.waitReads(t, 100) // the first relay polls while the delivery is held
 	if e := h.event(t, "A1"); e.State != fairrelay.StateInflight || e.Generation != 1 {
 		t.Fatalf("A1 %+v while a delivery holds its lease, want inflight, generation 1", e)
 	}
