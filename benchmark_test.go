@@ -10,6 +10,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/bench"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 )
 
 // The claim path's benchmarks (issue 4) at the flow counts of
@@ -75,10 +76,10 @@ func runSizes(b *testing.B, fn func(b *testing.B, q *fairrelay.Queue, flows int)
 	}
 }
 
-// claimOne claims a head at tick 1 and fails the benchmark on idle: the
+// benchClaim claims a head at tick 1 and fails the benchmark on idle: the
 // backlog ran out.
-func claimOne(b *testing.B, q *fairrelay.Queue) *fairrelay.Claim {
-	c, err := q.Claim(context.Background(), 1)
+func benchClaim(b *testing.B, q *fairrelay.Queue) *fairrelay.Claim {
+	c, err := queuetest.ClaimOne(context.Background(), q, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func claimOne(b *testing.B, q *fairrelay.Queue) *fairrelay.Claim {
 }
 
 func settleAcked(b *testing.B, q *fairrelay.Queue, tok fairrelay.Token) {
-	r, err := q.Settle(context.Background(), tok, fairrelay.OutcomeAccepted, 1)
+	r, err := q.Settle(context.Background(), fairrelay.SettleParams{Token: tok, Outcome: fairrelay.OutcomeAccepted, At: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func settleAcked(b *testing.B, q *fairrelay.Queue, tok fairrelay.Token) {
 func BenchmarkClaim(b *testing.B) {
 	runSizes(b, func(b *testing.B, q *fairrelay.Queue, _ int) {
 		for b.Loop() {
-			c := claimOne(b, q)
+			c := benchClaim(b, q)
 			b.StopTimer()
 			settleAcked(b, q, c.Token)
 			b.StartTimer()
@@ -117,7 +118,7 @@ func BenchmarkSettle(b *testing.B) {
 	runSizes(b, func(b *testing.B, q *fairrelay.Queue, _ int) {
 		for b.Loop() {
 			b.StopTimer()
-			c := claimOne(b, q)
+			c := benchClaim(b, q)
 			b.StartTimer()
 			settleAcked(b, q, c.Token)
 		}
@@ -133,18 +134,18 @@ func BenchmarkClaimBatch(b *testing.B) {
 		ctx := context.Background()
 		events := 0
 		for b.Loop() {
-			cs, err := q.ClaimBatch(ctx, 1, k)
+			cs, err := queuetest.Claims(q.Claim(ctx, fairrelay.ClaimParams{At: 1, Limit: k}))
 			if err != nil {
 				b.Fatal(err)
 			}
 			if len(cs) == 0 {
 				b.Fatal("claim batch answered idle: the backlog ran out")
 			}
-			ps := make([]fairrelay.SettleParams, len(cs))
+			ps := make([]fairrelay.Settlement, len(cs))
 			for i, c := range cs {
-				ps[i] = fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted}
+				ps[i] = fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted}
 			}
-			rs, err := q.SettleBatch(ctx, 1, ps)
+			rs, err := queuetest.Settles(q.SettleMany(ctx, fairrelay.SettleManyParams{At: 1, Settles: ps}))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -165,9 +166,9 @@ func BenchmarkClaimBatch(b *testing.B) {
 func BenchmarkSettleAndClaim(b *testing.B) {
 	runSizes(b, func(b *testing.B, q *fairrelay.Queue, _ int) {
 		ctx := context.Background()
-		var held []fairrelay.SettleParams
+		var held []fairrelay.Settlement
 		for b.Loop() {
-			rs, cs, err := q.SettleAndClaim(ctx, 1, held, 1)
+			rs, cs, err := queuetest.SettleClaims(q.SettleMany(ctx, fairrelay.SettleManyParams{At: 1, Settles: held, ClaimLimit: 1}))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -179,7 +180,7 @@ func BenchmarkSettleAndClaim(b *testing.B) {
 			if len(cs) == 0 {
 				b.Fatal("claim answered idle: the backlog ran out")
 			}
-			held = []fairrelay.SettleParams{{Token: cs[0].Token, Outcome: fairrelay.OutcomeAccepted}}
+			held = []fairrelay.Settlement{{Token: cs[0].Token, Outcome: fairrelay.OutcomeAccepted}}
 		}
 	})
 }

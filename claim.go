@@ -34,42 +34,79 @@ type Claim struct {
 	Attempts int64
 }
 
-// Claim takes the eligible head with the smallest served (SPEC §2 claim):
-// ready with next_at <= at, or inflight with a lease that ran out. It returns
-// nil, nil when nothing is eligible (idle; the tick still advances). In the
-// same transaction, every expired inflight head whose round already used the
-// whole budget is quarantined with reason budget_exhausted instead of being
-// claimed ([decision] of SPEC §2). Errors: ErrInvalidInput (at),
-// ErrClockRegressed, ErrBusy (nothing changed; retry), ErrDatabase.
-func (q *Queue) Claim(ctx context.Context, at int64) (*Claim, error) {
-	cs, err := q.ClaimBatch(ctx, at, 1)
-	if err != nil || len(cs) == 0 {
-		return nil, err
-	}
-	return &cs[0], nil
+// ClaimParams is one claim transaction (SPEC §2 claim).
+type ClaimParams struct {
+	// At is the tick of the write (SPEC §2: at >= the stored tick); AtStored
+	// runs it at the store's tick.
+	At int64
+	// Limit is the most heads to claim, each of a distinct flow, with exactly
+	// the answers Limit consecutive claims at the same tick would give (one
+	// commit, one fsync, for many claims). Defaults to 1; at most MaxLimit.
+	Limit int
+	// Floor runs the claim at the stored tick when At lies below it, instead
+	// of failing with ErrClockRegressed: the daemon clock of SPEC §7, which
+	// never goes below the stored tick. For a dispatcher whose writes wait
+	// for locks while other processes commit later ticks (several relays on
+	// one PostgreSQL queue), where a retry at a fresher tick would lose the
+	// same race again. ClaimResult.Tick says the tick it ran at. Scripts and
+	// tests that give explicit ticks leave it false.
+	Floor bool
 }
 
-// ClaimBatch takes up to k heads of k distinct flows in one transaction,
-// with exactly the answers k consecutive Claim calls at the same tick would
-// give (group commit: one fsync for many claims). An empty result is idle.
-// Errors as Claim, plus ErrInvalidInput (field "k") for k < 1.
-func (q *Queue) ClaimBatch(ctx context.Context, at int64, k int) ([]Claim, error) {
-	if k < 1 {
-		return nil, invalid("k", "must be at least 1, got %d", k)
+// MaxLimit is the largest ClaimParams.Limit (and SettleManyParams.ClaimLimit)
+// accepted.
+const MaxLimit = 1 << 16
+
+// ClaimResult is the answer of Claim.
+type ClaimResult struct {
+	// Claims are the heads claimed, in claim order (ascending Ticket); empty
+	// when nothing was eligible (idle; the tick still advanced).
+	Claims []Claim
+	// Tick is the tick the claim ran at: At, or the stored tick (AtStored,
+	// Floor).
+	Tick int64
+}
+
+// First returns the first claim, nil when the claim was idle: for a claim of
+// one head (Limit 1).
+func (r ClaimResult) First() *Claim {
+	if len(r.Claims) == 0 {
+		return nil
+	}
+	return &r.Claims[0]
+}
+
+// Claim takes up to p.Limit eligible heads in dispatch order, each the one
+// with the smallest served (SPEC §2 claim): ready with next_at <= at, or
+// inflight with a lease that ran out. An empty ClaimResult.Claims is idle
+// (the tick still advances). In the same transaction, every expired
+// inflight head whose round already used the whole budget is quarantined
+// with reason budget_exhausted instead of being claimed ([decision] of SPEC
+// §2). Errors: ErrInvalidInput (at, limit), ErrClockRegressed, ErrBusy
+// (nothing changed; retry), ErrDatabase.
+func (q *Queue) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
+	k := p.Limit
+	if k == 0 {
+		k = 1
+	}
+	if k < 1 || k > MaxLimit {
+		return ClaimResult{}, invalid("limit", "must be 1 to %d, got %d", MaxLimit, p.Limit)
 	}
 	var out []Claim
-	err := q.writeTx(ctx, store.LaneClaim, store.TxHint{Pick: k, PickOrder: q.pickOrder()}, "claim", at, faultpoint.BeforeClaimCommit, faultpoint.AfterClaimCommit, func(tx store.Tx, c *store.Clock) error {
+	op := writeOp{name: "claim", lanes: store.LaneClaim, hint: store.TxHint{Pick: k, PickOrder: q.pickOrder()},
+		at: p.At, floor: p.Floor, before: faultpoint.BeforeClaimCommit, after: faultpoint.AfterClaimCommit}
+	tick, err := q.writeTx(ctx, op, func(tx store.Tx, c *store.Clock) error {
 		var err error
 		out, err = q.claimBatch(ctx, tx, c, c.Tick, k)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return ClaimResult{}, err
 	}
-	return out, nil
+	return ClaimResult{Claims: out, Tick: tick}, nil
 }
 
-// claimBatch is the body of ClaimBatch inside a write transaction.
+// claimBatch is the body of Claim inside a write transaction.
 func (q *Queue) claimBatch(ctx context.Context, tx store.Tx, c *store.Clock, at int64, k int) ([]Claim, error) {
 	if err := q.promoteDue(ctx, tx, at); err != nil {
 		return nil, err

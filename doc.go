@@ -16,15 +16,22 @@
 // logical: every write takes a tick (an int64 that never goes back); the
 // daemon maps 1 tick to 1 ms.
 //
-// A minimal round trip on the embedded SQLite store:
+// A minimal round trip on the embedded SQLite store, under the daemon's
+// policy (1 tick = 1 ms) and at the store's own tick (AtStored), as a tool
+// beside a running relay writes:
 //
-//	q, err := fairrelay.Open(ctx, "queue.db", fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+//	q, err := fairrelay.Open(ctx, "queue.db", fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
 //	if err != nil { … }
 //	defer q.Close()
-//	q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: 0})
-//	c, err := q.Claim(ctx, 0)                          // nil when nothing is eligible
-//	outcome := deliver(c)                              // your receiver's answer
-//	r, err := q.Settle(ctx, c.Token, outcome, 1)       // acked, ready, quarantined, stale or expired
+//	_, err = q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+//	res, err := q.Claim(ctx, fairrelay.ClaimParams{At: fairrelay.AtStored}) // res.First() is nil when idle
+//	c := res.First()
+//	outcome := deliver(c) // your receiver's answer
+//	r, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: outcome, At: fairrelay.AtStored})
+//	// r.Status: acked, ready, quarantined, stale or expired
+//
+// In production the relay (package relay) runs the claim-deliver-settle
+// loop; the library calls above are what it and the CLI are made of.
 //
 // The same operations run on PostgreSQL when the DSN is a postgres:// URL.
 // Every operation is one atomic transaction; errors are *Error values with a

@@ -3,11 +3,15 @@ package fairrelay
 import (
 	"bytes"
 	"context"
+	"database/sql"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
 
-// EnqueueParams is one event to enqueue (SPEC §2 enqueue).
+// EnqueueParams is one event to enqueue in its own transaction, or in the
+// caller's (SPEC §2 enqueue).
 type EnqueueParams struct {
 	// ID is the event id: 1 to MaxIDBytes bytes of UTF-8 without control
 	// characters, unique in the store. The receiver deduplicates by it.
@@ -23,6 +27,29 @@ type EnqueueParams struct {
 	// moves every millisecond, pass AtStored (the store's tick, read in the
 	// same transaction) or the relay's own tick (relay.Relay.Do).
 	At int64
+	// Floor runs the write at the stored tick when At lies below it, instead
+	// of failing with ErrClockRegressed (as ClaimParams.Floor);
+	// EnqueueResult.Tick says the tick it ran at.
+	Floor bool
+}
+
+// NewEvent is one event of an EnqueueMany: the fields of EnqueueParams but
+// the tick, which is the batch's.
+type NewEvent struct {
+	ID   string
+	Flow string
+	Body []byte
+}
+
+// EnqueueManyParams enqueues many events at one tick in one transaction.
+type EnqueueManyParams struct {
+	// At is the tick of the whole batch; AtStored runs it at the store's
+	// tick.
+	At int64
+	// Floor as EnqueueParams.Floor.
+	Floor bool
+	// Events are the events to enqueue, in order.
+	Events []NewEvent
 }
 
 // EnqueueStatus is the answer of enqueue.
@@ -43,23 +70,28 @@ const (
 type EnqueueResult struct {
 	Status EnqueueStatus `json:"status"`
 	Seq    int64         `json:"seq,omitempty"`
+	// Tick is the tick the write ran at (At, or the stored tick under
+	// AtStored or Floor). Not part of the SPEC §6 answer.
+	Tick int64 `json:"-"`
 }
 
-func (q *Queue) checkEnqueue(p EnqueueParams) error {
-	if err := checkID("id", p.ID); err != nil {
+func (q *Queue) checkEvent(e NewEvent) error {
+	if err := checkID("id", e.ID); err != nil {
 		return err
 	}
-	if err := checkID("flow", p.Flow); err != nil {
+	if err := checkID("flow", e.Flow); err != nil {
 		return err
 	}
-	if len(p.Body) == 0 {
+	if len(e.Body) == 0 {
 		return invalid("body", "empty")
 	}
-	if len(p.Body) > q.policy.MaxBodyBytes {
-		return invalid("body", "%d bytes, more than the limit of %d", len(p.Body), q.policy.MaxBodyBytes)
+	if len(e.Body) > q.policy.MaxBodyBytes {
+		return invalid("body", "%d bytes, more than the limit of %d", len(e.Body), q.policy.MaxBodyBytes)
 	}
-	return checkTick(p.At)
+	return nil
 }
+
+func (p EnqueueParams) event() NewEvent { return NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body} }
 
 // Enqueue stores one event in its own transaction (SPEC §2): a new id gets
 // the next seq of its flow (creating the flow), a repeated id with the same
@@ -67,46 +99,38 @@ func (q *Queue) checkEnqueue(p EnqueueParams) error {
 // conflict. Errors: ErrInvalidInput naming id, flow, body or at;
 // ErrClockRegressed; ErrBusy; ErrDatabase. On error nothing changed.
 func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
-	if err := q.checkEnqueue(p); err != nil {
+	rs, err := q.EnqueueMany(ctx, EnqueueManyParams{At: p.At, Floor: p.Floor, Events: []NewEvent{p.event()}})
+	if err != nil {
 		return EnqueueResult{}, err
 	}
-	var res EnqueueResult
-	err := q.writeTx(ctx, store.LaneEnqueue, store.TxHint{Events: []string{p.ID}, Flows: []string{p.Flow}}, "enqueue", p.At, "", "", func(tx store.Tx, c *store.Clock) error {
-		fc := flowCache{}
-		var err error
-		if res, err = q.enqueue(ctx, tx, c, fc, p); err != nil {
-			return err
-		}
-		return fc.flush(ctx, tx)
-	})
-	return res, err
+	return rs[0], nil
 }
 
-// EnqueueBatch stores many events in one transaction, each with its own
-// answer, in order; at is the tick of the whole batch (each EnqueueParams.At
-// is ignored). A bad item fails the whole batch before anything is written.
-// Errors as Enqueue.
-func (q *Queue) EnqueueBatch(ctx context.Context, at int64, ps []EnqueueParams) ([]EnqueueResult, error) {
-	for i := range ps {
-		ps[i].At = at
-		if err := q.checkEnqueue(ps[i]); err != nil {
+// EnqueueMany stores p.Events in one transaction at one tick, each with the
+// answer Enqueue would give in that order. A bad event fails the whole batch
+// before anything is written (the error names the field). The caller's
+// slices are not changed. Errors as Enqueue.
+func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]EnqueueResult, error) {
+	for _, e := range p.Events {
+		if err := q.checkEvent(e); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]EnqueueResult, 0, len(ps))
-	ids, flows := make([]string, len(ps)), make([]string, len(ps))
-	for i, p := range ps {
-		ids[i], flows[i] = p.ID, p.Flow
+	out := make([]EnqueueResult, 0, len(p.Events))
+	ids, flows := make([]string, len(p.Events)), make([]string, len(p.Events))
+	for i, e := range p.Events {
+		ids[i], flows[i] = e.ID, e.Flow
 	}
-	err := q.writeTx(ctx, store.LaneEnqueue, store.TxHint{Events: ids, Flows: flows}, "enqueue", at, "", "", func(tx store.Tx, c *store.Clock) error {
+	op := writeOp{name: "enqueue", lanes: store.LaneEnqueue, hint: store.TxHint{Events: ids, Flows: flows}, at: p.At, floor: p.Floor}
+	tick, err := q.writeTx(ctx, op, func(tx store.Tx, c *store.Clock) error {
 		out = out[:0]
 		// One read for the whole batch where a question costs a round trip.
 		if err := store.Prefetch(ctx, tx, ids, flows); err != nil {
 			return err
 		}
 		fc := flowCache{}
-		for _, p := range ps {
-			r, err := q.enqueue(ctx, tx, c, fc, p)
+		for _, e := range p.Events {
+			r, err := q.enqueue(ctx, tx, c, fc, e)
 			if err != nil {
 				return err
 			}
@@ -117,23 +141,50 @@ func (q *Queue) EnqueueBatch(ctx context.Context, at int64, ps []EnqueueParams) 
 	if err != nil {
 		return nil, err
 	}
+	for i := range out {
+		out[i].Tick = tick
+	}
 	return out, nil
 }
 
-// EnqueueTx stores one event inside a transaction the caller owns — the
-// transactional outbox: the business write and the event commit or roll back
-// together. tx is a *sql.Tx on the same SQLite file (open its pool with
-// fairrelay.SQLiteDSN), or for PostgreSQL a pgx.Tx or *sql.Tx on the same
-// database. The caller commits. p.At is usually AtStored: a producer does
-// not know the relay's clock. Until the caller commits, the caller's
-// transaction holds a write lock: on SQLite the file's (every other writer
-// waits), on PostgreSQL the enqueue lane's and the row of p.Flow (other
-// enqueuers wait; claims skip that flow and its settles wait, or under
-// WithSkipHeldFlows, as the relay settles, are put off; everything else
-// goes on — store.Lane). Answers and errors as Enqueue; an error leaves
-// the caller's transaction to be rolled back by the caller.
-func (q *Queue) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
-	if err := q.checkEnqueue(p); err != nil {
+// EnqueueTx stores one event inside a *sql.Tx the caller owns — the
+// transactional outbox: the business write and the event commit or roll
+// back together. On SQLite, tx is a transaction on the same file (open its
+// pool with fairrelay.SQLiteDSN); on PostgreSQL, a transaction of pgx's
+// database/sql driver (github.com/jackc/pgx/v5/stdlib) on the same
+// database (EnqueuePgxTx takes a pgx.Tx). The caller commits. p.At is
+// usually AtStored: a producer does not know the relay's clock. Until the
+// caller commits, the caller's transaction holds a write lock: on SQLite the
+// file's (every other writer waits), on PostgreSQL the enqueue lane's and
+// the row of p.Flow (other enqueuers wait; claims skip that flow and its
+// settles wait, or under SettleManyParams.SkipHeld, as the relay settles,
+// are put off; everything else goes on — store.Lane). Answers and errors as
+// Enqueue, plus ErrInvalidInput (field "tx") for a transaction the store
+// cannot use; an error leaves the caller's transaction to be rolled back by
+// the caller.
+func (q *Queue) EnqueueTx(ctx context.Context, tx *sql.Tx, p EnqueueParams) (EnqueueResult, error) {
+	if tx == nil {
+		return EnqueueResult{}, invalid("tx", "nil *sql.Tx")
+	}
+	return q.enqueueIn(ctx, tx, p)
+}
+
+// EnqueuePgxTx is EnqueueTx for a pgx.Tx on the PostgreSQL database of the
+// store (the pgx-native outbox). Answers and errors as EnqueueTx; on a
+// SQLite store it fails with ErrInvalidInput (field "tx").
+func (q *Queue) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, p EnqueueParams) (EnqueueResult, error) {
+	if tx == nil {
+		return EnqueueResult{}, invalid("tx", "nil pgx.Tx")
+	}
+	return q.enqueueIn(ctx, tx, p)
+}
+
+// enqueueIn is EnqueueTx and EnqueuePgxTx: tx is a *sql.Tx or a pgx.Tx.
+func (q *Queue) enqueueIn(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
+	if err := q.checkEvent(p.event()); err != nil {
+		return EnqueueResult{}, err
+	}
+	if err := checkTick(p.At); err != nil {
 		return EnqueueResult{}, err
 	}
 	stx, err := q.store.Wrap(ctx, tx, store.LaneEnqueue)
@@ -141,18 +192,19 @@ func (q *Queue) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (Enqueue
 		return EnqueueResult{}, &Error{Code: CodeInvalidInput, Field: "tx", Message: err.Error()}
 	}
 	var res EnqueueResult
-	tick, err := q.inTx(ctx, "enqueue", stx, p.At, func(tx store.Tx, c *store.Clock) error {
+	tick, err := q.inTx(ctx, "enqueue", stx, p.At, p.Floor, func(tx store.Tx, c *store.Clock) error {
 		fc := flowCache{}
 		var err error
-		if res, err = q.enqueue(ctx, tx, c, fc, p); err != nil {
+		if res, err = q.enqueue(ctx, tx, c, fc, p.event()); err != nil {
 			return err
 		}
 		return fc.flush(ctx, tx)
 	})
-	if ran := tickFloor(ctx); ran != nil && err == nil {
-		ran(tick)
+	if err != nil {
+		return EnqueueResult{}, err
 	}
-	return res, err
+	res.Tick = tick
+	return res, nil
 }
 
 // flowCache holds the flow rows one enqueue transaction read or created, so a
@@ -176,8 +228,8 @@ func (fc flowCache) flush(ctx context.Context, tx store.Tx) error {
 	return nil
 }
 
-func (q *Queue) enqueue(ctx context.Context, tx store.Tx, c *store.Clock, fc flowCache, p EnqueueParams) (EnqueueResult, error) {
-	p.At = c.Tick // the write's tick (p.At may be AtStored)
+func (q *Queue) enqueue(ctx context.Context, tx store.Tx, c *store.Clock, fc flowCache, p NewEvent) (EnqueueResult, error) {
+	at := c.Tick // the write's tick
 	old, err := tx.EventGet(ctx, p.ID)
 	if err != nil {
 		return EnqueueResult{}, err
@@ -215,11 +267,11 @@ func (q *Queue) enqueue(ctx context.Context, tx store.Tx, c *store.Clock, fc flo
 	cf.dirty = true
 	if f.HeadSeq == f.Seq {
 		// The new event is the head: the flow had none.
-		placeHead(f, p.At, c.Tick)
+		placeHead(f, at, at)
 	}
 	e := store.EventRow{
 		ID: p.ID, Flow: p.Flow, Seq: f.Seq, Body: p.Body, State: store.StateReady,
-		NextAt: p.At, EnqueuedAt: p.At,
+		NextAt: at, EnqueuedAt: at,
 	}
 	if err := tx.EventInsert(ctx, e); err != nil {
 		return EnqueueResult{}, err

@@ -116,7 +116,7 @@ func ExampleQueue_EnqueueTx_postgres() {
 		}
 		// At: AtStored writes at the store's tick, whatever tick the relay
 		// beside it has reached (a producer does not know the relay's clock).
-		_, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "order-placed-o1", Flow: "customer-7", Body: []byte(`{"delta":30}`), At: fairrelay.AtStored})
+		_, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "order-placed-o1", Flow: "customer-7", Body: []byte(`{"delta":30}`), At: fairrelay.AtStored})
 		return err // nil commits both; an error rolls both back
 	})
 	if err != nil {
@@ -162,7 +162,15 @@ CREATE TABLE orders (id TEXT PRIMARY KEY, total INT NOT NULL); CREATE TABLE even
 
 	enqueue := func(tx any, id string) {
 		t.Helper()
-		r, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "placed-" + id, Flow: "c7", Body: []byte(`{"delta":1}`)})
+		p := fairrelay.EnqueueParams{ID: "placed-" + id, Flow: "c7", Body: []byte(`{"delta":1}`)}
+		var r fairrelay.EnqueueResult
+		var err error
+		switch tx := tx.(type) {
+		case pgx.Tx:
+			r, err = q.EnqueuePgxTx(ctx, tx, p)
+		case *sql.Tx:
+			r, err = q.EnqueueTx(ctx, tx, p)
+		}
 		if err != nil || r.Status != fairrelay.EnqueueCreated {
 			t.Fatalf("EnqueueTx %s: %+v %v", id, r, err)
 		}
@@ -238,10 +246,10 @@ CREATE TABLE orders (id TEXT PRIMARY KEY, total INT NOT NULL); CREATE TABLE even
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM event`).Scan(&notes); err != nil || notes != 1 {
 		t.Fatalf("the app's own event table has %d rows (%v), want 1", notes, err)
 	}
-	// A transaction of another kind is refused, naming the field.
-	_, err = q.EnqueueTx(ctx, "not a transaction", fairrelay.EnqueueParams{ID: "x", Flow: "c7", Body: []byte(`{"delta":1}`)})
+	// A nil transaction is refused, naming the field.
+	_, err = q.EnqueueTx(ctx, nil, fairrelay.EnqueueParams{ID: "x", Flow: "c7", Body: []byte(`{"delta":1}`)})
 	var fe *fairrelay.Error
 	if !errors.As(err, &fe) || fe.Field != "tx" {
-		t.Fatalf("EnqueueTx with a string: %v, want an invalid_input error naming tx", err)
+		t.Fatalf("EnqueueTx with nil: %v, want an invalid_input error naming tx", err)
 	}
 }

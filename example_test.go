@@ -36,15 +36,16 @@ func Example() {
 	}
 	run := func(at int64) {
 		for {
-			c, err := q.Claim(ctx, at)
+			res, err := q.Claim(ctx, fairrelay.ClaimParams{At: at})
 			if err != nil {
 				log.Fatal(err)
 			}
+			c := res.First() // nil: idle
 			if c == nil {
 				fmt.Println("idle")
 				return
 			}
-			r, err := q.Settle(ctx, c.Token, answer(c), at)
+			r, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: answer(c), At: at})
 			if err != nil {
 				log.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
 
@@ -35,7 +36,7 @@ func TestPostgresOutboxDoesNotStallTheRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if r, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}); err != nil || r.Seq != 2 {
+	if r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}); err != nil || r.Seq != 2 {
 		t.Fatalf("EnqueueTx A2: %+v %v", r, err)
 	}
 
@@ -45,24 +46,24 @@ func TestPostgresOutboxDoesNotStallTheRelay(t *testing.T) {
 		return c
 	}
 	// Meanwhile the relay settles B1 and claims and settles C1.
-	if r, err := q.Settle(deadline(), first[1].Token, fairrelay.OutcomeAccepted, 0); err != nil || r.Status != fairrelay.SettleAcked {
+	if r, err := q.Settle(deadline(), fairrelay.SettleParams{Token: first[1].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
 		t.Fatalf("settle B1 while an enqueue is open: %+v %v", r, err)
 	}
-	cs, err := q.ClaimBatch(deadline(), 0, 3)
+	cs, err := queuetest.Claims(q.Claim(deadline(), fairrelay.ClaimParams{At: 0, Limit: 3}))
 	if err != nil || len(cs) != 1 || cs[0].Token.EventID != "C1" {
 		t.Fatalf("claim while an enqueue is open: %+v %v", cs, err)
 	}
-	if r, err := q.Settle(deadline(), cs[0].Token, fairrelay.OutcomeAccepted, 0); err != nil || r.Status != fairrelay.SettleAcked {
+	if r, err := q.Settle(deadline(), fairrelay.SettleParams{Token: cs[0].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
 		t.Fatalf("settle C1 while an enqueue is open: %+v %v", r, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A1 settles, and A2 is A's head.
-	if r, err := q.Settle(deadline(), first[0].Token, fairrelay.OutcomeAccepted, 0); err != nil || r.Status != fairrelay.SettleAcked {
+	if r, err := q.Settle(deadline(), fairrelay.SettleParams{Token: first[0].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
 		t.Fatalf("settle A1 after the commit: %+v %v", r, err)
 	}
-	cs, err = q.ClaimBatch(deadline(), 0, 3)
+	cs, err = queuetest.Claims(q.Claim(deadline(), fairrelay.ClaimParams{At: 0, Limit: 3}))
 	if err != nil || len(cs) != 1 || cs[0].Token.EventID != "A2" || cs[0].Seq != 2 {
 		t.Fatalf("claim after the commit: %+v %v", cs, err)
 	}
@@ -114,16 +115,16 @@ func TestPostgresEnqueueDoesNotWaitForAClaim(t *testing.T) {
 	}
 	c, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if r, err := q.EnqueueBatch(c, fairrelay.AtStored, []fairrelay.EnqueueParams{
+	if r, err := q.EnqueueMany(c, fairrelay.EnqueueManyParams{At: fairrelay.AtStored, Events: []fairrelay.NewEvent{
 		{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)},
 		{ID: "C1", Flow: "C", Body: []byte(`{"delta":1}`)},
-	}); err != nil || len(r) != 2 || r[0].Status != fairrelay.EnqueueCreated {
+	}}); err != nil || len(r) != 2 || r[0].Status != fairrelay.EnqueueCreated {
 		t.Fatalf("enqueue while a claim is open: %+v %v", r, err)
 	}
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := q.ClaimBatch(ctx, 0, 3)
+	cs, err := queuetest.Claims(q.Claim(ctx, fairrelay.ClaimParams{At: 0, Limit: 3}))
 	if err != nil || len(cs) != 3 {
 		t.Fatalf("claim after: %+v %v", cs, err)
 	}
@@ -143,7 +144,7 @@ func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 	// The settle of A1 waits for A's row.
 	settledA := make(chan error, 1)
 	go func() {
-		r, err := q.Settle(ctx, first[0].Token, fairrelay.OutcomeAccepted, 0)
+		r, err := q.Settle(ctx, fairrelay.SettleParams{Token: first[0].Token, Outcome: fairrelay.OutcomeAccepted, At: 0})
 		if err == nil && r.Status != fairrelay.SettleAcked {
 			err = fmt.Errorf("answered %s", r.Status)
 		}
@@ -159,10 +160,10 @@ func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 	}
 	deadline, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if r, err := q.Settle(deadline, first[1].Token, fairrelay.OutcomeAccepted, 0); err != nil || r.Status != fairrelay.SettleAcked {
+	if r, err := q.Settle(deadline, fairrelay.SettleParams{Token: first[1].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
 		t.Fatalf("settle B1 while A1's settle waits: %+v %v", r, err)
 	}
-	if _, cs, err := q.SettleAndClaim(deadline, 0, nil, 2); err != nil || len(cs) != 1 || cs[0].Token.EventID != "C1" {
+	if _, cs, err := queuetest.SettleClaims(q.SettleMany(deadline, fairrelay.SettleManyParams{At: 0, Settles: nil, ClaimLimit: 2})); err != nil || len(cs) != 1 || cs[0].Token.EventID != "C1" {
 		t.Fatalf("settle-and-claim while A1's settle waits: %+v %v", cs, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -173,7 +174,7 @@ func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 	}
 }
 
-// TestPostgresSettleSkipsHeldFlows: under WithSkipHeldFlows a settle batch
+// TestPostgresSettleSkipsHeldFlows: with SkipHeld a settle batch
 // does not wait for a flow an open outbox transaction holds. That token
 // comes back Held and its event is untouched; the rest of the batch
 // settles, and SettleAndClaim claims as well. Once the transaction
@@ -185,12 +186,12 @@ func TestPostgresSettleSkipsHeldFlows(t *testing.T) {
 	tx := holdFlowA(t, q, pool)
 	// A deadline well past what a skip takes: a settle that waited for the
 	// open transaction would miss it.
-	skip, cancel := context.WithTimeout(fairrelay.WithSkipHeldFlows(ctx), 20*time.Second)
+	skip, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	settle := func(tok fairrelay.Token) fairrelay.SettleParams {
-		return fairrelay.SettleParams{Token: tok, Outcome: fairrelay.OutcomeAccepted}
+	settle := func(tok fairrelay.Token) fairrelay.Settlement {
+		return fairrelay.Settlement{Token: tok, Outcome: fairrelay.OutcomeAccepted}
 	}
-	rs, err := q.SettleBatch(skip, 0, []fairrelay.SettleParams{settle(first[0].Token), settle(first[1].Token)})
+	rs, err := queuetest.Settles(q.SettleMany(skip, fairrelay.SettleManyParams{At: 0, SkipHeld: true, Settles: []fairrelay.Settlement{settle(first[0].Token), settle(first[1].Token)}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,21 +201,21 @@ func TestPostgresSettleSkipsHeldFlows(t *testing.T) {
 	if e, err := q.Event(ctx, "A1"); err != nil || e.State != fairrelay.StateInflight || e.Generation != first[0].Token.Generation {
 		t.Fatalf("A1 after a held settle: %+v %v, want inflight, unchanged", e, err)
 	}
-	rs, cs, err := q.SettleAndClaim(skip, 0, []fairrelay.SettleParams{settle(first[0].Token)}, 2)
+	rs, cs, err := queuetest.SettleClaims(q.SettleMany(skip, fairrelay.SettleManyParams{At: 0, SkipHeld: true, Settles: []fairrelay.Settlement{settle(first[0].Token)}, ClaimLimit: 2}))
 	if err != nil || len(rs) != 1 || !rs[0].Held || len(cs) != 1 || cs[0].Token.EventID != "C1" {
 		t.Fatalf("settle-and-claim while A is held: %+v %+v %v, want A1 held and C1 claimed", rs, cs, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rs, err = q.SettleBatch(skip, 0, []fairrelay.SettleParams{settle(first[0].Token)})
+	rs, err = queuetest.Settles(q.SettleMany(skip, fairrelay.SettleManyParams{At: 0, SkipHeld: true, Settles: []fairrelay.Settlement{settle(first[0].Token)}}))
 	if err != nil || len(rs) != 1 || rs[0].Status != fairrelay.SettleAcked || rs[0].Held {
 		t.Fatalf("settle A1 after the commit: %+v %v", rs, err)
 	}
 }
 
 // TestPostgresHeldFlowFreedBeforeThePick: SettleAndClaim under
-// WithSkipHeldFlows finds flow A held and puts its token aside; the
+// SkipHeld finds flow A held and puts its token aside; the
 // transaction holding A (here, as another relay's claim would, with the
 // claim lane) commits while the settle waits for the lane, so the pick,
 // read after that wait, locks A and takes its head. (Found by review: the
@@ -231,15 +232,15 @@ func TestPostgresHeldFlowFreedBeforeThePick(t *testing.T) {
 	}
 	// A1 claimed (generation 1), its lease runs out, claimed again and
 	// acked: A is runnable with head A2, and the first token is stale.
-	old, err := q.Claim(ctx, 0)
+	old, err := queuetest.ClaimOne(ctx, q, 0)
 	if err != nil || old == nil || old.Token.EventID != "A1" {
 		t.Fatalf("claim: %+v %v", old, err)
 	}
-	again, err := q.Claim(ctx, old.LeaseUntil)
+	again, err := queuetest.ClaimOne(ctx, q, old.LeaseUntil)
 	if err != nil || again == nil || again.Token.Generation != 2 {
 		t.Fatalf("claim after the lease: %+v %v", again, err)
 	}
-	if r, err := q.Settle(ctx, again.Token, fairrelay.OutcomeAccepted, old.LeaseUntil); err != nil || r.Status != fairrelay.SettleAcked {
+	if r, err := q.Settle(ctx, fairrelay.SettleParams{Token: again.Token, Outcome: fairrelay.OutcomeAccepted, At: old.LeaseUntil}); err != nil || r.Status != fairrelay.SettleAcked {
 		t.Fatalf("settle generation 2: %+v %v", r, err)
 	}
 	hold, err := pool.Begin(ctx)
@@ -262,8 +263,7 @@ func TestPostgresHeldFlowFreedBeforeThePick(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		rs, cs, err := q.SettleAndClaim(fairrelay.WithSkipHeldFlows(ctx), old.LeaseUntil+1,
-			[]fairrelay.SettleParams{{Token: old.Token, Outcome: fairrelay.OutcomeAccepted}}, 1)
+		rs, cs, err := queuetest.SettleClaims(q.SettleMany(ctx, fairrelay.SettleManyParams{At: old.LeaseUntil + 1, SkipHeld: true, Settles: []fairrelay.Settlement{{Token: old.Token, Outcome: fairrelay.OutcomeAccepted}}, ClaimLimit: 1}))
 		done <- answer{rs, cs, err}
 	}()
 	// Commit once the server shows it waiting for the lane's lock.
@@ -305,14 +305,14 @@ func TestPostgresClaimSkipsAHeadReadyLater(t *testing.T) {
 		}
 	}
 	pgtest.Exec(t, dsn, `UPDATE event SET next_at = 100 WHERE event_id = 'A1'`)
-	cs, err := q.ClaimBatch(ctx, 5, 2)
+	cs, err := queuetest.Claims(q.Claim(ctx, fairrelay.ClaimParams{At: 5, Limit: 2}))
 	if err != nil || len(cs) != 1 || cs[0].Token.EventID != "B1" {
 		t.Fatalf("claim at tick 5: %+v %v (A1 is ready from tick 100)", cs, err)
 	}
-	if c, err := q.Claim(ctx, 99); err != nil || c != nil {
+	if c, err := queuetest.ClaimOne(ctx, q, 99); err != nil || c != nil {
 		t.Fatalf("claim at tick 99: %+v %v", c, err)
 	}
-	if c, err := q.Claim(ctx, 100); err != nil || c == nil || c.Token.EventID != "A1" {
+	if c, err := queuetest.ClaimOne(ctx, q, 100); err != nil || c == nil || c.Token.EventID != "A1" {
 		t.Fatalf("claim at tick 100: %+v %v", c, err)
 	}
 }
@@ -345,7 +345,7 @@ func holdFlowA(t *testing.T, q *fairrelay.Queue, pool *pgxpool.Pool) pgx.Tx {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tx.Rollback(ctx) })
-	if _, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}); err != nil {
+	if _, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}); err != nil {
 		t.Fatal(err)
 	}
 	return tx
@@ -365,7 +365,7 @@ func outboxFixture(t *testing.T, prefix string, busy time.Duration) (*fairrelay.
 			t.Fatal(err)
 		}
 	}
-	first, err := q.ClaimBatch(ctx, 0, 2)
+	first, err := queuetest.Claims(q.Claim(ctx, fairrelay.ClaimParams{At: 0, Limit: 2}))
 	if err != nil || len(first) != 2 || first[0].Token.EventID != "A1" || first[1].Token.EventID != "B1" {
 		t.Fatalf("claim: %+v %v", first, err)
 	}

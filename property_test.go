@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/internal/refmodel"
 )
 
@@ -232,8 +233,8 @@ func (r *propertyRun) token() fairrelay.Token {
 	return r.tokens[len(r.tokens)-1-r.rng.IntN(n)]
 }
 
-func (r *propertyRun) settleParams() fairrelay.SettleParams {
-	p := fairrelay.SettleParams{Token: r.token(), Outcome: propertyOutcomes[r.rng.IntN(len(propertyOutcomes))]}
+func (r *propertyRun) settleParams() fairrelay.Settlement {
+	p := fairrelay.Settlement{Token: r.token(), Outcome: propertyOutcomes[r.rng.IntN(len(propertyOutcomes))]}
 	if r.rng.IntN(5) == 0 {
 		p.NotBefore = r.m.Tick() + r.rng.Int64N(12)
 	}
@@ -255,7 +256,7 @@ func (r *propertyRun) step(i int) {
 		at := r.tick()
 		ps := draw(1+r.rng.IntN(4), r.enqueueParams)
 		r.lastTag = fmt.Sprintf("op %d: enqueue batch at %d %+v", i, at, ps)
-		got, gotErr := r.q.EnqueueBatch(r.ctx, at, cloneEnqueue(ps))
+		got, gotErr := r.q.EnqueueMany(r.ctx, fairrelay.EnqueueManyParams{At: at, Events: cloneEnqueue(ps)})
 		want, wantErr := r.m.EnqueueBatch(at, cloneEnqueue(ps))
 		r.same(got, gotErr, want, wantErr)
 		for j, res := range want {
@@ -265,7 +266,7 @@ func (r *propertyRun) step(i int) {
 		at := r.tick()
 		r.lastTag = fmt.Sprintf("op %d: claim at %d", i, at)
 		eligible := r.fair.before(r, at)
-		got, gotErr := r.q.Claim(r.ctx, at)
+		got, gotErr := queuetest.ClaimOne(r.ctx, r.q, at)
 		want, wantErr := r.m.Claim(at)
 		r.same(got, gotErr, want, wantErr)
 		if want != nil {
@@ -275,7 +276,7 @@ func (r *propertyRun) step(i int) {
 		at, k := r.tick(), 1+r.rng.IntN(4)
 		r.lastTag = fmt.Sprintf("op %d: claim batch at %d k %d", i, at, k)
 		eligible := r.fair.before(r, at)
-		got, gotErr := r.q.ClaimBatch(r.ctx, at, k)
+		got, gotErr := queuetest.Claims(r.q.Claim(r.ctx, fairrelay.ClaimParams{At: at, Limit: k}))
 		want, wantErr := r.m.ClaimBatch(at, k)
 		if gotErr == nil && len(got) == 0 {
 			got = []fairrelay.Claim{} // idle: empty either way
@@ -290,12 +291,12 @@ func (r *propertyRun) step(i int) {
 		var got, want fairrelay.SettleResult
 		var gotErr, wantErr error
 		if p.NotBefore == 0 {
-			got, gotErr = r.q.Settle(r.ctx, p.Token, p.Outcome, at)
+			got, gotErr = r.q.Settle(r.ctx, fairrelay.SettleParams{Token: p.Token, Outcome: p.Outcome, At: at})
 			want, wantErr = r.m.Settle(p.Token, p.Outcome, at)
 		} else {
 			var gs, ws []fairrelay.SettleResult
-			gs, gotErr = r.q.SettleBatch(r.ctx, at, []fairrelay.SettleParams{p})
-			ws, wantErr = r.m.SettleBatch(at, []fairrelay.SettleParams{p})
+			gs, gotErr = queuetest.Settles(r.q.SettleMany(r.ctx, fairrelay.SettleManyParams{At: at, Settles: []fairrelay.Settlement{p}}))
+			ws, wantErr = r.m.SettleBatch(at, []fairrelay.Settlement{p})
 			if len(gs) > 0 {
 				got = gs[0]
 			}
@@ -310,7 +311,7 @@ func (r *propertyRun) step(i int) {
 		at, k := r.tick(), r.rng.IntN(3)
 		ps := draw(r.rng.IntN(3), r.settleParams)
 		r.lastTag = fmt.Sprintf("op %d: settle and claim at %d k %d %+v", i, at, k, ps)
-		gotRs, gotCs, gotErr := r.q.SettleAndClaim(r.ctx, at, ps, k)
+		gotRs, gotCs, gotErr := queuetest.SettleClaims(r.q.SettleMany(r.ctx, fairrelay.SettleManyParams{At: at, Settles: ps, ClaimLimit: k}))
 		wantRs, wantErr := r.m.SettleBatch(at, ps)
 		var wantCs []fairrelay.Claim
 		var eligible map[string]bool
@@ -331,7 +332,7 @@ func (r *propertyRun) step(i int) {
 		at := r.tick()
 		ps := draw(1+r.rng.IntN(4), r.settleParams)
 		r.lastTag = fmt.Sprintf("op %d: settle batch at %d %+v", i, at, ps)
-		got, gotErr := r.q.SettleBatch(r.ctx, at, ps)
+		got, gotErr := queuetest.Settles(r.q.SettleMany(r.ctx, fairrelay.SettleManyParams{At: at, Settles: ps}))
 		want, wantErr := r.m.SettleBatch(at, ps)
 		r.same(got, gotErr, want, wantErr)
 	case op < 95:
@@ -402,8 +403,12 @@ func draw[T any](n int, gen func() T) []T {
 	return out
 }
 
-func cloneEnqueue(ps []fairrelay.EnqueueParams) []fairrelay.EnqueueParams {
-	return append([]fairrelay.EnqueueParams(nil), ps...)
+func cloneEnqueue(ps []fairrelay.EnqueueParams) []fairrelay.NewEvent {
+	out := make([]fairrelay.NewEvent, len(ps))
+	for i, p := range ps {
+		out[i] = fairrelay.NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body}
+	}
+	return out
 }
 
 func (r *propertyRun) claimed(cs []fairrelay.Claim, eligible map[string]bool) {

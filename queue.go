@@ -32,55 +32,6 @@ const MaxTick = 1 << 60
 // It is math.MinInt64, a value no computed tick is by accident.
 const AtStored int64 = math.MinInt64
 
-// tickFloorKey is the context key of WithTickFloor.
-type tickFloorKey struct{}
-
-// WithTickFloor returns a context under which a write of a Queue (every
-// operation of SPEC §2 but the reads) whose tick lies below the stored tick
-// runs at the stored tick instead of failing with ErrClockRegressed: the
-// daemon clock of SPEC §7, which never goes below the stored tick. It is
-// for a dispatcher whose writes wait for locks while other processes
-// commit later ticks (several relays on one PostgreSQL queue), where a
-// retry at a fresher tick would lose the same race again. ran, when not
-// nil, is called with the tick each write ran at, once it has committed (a
-// …Tx variant: once it is written in the caller's transaction), so that the
-// caller's clock can follow (relay's Clock.Observe). Scripts and tests
-// that give explicit ticks do not use it: there a smaller tick is an error.
-func WithTickFloor(ctx context.Context, ran func(tick int64)) context.Context {
-	if ran == nil {
-		ran = func(int64) {}
-	}
-	return context.WithValue(ctx, tickFloorKey{}, ran)
-}
-
-// tickFloor returns the callback of a WithTickFloor context, nil for any
-// other context.
-func tickFloor(ctx context.Context) func(tick int64) {
-	ran, _ := ctx.Value(tickFloorKey{}).(func(int64))
-	return ran
-}
-
-// skipHeldKey is the context key of WithSkipHeldFlows.
-type skipHeldKey struct{}
-
-// WithSkipHeldFlows returns a context under which SettleBatch and
-// SettleAndClaim skip a token whose flow another transaction holds, instead
-// of waiting for that transaction to end: its SettleResult has Held set,
-// and nothing of it changes; settle it again later. On PostgreSQL an
-// outbox transaction holds the rows of the flows it appended to until it
-// commits (EnqueueTx); a settle of one of those flows' heads would wait
-// for it, and so would every other settle of its batch. The relay settles
-// under it. On SQLite (one writer at a time) no flow is ever held.
-func WithSkipHeldFlows(ctx context.Context) context.Context {
-	return context.WithValue(ctx, skipHeldKey{}, true)
-}
-
-// skipHeld reports whether ctx comes from WithSkipHeldFlows.
-func skipHeld(ctx context.Context) bool {
-	v, _ := ctx.Value(skipHeldKey{}).(bool)
-	return v
-}
-
 // MaxReasonBytes is the longest redrive reason accepted, in bytes.
 const MaxReasonBytes = 4096
 
@@ -197,41 +148,56 @@ func (q *Queue) Migrate(ctx context.Context) ([]int, error) {
 	return v, dbError("migrate", err)
 }
 
-// writeTx runs fn in one write transaction of the given lane after the clock
-// check of SPEC §2: at must be >= the stored tick, which then becomes at.
-// fn's error, or a failed commit, rolls everything back. before and after
-// name the fault points around the commit ("" for none). hint says what fn
-// asks first (store.TxHint).
-func (q *Queue) writeTx(ctx context.Context, lane store.Lane, hint store.TxHint, op string, at int64, before, after string, fn func(tx store.Tx, c *store.Clock) error) error {
-	if err := checkTick(at); err != nil {
-		return err
+// writeOp describes one write transaction of writeTx.
+type writeOp struct {
+	// name labels errors ("claim", "settle", …).
+	name string
+	// lanes are the writers the transaction is serialised with (store.Lane).
+	lanes store.Lane
+	// hint says what the body asks first (store.TxHint).
+	hint store.TxHint
+	// at is the tick of the write (AtStored: the stored tick).
+	at int64
+	// floor runs a write whose at lies below the stored tick at the stored
+	// tick instead of failing with ErrClockRegressed (SPEC §7's daemon
+	// clock, which never goes below the stored tick).
+	floor bool
+	// before and after name the fault points around the commit ("" for
+	// none).
+	before, after string
+}
+
+// writeTx runs fn in one write transaction after the clock check of SPEC
+// §2: at must be >= the stored tick, which then becomes at. fn's error, or
+// a failed commit, rolls everything back. It returns the tick the write ran
+// at.
+func (q *Queue) writeTx(ctx context.Context, op writeOp, fn func(tx store.Tx, c *store.Clock) error) (int64, error) {
+	if err := checkTick(op.at); err != nil {
+		return 0, err
 	}
-	tx, err := q.store.Begin(ctx, lane)
+	tx, err := q.store.Begin(ctx, op.lanes)
 	if err != nil {
-		return dbError(op, err)
+		return 0, dbError(op.name, err)
 	}
 	defer tx.Rollback(ctx)
-	store.Hint(tx, hint)
-	tick, err := q.inTx(ctx, op, tx, at, fn)
+	store.Hint(tx, op.hint)
+	tick, err := q.inTx(ctx, op.name, tx, op.at, op.floor, fn)
 	if err != nil {
 		if errors.Is(err, errUnchanged) {
-			return nil // the answer is ready; the rollback keeps everything as it was
+			return 0, nil // the answer is ready; the rollback keeps everything as it was
 		}
-		return err
+		return 0, err
 	}
-	if before != "" {
-		faultpoint.Hit(before)
+	if op.before != "" {
+		faultpoint.Hit(op.before)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return dbError(op+": commit", err)
+		return 0, dbError(op.name+": commit", err)
 	}
-	if after != "" {
-		faultpoint.Hit(after)
+	if op.after != "" {
+		faultpoint.Hit(op.after)
 	}
-	if ran := tickFloor(ctx); ran != nil {
-		ran(tick)
-	}
-	return nil
+	return tick, nil
 }
 
 // errUnchanged, returned by a writeTx body after it has set its answer, rolls
@@ -242,8 +208,8 @@ var errUnchanged = errors.New("answer changes nothing")
 // inTx is the body of writeTx without begin/commit, shared with the …Tx
 // variants that run inside a caller's transaction; it returns the tick the
 // write ran at. fn must take the tick of the write from c.Tick (at may be
-// AtStored, or below the stored tick under WithTickFloor).
-func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn func(tx store.Tx, c *store.Clock) error) (int64, error) {
+// AtStored, or below the stored tick under floor).
+func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, floor bool, fn func(tx store.Tx, c *store.Clock) error) (int64, error) {
 	c, err := tx.ClockGet(ctx)
 	if err != nil {
 		return 0, dbError(op, err)
@@ -252,7 +218,7 @@ func (q *Queue) inTx(ctx context.Context, op string, tx store.Tx, at int64, fn f
 		at = c.Tick
 	}
 	if at < c.Tick {
-		if tickFloor(ctx) == nil {
+		if !floor {
 			return 0, &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, c.Tick)}
 		}
 		at = c.Tick

@@ -77,7 +77,8 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 		return RedriveResult{}, invalid("reason", "not valid UTF-8")
 	}
 	var res RedriveResult
-	err := q.writeTx(ctx, store.LaneSettle, store.TxHint{Events: []string{p.EventID}}, "redrive", p.At, "", "", func(tx store.Tx, c *store.Clock) error {
+	op := writeOp{name: "redrive", lanes: store.LaneSettle, hint: store.TxHint{Events: []string{p.EventID}}, at: p.At}
+	_, err := q.writeTx(ctx, op, func(tx store.Tx, c *store.Clock) error {
 
 		e, err := tx.EventGet(ctx, p.EventID)
 		if err != nil {

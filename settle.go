@@ -32,58 +32,133 @@ const (
 	SettleExpired SettleStatus = "expired"
 )
 
-// SettleResult is the answer of Settle. NextAt is set for SettleReady.
+// SettleResult is the answer of one settle. NextAt is set for SettleReady.
 type SettleResult struct {
 	Status SettleStatus `json:"status"`
 	NextAt int64        `json:"next_at,omitempty"`
-	// Held reports a settle that did not run: under WithSkipHeldFlows,
+	// Held reports a settle that did not run: under SettleManyParams.SkipHeld,
 	// another transaction held the token's flow. Status is empty and
 	// nothing of the event or its flow changed.
 	Held bool `json:"held,omitempty"`
 }
 
-// SettleParams is one settle of a batch.
+// SettleParams is one settle in its own transaction (SPEC §2 settle).
 type SettleParams struct {
-	Token   Token
+	// Token is the claim's fencing token.
+	Token Token
+	// Outcome is what the receiver answered.
 	Outcome Outcome
 	// NotBefore, when above the backoff's next_at, raises next_at to it for a
-	// transient outcome within the budget (a receiver's Retry-After, in
-	// ticks). Zero leaves the SPEC's backoff unchanged.
+	// transient outcome within the budget (a receiver's Retry-After, as a
+	// tick). Zero leaves the SPEC's backoff unchanged.
 	NotBefore int64
+	// At is the tick of the write; AtStored runs it at the store's tick.
+	At int64
 }
 
-// Settle records what the receiver answered for the claim with token tok
+// Settlement is one settle of a SettleMany.
+type Settlement struct {
+	Token     Token
+	Outcome   Outcome
+	NotBefore int64 // as SettleParams.NotBefore
+}
+
+// SettleManyParams settles many tokens at one tick in one transaction and,
+// optionally, claims after them in the same transaction.
+type SettleManyParams struct {
+	// At is the tick of the write; AtStored runs it at the store's tick.
+	At int64
+	// Floor runs the write at the stored tick when At lies below it (as
+	// ClaimParams.Floor).
+	Floor bool
+	// SkipHeld skips a token whose flow another transaction holds instead of
+	// waiting for that transaction to end: its SettleResult has Held set and
+	// nothing of it changes; settle it again later. On PostgreSQL an outbox
+	// transaction holds the rows of the flows it enqueued to until it
+	// commits (EnqueuePgxTx, EnqueueTx); a settle of one of those flows'
+	// heads would wait for it, and so would every other settle of its
+	// batch. The relay settles with it. On SQLite (one writer at a time) no
+	// flow is ever held.
+	SkipHeld bool
+	// Settles are the tokens to settle, in order; each gets the answer a
+	// Settle in that order would give. May be empty when ClaimLimit > 0.
+	Settles []Settlement
+	// ClaimLimit, when positive, claims up to that many heads after the
+	// settles, in the same transaction: exactly the answers of the settles
+	// followed by a Claim with that Limit at the same tick, with one commit
+	// (one fsync) instead of two — a worker's loop step: settle the last
+	// events, take the next. The claims see the settles. At most MaxLimit.
+	ClaimLimit int
+}
+
+// SettleManyResult is the answer of SettleMany.
+type SettleManyResult struct {
+	// Results answers Settles, in order.
+	Results []SettleResult
+	// Claims are the heads claimed after the settles (ClaimLimit), in claim
+	// order; empty when none was asked for or nothing was eligible.
+	Claims []Claim
+	// Tick is the tick the write ran at (At, or the stored tick under
+	// AtStored or Floor).
+	Tick int64
+}
+
+// Settle records what the receiver answered for the claim with p.Token
 // (SPEC §2 settle): the fence first (stale, expired), then the outcome's
 // class. Errors: ErrNotFound for an unknown event id; ErrInvalidInput for an
-// empty outcome or a negative tick; ErrClockRegressed; ErrBusy; ErrDatabase.
-func (q *Queue) Settle(ctx context.Context, tok Token, outcome Outcome, at int64) (SettleResult, error) {
-	rs, err := q.SettleBatch(ctx, at, []SettleParams{{Token: tok, Outcome: outcome}})
+// empty outcome or id, or a bad tick; ErrClockRegressed; ErrBusy;
+// ErrDatabase.
+func (q *Queue) Settle(ctx context.Context, p SettleParams) (SettleResult, error) {
+	r, err := q.SettleMany(ctx, SettleManyParams{At: p.At, Settles: []Settlement{{Token: p.Token, Outcome: p.Outcome, NotBefore: p.NotBefore}}})
 	if err != nil {
 		return SettleResult{}, err
 	}
-	return rs[0], nil
+	return r.Results[0], nil
 }
 
-// SettleBatch settles many tokens at one tick in one transaction, each with
-// the answer Settle would give in that order. An unknown event id fails the
-// whole batch with ErrNotFound and nothing changes. Errors as Settle.
-func (q *Queue) SettleBatch(ctx context.Context, at int64, ps []SettleParams) ([]SettleResult, error) {
-	if err := checkSettles(ps); err != nil {
-		return nil, err
+// SettleMany settles p.Settles at one tick in one transaction, each with the
+// answer Settle would give in that order, then claims up to p.ClaimLimit
+// heads. An unknown event id fails the whole call with ErrNotFound and
+// nothing changes. The fault points are the settle's (before_settle_commit,
+// after_settle_commit): a crash before the commit keeps neither part.
+// Errors as Settle, plus ErrInvalidInput (field "claim_limit").
+func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyResult, error) {
+	if err := checkSettles(p.Settles); err != nil {
+		return SettleManyResult{}, err
 	}
-	var out []SettleResult
-	err := q.writeTx(ctx, store.LaneSettle, store.TxHint{Events: settleIDs(ps), SkipHeld: skipHeld(ctx)}, "settle", at, faultpoint.BeforeSettleCommit, faultpoint.AfterSettleCommit, func(tx store.Tx, c *store.Clock) error {
+	if p.ClaimLimit < 0 || p.ClaimLimit > MaxLimit {
+		return SettleManyResult{}, invalid("claim_limit", "must be 0 to %d, got %d", MaxLimit, p.ClaimLimit)
+	}
+	k := p.ClaimLimit
+	var rs []SettleResult
+	var cs []Claim
+	op := writeOp{name: "settle", lanes: store.LaneSettle, at: p.At, floor: p.Floor,
+		hint:   store.TxHint{Events: settleIDs(p.Settles), SkipHeld: p.SkipHeld},
+		before: faultpoint.BeforeSettleCommit, after: faultpoint.AfterSettleCommit}
+	if k > 0 {
+		op.name, op.lanes = "settle and claim", store.LaneSettle|store.LaneClaim
+		// The claims must see the settles' writes: a backend that reads the
+		// pick ahead adds the flows the settles make runnable.
+		op.hint.Pick, op.hint.PickOrder = k, q.pickOrder()
+	}
+	tick, err := q.writeTx(ctx, op, func(tx store.Tx, c *store.Clock) error {
 		var err error
-		out, err = q.settleBatch(ctx, tx, c.Tick, ps)
+		if rs, err = q.settleBatch(ctx, tx, c.Tick, p.Settles); err != nil {
+			return err
+		}
+		cs = nil
+		if k > 0 {
+			cs, err = q.claimBatch(ctx, tx, c, c.Tick, k)
+		}
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return SettleManyResult{}, err
 	}
-	return out, nil
+	return SettleManyResult{Results: rs, Claims: cs, Tick: tick}, nil
 }
 
-func checkSettles(ps []SettleParams) error {
+func checkSettles(ps []Settlement) error {
 	for _, p := range ps {
 		if p.Outcome == "" {
 			return invalid("outcome", "empty")
@@ -98,10 +173,10 @@ func checkSettles(ps []SettleParams) error {
 	return nil
 }
 
-// settleBatch is the body of SettleBatch inside a write transaction. A
+// settleBatch is the body of SettleMany inside a write transaction. A
 // token whose flow the transaction skipped (store.HeldEvents: another
 // transaction holds it) is answered Held and not read.
-func (q *Queue) settleBatch(ctx context.Context, tx store.Tx, at int64, ps []SettleParams) ([]SettleResult, error) {
+func (q *Queue) settleBatch(ctx context.Context, tx store.Tx, at int64, ps []Settlement) ([]SettleResult, error) {
 	out := make([]SettleResult, 0, len(ps))
 	held := store.HeldEvents(tx)
 	if len(ps) > 1 {
@@ -128,7 +203,7 @@ func (q *Queue) settleBatch(ctx context.Context, tx store.Tx, at int64, ps []Set
 	return out, nil
 }
 
-func (q *Queue) settle(ctx context.Context, tx store.Tx, p SettleParams, at int64) (SettleResult, error) {
+func (q *Queue) settle(ctx context.Context, tx store.Tx, p Settlement, at int64) (SettleResult, error) {
 	e, err := tx.EventGet(ctx, p.Token.EventID)
 	if err != nil {
 		return SettleResult{}, err
@@ -190,7 +265,7 @@ func (q *Queue) settle(ctx context.Context, tx store.Tx, p SettleParams, at int6
 }
 
 // settleIDs returns the event ids of ps, in order.
-func settleIDs(ps []SettleParams) []string {
+func settleIDs(ps []Settlement) []string {
 	ids := make([]string, len(ps))
 	for i, p := range ps {
 		ids[i] = p.Token.EventID

@@ -8,9 +8,10 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 )
 
-// Under WithTickFloor a write whose tick lies below the stored tick runs at
+// With Floor a write whose tick lies below the stored tick runs at
 // the stored tick and reports it; without it, the same write fails with
 // clock_regressed and changes nothing (SPEC §2, §7). On both backends, for
 // an enqueue, a claim, a settle and an enqueue in the caller's transaction.
@@ -29,34 +30,36 @@ func TestTickFloor(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer q.Close()
-			if _, err := q.EnqueueBatch(ctx, 10, []fairrelay.EnqueueParams{{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)}}); err != nil {
+			if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 10, Events: []fairrelay.NewEvent{{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)}}}); err != nil {
 				t.Fatal(err)
 			}
 			// Without the floor: refused, nothing written.
-			if _, err := q.ClaimBatch(ctx, 7, 1); !errors.Is(err, fairrelay.ErrClockRegressed) {
+			if _, err := queuetest.Claims(q.Claim(ctx, fairrelay.ClaimParams{At: 7, Limit: 1})); !errors.Is(err, fairrelay.ErrClockRegressed) {
 				t.Fatalf("claim at 7 after 10: %v, want clock_regressed", err)
 			}
-			var ran []int64
-			floor := fairrelay.WithTickFloor(ctx, func(tick int64) { ran = append(ran, tick) })
-			cs, err := q.ClaimBatch(floor, 7, 1)
-			if err != nil || len(cs) != 1 {
-				t.Fatalf("claim at 7 under the floor: %v, %v", cs, err)
+			// With Floor: run at the stored tick, and say so.
+			cr, err := q.Claim(ctx, fairrelay.ClaimParams{At: 7, Limit: 1, Floor: true})
+			if err != nil || len(cr.Claims) != 1 {
+				t.Fatalf("claim at 7 with the floor: %+v, %v", cr, err)
 			}
+			cs := cr.Claims
 			if lease := fairrelay.ReferencePolicy().Lease; cs[0].LeaseUntil != 10+lease {
 				t.Errorf("lease until %d, want %d: the claim ran at the stored tick 10", cs[0].LeaseUntil, 10+lease)
 			}
-			rs, err := q.SettleBatch(floor, 3, []fairrelay.SettleParams{{Token: cs[0].Token, Outcome: fairrelay.OutcomeAccepted}})
-			if err != nil || rs[0].Status != fairrelay.SettleAcked {
-				t.Fatalf("settle at 3 under the floor: %+v, %v", rs, err)
+			sr, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: 3, Floor: true, Settles: []fairrelay.Settlement{{Token: cs[0].Token, Outcome: fairrelay.OutcomeAccepted}}})
+			if err != nil || sr.Results[0].Status != fairrelay.SettleAcked {
+				t.Fatalf("settle at 3 with the floor: %+v, %v", sr, err)
 			}
-			if _, err := q.EnqueueBatch(floor, 12, []fairrelay.EnqueueParams{{ID: "A2", Flow: "A", Body: []byte(`{"delta":1}`)}}); err != nil {
+			e1, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 12, Floor: true, Events: []fairrelay.NewEvent{{ID: "A2", Flow: "A", Body: []byte(`{"delta":1}`)}}})
+			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := q.EnqueueBatch(floor, 0, []fairrelay.EnqueueParams{{ID: "A3", Flow: "A", Body: []byte(`{"delta":1}`)}}); err != nil {
+			e2, err := q.Enqueue(ctx, fairrelay.EnqueueParams{At: 0, Floor: true, ID: "A3", Flow: "A", Body: []byte(`{"delta":1}`)})
+			if err != nil {
 				t.Fatal(err)
 			}
-			if want := []int64{10, 10, 12, 12}; !slices.Equal(ran, want) {
-				t.Errorf("ticks reported %v, want %v", ran, want)
+			if got, want := []int64{cr.Tick, sr.Tick, e1[0].Tick, e2.Tick}, []int64{10, 10, 12, 12}; !slices.Equal(got, want) {
+				t.Errorf("ticks reported %v, want %v", got, want)
 			}
 			c, err := q.Clock(ctx)
 			if err != nil || c.Tick != 12 {

@@ -5,13 +5,13 @@
 //     with -river-workers workers works them; the clock stops when the last
 //     job is recorded completed (Client.Stop waits for the completer).
 //   - fairrelay, unordered: enqueue N events, each its own flow
-//     (EnqueueBatch through Relay.Do, same batches), while the relay daemon
+//     (EnqueueMany through Relay.Do, same batches), while the relay daemon
 //     (package relay, what `fairrelay relay` runs) with -relay-workers
 //     deliveries at once claims them, hands each to a no-op sink and
 //     settles it accepted; the clock stops at the last ack. With -loop,
 //     instead of the relay, -workers goroutines each settle their last
-//     events and claim -claim more in one transaction (SettleAndClaim; with
-//     -split in two, SettleBatch then ClaimBatch), all at tick 0.
+//     events and claim -claim more in one transaction (SettleMany with ClaimLimit; with
+//     -split in two, SettleMany then Claim), all at tick 0.
 //   - fairrelay, ordered: the same with the N events spread over 100 flows,
 //     delivered in order within each flow.
 //
@@ -227,12 +227,12 @@ func schema(ctx context.Context, url, prefix string) (string, func(), error) {
 // enqueueAll hands the workload's o.n events (ids e0000000…, flows by
 // flowOf) to enqueue in batches of o.batch, in order, stopping at the first
 // error.
-func enqueueAll(o options, flowOf func(i int) string, enqueue func([]fairrelay.EnqueueParams) error) error {
+func enqueueAll(o options, flowOf func(i int) string, enqueue func([]fairrelay.NewEvent) error) error {
 	body := []byte(`{"delta":1}`)
 	for i := 0; i < o.n; i += o.batch {
-		ps := make([]fairrelay.EnqueueParams, 0, o.batch)
+		ps := make([]fairrelay.NewEvent, 0, o.batch)
 		for j := i; j < min(i+o.batch, o.n); j++ {
-			ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("e%07d", j), Flow: flowOf(j), Body: body})
+			ps = append(ps, fairrelay.NewEvent{ID: fmt.Sprintf("e%07d", j), Flow: flowOf(j), Body: body})
 		}
 		if err := enqueue(ps); err != nil {
 			return err
@@ -390,8 +390,8 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := enqueueAll(o, flowOf, func(ps []fairrelay.EnqueueParams) error {
-			_, err := q.EnqueueBatch(ctx, 0, ps)
+		if err := enqueueAll(o, flowOf, func(ps []fairrelay.NewEvent) error {
+			_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 0, Events: ps})
 			return err
 		}); err != nil {
 			fail(err)
@@ -406,7 +406,7 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 			// -split in two (SettleBatch, then ClaimBatch), as the relay's
 			// workers do. Everything at tick 0: a no-op sink answers at
 			// once, so no lease runs out.
-			var ps []fairrelay.SettleParams
+			var ps []fairrelay.Settlement
 			settled := func(rs []fairrelay.SettleResult) (done bool, err error) {
 				for _, r := range rs {
 					if r.Status != fairrelay.SettleAcked {
@@ -432,7 +432,9 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 				var err error
 				if o.split {
 					if len(ps) > 0 {
-						rs, err = q.SettleBatch(ctx, 0, ps)
+						var res fairrelay.SettleManyResult
+						res, err = q.SettleMany(ctx, fairrelay.SettleManyParams{At: 0, Settles: ps})
+						rs = res.Results
 						if err == nil {
 							var done bool
 							if done, err = settled(rs); done || err != nil {
@@ -442,10 +444,14 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 						}
 					}
 					if err == nil && k > 0 {
-						cs, err = q.ClaimBatch(ctx, 0, k)
+						var res fairrelay.ClaimResult
+						res, err = q.Claim(ctx, fairrelay.ClaimParams{At: 0, Limit: k})
+						cs = res.Claims
 					}
 				} else {
-					rs, cs, err = q.SettleAndClaim(ctx, 0, ps, k)
+					var res fairrelay.SettleManyResult
+					res, err = q.SettleMany(ctx, fairrelay.SettleManyParams{At: 0, Settles: ps, ClaimLimit: k})
+					rs, cs = res.Results, res.Claims
 					if err == nil {
 						var done bool
 						if done, err = settled(rs); done || err != nil {
@@ -463,7 +469,7 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 				}
 				for _, c := range cs {
 					// The no-op sink accepts every event.
-					ps = append(ps, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
+					ps = append(ps, fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
 				}
 				if len(cs) == 0 {
 					// Nothing runnable yet: the enqueuer is behind, or other
@@ -527,8 +533,11 @@ func benchRelay(ctx context.Context, o options, flowOf func(i int) string) (meas
 	start, cpu0 := time.Now(), meter.read()
 	go func() { runErr <- r.Run(runCtx) }()
 	go func() {
-		if err := enqueueAll(o, flowOf, func(ps []fairrelay.EnqueueParams) error {
-			return r.Do(ctx, func(at int64) error { _, err := q.EnqueueBatch(ctx, at, ps); return err })
+		if err := enqueueAll(o, flowOf, func(ps []fairrelay.NewEvent) error {
+			return r.Do(ctx, func(at int64) error {
+				_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: ps})
+				return err
+			})
 		}); err != nil {
 			select {
 			case failed <- err:

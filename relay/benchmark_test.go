@@ -41,15 +41,15 @@ func benchRelay(b *testing.B, dsn string, ordered bool) {
 		b.Fatal(err)
 	}
 	defer q.Close()
-	ps := make([]fairrelay.EnqueueParams, 0, 1000)
+	ps := make([]fairrelay.NewEvent, 0, 1000)
 	for i := range b.N {
 		flow := fmt.Sprintf("f%07d", i)
 		if ordered {
 			flow = fmt.Sprintf("f%03d", i%100)
 		}
-		ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("e%07d", i), Flow: flow, Body: []byte(`{"delta":1}`)})
+		ps = append(ps, fairrelay.NewEvent{ID: fmt.Sprintf("e%07d", i), Flow: flow, Body: []byte(`{"delta":1}`)})
 		if len(ps) == cap(ps) || i == b.N-1 {
-			if _, err := q.EnqueueBatch(ctx, 0, ps); err != nil {
+			if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 0, Events: ps}); err != nil {
 				b.Fatal(err)
 			}
 			ps = ps[:0]

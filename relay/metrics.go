@@ -29,15 +29,15 @@ type Metrics struct {
 //   - fairrelay_lease_lost_total: settles not sent because the lease ran out;
 //   - fairrelay_settles_held_total: settle attempts put off because another
 //     transaction held the event's flow (an open outbox transaction on
-//     PostgreSQL, fairrelay.WithSkipHeldFlows): one per answer per attempt,
+//     PostgreSQL, fairrelay.SettleManyParams.SkipHeld): one per answer per attempt,
 //     so an answer held for long counts many times; a rate above zero
 //     says some flow is held (the relay also logs a warning once an
 //     answer has waited about a second);
 //   - fairrelay_delivery_seconds: delivery latency histogram (observed once
 //     the answer waits for its settle);
 //   - fairrelay_transactions_total{kind}: write transactions the relay
-//     committed, by kind: claim (ClaimBatch), settle (SettleBatch) or
-//     settle_and_claim (SettleAndClaim). Claims and settles per
+//     committed, by kind: claim (Claim), settle (SettleMany) or
+//     settle_and_claim (SettleMany with a ClaimLimit). Claims and settles per
 //     transaction are the group commit's batch sizes.
 //
 // Errors: reg's registration error (for example a duplicate).

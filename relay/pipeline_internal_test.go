@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/sink"
 )
 
@@ -39,11 +40,11 @@ func newTestRelay(t *testing.T, dsn string, n int) (*Relay, *Metrics) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { q.Close() })
-	ps := make([]fairrelay.EnqueueParams, n)
+	ps := make([]fairrelay.NewEvent, n)
 	for i := range ps {
-		ps[i] = fairrelay.EnqueueParams{ID: fmt.Sprintf("E%02d", i), Flow: fmt.Sprintf("F%02d", i), Body: []byte(`{"delta":1}`)}
+		ps[i] = fairrelay.NewEvent{ID: fmt.Sprintf("E%02d", i), Flow: fmt.Sprintf("F%02d", i), Body: []byte(`{"delta":1}`)}
 	}
-	if _, err := q.EnqueueBatch(t.Context(), 0, ps); err != nil {
+	if _, err := q.EnqueueMany(t.Context(), fairrelay.EnqueueManyParams{At: 0, Events: ps}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := NewMetrics(prometheus.NewRegistry())
@@ -72,7 +73,7 @@ func TestSettlerSettlesEveryWaitingAnswerInOneTransaction(t *testing.T) {
 	backends(t, func(t *testing.T, dsn string) {
 		const n = 16
 		r, m := newTestRelay(t, dsn, n)
-		cs, err := r.q.ClaimBatch(t.Context(), 0, n)
+		cs, err := queuetest.Claims(r.q.Claim(t.Context(), fairrelay.ClaimParams{At: 0, Limit: n}))
 		if err != nil || len(cs) != n {
 			t.Fatalf("claim: %d heads, %v", len(cs), err)
 		}

@@ -5,19 +5,19 @@
 // (1 tick = 1 ms, see Clock).
 //
 // One claimer claims as many heads as there are free delivery slots, in one
-// transaction (Queue.ClaimBatch), and starts a delivery for each; answers
+// transaction (Queue.Claim with a Limit), and starts a delivery for each; answers
 // are settled many to a transaction. On PostgreSQL (concurrent writers) a
-// settler settles them beside the claims (Queue.SettleBatch), the way
+// settler settles them beside the claims (Queue.SettleMany), the way
 // River's completer runs beside its producer, except while the claims wait
 // for those very settles (ordered traffic: the heads claimed next are the
 // events behind the ones just delivered); then, and always on SQLite (one
 // writer), the claimer settles them with its next claim
-// (Queue.SettleAndClaim). While deliveries are under way the claimer and
+// (Queue.SettleMany with a ClaimLimit). While deliveries are under way the claimer and
 // the settler wait up to a millisecond for more of them to end, so that one
 // transaction takes many.
 //
 // Several relays may dispatch one store (on PostgreSQL, from many
-// machines). Their writes run under fairrelay.WithTickFloor: a write that
+// machines). Their writes set Floor (fairrelay.ClaimParams.Floor): a write that
 // waited for a lock while another relay stored a later tick runs at that
 // tick, and the clock follows. An idle relay only reads, except that it
 // writes its clock (a claim) once it runs (lease - DeliveryTimeout -
@@ -230,41 +230,39 @@ func (r *Relay) Wake() { kick(r.wake) }
 // tick when another write overtook it (see write), so an enqueue or redrive
 // from this process never fails with ErrClockRegressed for the relay's own
 // writes; then it wakes the claimer. fn typically calls
-// Queue.EnqueueBatch or Queue.Redrive at that tick. fn's error is returned.
+// Queue.EnqueueMany or Queue.Redrive at that tick. fn's error is returned.
 func (r *Relay) Do(ctx context.Context, fn func(at int64) error) error {
-	_, err := r.write(ctx, func(_ context.Context, at int64) error { return fn(at) })
+	_, err := r.write(ctx, func(at int64) (int64, error) { return at, fn(at) })
 	r.Wake()
 	return err
 }
 
-// write runs fn at the daemon clock's current tick, with a context under
-// which the queue's writes never fail for a tick below the stored one:
-// they run at the stored tick instead, and the clock follows the tick they
-// ran at (fairrelay.WithTickFloor; SPEC §7: never below the stored tick).
-// The claimer's and the settler's writes use that context: several relays
-// on one PostgreSQL queue commit later ticks while a write waits for its
-// lane's lock, and a write retried at a fresher tick would lose that race
-// again. On a store with one writer at a time (SQLite) write holds writeMu,
-// so this process's writes reach the store in tick order. fn may also
-// write with a context of its own (Do): when that fails with
-// ErrClockRegressed (the failed write changed nothing), the clock is raised
-// to the stored tick and fn runs again, at most clockRetries more times.
+// write runs fn at the daemon clock's current tick. fn's own writes (the
+// claimer's and the settler's) pass Floor: a write whose tick lies below the
+// stored tick runs at the stored tick instead (SPEC §7: never below the
+// stored tick), and fn returns the tick it ran at, which the clock then
+// follows. Several relays on one PostgreSQL queue commit later ticks while a
+// write waits for its lane's lock, and a write retried at a fresher tick
+// would lose that race again. On a store with one writer at a time (SQLite)
+// write holds writeMu, so this process's writes reach the store in tick
+// order. A write of fn without the floor (Do) that fails with
+// ErrClockRegressed (the failed write changed nothing) raises the clock to
+// the stored tick, and fn runs again, at most clockRetries more times.
 //
-// ran is the tick the last write of fn ran at (the at fn was given when the
-// floor did not raise it, or when fn wrote nothing).
-func (r *Relay) write(ctx context.Context, fn func(ctx context.Context, at int64) error) (ran int64, err error) {
-	ctx = fairrelay.WithTickFloor(ctx, func(tick int64) {
-		ran = tick
-		r.clock.Observe(tick)
-	})
+// fn returns the tick its last write ran at, or at itself when it wrote
+// nothing.
+func (r *Relay) write(ctx context.Context, fn func(at int64) (ran int64, err error)) (ran int64, err error) {
 	for i := 0; ; i++ {
 		if r.serial {
 			r.writeMu.Lock()
 		}
-		ran = r.clock.Now()
-		err := fn(ctx, ran)
+		at := r.clock.Now()
+		ran, err = fn(at)
 		if r.serial {
 			r.writeMu.Unlock()
+		}
+		if err == nil {
+			r.clock.Observe(ran)
 		}
 		if !errors.Is(err, fairrelay.ErrClockRegressed) || i == clockRetries {
 			return ran, err
@@ -291,11 +289,11 @@ type answer struct {
 // a delivery for each; every answer waits in answers until a settle takes
 // it. Who settles depends on the store and the traffic:
 //   - beside the claims: the settler settles every answer waiting in one
-//     transaction (SettleBatch) while the claimer claims, like River's
+//     transaction (SettleMany) while the claimer claims, like River's
 //     completer beside its producer. Only on a store with concurrent
 //     writers; the default there.
 //   - with the claims (combine): the claimer settles the answers waiting
-//     with its next claim, in one transaction (SettleAndClaim). Always on a
+//     with its next claim, in one transaction (SettleMany with a ClaimLimit). Always on a
 //     one-writer store (SQLite); on the others while the heads the claims
 //     need wait for those very settles (a claim came back short while
 //     settles were waiting), which is ordered traffic: the claims then see
@@ -496,26 +494,30 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		kind := ""
 		// The claim itself runs on settleCtx: a signal arriving mid-claim
 		// must not leave us unsure whether it committed.
-		ran, err := r.write(settleCtx, func(ctx context.Context, at int64) (err error) {
-			var ps []fairrelay.SettleParams
+		ran, err := r.write(settleCtx, func(at int64) (int64, error) {
+			var ps []fairrelay.Settlement
 			ps, settled = settleParams(at, ans)
-			var rs []fairrelay.SettleResult
 			switch {
 			case len(ps) > 0:
 				// A settle does not wait for a flow an outbox transaction
 				// holds: the other answers of its batch would wait with it.
-				rs, cs, err = r.q.SettleAndClaim(fairrelay.WithSkipHeldFlows(ctx), at, ps, k)
-				kind = txSettleAndClaim
+				res, err := r.q.SettleMany(settleCtx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, ClaimLimit: k})
+				if err != nil {
+					return at, err
+				}
+				kind, cs = txSettleAndClaim, res.Claims
+				setResults(settled, res.Results)
+				return res.Tick, nil
 			case k > 0:
-				cs, err = r.q.ClaimBatch(ctx, at, k)
-				kind = txClaim
-			default:
-				cs = nil // every answer's lease ran out: nothing to write
+				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: k, Floor: true})
+				if err != nil {
+					return at, err
+				}
+				kind, cs = txClaim, res.Claims
+				return res.Tick, nil
 			}
-			if err == nil {
-				setResults(settled, rs)
-			}
-			return err
+			cs = nil // every answer's lease ran out: nothing to write
+			return at, nil
 		})
 		if errors.Is(err, fairrelay.ErrBusy) {
 			r.log.Warn("relay: claim: database busy; retrying", "err", err, "answers", len(ans))
@@ -650,8 +652,8 @@ func behind(settled []Settled, cs []fairrelay.Claim) int {
 // settleParams returns the settles of as at tick at, and their reports: an
 // answer whose lease ran out by at is not sent (LeaseLost), since it would
 // be expired anyway and someone may hold a newer lease.
-func settleParams(at int64, as []answer) ([]fairrelay.SettleParams, []Settled) {
-	var ps []fairrelay.SettleParams
+func settleParams(at int64, as []answer) ([]fairrelay.Settlement, []Settled) {
+	var ps []fairrelay.Settlement
 	out := make([]Settled, len(as))
 	for i, a := range as {
 		out[i] = a.s
@@ -660,7 +662,7 @@ func settleParams(at int64, as []answer) ([]fairrelay.SettleParams, []Settled) {
 			out[i].LeaseLost = true
 			continue
 		}
-		p := fairrelay.SettleParams{Token: a.s.Claim.Token, Outcome: a.s.Outcome}
+		p := fairrelay.Settlement{Token: a.s.Claim.Token, Outcome: a.s.Outcome}
 		if a.retryAfter > 0 {
 			p.NotBefore = at + a.retryAfter.Milliseconds()
 		}
@@ -759,7 +761,7 @@ func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 }
 
 // The pause before settling again answers whose flows another transaction
-// held (an open outbox transaction, fairrelay.WithSkipHeldFlows) while
+// held (an open outbox transaction, fairrelay.SettleManyParams.SkipHeld) while
 // nothing else was settled: it doubles from minHeldWait up to maxHeldWait
 // as long as they stay held.
 const (
@@ -863,27 +865,28 @@ func (r *Relay) deliver(deliverCtx context.Context, cl *fairrelay.Claim) answer 
 // the events are left to their leases.
 const busyRetries = 20
 
-// settle settles as in one transaction (SettleBatch) and reports each,
+// settle settles as in one transaction (SettleMany) and reports each,
 // but for the answers it returns: those whose flows another transaction
-// held (WithSkipHeldFlows), to settle again later. ErrBusy is retried with
+// held (SettleManyParams.SkipHeld), to settle again later. ErrBusy is retried with
 // a growing pause, busyRetries times; any other error is returned, and the
 // events are left to their leases.
 func (r *Relay) settle(ctx context.Context, as []answer) (held []answer, err error) {
 	var settled []Settled
 	var ran int64
 	for attempt := 1; ; attempt++ {
-		ran, err = r.write(ctx, func(ctx context.Context, at int64) error {
-			var ps []fairrelay.SettleParams
+		ran, err = r.write(ctx, func(at int64) (int64, error) {
+			var ps []fairrelay.Settlement
 			ps, settled = settleParams(at, as)
 			if len(ps) == 0 {
-				return nil
+				return at, nil
 			}
-			rs, err := r.q.SettleBatch(fairrelay.WithSkipHeldFlows(ctx), at, ps) // as SettleAndClaim
-			if err == nil {
-				setResults(settled, rs)
-				r.cfg.Metrics.transaction(txSettle)
+			res, err := r.q.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps}) // as the claimer's
+			if err != nil {
+				return at, err
 			}
-			return err
+			setResults(settled, res.Results)
+			r.cfg.Metrics.transaction(txSettle)
+			return res.Tick, nil
 		})
 		if errors.Is(err, fairrelay.ErrBusy) && attempt < busyRetries {
 			t := time.NewTimer(time.Duration(attempt) * 10 * time.Millisecond)

@@ -980,7 +980,7 @@ func TestSQLiteSettlesWithTheNextClaim(t *testing.T) {
 // Several relays on one PostgreSQL queue (the usual high-availability
 // setup), each with its own pool and clock, dispatch one backlog together:
 // none stops on clock_regressed (their writes wait for lane locks while the
-// others commit later ticks: fairrelay.WithTickFloor), every event is
+// others commit later ticks: fairrelay.ClaimParams.Floor), every event is
 // applied once, in order within its flow, never two deliveries of a flow at
 // once.
 func TestSeveralRelaysOnOnePostgresQueue(t *testing.T) {
@@ -1026,13 +1026,13 @@ func TestSeveralRelaysOnOnePostgresQueue(t *testing.T) {
 		defer q.Close()
 		qs = append(qs, q)
 		if i == 0 {
-			ps := make([]fairrelay.EnqueueParams, 0, flows*perFlow)
+			ps := make([]fairrelay.NewEvent, 0, flows*perFlow)
 			for s := range perFlow {
 				for f := range flows {
-					ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("F%03d-%02d", f, s+1), Flow: fmt.Sprintf("F%03d", f), Body: []byte(`{"delta":1}`)})
+					ps = append(ps, fairrelay.NewEvent{ID: fmt.Sprintf("F%03d-%02d", f, s+1), Flow: fmt.Sprintf("F%03d", f), Body: []byte(`{"delta":1}`)})
 				}
 			}
-			if _, err := q.EnqueueBatch(ctx, fairrelay.AtStored, ps); err != nil {
+			if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: fairrelay.AtStored, Events: ps}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1112,7 +1112,7 @@ func TestIdleRelayKeepsTheStoredTickWithinAHeartbeat(t *testing.T) {
 	cfg2.Source = &manualTime{}
 	second, _ := h.start(t, cfg2)
 	if err := second.Do(t.Context(), func(at int64) error {
-		_, err := h.q.EnqueueBatch(t.Context(), at, []fairrelay.EnqueueParams{{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)}})
+		_, err := h.q.EnqueueMany(t.Context(), fairrelay.EnqueueManyParams{At: at, Events: []fairrelay.NewEvent{{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)}}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -1131,7 +1131,7 @@ func TestIdleRelayKeepsTheStoredTickWithinAHeartbeat(t *testing.T) {
 // An outbox transaction left open on a flow whose head is being delivered
 // holds that flow's row; the relay goes on settling and claiming the other
 // flows meanwhile, and settles the held head once the transaction commits
-// (fairrelay.WithSkipHeldFlows). Without that, A1's settle waits for the
+// (fairrelay.SettleManyParams.SkipHeld). Without that, A1's settle waits for the
 // row, and so does every answer settled with it; answers pile up to
 // 2 × Workers and the relay claims nothing more until the commit.
 func TestOpenOutboxTransactionDoesNotStallTheRelay(t *testing.T) {
@@ -1255,7 +1255,7 @@ func (h *harness) holdFlowA(t *testing.T, dsn string) pgx.Tx {
 		tx.Rollback(ctx)
 		conn.Close(ctx)
 	})
-	if r, err := h.q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+	if r, err := h.q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
 		t.Fatalf("EnqueueTx: %+v %v", r, err)
 	}
 	return tx

@@ -28,10 +28,11 @@ func newClaimCmd() *cobra.Command {
 				return err
 			}
 			defer q.Close()
-			c, err := q.Claim(cmd.Context(), at)
+			res, err := q.Claim(cmd.Context(), fairrelay.ClaimParams{At: at})
 			if err != nil {
 				return err
 			}
+			c := res.First()
 			if c == nil {
 				return printJSON(cmd.OutOrStdout(), script.Result{"status": "idle"})
 			}

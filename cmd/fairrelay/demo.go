@@ -196,11 +196,14 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 	// Enqueue in waves, through the relay so the ticks stay in order and
 	// idle workers wake at once.
 	for start := 0; start < len(work); start += 100 {
-		batch := make([]fairrelay.EnqueueParams, 0, 100)
+		batch := make([]fairrelay.NewEvent, 0, 100)
 		for _, e := range work[start:min(start+100, len(work))] {
-			batch = append(batch, fairrelay.EnqueueParams{ID: e.id, Flow: e.flow, Body: fmt.Appendf(nil, `{"delta":%d}`, e.delta)})
+			batch = append(batch, fairrelay.NewEvent{ID: e.id, Flow: e.flow, Body: fmt.Appendf(nil, `{"delta":%d}`, e.delta)})
 		}
-		if err := r.Do(ctx, func(at int64) error { _, err := q.EnqueueBatch(ctx, at, batch); return err }); err != nil {
+		if err := r.Do(ctx, func(at int64) error {
+			_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: batch})
+			return err
+		}); err != nil {
 			return err
 		}
 		st.drain(settled)

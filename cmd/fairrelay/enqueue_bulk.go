@@ -57,7 +57,7 @@ func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writ
 		answer script.Result // nil: filled from the batch
 	}
 	var (
-		batch   []fairrelay.EnqueueParams
+		batch   []fairrelay.NewEvent
 		answers []pending
 	)
 	flush := func() error {
@@ -116,8 +116,8 @@ func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writ
 
 // parseBulkLine reads one line as strictly as a script line: exact field
 // names (id, flow, body, delta), no duplicates, no nulls, valid text.
-func parseBulkLine(b []byte) (fairrelay.EnqueueParams, error) {
-	var p fairrelay.EnqueueParams
+func parseBulkLine(b []byte) (fairrelay.NewEvent, error) {
+	var p fairrelay.NewEvent
 	members, err := script.Members(b)
 	if err != nil {
 		return p, err
@@ -152,12 +152,12 @@ func parseBulkLine(b []byte) (fairrelay.EnqueueParams, error) {
 // enqueueBatch enqueues ps in one transaction and answers each. When the
 // batch fails on one bad item, every item is enqueued on its own so the bad
 // ones answer an error and the others still go in.
-func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.EnqueueParams, at int64) ([]script.Result, error) {
+func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.NewEvent, at int64) ([]script.Result, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
 	out := make([]script.Result, len(ps))
-	rs, err := q.EnqueueBatch(ctx, at, ps)
+	rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: ps})
 	if err == nil {
 		for i, r := range rs {
 			out[i] = script.EnqueueResult(r)
@@ -168,8 +168,7 @@ func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.Enqueu
 		return nil, err
 	}
 	for i, p := range ps {
-		p.At = at
-		r, err := q.Enqueue(ctx, p)
+		r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: p.ID, Flow: p.Flow, Body: p.Body, At: at})
 		switch {
 		case err == nil:
 			out[i] = script.EnqueueResult(r)

@@ -40,7 +40,7 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 				return err
 			}
 			defer q.Close()
-			r, err := q.Settle(cmd.Context(), fairrelay.Token{EventID: id, Generation: gen}, o, at)
+			r, err := q.Settle(cmd.Context(), fairrelay.SettleParams{Token: fairrelay.Token{EventID: id, Generation: gen}, Outcome: o, At: at})
 			if err != nil {
 				return err
 			}

@@ -284,13 +284,13 @@ const loadBlock = 10
 // EnqueueBatch, or an answer other than created (the store was not empty).
 func Load(ctx context.Context, q *fairrelay.Queue, flows, backlog int, onLoad func(done, total int)) error {
 	body := []byte(`{"delta":1}`)
-	ps := make([]fairrelay.EnqueueParams, 0, loadChunk)
+	ps := make([]fairrelay.NewEvent, 0, loadChunk)
 	done := 0
 	flush := func() error {
 		if len(ps) == 0 {
 			return nil
 		}
-		rs, err := q.EnqueueBatch(ctx, 0, ps)
+		rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 0, Events: ps})
 		if err != nil {
 			return fmt.Errorf("load: %w", err)
 		}
@@ -314,7 +314,7 @@ func Load(ctx context.Context, q *fairrelay.Queue, flows, backlog int, onLoad fu
 				n++
 			}
 			for seq := from; seq < from+loadBlock && seq <= n; seq++ {
-				ps = append(ps, fairrelay.EnqueueParams{ID: EventID(i, seq), Flow: FlowID(i), Body: body})
+				ps = append(ps, fairrelay.NewEvent{ID: EventID(i, seq), Flow: FlowID(i), Body: body})
 				if len(ps) == loadChunk {
 					if err := flush(); err != nil {
 						return err
@@ -334,12 +334,13 @@ func Load(ctx context.Context, q *fairrelay.Queue, flows, backlog int, onLoad fu
 // when d ends are settled afterwards, untimed. Errors: any queue error; idle
 // (the backlog ran out); a settle that does not answer acked.
 func Measure(ctx context.Context, q *fairrelay.Queue, at int64, batch int, d time.Duration) (int, time.Duration, error) {
-	var held []fairrelay.SettleParams
+	var held []fairrelay.Settlement
 	step := func(k int) (int, error) {
-		rs, cs, err := q.SettleAndClaim(ctx, at, held, k)
+		res, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Settles: held, ClaimLimit: k})
 		if err != nil {
 			return 0, err
 		}
+		rs, cs := res.Results, res.Claims
 		for i, r := range rs {
 			if r.Status != fairrelay.SettleAcked {
 				return 0, fmt.Errorf("measure: settle %s answered %s, want acked", held[i].Token.EventID, r.Status)
@@ -350,7 +351,7 @@ func Measure(ctx context.Context, q *fairrelay.Queue, at int64, batch int, d tim
 		}
 		held = held[:0]
 		for _, c := range cs {
-			held = append(held, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
+			held = append(held, fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
 		}
 		return len(rs), nil
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/internal/script"
 )
 
@@ -35,9 +36,20 @@ func runBadInput(t *testing.T, b Backend) {
 		{"empty body", "body", func() error { return enq(x, "Z1", "Z", ``, 3) }},
 		{"body over the limit", "body", func() error { return enq(x, "Z1", "Z", `{"delta":1,"pad":"`+strings.Repeat("p", 64)+`"}`, 3) }},
 		{"negative tick", "at", func() error { return enq(x, "Z1", "Z", `{"delta":1}`, -1) }},
-		{"tick beyond MaxTick", "at", func() error { _, err := x.Queue.Claim(bg, fairrelay.MaxTick+1); return err }},
-		{"claim batch of zero", "k", func() error { _, err := x.Queue.ClaimBatch(bg, 3, 0); return err }},
-		{"empty outcome", "outcome", func() error { _, err := x.Queue.Settle(bg, c.Token, "", 3); return err }},
+		{"tick beyond MaxTick", "at", func() error { _, err := queuetest.ClaimOne(bg, x.Queue, fairrelay.MaxTick+1); return err }},
+		{"claim limit below zero", "limit", func() error { _, err := x.Queue.Claim(bg, fairrelay.ClaimParams{At: 3, Limit: -1}); return err }},
+		{"claim limit over the maximum", "limit", func() error {
+			_, err := x.Queue.Claim(bg, fairrelay.ClaimParams{At: 3, Limit: fairrelay.MaxLimit + 1})
+			return err
+		}},
+		{"settle claim limit below zero", "claim_limit", func() error {
+			_, err := x.Queue.SettleMany(bg, fairrelay.SettleManyParams{At: 3, ClaimLimit: -1})
+			return err
+		}},
+		{"empty outcome", "outcome", func() error {
+			_, err := x.Queue.Settle(bg, fairrelay.SettleParams{Token: c.Token, Outcome: "", At: 3})
+			return err
+		}},
 		{"redrive long operator", "operator", func() error {
 			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "r", Operator: long, At: 3})
 			return err

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 )
 
 // runConcurrency has several Queue handles on one store (as several
@@ -43,7 +44,7 @@ func runConcurrency(t *testing.T, b Backend) {
 			// Every claim and settle happens at tick 0, so no lease runs out
 			// and any double lease is a real violation.
 			for {
-				c, err := q.Claim(bg, 0)
+				c, err := queuetest.ClaimOne(bg, q, 0)
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)
@@ -68,7 +69,7 @@ func runConcurrency(t *testing.T, b Backend) {
 				mu.Unlock()
 				if err == nil {
 					var r fairrelay.SettleResult
-					r, err = q.Settle(bg, c.Token, o, 0)
+					r, err = q.Settle(bg, fairrelay.SettleParams{Token: c.Token, Outcome: o, At: 0})
 					if err == nil && r.Status != fairrelay.SettleAcked {
 						err = fmt.Errorf("%s settled %s", c.Token.EventID, r.Status)
 					}

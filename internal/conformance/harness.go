@@ -10,6 +10,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 )
 
 // h wraps an Env with helpers that fail the test on unexpected errors.
@@ -35,7 +36,7 @@ func (h h) enqueue(id, flow string, delta int, at int64) fairrelay.EnqueueResult
 
 func (h h) claim(at int64) *fairrelay.Claim {
 	h.t.Helper()
-	c, err := h.Queue.Claim(bg, at)
+	c, err := queuetest.ClaimOne(bg, h.Queue, at)
 	if err != nil {
 		h.t.Fatalf("claim at %d: %v", at, err)
 	}
@@ -58,7 +59,7 @@ func (h h) claimID(at int64, want string) *fairrelay.Claim {
 
 func (h h) settle(tok fairrelay.Token, o fairrelay.Outcome, at int64) fairrelay.SettleResult {
 	h.t.Helper()
-	r, err := h.Queue.Settle(bg, tok, o, at)
+	r, err := h.Queue.Settle(bg, fairrelay.SettleParams{Token: tok, Outcome: o, At: at})
 	if err != nil {
 		h.t.Fatalf("settle %v %s at %d: %v", tok, o, at, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 )
 
 // rule is one named rule test; each gets a fresh store.
@@ -65,9 +66,9 @@ var rules = []rule{
 		h.unchanged("regressing writes", false, func() {
 			_, err := h.Queue.Enqueue(bg, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: ledger(1), At: 4})
 			wantCode(h.t, "enqueue", err, fairrelay.CodeClockRegressed, "")
-			_, err = h.Queue.Claim(bg, 5)
+			_, err = queuetest.ClaimOne(bg, h.Queue, 5)
 			wantCode(h.t, "claim", err, fairrelay.CodeClockRegressed, "")
-			_, err = h.Queue.Settle(bg, c.Token, fairrelay.OutcomeAccepted, 5)
+			_, err = h.Queue.Settle(bg, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted, At: 5})
 			wantCode(h.t, "settle", err, fairrelay.CodeClockRegressed, "")
 			_, err = h.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "x", At: 0})
 			wantCode(h.t, "redrive", err, fairrelay.CodeClockRegressed, "")
@@ -333,7 +334,7 @@ var rules = []rule{
 		if e := h.event("A1"); e.State != fairrelay.StateInflight {
 			h.t.Fatalf("expired settle changed A1: %+v", e)
 		}
-		_, err := h.Queue.Settle(bg, fairrelay.Token{EventID: "NOPE", Generation: 1}, fairrelay.OutcomeAccepted, 11)
+		_, err := h.Queue.Settle(bg, fairrelay.SettleParams{Token: fairrelay.Token{EventID: "NOPE", Generation: 1}, Outcome: fairrelay.OutcomeAccepted, At: 11})
 		wantCode(h.t, "settle unknown id", err, fairrelay.CodeNotFound, "")
 		if p := h.inboxSnapshot().Projection; len(p) != 1 || p[0].Total != 4 {
 			h.t.Fatalf("projection %+v: two deliveries must make one effect", p)
@@ -443,7 +444,7 @@ var rules = []rule{
 			h.enqueue(f+"1", f, 1, 0)
 			h.enqueue(f+"2", f, 1, 0)
 		}
-		cs, err := h.Queue.ClaimBatch(bg, 0, 3)
+		cs, err := queuetest.Claims(h.Queue.Claim(bg, fairrelay.ClaimParams{At: 0, Limit: 3}))
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -454,16 +455,16 @@ var rules = []rule{
 		if fmt.Sprint(got) != "[A1/t1 B1/t2 C1/t3]" {
 			h.t.Fatalf("batch %v", got)
 		}
-		cs, err = h.Queue.ClaimBatch(bg, 0, 10)
+		cs, err = queuetest.Claims(h.Queue.Claim(bg, fairrelay.ClaimParams{At: 0, Limit: 10}))
 		if err != nil || len(cs) != 1 || cs[0].Token.EventID != "D1" {
 			h.t.Fatalf("second batch %+v %v: only D1 is eligible, one lease per flow", cs, err)
 		}
-		var ps []fairrelay.SettleParams
+		var ps []fairrelay.Settlement
 		for _, id := range []string{"A1", "B1", "C1"} {
-			ps = append(ps, fairrelay.SettleParams{Token: fairrelay.Token{EventID: id, Generation: 1}, Outcome: fairrelay.OutcomeAccepted})
+			ps = append(ps, fairrelay.Settlement{Token: fairrelay.Token{EventID: id, Generation: 1}, Outcome: fairrelay.OutcomeAccepted})
 		}
-		ps = append(ps, fairrelay.SettleParams{Token: fairrelay.Token{EventID: "D1", Generation: 9}, Outcome: fairrelay.OutcomeAccepted})
-		rs, err := h.Queue.SettleBatch(bg, 1, ps)
+		ps = append(ps, fairrelay.Settlement{Token: fairrelay.Token{EventID: "D1", Generation: 9}, Outcome: fairrelay.OutcomeAccepted})
+		rs, err := queuetest.Settles(h.Queue.SettleMany(bg, fairrelay.SettleManyParams{At: 1, Settles: ps}))
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -471,7 +472,7 @@ var rules = []rule{
 		if !slices.Equal(rs, want) {
 			h.t.Fatalf("settle batch %+v, want %+v", rs, want)
 		}
-		_, err = h.Queue.SettleBatch(bg, 1, []fairrelay.SettleParams{ps[3], {Token: fairrelay.Token{EventID: "NOPE"}, Outcome: fairrelay.OutcomeAccepted}})
+		_, err = queuetest.Settles(h.Queue.SettleMany(bg, fairrelay.SettleManyParams{At: 1, Settles: []fairrelay.Settlement{ps[3], {Token: fairrelay.Token{EventID: "NOPE"}, Outcome: fairrelay.OutcomeAccepted}}}))
 		wantCode(h.t, "settle batch with unknown id", err, fairrelay.CodeNotFound, "")
 	}},
 	{"inbox_answers", ref, func(h h) {

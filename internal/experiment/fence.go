@@ -32,10 +32,11 @@ func staleGenerationDuplicate(ctx context.Context, s *session) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	cur, err := q.Claim(ctx, 5)
+	res, err := q.Claim(ctx, fairrelay.ClaimParams{At: 5})
 	if err != nil {
 		return nil, err
 	}
+	cur := res.First()
 	if cur == nil {
 		return nil, fmt.Errorf("claim at 5 answered idle, want A1 again (the lease ran out)")
 	}
@@ -66,7 +67,7 @@ func turn(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, c *fairrelay
 		return t, err
 	}
 	t.Received = out
-	r, err := q.Settle(ctx, c.Token, out, at)
+	r, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: out, At: at})
 	if err != nil {
 		return t, err
 	}

@@ -126,10 +126,11 @@ func (s *session) claimA1(ctx context.Context, delta int64) (*fairrelay.Queue, *
 	if err := enqueue(ctx, q, 0, ledgerEvent{"A1", "A", delta}); err != nil {
 		return nil, nil, nil, err
 	}
-	c, err := q.Claim(ctx, 0)
+	res, err := q.Claim(ctx, fairrelay.ClaimParams{At: 0})
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	c := res.First()
 	if c == nil {
 		return nil, nil, nil, fmt.Errorf("claim at 0 answered idle, want A1")
 	}
@@ -155,10 +156,11 @@ const idle = "idle"
 // it with the inbox's answer at the same tick. Errors from any of the three
 // are returned as they are: never turned into an outcome.
 func deliver(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, at int64) (delivery, error) {
-	c, err := q.Claim(ctx, at)
+	res, err := q.Claim(ctx, fairrelay.ClaimParams{At: at})
 	if err != nil {
 		return delivery{}, fmt.Errorf("claim at %d: %w", at, err)
 	}
+	c := res.First()
 	if c == nil {
 		return delivery{Claim: idle}, nil
 	}
@@ -168,7 +170,7 @@ func deliver(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, at int64)
 		return d, fmt.Errorf("receive %s: %w", c.Token.EventID, err)
 	}
 	d.Received = out
-	r, err := q.Settle(ctx, c.Token, out, at)
+	r, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: out, At: at})
 	if err != nil {
 		return d, fmt.Errorf("settle %s: %w", c.Token.EventID, err)
 	}

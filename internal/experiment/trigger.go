@@ -168,10 +168,11 @@ func triggerRejectsAuditInsert(ctx context.Context, s *session) (any, error) {
 	if f.Error = errorFactsOf(err); err == nil {
 		f.Redrive = &r
 	}
-	c, err := q.Claim(ctx, 1)
+	cr, err := q.Claim(ctx, fairrelay.ClaimParams{At: 1})
 	if err != nil {
 		return nil, err
 	}
+	c := cr.First()
 	f.ClaimAfter = idle
 	if c != nil {
 		f.ClaimAfter = c.Token.EventID

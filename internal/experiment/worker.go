@@ -76,7 +76,8 @@ func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 			return err
 		}
 		rec := claimRecord{Status: idle}
-		c, err := q.Claim(ctx, *at)
+		cr, err := q.Claim(ctx, fairrelay.ClaimParams{At: *at})
+		c := cr.First()
 		switch {
 		case err != nil:
 			rec = claimRecord{Status: "error", Code: fairrelay.CodeOf(err), Error: err.Error()}

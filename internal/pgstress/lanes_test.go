@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 )
 
 // TestInvariantsWithConcurrentLanes runs the three lanes of the PostgreSQL
@@ -85,11 +86,14 @@ func TestInvariantsWithConcurrentLanes(t *testing.T) {
 					case <-time.After(200 * time.Microsecond):
 					}
 				}
-				ps := make([]fairrelay.EnqueueParams, flows)
+				ps := make([]fairrelay.NewEvent, flows)
 				for f := range flows {
-					ps[f] = fairrelay.EnqueueParams{ID: fmt.Sprintf("g%d-b%02d-%s", g, b, flowName(f)), Flow: flowName(f), Body: body, At: fairrelay.AtStored}
+					ps[f] = fairrelay.NewEvent{ID: fmt.Sprintf("g%d-b%02d-%s", g, b, flowName(f)), Flow: flowName(f), Body: body}
 				}
-				if err := retry(func() error { _, err := q.EnqueueBatch(ctx, fairrelay.AtStored, ps); return err }); err != nil {
+				if err := retry(func() error {
+					_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: fairrelay.AtStored, Events: ps})
+					return err
+				}); err != nil {
 					fail(fmt.Errorf("enqueuer %d: %w", g, err))
 					return
 				}
@@ -99,15 +103,15 @@ func TestInvariantsWithConcurrentLanes(t *testing.T) {
 	}
 	// deliver hands the claims to the inbox and returns the settles and
 	// the records.
-	deliver := func(cs []fairrelay.Claim) ([]fairrelay.SettleParams, []record, error) {
-		var ps []fairrelay.SettleParams
+	deliver := func(cs []fairrelay.Claim) ([]fairrelay.Settlement, []record, error) {
+		var ps []fairrelay.Settlement
 		var rs []record
 		for _, c := range cs {
 			o, err := in.Receive(ctx, inbox.Delivery{EventID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Body: c.Body})
 			if err != nil {
 				return nil, nil, err
 			}
-			ps = append(ps, fairrelay.SettleParams{Token: c.Token, Outcome: o})
+			ps = append(ps, fairrelay.Settlement{Token: c.Token, Outcome: o})
 			rs = append(rs, record{ID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Generation: c.Token.Generation, Attempts: c.Attempts, Ticket: c.Ticket, Received: o})
 		}
 		return ps, rs, nil
@@ -139,7 +143,10 @@ func TestInvariantsWithConcurrentLanes(t *testing.T) {
 			k := 1 + w
 			for acked.Load() < total && ctx.Err() == nil {
 				var cs []fairrelay.Claim
-				if err := retry(func() (err error) { cs, err = q.ClaimBatch(ctx, 0, k); return err }); err != nil {
+				if err := retry(func() (err error) {
+					cs, err = queuetest.Claims(q.Claim(ctx, fairrelay.ClaimParams{At: 0, Limit: k}))
+					return err
+				}); err != nil {
 					fail(fmt.Errorf("worker %d: claim: %w", w, err))
 					return
 				}
@@ -153,7 +160,10 @@ func TestInvariantsWithConcurrentLanes(t *testing.T) {
 					return
 				}
 				var res []fairrelay.SettleResult
-				if err := retry(func() (err error) { res, err = q.SettleBatch(ctx, 0, ps); return err }); err != nil {
+				if err := retry(func() (err error) {
+					res, err = queuetest.Settles(q.SettleMany(ctx, fairrelay.SettleManyParams{At: 0, Settles: ps}))
+					return err
+				}); err != nil {
 					fail(fmt.Errorf("worker %d: settle: %w", w, err))
 					return
 				}
@@ -162,7 +172,7 @@ func TestInvariantsWithConcurrentLanes(t *testing.T) {
 		})
 	}
 	wg.Go(func() {
-		var ps []fairrelay.SettleParams
+		var ps []fairrelay.Settlement
 		var rs []record
 		for ctx.Err() == nil {
 			var res []fairrelay.SettleResult
@@ -171,7 +181,10 @@ func TestInvariantsWithConcurrentLanes(t *testing.T) {
 			if acked.Load()+int64(len(ps)) >= total {
 				k = 0
 			}
-			if err := retry(func() (err error) { res, cs, err = q.SettleAndClaim(ctx, 0, ps, k); return err }); err != nil {
+			if err := retry(func() (err error) {
+				res, cs, err = queuetest.SettleClaims(q.SettleMany(ctx, fairrelay.SettleManyParams{At: 0, Settles: ps, ClaimLimit: k}))
+				return err
+			}); err != nil {
 				fail(fmt.Errorf("settle-and-claim worker: %w", err))
 				return
 			}

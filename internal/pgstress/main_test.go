@@ -16,6 +16,7 @@ import (
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 )
 
 // The test binary is its own child process: with childEnv set, TestMain runs
@@ -179,7 +180,7 @@ func drainWorker(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, w int
 	// relay's workers do.
 	k := 1 + w%3
 	var recs []record
-	var ps []fairrelay.SettleParams
+	var ps []fairrelay.Settlement
 	idle := time.Millisecond
 	for {
 		if time.Now().After(deadline) {
@@ -187,7 +188,10 @@ func drainWorker(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, w int
 		}
 		var rs []fairrelay.SettleResult
 		var cs []fairrelay.Claim
-		busy, err := retryBusy(func() (err error) { rs, cs, err = q.SettleAndClaim(ctx, 0, ps, k); return err })
+		busy, err := retryBusy(func() (err error) {
+			rs, cs, err = queuetest.SettleClaims(q.SettleMany(ctx, fairrelay.SettleManyParams{At: 0, Settles: ps, ClaimLimit: k}))
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("settle and claim: %w", err)
 		}
@@ -233,7 +237,7 @@ func drainWorker(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, w int
 			}
 			recs = append(recs, record{ID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Generation: c.Token.Generation,
 				Attempts: c.Attempts, Ticket: c.Ticket, Received: o, Busy: busy})
-			ps = append(ps, fairrelay.SettleParams{Token: c.Token, Outcome: o})
+			ps = append(ps, fairrelay.Settlement{Token: c.Token, Outcome: o})
 		}
 	}
 }
@@ -252,7 +256,7 @@ func childRace(ctx context.Context) error {
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return err
 	}
-	c, err := q.Claim(ctx, 0)
+	c, err := queuetest.ClaimOne(ctx, q, 0)
 	switch {
 	case err != nil:
 		fmt.Println("error:" + string(fairrelay.CodeOf(err)))
@@ -286,7 +290,7 @@ type delivery struct {
 }
 
 func deliver(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, at int64) (delivery, error) {
-	c, err := q.Claim(ctx, at)
+	c, err := queuetest.ClaimOne(ctx, q, at)
 	if err != nil || c == nil {
 		return delivery{}, err
 	}
@@ -294,7 +298,7 @@ func deliver(ctx context.Context, q *fairrelay.Queue, in *inbox.Inbox, at int64)
 	if d.Received, err = in.Receive(ctx, inbox.Delivery{EventID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Body: c.Body}); err != nil {
 		return d, err
 	}
-	r, err := q.Settle(ctx, c.Token, d.Received, at)
+	r, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: d.Received, At: at})
 	d.Settled = r.Status
 	return d, err
 }

@@ -54,11 +54,11 @@ func TestInvariantsUnderConcurrentClaims(t *testing.T) {
 	// Seq-major, so every batch touches every flow and each flow's events
 	// get seqs 1..20 in order.
 	for s := 1; s <= stressPerFlow; s++ {
-		ps := make([]fairrelay.EnqueueParams, 0, stressFlows)
+		ps := make([]fairrelay.NewEvent, 0, stressFlows)
 		for f := range stressFlows {
-			ps = append(ps, fairrelay.EnqueueParams{ID: eventID(f, s), Flow: flowName(f), Body: fmt.Appendf(nil, `{"delta":%d}`, s)})
+			ps = append(ps, fairrelay.NewEvent{ID: eventID(f, s), Flow: flowName(f), Body: fmt.Appendf(nil, `{"delta":%d}`, s)})
 		}
-		if _, err := q.EnqueueBatch(ctx, 0, ps); err != nil {
+		if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 0, Events: ps}); err != nil {
 			t.Fatal(err)
 		}
 	}

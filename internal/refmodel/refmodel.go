@@ -113,24 +113,27 @@ func (m *Model) Enqueue(p fairrelay.EnqueueParams) (fairrelay.EnqueueResult, err
 	if err := m.advance(p.At); err != nil {
 		return fairrelay.EnqueueResult{}, err
 	}
-	return m.enqueue(p), nil
+	r := m.enqueue(fairrelay.NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body}, p.At)
+	r.Tick = p.At
+	return r, nil
 }
 
 // EnqueueBatch is SPEC §2 enqueue for each item in order, all at tick at, in
 // one transaction.
-func (m *Model) EnqueueBatch(at int64, ps []fairrelay.EnqueueParams) ([]fairrelay.EnqueueResult, error) {
+func (m *Model) EnqueueBatch(at int64, ps []fairrelay.NewEvent) ([]fairrelay.EnqueueResult, error) {
 	if err := m.advance(at); err != nil {
 		return nil, err
 	}
 	out := make([]fairrelay.EnqueueResult, 0, len(ps))
 	for _, p := range ps {
-		p.At = at
-		out = append(out, m.enqueue(p))
+		r := m.enqueue(p, at)
+		r.Tick = at
+		out = append(out, r)
 	}
 	return out, nil
 }
 
-func (m *Model) enqueue(p fairrelay.EnqueueParams) fairrelay.EnqueueResult {
+func (m *Model) enqueue(p fairrelay.NewEvent, at int64) fairrelay.EnqueueResult {
 	if old, ok := m.events[p.ID]; ok {
 		if old.flow == p.Flow && bytes.Equal(old.body, p.Body) {
 			return fairrelay.EnqueueResult{Status: fairrelay.EnqueueExisting, Seq: old.seq}
@@ -148,7 +151,7 @@ func (m *Model) enqueue(p fairrelay.EnqueueParams) fairrelay.EnqueueResult {
 	}
 	e := &event{
 		id: p.ID, flow: p.Flow, seq: int64(len(f.events)) + 1,
-		body: bytes.Clone(p.Body), state: fairrelay.StateReady, nextAt: p.At,
+		body: bytes.Clone(p.Body), state: fairrelay.StateReady, nextAt: at,
 	}
 	f.events = append(f.events, e)
 	m.events[p.ID] = e
@@ -241,7 +244,7 @@ func (m *Model) ClaimBatch(at int64, k int) ([]fairrelay.Claim, error) {
 
 // Settle is SPEC §2 settle in its own transaction.
 func (m *Model) Settle(tok fairrelay.Token, o fairrelay.Outcome, at int64) (fairrelay.SettleResult, error) {
-	rs, err := m.SettleBatch(at, []fairrelay.SettleParams{{Token: tok, Outcome: o}})
+	rs, err := m.SettleBatch(at, []fairrelay.Settlement{{Token: tok, Outcome: o}})
 	if err != nil {
 		return fairrelay.SettleResult{}, err
 	}
@@ -250,7 +253,7 @@ func (m *Model) Settle(tok fairrelay.Token, o fairrelay.Outcome, at int64) (fair
 
 // SettleBatch is SPEC §2 settle for each item in order, at tick at, in one
 // transaction; an unknown event id fails the whole batch.
-func (m *Model) SettleBatch(at int64, ps []fairrelay.SettleParams) ([]fairrelay.SettleResult, error) {
+func (m *Model) SettleBatch(at int64, ps []fairrelay.Settlement) ([]fairrelay.SettleResult, error) {
 	if at < m.tick {
 		return nil, errorCode(fairrelay.CodeClockRegressed, "at %d < tick %d", at, m.tick)
 	}
@@ -296,7 +299,7 @@ func (m *Model) backoff(e *event) int64 {
 	return got
 }
 
-func (m *Model) settle(p fairrelay.SettleParams, at int64) fairrelay.SettleResult {
+func (m *Model) settle(p fairrelay.Settlement, at int64) fairrelay.SettleResult {
 	e := m.events[p.Token.EventID]
 	if e.state != fairrelay.StateInflight || e.generation != p.Token.Generation {
 		return fairrelay.SettleResult{Status: fairrelay.SettleStale}

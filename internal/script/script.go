@@ -236,11 +236,11 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		c, err := rn.Queue.Claim(ctx, at)
+		res, err := rn.Queue.Claim(ctx, fairrelay.ClaimParams{At: at})
 		if err != nil {
 			return nil, err
 		}
-		return claimResult(c), nil
+		return claimResult(res.First()), nil
 	case "receive":
 		id, err := need("id", o.ID)
 		if err != nil {
@@ -276,7 +276,7 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		r, err := rn.Queue.Settle(ctx, fairrelay.Token{EventID: id, Generation: gen}, outcome, at)
+		r, err := rn.Queue.Settle(ctx, fairrelay.SettleParams{Token: fairrelay.Token{EventID: id, Generation: gen}, Outcome: outcome, At: at})
 		if err != nil {
 			return nil, err
 		}
@@ -427,7 +427,8 @@ func (rn *Runner) step(ctx context.Context, o op) (Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := rn.Queue.Claim(ctx, at)
+	cr, err := rn.Queue.Claim(ctx, fairrelay.ClaimParams{At: at})
+	c := cr.First()
 	if err != nil || c == nil {
 		return claimResult(c), err
 	}
@@ -437,7 +438,7 @@ func (rn *Runner) step(ctx context.Context, o op) (Result, error) {
 		return nil, err
 	}
 	res["received"] = string(out)
-	s, err := rn.Queue.Settle(ctx, c.Token, out, at)
+	s, err := rn.Queue.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: out, At: at})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
@@ -60,7 +61,7 @@ func TestClaimWritesTheFlowRowOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn, q := queueOfA(t, "A1", "A2")
-	c, err := q.Claim(ctx, 1)
+	c, err := queuetest.ClaimOne(ctx, q, 1)
 	if err != nil || c == nil || c.Token.EventID != "A1" {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
@@ -74,7 +75,7 @@ func TestClaimWritesTheFlowRowOnly(t *testing.T) {
 		t.Fatalf("A1 as read: %+v %v, want inflight generation %d", e, err, c.Token.Generation)
 	}
 
-	if r, err := q.Settle(ctx, c.Token, fairrelay.OutcomeAccepted, 2); err != nil || r.Status != fairrelay.SettleAcked {
+	if r, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted, At: 2}); err != nil || r.Status != fairrelay.SettleAcked {
 		t.Fatalf("settle: %+v %v", r, err)
 	}
 	// The ack writes the flow row alone: A1's row still waits.
@@ -92,7 +93,7 @@ func TestClaimWritesTheFlowRowOnly(t *testing.T) {
 	}
 
 	// The claim of A2 takes the flow's head state and gives A1 its row back.
-	c2, err := q.Claim(ctx, 3)
+	c2, err := queuetest.ClaimOne(ctx, q, 3)
 	if err != nil || c2 == nil || c2.Token.EventID != "A2" {
 		t.Fatalf("claim of A2: %+v %v", c2, err)
 	}
@@ -118,7 +119,7 @@ func TestEventWrittenWithoutItsFlow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn, q := queueOfA(t, "A1")
-	if c, err := q.Claim(ctx, 1); err != nil || c == nil {
+	if c, err := queuetest.ClaimOne(ctx, q, 1); err != nil || c == nil {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	s, err := pgstore.Open(ctx, dsn, pgstore.Options{})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
@@ -69,15 +70,18 @@ func drive(t *testing.T, rng *rand.Rand, lite, pg *fairrelay.Queue) {
 		fairrelay.OutcomeRetry, fairrelay.OutcomeGap, fairrelay.OutcomeIDConflict, fairrelay.OutcomeUnsupportedDelta,
 	}
 	flow := func() string { return fmt.Sprintf("F%d", rng.IntN(12)) }
+	ne := func(p fairrelay.EnqueueParams) fairrelay.NewEvent {
+		return fairrelay.NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body}
+	}
 	event := func() fairrelay.EnqueueParams {
 		n := rng.IntN(120)
 		return fairrelay.EnqueueParams{ID: fmt.Sprintf("E%03d", n), Flow: flow(), Body: fmt.Appendf(nil, `{"delta":%d}`, 1+rng.IntN(2))}
 	}
-	settles := func() []fairrelay.SettleParams {
-		var ps []fairrelay.SettleParams
+	settles := func() []fairrelay.Settlement {
+		var ps []fairrelay.Settlement
 		for range rng.IntN(3) {
 			if len(tokens) > 0 {
-				ps = append(ps, fairrelay.SettleParams{Token: tokens[rng.IntN(len(tokens))], Outcome: outcomes[rng.IntN(len(outcomes))]})
+				ps = append(ps, fairrelay.Settlement{Token: tokens[rng.IntN(len(tokens))], Outcome: outcomes[rng.IntN(len(outcomes))]})
 			}
 		}
 		return ps
@@ -93,14 +97,14 @@ func drive(t *testing.T, rng *rand.Rand, lite, pg *fairrelay.Queue) {
 			op = "enqueue " + p.ID
 			a, b = answer(lite.Enqueue(ctx, p)), answer(pg.Enqueue(ctx, p))
 		case r < 4:
-			ps := []fairrelay.EnqueueParams{event(), event(), event()}
+			ps := []fairrelay.NewEvent{ne(event()), ne(event()), ne(event())}
 			op = "enqueue batch"
-			a, b = answer(lite.EnqueueBatch(ctx, at, ps)), answer(pg.EnqueueBatch(ctx, at, ps))
+			a, b = answer(lite.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: ps})), answer(pg.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: ps}))
 		case r < 7:
 			k := 1 + rng.IntN(3)
 			op = fmt.Sprintf("claim %d", k)
-			ca, errA := lite.ClaimBatch(ctx, at, k)
-			cb, errB := pg.ClaimBatch(ctx, at, k)
+			ca, errA := queuetest.Claims(lite.Claim(ctx, fairrelay.ClaimParams{At: at, Limit: k}))
+			cb, errB := queuetest.Claims(pg.Claim(ctx, fairrelay.ClaimParams{At: at, Limit: k}))
 			a, b = answer(ca, errA), answer(cb, errB)
 			for _, c := range ca {
 				tokens = append(tokens, c.Token)
@@ -108,8 +112,8 @@ func drive(t *testing.T, rng *rand.Rand, lite, pg *fairrelay.Queue) {
 		case r < 8:
 			ps, k := settles(), rng.IntN(3)
 			op = fmt.Sprintf("settle %d and claim %d", len(ps), k)
-			ra, ca, errA := lite.SettleAndClaim(ctx, at, ps, k)
-			rb, cb, errB := pg.SettleAndClaim(ctx, at, ps, k)
+			ra, ca, errA := queuetest.SettleClaims(lite.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Settles: ps, ClaimLimit: k}))
+			rb, cb, errB := queuetest.SettleClaims(pg.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Settles: ps, ClaimLimit: k}))
 			a, b = answer([]any{ra, ca}, errA), answer([]any{rb, cb}, errB)
 			for _, c := range ca {
 				tokens = append(tokens, c.Token)
@@ -117,7 +121,7 @@ func drive(t *testing.T, rng *rand.Rand, lite, pg *fairrelay.Queue) {
 		case r < 9:
 			ps := settles()
 			op = fmt.Sprintf("settle %d", len(ps))
-			a, b = answer(lite.SettleBatch(ctx, at, ps)), answer(pg.SettleBatch(ctx, at, ps))
+			a, b = answer(lite.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Settles: ps})), answer(pg.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Settles: ps}))
 		default:
 			qs, err := lite.Quarantined(ctx, 5)
 			if err != nil {
