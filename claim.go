@@ -1,8 +1,11 @@
 package fairrelay
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -82,22 +85,26 @@ func (r ClaimResult) First() *Claim {
 // (the tick still advances). In the same transaction, every expired
 // inflight head whose round already used the whole budget is quarantined
 // with reason budget_exhausted instead of being claimed ([decision] of SPEC
-// §2). Errors: ErrInvalidInput (at, limit), ErrClockRegressed, ErrBusy
-// (nothing changed; retry), ErrDatabase.
+// §2). Errors: ErrClockRegressed; ErrInvalidInput (at, limit);
+// ErrBusy (nothing changed; retry); ErrDatabase.
 func (q *Queue) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	k := p.Limit
 	if k == 0 {
 		k = 1
 	}
-	if k < 1 || k > MaxLimit {
-		return ClaimResult{}, invalid("limit", "must be 1 to %d, got %d", MaxLimit, p.Limit)
-	}
 	var out []Claim
-	op := writeOp{name: "claim", lanes: store.LaneClaim, hint: store.TxHint{Pick: k, PickOrder: q.pickOrder()},
-		at: p.At, floor: p.Floor, before: faultpoint.BeforeClaimCommit, after: faultpoint.AfterClaimCommit}
-	tick, err := q.writeTx(ctx, op, func(tx store.Tx, c *store.Clock) error {
+	op := writeOp{name: "claim", lanes: store.LaneClaim, at: p.At, floor: p.Floor,
+		read: store.ReadSet{PickLimit: max(k, 1), Order: q.pickOrder(), DueLimit: duePage},
+		check: func() error {
+			if k < 1 || k > MaxLimit {
+				return invalid("limit", "must be 1 to %d, got %d", MaxLimit, p.Limit)
+			}
+			return nil
+		},
+		before: faultpoint.BeforeClaimCommit, after: faultpoint.AfterClaimCommit}
+	tick, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		var err error
-		out, err = q.claimBatch(ctx, tx, c, c.Tick, k)
+		out, err = t.claim(ctx, k, rr)
 		return err
 	})
 	if err != nil {
@@ -106,22 +113,40 @@ func (q *Queue) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	return ClaimResult{Claims: out, Tick: tick}, nil
 }
 
-// claimBatch is the body of Claim inside a write transaction.
-func (q *Queue) claimBatch(ctx context.Context, tx store.Tx, c *store.Clock, at int64, k int) ([]Claim, error) {
-	if err := q.promoteDue(ctx, tx, at); err != nil {
+// duePage is how many due flows one read brings: a claim reads pages until
+// every due flow is promoted.
+const duePage = 256
+
+// claim is the body of Claim inside a write transaction, whose read asked
+// for the first k runnable flows (rr.Picks) and the first page of due ones
+// (rr.Due): it promotes every due flow, then claims up to k heads.
+func (t *txn) claim(ctx context.Context, k int, rr *store.ReadResult) ([]Claim, error) {
+	if err := t.promoteDue(ctx, rr.Due); err != nil {
 		return nil, err
 	}
-	order := q.pickOrder()
 	// The first k runnable flows in dispatch order are exactly what k
 	// consecutive claims pick: a claim takes its flow out of the runnable
-	// index and changes no other flow, so one indexed read serves the batch.
-	fs, err := tx.FlowPickRunnable(ctx, order, k)
-	if err != nil {
-		return nil, err
+	// index and changes no other flow. They are among the first k flows of
+	// the index as read, and the flows this transaction made runnable (due
+	// heads, heads behind an ack): the working rows decide.
+	cands := make([]*store.FlowRow, 0, len(rr.Picks)+len(t.dirtyFlows))
+	seen := make(map[string]bool, cap(cands))
+	for _, h := range rr.Picks {
+		if f := t.flows[h.Flow.Flow]; f.Runnable && !seen[f.Flow] {
+			seen[f.Flow] = true
+			cands = append(cands, f)
+		}
 	}
+	for _, f := range t.dirtyFlows {
+		if f.Runnable && !seen[f.Flow] {
+			seen[f.Flow] = true
+			cands = append(cands, f)
+		}
+	}
+	sortDispatch(cands, t.q.pickOrder())
 	var out []Claim
-	for _, f := range fs {
-		cl, err := q.claimOne(ctx, tx, c, at, f)
+	for _, f := range cands[:min(k, len(cands))] {
+		cl, err := t.claimOne(f)
 		if err != nil {
 			return nil, err
 		}
@@ -132,63 +157,72 @@ func (q *Queue) claimBatch(ctx context.Context, tx store.Tx, c *store.Clock, at 
 	return out, nil
 }
 
-// promoteDue moves every flow whose head became eligible by tick at (backoff
-// over, lease run out) from the waiting index to the runnable one, so that
-// claim never scans heads that are not eligible. An expired inflight head
-// whose round used the whole budget is quarantined here instead.
-func (q *Queue) promoteDue(ctx context.Context, tx store.Tx, at int64) error {
-	const page = 256
-	for {
-		due, err := tx.FlowListDue(ctx, at, page)
-		if err != nil {
-			return err
+// sortDispatch sorts flows in dispatch order (SPEC §2 step 3, §7): the
+// smallest served first, ties by flow id (seed) or creation order (fair).
+// It is the Go side of the runnable index's order, which each backend's SQL
+// reads in; the conformance suite holds the two to the same answers.
+func sortDispatch(fs []*store.FlowRow, order store.Order) {
+	slices.SortFunc(fs, func(a, b *store.FlowRow) int {
+		if c := cmp.Compare(a.Served, b.Served); c != 0 {
+			return c
 		}
-		for _, f := range due {
-			head, err := q.head(ctx, tx, f)
+		if order == store.OrderCreation {
+			return cmp.Compare(a.Ord, b.Ord)
+		}
+		return strings.Compare(a.Flow, b.Flow)
+	})
+}
+
+// promoteDue moves every flow whose head became eligible by the
+// transaction's tick (backoff over, lease run out) from the due index to
+// the runnable one, so that a claim never scans heads that are not
+// eligible. An expired inflight head whose round used the whole budget is
+// quarantined instead ([decision] of SPEC §2), in every flow, whatever the
+// claim then picks. due is the first page; the next pages are read here.
+func (t *txn) promoteDue(ctx context.Context, due []store.FlowHead) error {
+	for {
+		for _, h := range due {
+			f := t.addFlow(h.Flow)
+			if f.WaitUntil == nil || *f.WaitUntil > t.at {
+				continue // changed by this transaction already
+			}
+			head, err := t.head(f)
 			if err != nil {
 				return err
 			}
-			if head.State == store.StateInflight && head.Attempts >= q.policy.Budget {
+			if head.State == store.StateInflight && head.Attempts >= t.q.policy.Budget {
 				head.State, head.Reason = store.StateQuarantined, ReasonBudgetExhausted
-				if err := tx.EventUpdate(ctx, *head); err != nil {
-					return err
-				}
-				parkHead(&f)
+				t.changedEvent(head)
+				parkHead(f)
 			} else {
 				f.Runnable, f.WaitUntil = true, nil
 			}
-			if err := tx.FlowUpdate(ctx, f); err != nil {
-				return err
-			}
+			t.changedFlow(f)
 		}
-		if len(due) < page {
+		if len(due) < duePage {
 			return nil
 		}
+		last := due[len(due)-1].Flow
+		rr, err := t.tx.Read(ctx, store.ReadSet{At: t.at, DueLimit: duePage, DueAfter: &store.FlowKey{WaitUntil: *last.WaitUntil, Flow: last.Flow}})
+		if err != nil {
+			return err
+		}
+		t.addHeads(rr.Due)
+		due = rr.Due
 	}
-}
-
-// head loads the flow's head event; a flow in an index always has one.
-func (q *Queue) head(ctx context.Context, tx store.Tx, f store.FlowRow) (*store.EventRow, error) {
-	e, err := tx.EventGetBySeq(ctx, f.Flow, f.HeadSeq)
-	if err != nil {
-		return nil, err
-	}
-	if e == nil {
-		return nil, fmt.Errorf("flow %q: head seq %d is missing: the store is inconsistent", f.Flow, f.HeadSeq)
-	}
-	return e, nil
 }
 
 // claimOne claims the head of f, a runnable flow picked in dispatch order;
-// nil when the head is not eligible at tick at after all.
-func (q *Queue) claimOne(ctx context.Context, tx store.Tx, c *store.Clock, at int64, f store.FlowRow) (*Claim, error) {
-	head, err := q.head(ctx, tx, f)
+// nil when the head is not eligible at the transaction's tick after all.
+func (t *txn) claimOne(f *store.FlowRow) (*Claim, error) {
+	head, err := t.head(f)
 	if err != nil {
 		return nil, err
 	}
 	if head.State != store.StateReady && head.State != store.StateInflight {
 		return nil, fmt.Errorf("flow %q: runnable head %q is %s: the store is inconsistent", f.Flow, head.ID, head.State)
 	}
+	at := t.at
 	if head.State == store.StateReady && head.NextAt > at {
 		// Not eligible yet (SPEC §2 step 2): with one writer this cannot
 		// happen, but where lanes run side by side (PostgreSQL) an enqueue,
@@ -198,33 +232,20 @@ func (q *Queue) claimOne(ctx context.Context, tx store.Tx, c *store.Clock, at in
 	}
 	// served moves at claim time, not at success: the claim spends the
 	// flow's turn whatever happens next (SPEC §2).
-	c.Ticket++
-	f.Served = c.Ticket
-	lease := at + q.policy.Lease
+	t.clock.Ticket++
+	f.Served = t.clock.Ticket
+	lease := at + t.q.policy.Lease
 	f.Runnable, f.WaitUntil = false, &lease
 	head.State = store.StateInflight
 	head.Generation++
 	head.Attempts++
 	head.LifetimeAttempts++
 	head.LeaseUntil = lease
-	if err := tx.EventUpdate(ctx, *head); err != nil {
-		return nil, err
-	}
-	if err := tx.FlowUpdate(ctx, f); err != nil {
-		return nil, err
-	}
+	t.changedEvent(head)
+	t.changedFlow(f)
 	return &Claim{
 		Token: Token{EventID: head.ID, Generation: head.Generation},
 		Flow:  head.Flow, Seq: head.Seq, Body: head.Body,
-		LeaseUntil: lease, Ticket: c.Ticket, Attempts: head.Attempts,
+		LeaseUntil: lease, Ticket: t.clock.Ticket, Attempts: head.Attempts,
 	}, nil
-}
-
-// pickOrder is the tie-break of the runnable index under the queue's policy
-// (SPEC §2 step 3, §7).
-func (q *Queue) pickOrder() store.Order {
-	if q.policy.Entry == EntryFair {
-		return store.OrderCreation
-	}
-	return store.OrderFlowID
 }

@@ -1,9 +1,9 @@
 package fairrelay
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -75,29 +75,12 @@ type EnqueueResult struct {
 	Tick int64 `json:"-"`
 }
 
-func (q *Queue) checkEvent(e NewEvent) error {
-	if err := checkID("id", e.ID); err != nil {
-		return err
-	}
-	if err := checkID("flow", e.Flow); err != nil {
-		return err
-	}
-	if len(e.Body) == 0 {
-		return invalid("body", "empty")
-	}
-	if len(e.Body) > q.policy.MaxBodyBytes {
-		return invalid("body", "%d bytes, more than the limit of %d", len(e.Body), q.policy.MaxBodyBytes)
-	}
-	return nil
-}
-
-func (p EnqueueParams) event() NewEvent { return NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body} }
-
 // Enqueue stores one event in its own transaction (SPEC §2): a new id gets
 // the next seq of its flow (creating the flow), a repeated id with the same
 // flow and body answers existing, a repeated id with anything else answers
-// conflict. Errors: ErrInvalidInput naming id, flow, body or at;
-// ErrClockRegressed; ErrBusy; ErrDatabase. On error nothing changed.
+// conflict. Errors (SPEC §2 order): ErrClockRegressed; ErrInvalidInput
+// naming at, id, flow or body; ErrBusy; ErrDatabase. On error nothing
+// changed.
 func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
 	rs, err := q.EnqueueMany(ctx, EnqueueManyParams{At: p.At, Floor: p.Floor, Events: []NewEvent{p.event()}})
 	if err != nil {
@@ -106,175 +89,81 @@ func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, er
 	return rs[0], nil
 }
 
+func (p EnqueueParams) event() NewEvent { return NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body} }
+
 // EnqueueMany stores p.Events in one transaction at one tick, each with the
 // answer Enqueue would give in that order. A bad event fails the whole batch
-// before anything is written (the error names the field). The caller's
-// slices are not changed. Errors as Enqueue.
+// and nothing is written (the error names the field). The caller's slices
+// are not changed. Errors as Enqueue.
 func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]EnqueueResult, error) {
-	for _, e := range p.Events {
-		if err := q.checkEvent(e); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]EnqueueResult, 0, len(p.Events))
-	ids, flows := make([]string, len(p.Events)), make([]string, len(p.Events))
-	for i, e := range p.Events {
-		ids[i], flows[i] = e.ID, e.Flow
-	}
-	op := writeOp{name: "enqueue", lanes: store.LaneEnqueue, hint: store.TxHint{Events: ids, Flows: flows}, at: p.At, floor: p.Floor}
-	tick, err := q.writeTx(ctx, op, func(tx store.Tx, c *store.Clock) error {
-		out = out[:0]
-		// One read for the whole batch where a question costs a round trip.
-		if err := store.Prefetch(ctx, tx, ids, flows); err != nil {
-			return err
-		}
-		fc := flowCache{}
-		for _, e := range p.Events {
-			r, err := q.enqueue(ctx, tx, c, fc, e)
-			if err != nil {
-				return err
-			}
-			out = append(out, r)
-		}
-		return fc.flush(ctx, tx)
-	})
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		out[i].Tick = tick
-	}
-	return out, nil
+	return q.enqueue(ctx, nil, p)
 }
 
 // EnqueueTx stores one event inside a *sql.Tx the caller owns — the
 // transactional outbox: the business write and the event commit or roll
 // back together. On SQLite, tx is a transaction on the same file (open its
 // pool with fairrelay.SQLiteDSN); on PostgreSQL, a transaction of pgx's
-// database/sql driver (github.com/jackc/pgx/v5/stdlib) on the same
-// database (EnqueuePgxTx takes a pgx.Tx). The caller commits. p.At is
-// usually AtStored: a producer does not know the relay's clock. Until the
-// caller commits, the caller's transaction holds a write lock: on SQLite the
-// file's (every other writer waits), on PostgreSQL the enqueue lane's and
-// the row of p.Flow (other enqueuers wait; claims skip that flow and its
-// settles wait, or under SettleManyParams.SkipHeld, as the relay settles,
-// are put off; everything else goes on — store.Lane). Answers and errors as
-// Enqueue, plus ErrInvalidInput (field "tx") for a transaction the store
-// cannot use; an error leaves the caller's transaction to be rolled back by
-// the caller.
+// database/sql driver (github.com/jackc/pgx/v5/stdlib) on the same database
+// (EnqueuePgxTx takes a pgx.Tx). The caller commits. p.At is usually
+// AtStored: a producer does not know the relay's clock. Until the caller
+// commits, the caller's transaction holds a write lock: on SQLite the
+// file's (every other writer waits); on PostgreSQL only the row of p.Flow
+// (SPEC §10: another transaction that enqueues to the same flow waits, so
+// seq order is commit order; every other flow goes on, and the relay puts
+// off a settle of that flow's head — SettleManyParams.SkipHeld). Answers and
+// errors as Enqueue, plus ErrInvalidInput (field "tx") for a transaction on
+// a database that holds no such store; an error leaves the caller's
+// transaction to be rolled back by the caller.
 func (q *Queue) EnqueueTx(ctx context.Context, tx *sql.Tx, p EnqueueParams) (EnqueueResult, error) {
 	if tx == nil {
 		return EnqueueResult{}, invalid("tx", "nil *sql.Tx")
 	}
-	return q.enqueueIn(ctx, tx, p)
+	return q.enqueueOne(ctx, tx, p)
 }
 
 // EnqueuePgxTx is EnqueueTx for a pgx.Tx on the PostgreSQL database of the
-// store (the pgx-native outbox). Answers and errors as EnqueueTx; on a
+// store (the pgx-native outbox): one statement, a call of the store's SQL
+// function enqueue (SPEC §10). Answers and errors as EnqueueTx; on a
 // SQLite store it fails with ErrInvalidInput (field "tx").
 func (q *Queue) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, p EnqueueParams) (EnqueueResult, error) {
 	if tx == nil {
 		return EnqueueResult{}, invalid("tx", "nil pgx.Tx")
 	}
-	return q.enqueueIn(ctx, tx, p)
+	return q.enqueueOne(ctx, tx, p)
 }
 
-// enqueueIn is EnqueueTx and EnqueuePgxTx: tx is a *sql.Tx or a pgx.Tx.
-func (q *Queue) enqueueIn(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
-	if err := q.checkEvent(p.event()); err != nil {
-		return EnqueueResult{}, err
-	}
-	if err := checkTick(p.At); err != nil {
-		return EnqueueResult{}, err
-	}
-	stx, err := q.store.Wrap(ctx, tx, store.LaneEnqueue)
-	if err != nil {
-		return EnqueueResult{}, &Error{Code: CodeInvalidInput, Field: "tx", Message: err.Error()}
-	}
-	var res EnqueueResult
-	tick, err := q.inTx(ctx, "enqueue", stx, p.At, p.Floor, func(tx store.Tx, c *store.Clock) error {
-		fc := flowCache{}
-		var err error
-		if res, err = q.enqueue(ctx, tx, c, fc, p.event()); err != nil {
-			return err
-		}
-		return fc.flush(ctx, tx)
-	})
+func (q *Queue) enqueueOne(ctx context.Context, caller any, p EnqueueParams) (EnqueueResult, error) {
+	rs, err := q.enqueue(ctx, caller, EnqueueManyParams{At: p.At, Floor: p.Floor, Events: []NewEvent{p.event()}})
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	res.Tick = tick
-	return res, nil
+	return rs[0], nil
 }
 
-// flowCache holds the flow rows one enqueue transaction read or created, so a
-// batch reads and writes each flow once instead of once per event (issue 4:
-// loading a backlog). flush writes the changed rows before the commit.
-type flowCache map[string]*cachedFlow
-
-type cachedFlow struct {
-	row   store.FlowRow
-	dirty bool // changed since read or inserted
-}
-
-func (fc flowCache) flush(ctx context.Context, tx store.Tx) error {
-	for _, f := range fc {
-		if f.dirty {
-			if err := tx.FlowUpdate(ctx, f.row); err != nil {
-				return err
-			}
-		}
+// enqueue runs the backend's enqueue (store.Store.Enqueue: the SQL function
+// on PostgreSQL) in its own transaction (caller nil) or the caller's, and
+// translates its answers and errors.
+func (q *Queue) enqueue(ctx context.Context, caller any, p EnqueueManyParams) ([]EnqueueResult, error) {
+	evs := make([]store.NewEvent, len(p.Events))
+	for i, e := range p.Events {
+		evs[i] = store.NewEvent{ID: e.ID, Flow: e.Flow, Body: e.Body}
 	}
-	return nil
-}
-
-func (q *Queue) enqueue(ctx context.Context, tx store.Tx, c *store.Clock, fc flowCache, p NewEvent) (EnqueueResult, error) {
-	at := c.Tick // the write's tick
-	old, err := tx.EventGet(ctx, p.ID)
+	sp := store.EnqueueParams{At: p.At, Floor: p.Floor, MaxTickJump: q.policy.MaxTickJump, MaxBodyBytes: q.policy.MaxBodyBytes, Events: evs}
+	res, err := q.store.Enqueue(ctx, caller, sp)
 	if err != nil {
-		return EnqueueResult{}, err
-	}
-	if old != nil {
-		if old.Flow == p.Flow && bytes.Equal(old.Body, p.Body) {
-			return EnqueueResult{Status: EnqueueExisting, Seq: old.Seq}, nil
+		var ce *store.ClockRegressedError
+		var ie *store.InvalidError
+		switch {
+		case errors.As(err, &ce):
+			return nil, &Error{Code: CodeClockRegressed, Message: ce.Error()}
+		case errors.As(err, &ie):
+			return nil, &Error{Code: CodeInvalidInput, Field: ie.Field, Message: ie.Message}
 		}
-		return EnqueueResult{Status: EnqueueConflict}, nil
+		return nil, dbError("enqueue", err)
 	}
-	cf := fc[p.Flow]
-	if cf == nil {
-		row, err := tx.FlowGet(ctx, p.Flow)
-		if err != nil {
-			return EnqueueResult{}, err
-		}
-		if row == nil {
-			c.Flows++
-			row = &store.FlowRow{Flow: p.Flow, Ord: c.Flows, HeadSeq: 1}
-			if q.policy.Entry == EntryFair {
-				// SPEC §7: a new flow joins at the back of the current rotation.
-				row.Served = c.Ticket
-			}
-			// Inserted now, before its first event (foreign key); later
-			// changes reach it in flush.
-			if err := tx.FlowInsert(ctx, *row); err != nil {
-				return EnqueueResult{}, err
-			}
-		}
-		cf = &cachedFlow{row: *row}
-		fc[p.Flow] = cf
+	out := make([]EnqueueResult, len(res.Answers))
+	for i, a := range res.Answers {
+		out[i] = EnqueueResult{Status: EnqueueStatus(a.Status), Seq: a.Seq, Tick: res.Tick}
 	}
-	f := &cf.row
-	f.Seq++
-	cf.dirty = true
-	if f.HeadSeq == f.Seq {
-		// The new event is the head: the flow had none.
-		placeHead(f, at, at)
-	}
-	e := store.EventRow{
-		ID: p.ID, Flow: p.Flow, Seq: f.Seq, Body: p.Body, State: store.StateReady,
-		NextAt: at, EnqueuedAt: at,
-	}
-	if err := tx.EventInsert(ctx, e); err != nil {
-		return EnqueueResult{}, err
-	}
-	return EnqueueResult{Status: EnqueueCreated, Seq: f.Seq}, nil
+	return out, nil
 }

@@ -57,6 +57,12 @@ type Policy struct {
 	// MaxBodyBytes is the largest body enqueue accepts, in bytes. Defaults to
 	// 1 MiB (1048576).
 	MaxBodyBytes int
+	// MaxTickJump, when positive, refuses a write whose tick lies more than
+	// this many ticks ahead of the stored tick: ErrInvalidInput naming "at",
+	// and nothing changes (SPEC §7), so that a typo cannot poison a store's
+	// clock. 0 (the default, and the reference policy's) sets no limit; the
+	// daemon's policy sets one hour (3 600 000 ticks).
+	MaxTickJump int64
 }
 
 // ReferencePolicy is the article's policy: seed entry, lease 5, budget 3,
@@ -72,10 +78,13 @@ func ReferencePolicy() Policy {
 // 300 000 (5 min) with jitter 0.2, bodies up to 1 MiB. The budget and the
 // backoff retry a head whose receiver keeps failing transiently for 47–59
 // min (the 19 waits, each shortened by up to 20 % of jitter) before it is
-// quarantined; a permanent failure quarantines at once whatever the budget. Use it for a Queue
+// quarantined; a permanent failure quarantines at once whatever the budget.
+// A write more than an hour (3 600 000 ticks) ahead of the stored tick is
+// refused (MaxTickJump). Use it for a Queue
 // that a relay.Relay dispatches, and for tools that act on the same store.
 func DaemonPolicy() Policy {
-	return Policy{Entry: EntryFair, Lease: 30_000, Budget: 20, BackoffBase: 1_000, BackoffCap: 300_000, Jitter: 0.2, MaxBodyBytes: 1 << 20}
+	return Policy{Entry: EntryFair, Lease: 30_000, Budget: 20, BackoffBase: 1_000, BackoffCap: 300_000, Jitter: 0.2, MaxBodyBytes: 1 << 20,
+		MaxTickJump: 3_600_000}
 }
 
 // withDefaults fills zero fields with their defaults.
@@ -122,6 +131,8 @@ func (p Policy) Validate() error {
 		return invalid("policy.jitter", "must be in [0, 1), got %v", p.Jitter)
 	case p.MaxBodyBytes < 1:
 		return invalid("policy.max_body_bytes", "must be at least 1 byte, got %d", p.MaxBodyBytes)
+	case p.MaxTickJump < 0 || p.MaxTickJump > MaxTick:
+		return invalid("policy.max_tick_jump", "must be 0 (no limit) to %d ticks, got %d", int64(MaxTick), p.MaxTickJump)
 	}
 	return nil
 }

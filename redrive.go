@@ -2,7 +2,6 @@ package fairrelay
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -33,7 +32,8 @@ const (
 	// RedriveReady: the event is ready again with a new generation and a
 	// fresh round of attempts; an audit row was appended.
 	RedriveReady RedriveStatus = "ready"
-	// RedriveRejected: nothing changed but the tick; RejectReason says why.
+	// RedriveRejected: nothing changed, not even the tick; RejectReason says
+	// why.
 	RedriveRejected RedriveStatus = "rejected"
 )
 
@@ -57,33 +57,32 @@ type RedriveResult struct {
 // at At with generation+1 and attempts 0 (lifetime attempts, ids, seq and
 // body unchanged) and an audit row records the operator, the reason, the
 // quarantine reason it cleared and the new generation. Otherwise it answers
-// rejected and changes nothing but the tick. Errors: ErrNotFound for an
-// unknown id; ErrInvalidInput naming id, operator, reason or at;
-// ErrClockRegressed; ErrBusy; ErrDatabase (an audit insert that fails rolls
-// the whole redrive back).
+// rejected and changes nothing, not even the tick. Errors (SPEC §2 order):
+// ErrClockRegressed; ErrInvalidInput naming at, id, operator or reason;
+// ErrNotFound for an unknown id; ErrBusy; ErrDatabase (an audit insert that
+// fails rolls the whole redrive back).
 func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, error) {
-	if err := checkID("id", p.EventID); err != nil {
-		return RedriveResult{}, err
-	}
-	if p.Operator != "" {
-		if err := checkID("operator", p.Operator); err != nil {
-			return RedriveResult{}, err
-		}
-	}
-	if len(p.Reason) > MaxReasonBytes {
-		return RedriveResult{}, invalid("reason", "%d bytes, more than the limit of %d", len(p.Reason), MaxReasonBytes)
-	}
-	if !utf8.ValidString(p.Reason) {
-		return RedriveResult{}, invalid("reason", "not valid UTF-8")
-	}
 	var res RedriveResult
-	op := writeOp{name: "redrive", lanes: store.LaneSettle, hint: store.TxHint{Events: []string{p.EventID}}, at: p.At}
-	_, err := q.writeTx(ctx, op, func(tx store.Tx, c *store.Clock) error {
-
-		e, err := tx.EventGet(ctx, p.EventID)
-		if err != nil {
-			return err
-		}
+	op := writeOp{name: "redrive", lanes: store.LaneSettle, at: p.At, read: store.ReadSet{Events: []string{p.EventID}},
+		check: func() error {
+			if err := checkID("id", p.EventID); err != nil {
+				return err
+			}
+			if p.Operator != "" {
+				if err := checkID("operator", p.Operator); err != nil {
+					return err
+				}
+			}
+			if len(p.Reason) > MaxReasonBytes {
+				return invalid("reason", "%d bytes, more than the limit of %d", len(p.Reason), MaxReasonBytes)
+			}
+			if !utf8.ValidString(p.Reason) {
+				return invalid("reason", "not valid UTF-8")
+			}
+			return nil
+		}}
+	_, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
+		e := t.events[p.EventID]
 		if e == nil {
 			return &Error{Code: CodeNotFound, Message: "no event with id " + quote(p.EventID)}
 		}
@@ -98,34 +97,23 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 			res = RedriveResult{Status: RedriveRejected, RejectReason: RejectGenerationMismatch}
 			return errUnchanged
 		}
-		f, err := tx.FlowGet(ctx, e.Flow)
-		if err != nil {
-			return err
-		}
+		f := t.flows[e.Flow]
 		previous := e.Reason
 		e.State, e.Reason = store.StateReady, ""
 		e.Generation++
 		e.Attempts = 0
-		e.NextAt = c.Tick
-		if err := tx.EventUpdate(ctx, *e); err != nil {
-			return err
-		}
+		e.NextAt = t.at
+		t.changedEvent(e)
 		// A quarantined event is always its flow's head.
-		placeHead(f, c.Tick, c.Tick)
-		if err := tx.FlowUpdate(ctx, *f); err != nil {
-			return err
-		}
-		a := store.AuditRow{EventID: e.ID, Action: "redrive", Reason: p.Reason, PreviousReason: &previous, Generation: e.Generation, At: c.Tick}
+		placeHead(f, t.at, t.at)
+		t.changedFlow(f)
+		a := store.AuditRow{EventID: e.ID, Action: "redrive", Reason: p.Reason, PreviousReason: &previous, Generation: e.Generation, At: t.at}
 		if p.Operator != "" {
 			a.Operator = &p.Operator
 		}
-		if err := tx.AuditInsert(ctx, a); err != nil {
-			return err
-		}
+		t.audit = append(t.audit, a)
 		res = RedriveResult{Status: RedriveReady, Generation: e.Generation}
 		return nil
 	})
 	return res, err
 }
-
-func quote(s string) string { return strconv.Quote(s) }

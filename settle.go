@@ -2,7 +2,7 @@ package fairrelay
 
 import (
 	"context"
-	"slices"
+	"fmt"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -123,32 +123,35 @@ func (q *Queue) Settle(ctx context.Context, p SettleParams) (SettleResult, error
 // after_settle_commit): a crash before the commit keeps neither part.
 // Errors as Settle, plus ErrInvalidInput (field "claim_limit").
 func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyResult, error) {
-	if err := checkSettles(p.Settles); err != nil {
-		return SettleManyResult{}, err
-	}
-	if p.ClaimLimit < 0 || p.ClaimLimit > MaxLimit {
-		return SettleManyResult{}, invalid("claim_limit", "must be 0 to %d, got %d", MaxLimit, p.ClaimLimit)
-	}
 	k := p.ClaimLimit
 	var rs []SettleResult
 	var cs []Claim
 	op := writeOp{name: "settle", lanes: store.LaneSettle, at: p.At, floor: p.Floor,
-		hint:   store.TxHint{Events: settleIDs(p.Settles), SkipHeld: p.SkipHeld},
-		before: faultpoint.BeforeSettleCommit, after: faultpoint.AfterSettleCommit}
+		read:   store.ReadSet{Events: settleIDs(p.Settles), SkipHeld: p.SkipHeld},
+		before: faultpoint.BeforeSettleCommit, after: faultpoint.AfterSettleCommit,
+		check: func() error {
+			if err := checkSettles(p.Settles); err != nil {
+				return err
+			}
+			if k < 0 || k > MaxLimit {
+				return invalid("claim_limit", "must be 0 to %d, got %d", MaxLimit, k)
+			}
+			return nil
+		}}
 	if k > 0 {
 		op.name, op.lanes = "settle and claim", store.LaneSettle|store.LaneClaim
-		// The claims must see the settles' writes: a backend that reads the
-		// pick ahead adds the flows the settles make runnable.
-		op.hint.Pick, op.hint.PickOrder = k, q.pickOrder()
+		// The claims see the settles: the events behind the settled ones
+		// come along, the heads the claims are likely to take.
+		op.read.Next, op.read.PickLimit, op.read.Order, op.read.DueLimit = true, k, q.pickOrder(), duePage
 	}
-	tick, err := q.writeTx(ctx, op, func(tx store.Tx, c *store.Clock) error {
+	tick, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		var err error
-		if rs, err = q.settleBatch(ctx, tx, c.Tick, p.Settles); err != nil {
+		if rs, err = t.settleMany(p.Settles, rr.Held); err != nil {
 			return err
 		}
 		cs = nil
 		if k > 0 {
-			cs, err = q.claimBatch(ctx, tx, c, c.Tick, k)
+			cs, err = t.claim(ctx, k, rr)
 		}
 		return err
 	})
@@ -166,6 +169,9 @@ func checkSettles(ps []Settlement) error {
 		if p.Token.EventID == "" {
 			return invalid("id", "empty")
 		}
+		if p.Token.Generation < 0 {
+			return invalid("generation", "must not be negative, got %d", p.Token.Generation)
+		}
 		if p.NotBefore < 0 || p.NotBefore > 2*MaxTick {
 			return invalid("not_before", "must be a tick in [0, %d], got %d", int64(2*MaxTick), p.NotBefore)
 		}
@@ -173,28 +179,17 @@ func checkSettles(ps []Settlement) error {
 	return nil
 }
 
-// settleBatch is the body of SettleMany inside a write transaction. A
-// token whose flow the transaction skipped (store.HeldEvents: another
-// transaction holds it) is answered Held and not read.
-func (q *Queue) settleBatch(ctx context.Context, tx store.Tx, at int64, ps []Settlement) ([]SettleResult, error) {
+// settleMany is the body of SettleMany inside a write transaction. A
+// token whose flow the read skipped (held: another transaction holds it)
+// is answered Held and not touched.
+func (t *txn) settleMany(ps []Settlement, held map[string]bool) ([]SettleResult, error) {
 	out := make([]SettleResult, 0, len(ps))
-	held := store.HeldEvents(tx)
-	if len(ps) > 1 {
-		// One read for the whole batch where a question costs a round trip.
-		ids := settleIDs(ps)
-		if len(held) > 0 {
-			ids = slices.DeleteFunc(ids, func(id string) bool { return held[id] })
-		}
-		if err := store.Prefetch(ctx, tx, ids, nil); err != nil {
-			return nil, err
-		}
-	}
 	for _, p := range ps {
 		if held[p.Token.EventID] {
 			out = append(out, SettleResult{Held: true})
 			continue
 		}
-		r, err := q.settle(ctx, tx, p, at)
+		r, err := t.settle(p)
 		if err != nil {
 			return nil, err
 		}
@@ -203,11 +198,9 @@ func (q *Queue) settleBatch(ctx context.Context, tx store.Tx, at int64, ps []Set
 	return out, nil
 }
 
-func (q *Queue) settle(ctx context.Context, tx store.Tx, p Settlement, at int64) (SettleResult, error) {
-	e, err := tx.EventGet(ctx, p.Token.EventID)
-	if err != nil {
-		return SettleResult{}, err
-	}
+func (t *txn) settle(p Settlement) (SettleResult, error) {
+	at := t.at
+	e := t.events[p.Token.EventID]
 	if e == nil {
 		return SettleResult{}, &Error{Code: CodeNotFound, Message: "no event with id " + quote(p.Token.EventID)}
 	}
@@ -219,9 +212,9 @@ func (q *Queue) settle(ctx context.Context, tx store.Tx, p Settlement, at int64)
 	if at >= e.LeaseUntil {
 		return SettleResult{Status: SettleExpired}, nil
 	}
-	f, err := tx.FlowGet(ctx, e.Flow)
-	if err != nil {
-		return SettleResult{}, err
+	f := t.flows[e.Flow]
+	if f == nil {
+		return SettleResult{}, fmt.Errorf("event %q: flow %q is missing: the store is inconsistent", e.ID, e.Flow)
 	}
 	var res SettleResult
 	switch p.Outcome.Class() {
@@ -241,9 +234,9 @@ func (q *Queue) settle(ctx context.Context, tx store.Tx, p Settlement, at int64)
 		parkHead(f)
 		res.Status = SettleQuarantined
 	default:
-		if e.Attempts < q.policy.Budget {
+		if e.Attempts < t.q.policy.Budget {
 			e.State = store.StateReady
-			e.NextAt = at + q.policy.Backoff(e.ID, e.Generation, e.Attempts)
+			e.NextAt = at + t.q.policy.Backoff(e.ID, e.Generation, e.Attempts)
 			if p.NotBefore > e.NextAt {
 				e.NextAt = p.NotBefore
 			}
@@ -255,12 +248,8 @@ func (q *Queue) settle(ctx context.Context, tx store.Tx, p Settlement, at int64)
 			res.Status = SettleQuarantined
 		}
 	}
-	if err := tx.EventUpdate(ctx, *e); err != nil {
-		return SettleResult{}, err
-	}
-	if err := tx.FlowUpdate(ctx, *f); err != nil {
-		return SettleResult{}, err
-	}
+	t.changedEvent(e)
+	t.changedFlow(f)
 	return res, nil
 }
 

@@ -2,7 +2,6 @@ package fairrelay
 
 import (
 	"context"
-	"math"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -110,7 +109,7 @@ func (q *Queue) Snapshot(ctx context.Context) (*Snapshot, error) {
 		return nil, dbError("snapshot", err)
 	}
 	defer tx.Rollback(ctx)
-	c, err := tx.ClockGet(ctx)
+	c, err := tx.Clock(ctx)
 	if err != nil {
 		return nil, dbError("snapshot", err)
 	}
@@ -128,7 +127,7 @@ func (q *Queue) Snapshot(ctx context.Context) (*Snapshot, error) {
 		}
 		after = fs[len(fs)-1].Flow
 	}
-	es, err := listEvents(ctx, tx, "", -1)
+	es, err := allEvents(ctx, tx)
 	if err != nil {
 		return nil, dbError("snapshot", err)
 	}
@@ -151,33 +150,22 @@ func (q *Queue) Snapshot(ctx context.Context) (*Snapshot, error) {
 	return s, nil
 }
 
-// listEvents pages through events in (flow, seq) order, up to max rows (all
-// when max < 0).
-func listEvents(ctx context.Context, tx store.Tx, state string, max int) ([]store.EventRow, error) {
-	return listEventsAfter(ctx, tx, state, "", 0, max)
-}
-
-// listEventsAfter is listEvents from the first event after (afterFlow,
-// afterSeq) in flow then seq order.
-func listEventsAfter(ctx context.Context, tx store.Tx, state, afterFlow string, afterSeq int64, max int) ([]store.EventRow, error) {
+// allEvents pages through every event in (flow, seq) order.
+func allEvents(ctx context.Context, tx store.ReadTx) ([]store.EventRow, error) {
 	var out []store.EventRow
-	for max < 0 || len(out) < max {
-		n := pageSize
-		if max >= 0 && max-len(out) < n {
-			n = max - len(out)
-		}
-		es, err := tx.EventList(ctx, state, afterFlow, afterSeq, n)
+	afterFlow, afterSeq := "", int64(0)
+	for {
+		es, err := tx.EventList(ctx, afterFlow, afterSeq, pageSize)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, es...)
-		if len(es) < n {
-			break
+		if len(es) < pageSize {
+			return out, nil
 		}
 		last := es[len(es)-1]
 		afterFlow, afterSeq = last.Flow, last.Seq
 	}
-	return out, nil
 }
 
 // Head is one flow with its head event (nil when every event is acked).
@@ -201,18 +189,16 @@ func (q *Queue) Heads(ctx context.Context, after string, limit int) ([]Head, err
 	if err != nil {
 		return nil, dbError("heads", err)
 	}
+	heads, err := tx.Heads(ctx, fs)
+	if err != nil {
+		return nil, dbError("heads", err)
+	}
 	out := make([]Head, 0, len(fs))
 	for _, f := range fs {
 		h := Head{FlowState: FlowState{Flow: f.Flow, Seq: f.Seq, Served: f.Served}}
-		if f.HeadSeq <= f.Seq {
-			e, err := tx.EventGetBySeq(ctx, f.Flow, f.HeadSeq)
-			if err != nil {
-				return nil, dbError("heads", err)
-			}
-			if e != nil {
-				es := eventState(*e)
-				h.Head = &es
-			}
+		if e := heads[f.Flow]; e != nil {
+			es := eventState(*e)
+			h.Head = &es
 		}
 		out = append(out, h)
 	}
@@ -239,11 +225,7 @@ func (q *Queue) QuarantinedAfter(ctx context.Context, afterFlow string, limit in
 		return nil, dbError("quarantined", err)
 	}
 	defer tx.Rollback(ctx)
-	afterSeq := int64(0)
-	if afterFlow != "" {
-		afterSeq = math.MaxInt64 // every event of afterFlow is before the page
-	}
-	es, err := listEventsAfter(ctx, tx, store.StateQuarantined, afterFlow, afterSeq, limit)
+	es, err := tx.QuarantinedList(ctx, afterFlow, limit)
 	if err != nil {
 		return nil, dbError("quarantined", err)
 	}
@@ -316,7 +298,7 @@ func (q *Queue) Clock(ctx context.Context) (ClockState, error) {
 		return ClockState{}, dbError("clock", err)
 	}
 	defer tx.Rollback(ctx)
-	c, err := tx.ClockGet(ctx)
+	c, err := tx.Clock(ctx)
 	if err != nil {
 		return ClockState{}, dbError("clock", err)
 	}
@@ -337,28 +319,23 @@ func (q *Queue) NextDue(ctx context.Context) (stored, due int64, ok bool, err er
 		return 0, 0, false, dbError("next due", err)
 	}
 	defer tx.Rollback(ctx)
-	c, err := tx.ClockGet(ctx)
+	c, err := tx.Clock(ctx)
 	if err != nil {
 		return 0, 0, false, dbError("next due", err)
 	}
-	order := store.OrderFlowID
-	if q.policy.Entry == EntryFair {
-		order = store.OrderCreation
-	}
-	fs, err := tx.FlowPickRunnable(ctx, order, 1)
+	fs, err := tx.FlowPick(ctx, q.pickOrder(), 1)
 	if err != nil {
 		return 0, 0, false, dbError("next due", err)
 	}
 	if len(fs) > 0 {
 		return c.Tick, c.Tick, true, nil
 	}
-	// The waiting index in wait_until order: its first row ends first.
-	ws, err := tx.FlowListDue(ctx, MaxTick*2, 1)
+	wait, ok, err := tx.NextWait(ctx)
 	if err != nil {
 		return 0, 0, false, dbError("next due", err)
 	}
-	if len(ws) == 0 || ws[0].WaitUntil == nil {
+	if !ok {
 		return c.Tick, 0, false, nil
 	}
-	return c.Tick, *ws[0].WaitUntil, true, nil
+	return c.Tick, wait, true, nil
 }

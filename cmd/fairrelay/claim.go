@@ -23,7 +23,7 @@ func newClaimCmd() *cobra.Command {
 				return err
 			}
 			at := atFlag(cmd, at)
-			q, err := openExistingQueue(cmd.Context(), queue, pol)
+			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {
 				return err
 			}

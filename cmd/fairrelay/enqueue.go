@@ -33,7 +33,7 @@ by default at the stored tick (so it can run beside a relay).`,
 				return err
 			}
 			if !cmd.Flags().Changed("id") {
-				return runBulkEnqueue(cmd, queue, pol, atFlag(cmd, at))
+				return runBulkEnqueue(cmd, queue, pol, &pf, atFlag(cmd, at))
 			}
 			var d, b json.RawMessage
 			if cmd.Flags().Changed("delta") {
@@ -47,7 +47,7 @@ by default at the stored tick (so it can run beside a relay).`,
 				return err
 			}
 			at := atFlag(cmd, at)
-			q, err := openQueue(cmd.Context(), queue, pol)
+			q, err := openQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {
 				return err
 			}

@@ -17,13 +17,13 @@ import (
 
 // runBulkEnqueue is enqueue without --id: JSON lines from stdin. at is
 // --at when given, else the stored tick (fairrelay.AtStored).
-func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, at int64) error {
+func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags, at int64) error {
 	for _, name := range []string{"flow", "body", "delta"} {
 		if cmd.Flags().Changed(name) {
 			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "give --id too, or put it in the stdin lines"}
 		}
 	}
-	q, err := openQueue(cmd.Context(), queue, pol)
+	q, err := openQueue(cmd.Context(), queue, pol, pf)
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ A readable table by default; --json prints one JSON object per line.`,
 			default:
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined, audit or clock", view)}
 			}
-			q, err := openExistingQueue(ctx, queue, fairrelay.Policy{})
+			q, err := openExistingQueue(ctx, queue, fairrelay.Policy{}, nil)
 			if err != nil {
 				return err
 			}

@@ -31,7 +31,7 @@ func newMigrateCmd() *cobra.Command {
 			if queue != "" {
 				verb := statusVerb(queue)
 				// Open applies the migrations the store lacks.
-				q, err := openQueue(ctx, queue, fairrelay.Policy{})
+				q, err := openQueue(ctx, queue, fairrelay.Policy{}, nil)
 				if err != nil {
 					return err
 				}

@@ -16,6 +16,8 @@ import (
 
 // policyFlags are the protocol numbers every queue command accepts.
 type policyFlags struct {
+	// set reports whether the user gave --policy (set by register).
+	set    func() bool
 	entry  string
 	lease  int64
 	budget int64
@@ -54,7 +56,8 @@ func atFlag(cmd *cobra.Command, at int64) int64 {
 // script.
 func (p *policyFlags) register(cmd *cobra.Command, def fairrelay.Policy) {
 	f := cmd.Flags()
-	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule: seed (the article's) or fair (SPEC §7)")
+	p.set = func() bool { return f.Changed("policy") }
+	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule: seed (the article's) or fair (SPEC §7); an existing store keeps the rule it records unless this is given")
 	f.Int64Var(&p.lease, "lease", def.Lease, "lease length, in ticks (the relay's tick is 1 ms)")
 	f.Int64Var(&p.budget, "budget", def.Budget, "claims per round before a transient failure quarantines")
 	f.Int64Var(&p.base, "backoff-base", def.BackoffBase, "first retry delay, in ticks")
@@ -77,14 +80,21 @@ func (p *policyFlags) policy() (fairrelay.Policy, error) {
 	return pol, pol.Validate()
 }
 
-func openQueue(ctx context.Context, dsn string, pol fairrelay.Policy) (*fairrelay.Queue, error) {
-	return openQueueConfig(ctx, dsn, fairrelay.Config{Policy: pol})
+// adopt reports whether an existing store keeps the entry rule it records
+// (SPEC §7): when the user gave no --policy (or the command has none).
+func (p *policyFlags) adopt() bool { return p == nil || p.set == nil || !p.set() }
+
+// openQueue opens (creating if missing) a queue store under pol; pf, when
+// not nil, says whether the user named the entry rule (else an existing
+// store keeps its own).
+func openQueue(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags) (*fairrelay.Queue, error) {
+	return openQueueConfig(ctx, dsn, fairrelay.Config{Policy: pol, AdoptStoredEntry: pf.adopt()})
 }
 
 // openExistingQueue opens a queue store that must already exist: claim,
 // settle, redrive and inspect never create one from a mistyped path.
-func openExistingQueue(ctx context.Context, dsn string, pol fairrelay.Policy) (*fairrelay.Queue, error) {
-	return openQueueConfig(ctx, dsn, fairrelay.Config{Policy: pol, MustExist: true})
+func openExistingQueue(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags) (*fairrelay.Queue, error) {
+	return openQueueConfig(ctx, dsn, fairrelay.Config{Policy: pol, MustExist: true, AdoptStoredEntry: pf.adopt()})
 }
 
 func openQueueConfig(ctx context.Context, dsn string, cfg fairrelay.Config) (*fairrelay.Queue, error) {

@@ -55,7 +55,7 @@ alone.`,
 				// running the command, unless --operator says otherwise.
 				operator = osUser()
 			}
-			q, err := openExistingQueue(cmd.Context(), queue, pol)
+			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {
 				return err
 			}

@@ -83,7 +83,7 @@ in --permanent-status.`,
 				return err
 			}
 			defer s.Close()
-			q, err := openQueue(ctx, queue, pol)
+			q, err := openQueue(ctx, queue, pol, &pf)
 			if err != nil {
 				return err
 			}

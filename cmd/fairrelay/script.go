@@ -29,7 +29,7 @@ the exit code is non-zero only when the script cannot be read.`,
 			if err := distinctStores(queue, inboxDSN); err != nil {
 				return err
 			}
-			q, err := openQueue(ctx, queue, pol)
+			q, err := openQueue(ctx, queue, pol, &pf)
 			if err != nil {
 				return err
 			}

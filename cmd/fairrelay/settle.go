@@ -35,7 +35,7 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
 				}
 			}
-			q, err := openExistingQueue(cmd.Context(), queue, pol)
+			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {
 				return err
 			}

@@ -35,7 +35,13 @@ func runBadInput(t *testing.T, b Backend) {
 		{"non-UTF-8 flow", "flow", func() error { return enq(x, "Z1", "\xc3\x28", `{"delta":1}`, 3) }},
 		{"empty body", "body", func() error { return enq(x, "Z1", "Z", ``, 3) }},
 		{"body over the limit", "body", func() error { return enq(x, "Z1", "Z", `{"delta":1,"pad":"`+strings.Repeat("p", 64)+`"}`, 3) }},
-		{"negative tick", "at", func() error { return enq(x, "Z1", "Z", `{"delta":1}`, -1) }},
+		{"white space at the end of an id", "id", func() error { return enq(x, "S1 ", "S", `{"delta":1}`, 3) }},
+		{"white space at the start of a flow", "flow", func() error { return enq(x, "S1", " R", `{"delta":1}`, 3) }},
+		{"NEL (C1 control) in an id", "id", func() error { return enq(x, "S\u00851", "S", `{"delta":1}`, 3) }},
+		{"zero-width space (format) in a flow", "flow", func() error { return enq(x, "S1", "S\u200b", `{"delta":1}`, 3) }},
+		{"line separator in an id", "id", func() error { return enq(x, "S\u20281", "S", `{"delta":1}`, 3) }},
+		{"no-break space at the end of a flow", "flow", func() error { return enq(x, "S1", "S\u00a0", `{"delta":1}`, 3) }},
+		{"tick beyond MaxTick (enqueue)", "at", func() error { return enq(x, "Z1", "Z", `{"delta":1}`, fairrelay.MaxTick+1) }},
 		{"tick beyond MaxTick", "at", func() error { _, err := queuetest.ClaimOne(bg, x.Queue, fairrelay.MaxTick+1); return err }},
 		{"claim limit below zero", "limit", func() error { _, err := x.Queue.Claim(bg, fairrelay.ClaimParams{At: 3, Limit: -1}); return err }},
 		{"claim limit over the maximum", "limit", func() error {
@@ -62,6 +68,34 @@ func runBadInput(t *testing.T, b Backend) {
 	for _, tc := range lib {
 		x.unchanged(tc.name, false, func() {
 			wantCode(t, tc.name, tc.call(), fairrelay.CodeInvalidInput, tc.field)
+		})
+	}
+	// SPEC §2's order: the clock first, then the input's fields. A write
+	// whose tick lies below the stored one is clock_regressed whatever else
+	// is wrong with it; a negative tick always lies below.
+	order := []struct {
+		name string
+		call func() error
+	}{
+		{"negative tick", func() error { return enq(x, "Z1", "Z", `{"delta":1}`, -1) }},
+		{"bad id at a regressed tick", func() error { return enq(x, "", "Z", `{"delta":1}`, 2) }},
+		{"bad body at a regressed tick", func() error { return enq(x, "Z1", "Z", ``, 2) }},
+		{"bad claim limit at a regressed tick", func() error {
+			_, err := x.Queue.Claim(bg, fairrelay.ClaimParams{At: 2, Limit: -1})
+			return err
+		}},
+		{"empty outcome at a regressed tick", func() error {
+			_, err := x.Queue.Settle(bg, fairrelay.SettleParams{Token: c.Token, Outcome: "", At: 2})
+			return err
+		}},
+		{"bad operator at a regressed tick", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "r", Operator: long, At: 2})
+			return err
+		}},
+	}
+	for _, tc := range order {
+		x.unchanged(tc.name, false, func() {
+			wantCode(t, tc.name, tc.call(), fairrelay.CodeClockRegressed, "")
 		})
 	}
 

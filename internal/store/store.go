@@ -1,15 +1,31 @@
 // Package store is the storage seam of the queue store (SPEC §2, §4).
 //
-// The protocol rules live in the root package fairrelay; a backend only
-// persists rows and answers narrow, indexed questions about them. Every
-// backend runs the same conformance suite (package storetest). The seam is
-// internal and wide on purpose: noun-verb methods, one per question the
-// protocol asks, each answered by one statement.
+// The protocol rules live in the root package fairrelay: which head a claim
+// takes, what a settle does with an outcome, when a redrive applies. A
+// backend answers set-shaped questions and applies set-shaped writes, each
+// batch in one straight path:
+//
+//   - Tx.Read answers, in one round trip, everything a write transaction
+//     asks before it decides: the clock, the first k runnable flows with
+//     their heads (a claim), the flows that came due (a claim), the events
+//     of the tokens it settles with their flows (a settle, a redrive);
+//   - Tx.Write applies the row images the transaction decided on, one
+//     statement per kind of row (the writes of a whole batch), sent with the
+//     commit;
+//   - Store.Enqueue appends events, the one operation a backend carries out
+//     whole: on PostgreSQL it is the SQL function enqueue(...) of the
+//     store's schema, so that a business transaction in any language can
+//     call it (SPEC §10); on SQLite it is Go code of the backend.
+//
+// Every backend runs the same seam conformance suite (package
+// internal/conformance) and the root package's property test. This package
+// never imports the root package: it is machinery below it.
 package store
 
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // ErrBusy is returned (wrapped) by a backend when the database is busy or
@@ -21,6 +37,46 @@ var ErrBusy = errors.New("database busy")
 // was pointed at does not hold a usable database.
 var ErrNotDatabase = errors.New("not a fairrelay database")
 
+// ErrMissing is returned (wrapped) by a backend's Open with MustExist when
+// there is no queue store there yet; nothing was created.
+var ErrMissing = errors.New("no queue store there")
+
+// ErrServer is returned (wrapped) by a backend's Open when the database
+// server could not be reached or refused the connection: a database
+// error, not the caller's input.
+var ErrServer = errors.New("database server unavailable")
+
+// EntryMismatchError is returned by a backend's Open when the store was
+// created under another entry rule than the one asked for (SPEC §7: the
+// rule is a property of the store). Nothing changed.
+type EntryMismatchError struct {
+	Stored, Asked string
+}
+
+func (e *EntryMismatchError) Error() string {
+	return fmt.Sprintf("the store was created under the %s entry rule; it cannot be opened under %s", e.Stored, e.Asked)
+}
+
+// ClockRegressedError is returned by Store.Enqueue when the write's tick
+// lies below the stored tick (SPEC §2) and Floor was not set. Nothing
+// changed.
+type ClockRegressedError struct {
+	At, Stored int64
+}
+
+func (e *ClockRegressedError) Error() string {
+	return fmt.Sprintf("enqueue at tick %d: the store is at tick %d", e.At, e.Stored)
+}
+
+// InvalidError is returned by Store.Enqueue for input it refuses (the SQL
+// function checks its own input: a caller in another language has no Go
+// in front of it). Field names the field; nothing changed.
+type InvalidError struct {
+	Field, Message string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }
+
 // Event states (SPEC §1).
 const (
 	StateReady       = "ready"
@@ -29,25 +85,30 @@ const (
 	StateQuarantined = "quarantined"
 )
 
-// Clock is the clock of SPEC §2: the last tick any write saw, the last ticket
-// handed out, and the number of flows created (for creation order). A
-// backend may keep it as one row per lane (see Lane); ClockGet then answers
-// the largest tick of all lanes, the dispatch lane's ticket and the enqueue
-// lane's flow count, and ClockSet writes the transaction's own lane.
+// AtStored, as a tick, means the store's current tick, read in the
+// transaction (fairrelay.AtStored).
+const AtStored int64 = -1 << 63
+
+// MaxTick is the largest tick a write accepts (fairrelay.MaxTick).
+const MaxTick = 1 << 60
+
+// Clock is the clock of SPEC §2: the last tick any write saw and the last
+// ticket handed out.
 type Clock struct {
 	Tick   int64
 	Ticket int64
-	Flows  int64
 }
 
-// FlowRow is one row of the flow table, including the head index that makes
-// claim an index lookup (issue 4): HeadSeq is the seq of the flow's head
-// (acked events + 1; the flow has a head when HeadSeq <= Seq). Runnable is
-// true when the head is eligible now; WaitUntil, when set, is the tick at
-// which a non-eligible head becomes eligible (backoff end or lease end).
+// FlowRow is one row of the flow table, with the head index that makes a
+// claim an index lookup: HeadSeq is the seq of the flow's head (acked events
+// + 1; the flow has a head when HeadSeq <= Seq). Runnable is true when the
+// head is eligible now (the runnable index); WaitUntil, when set, is the
+// tick at which a head that is not eligible yet becomes so (backoff end or
+// lease end: the due index). A flow in neither index has no head, or a
+// quarantined one.
 type FlowRow struct {
 	Flow      string
-	Ord       int64 // creation order, 1-based
+	Ord       int64 // creation order, ascending; gaps allowed
 	Seq       int64 // last seq handed out
 	Served    int64 // ticket of the latest claim
 	HeadSeq   int64
@@ -72,9 +133,16 @@ type EventRow struct {
 	EnqueuedAt       int64
 }
 
+// FlowHead is a flow with its head event (nil when the flow has none, or
+// the store lost it: the caller reports an inconsistent store).
+type FlowHead struct {
+	Flow FlowRow
+	Head *EventRow
+}
+
 // AuditRow is one row of the append-only audit table (SPEC §2 redrive).
 type AuditRow struct {
-	No             int64 // position in the audit log, 1-based; set by the store
+	No             int64 // position in the audit log, ascending; set by the store
 	EventID        string
 	Action         string
 	Reason         string
@@ -84,7 +152,7 @@ type AuditRow struct {
 	At             int64
 }
 
-// Order selects the tie-break of the runnable-head index.
+// Order selects the tie-break of the runnable index (SPEC §2 step 3, §7).
 type Order int
 
 const (
@@ -98,44 +166,42 @@ const (
 // transaction may hold several (a bit set). A one-writer backend (SQLite)
 // serialises every write whatever its lanes; a backend with concurrent
 // writers (PostgreSQL) serialises each lane on its own lock and clock row,
-// so that enqueuers, claimers and settlers do not wait for each other. The
-// rows two lanes write (flow rows, and events through their flows) are then
-// guarded by row locks; see the PostgreSQL backend.
+// so that claimers and settlers do not wait for each other. The rows two
+// lanes write (flow rows, and events through their flows) are then guarded
+// by row locks; see the PostgreSQL backend. An enqueue takes no lane
+// (SPEC §10): it locks only the rows of its own flows.
 type Lane int
 
 const (
 	// LaneClaim is claim: the writer of the ticket and of served.
 	LaneClaim Lane = 1 << iota
-	// LaneEnqueue is enqueue: the writer of flow creation (ord) and of each
-	// flow's seq.
-	LaneEnqueue
 	// LaneSettle is settle and redrive: the writers of a claimed or
 	// quarantined head's outcome.
 	LaneSettle
 )
 
-// ConcurrentWriter is implemented by a Store whose lanes are concurrent
-// writers (PostgreSQL): a claim and a settle can commit at the same time. A
-// Store without it has one writer at a time (SQLite).
-type ConcurrentWriter interface {
-	// ConcurrentLanes reports whether the lanes write concurrently.
-	ConcurrentLanes() bool
-}
-
 // Store opens transactions on one queue store.
 type Store interface {
-	// Begin starts a write transaction of the given lane that holds the
-	// store's write lock for that lane (SQLite: BEGIN IMMEDIATE, one lock
-	// for all lanes). Errors wrap ErrBusy when the lock could not be taken in
-	// time.
-	Begin(ctx context.Context, lane Lane) (Tx, error)
+	// Begin starts a write transaction of the given lanes. Its first Read
+	// takes the store's write lock for them (SQLite: BEGIN IMMEDIATE, one
+	// lock for all lanes). Errors wrap ErrBusy when the lock could not be
+	// taken in time.
+	Begin(ctx context.Context, lanes Lane) (Tx, error)
 	// BeginRead starts a read-only transaction with a stable view.
-	BeginRead(ctx context.Context) (Tx, error)
-	// Wrap adapts a transaction the caller opened on the same database (the
-	// outbox case) as a write transaction of the given lane. It returns an
-	// error when tx is of a type the backend does not accept. Commit and
-	// Rollback on the result are no-ops: the caller owns the transaction.
-	Wrap(ctx context.Context, tx any, lane Lane) (Tx, error)
+	BeginRead(ctx context.Context) (ReadTx, error)
+	// Enqueue carries out SPEC §2 enqueue for p.Events in one transaction:
+	// the store's own when caller is nil, else caller, a transaction the
+	// caller opened on the same database (*sql.Tx, or pgx.Tx on
+	// PostgreSQL), which the caller commits. Errors: *ClockRegressedError,
+	// *InvalidError (nothing changed), ErrBusy, and any other database
+	// error; an unusable caller transaction is an *InvalidError naming
+	// "tx".
+	Enqueue(ctx context.Context, caller any, p EnqueueParams) (EnqueueResult, error)
+	// Entry is the entry rule the store records ("seed" or "fair").
+	Entry() string
+	// ConcurrentWriters reports whether lanes commit side by side
+	// (PostgreSQL) rather than one writer at a time (SQLite).
+	ConcurrentWriters() bool
 	// Migrate applies the embedded numbered migrations not applied yet and
 	// returns the versions it applied.
 	Migrate(ctx context.Context) ([]int, error)
@@ -143,109 +209,147 @@ type Store interface {
 	Close() error
 }
 
-// Tx is one transaction on the queue store. Every method is one indexed
-// statement. Methods returning a row pointer return nil, nil when no row
-// matches.
+// EnqueueParams is one enqueue transaction (SPEC §2 enqueue, §10).
+type EnqueueParams struct {
+	// At is the tick of the write, or AtStored.
+	At int64
+	// Floor runs a write whose At lies below the stored tick at the stored
+	// tick instead of failing.
+	Floor bool
+	// MaxTickJump, when positive, refuses an At further than this many
+	// ticks ahead of the stored tick (an *InvalidError naming "at").
+	MaxTickJump int64
+	// MaxBodyBytes is the largest body accepted, in bytes.
+	MaxBodyBytes int
+	// Events are the events, in order.
+	Events []NewEvent
+}
+
+// NewEvent is one event to append.
+type NewEvent struct {
+	ID   string
+	Flow string
+	Body []byte
+}
+
+// EnqueueResult is the answer of Store.Enqueue: one answer per event, in
+// order, and the tick the write ran at.
+type EnqueueResult struct {
+	Answers []EnqueueAnswer
+	Tick    int64
+}
+
+// EnqueueAnswer is the answer for one event: Status "created" with the new
+// Seq, "existing" with the stored Seq, or "conflict".
+type EnqueueAnswer struct {
+	Status string
+	Seq    int64
+}
+
+// ReadSet is what a write transaction asks before it decides, answered in
+// one round trip by Tx.Read. Each part is optional.
+type ReadSet struct {
+	// At is the write's tick or AtStored; the due flows are those due at
+	// max(At, the stored tick).
+	At int64
+	// Events are event ids the transaction settles or redrives: they come
+	// back with their flows, locked. With Next, the event after each comes
+	// along too (the flow's next head once it is acked). With SkipHeld, an
+	// event whose flow another transaction holds is not read and is named
+	// in ReadResult.Held instead of waited for.
+	Events   []string
+	Next     bool
+	SkipHeld bool
+	// PickLimit asks for the first PickLimit runnable flows in Order with
+	// their heads, locked; a flow another transaction holds is skipped.
+	PickLimit int
+	Order     Order
+	// DueLimit asks for up to DueLimit flows whose WaitUntil has come (see
+	// At), smallest WaitUntil first (ties by flow id), after DueAfter when
+	// set, with their heads, locked; a flow another transaction holds is
+	// skipped.
+	DueLimit int
+	DueAfter *FlowKey
+}
+
+// FlowKey is a position in the due index: (WaitUntil, Flow).
+type FlowKey struct {
+	WaitUntil int64
+	Flow      string
+}
+
+// ReadResult answers a ReadSet.
+type ReadResult struct {
+	// Clock is the stored clock (the largest tick any write recorded).
+	Clock Clock
+	// Events holds the events asked for that exist, by id; Flows their
+	// flows by id; Next the event after each, by flow, when it exists.
+	Events map[string]*EventRow
+	Flows  map[string]*FlowRow
+	Next   map[string]*EventRow
+	// Held names the events asked for whose flows another transaction
+	// held (ReadSet.SkipHeld): not read.
+	Held map[string]bool
+	// Picks are the runnable flows asked for, in order.
+	Picks []FlowHead
+	// Due are the due flows asked for, WaitUntil order.
+	Due []FlowHead
+}
+
+// Tx is one write transaction on the queue store.
 type Tx interface {
-	// ClockGet reads the clock. In a write transaction the transaction's
-	// lanes are locked from here until it ends (see Lane).
-	ClockGet(ctx context.Context) (Clock, error)
-	// ClockSet writes the clock of a write transaction's lanes.
-	ClockSet(ctx context.Context, c Clock) error
-
-	FlowGet(ctx context.Context, flow string) (*FlowRow, error)
-	FlowInsert(ctx context.Context, f FlowRow) error
-	FlowUpdate(ctx context.Context, f FlowRow) error
-	// FlowListDue lists up to limit flows whose WaitUntil <= at, smallest
-	// WaitUntil first.
-	FlowListDue(ctx context.Context, at int64, limit int) ([]FlowRow, error)
-	// FlowPickRunnable lists up to limit runnable flows in dispatch order:
-	// smallest Served first, ties by the given order.
-	FlowPickRunnable(ctx context.Context, order Order, limit int) ([]FlowRow, error)
-	// FlowList lists flows by flow id (bytewise), starting after the given id,
-	// at most limit rows.
-	FlowList(ctx context.Context, after string, limit int) ([]FlowRow, error)
-
-	EventGet(ctx context.Context, id string) (*EventRow, error)
-	EventGetBySeq(ctx context.Context, flow string, seq int64) (*EventRow, error)
-	EventInsert(ctx context.Context, e EventRow) error
-	// EventUpdate writes the mutable columns (state, generation, attempts,
-	// lifetime_attempts, reason, next_at, lease_until) of the event with e.ID.
-	EventUpdate(ctx context.Context, e EventRow) error
-	// EventList lists events ordered by flow then seq, after (flow, seq),
-	// at most limit rows; state filters when non-empty.
-	EventList(ctx context.Context, state string, afterFlow string, afterSeq int64, limit int) ([]EventRow, error)
-
-	AuditInsert(ctx context.Context, a AuditRow) error
-	// AuditList lists audit rows as written, after the given row number.
-	AuditList(ctx context.Context, after int64, limit int) ([]AuditRow, error)
-
+	// Read answers rs (see ReadSet). The first Read of a transaction takes
+	// its lanes' locks and reads the clock after them.
+	Read(ctx context.Context, rs ReadSet) (*ReadResult, error)
+	// Write applies ws. The backend may hold the writes back until Commit
+	// (a failing write then fails the commit, and nothing is kept).
+	Write(ctx context.Context, ws *WriteSet) error
 	Commit(ctx context.Context) error
+	// Rollback ends the transaction unless it committed; safe to call
+	// after Commit.
 	Rollback(ctx context.Context) error
 }
 
-// Prefetcher is implemented by a Tx whose every question costs a network
-// round trip (PostgreSQL). Before a batch, the protocol names the events and
-// flows it is about to read; the backend reads them in one go and answers
-// the following EventGet and FlowGet calls from what it read. The answers
-// are the same with or without it.
-type Prefetcher interface {
-	Prefetch(ctx context.Context, eventIDs, flows []string) error
+// WriteSet is the row images a write transaction decided on: each flow and
+// event at most once, with its final values.
+type WriteSet struct {
+	// Flows are flow rows to update (every column but Flow and Ord).
+	Flows []FlowRow
+	// Events are event rows to update: the mutable columns (State,
+	// Generation, Attempts, LifetimeAttempts, Reason, NextAt, LeaseUntil).
+	Events []EventRow
+	// Audit rows to append, in order.
+	Audit []AuditRow
+	// Clock is the clock to record (the tick, and the ticket when the
+	// transaction holds LaneClaim).
+	Clock Clock
 }
 
-// Prefetch calls tx's Prefetch when the backend has one (see Prefetcher).
-func Prefetch(ctx context.Context, tx Tx, eventIDs, flows []string) error {
-	if p, ok := tx.(Prefetcher); ok {
-		return p.Prefetch(ctx, eventIDs, flows)
-	}
-	return nil
-}
-
-// TxHint tells a backend, before a write transaction's first statement,
-// what the transaction is about to ask, so that a backend whose every
-// question costs a round trip (PostgreSQL) can ask it together with the
-// first statement. The answers are the same with or without it.
-type TxHint struct {
-	// Events are the ids the transaction reads next with EventGet (a
-	// settle, a redrive, an enqueue's existing ids).
-	Events []string
-	// Flows are the flows it reads next with FlowGet (an enqueue).
-	Flows []string
-	// Pick is the limit of the FlowPickRunnable the transaction asks first
-	// (a claim), in PickOrder; 0 for none.
-	Pick      int
-	PickOrder Order
-	// SkipHeld asks a store whose transactions run side by side
-	// (PostgreSQL) not to wait for the flows of Events that another
-	// transaction holds: it leaves those events unread, and HeldEvents
-	// names them. A settle's hint only.
-	SkipHeld bool
-}
-
-// HeldReporter is implemented by a Tx that can skip held flows (TxHint's
-// SkipHeld).
-type HeldReporter interface {
-	// Held returns the events of the hint whose flows another transaction
-	// held, which the transaction must not read or write; nil for none.
-	Held() map[string]bool
-}
-
-// HeldEvents returns tx's Held, nil when tx never skips a flow.
-func HeldEvents(tx Tx) map[string]bool {
-	if x, ok := tx.(HeldReporter); ok {
-		return x.Held()
-	}
-	return nil
-}
-
-// Hinter is implemented by a Tx that takes a TxHint before ClockGet.
-type Hinter interface {
-	Hint(h TxHint)
-}
-
-// Hint gives h to tx when the backend takes hints (see Hinter).
-func Hint(tx Tx, h TxHint) {
-	if x, ok := tx.(Hinter); ok {
-		x.Hint(h)
-	}
+// ReadTx is a read-only transaction with a stable view.
+type ReadTx interface {
+	// Clock reads the stored clock.
+	Clock(ctx context.Context) (Clock, error)
+	// FlowList lists flows by flow id (bytewise), after the given id, at
+	// most limit rows.
+	FlowList(ctx context.Context, after string, limit int) ([]FlowRow, error)
+	// FlowPick lists the first limit runnable flows in order, with their
+	// heads.
+	FlowPick(ctx context.Context, order Order, limit int) ([]FlowHead, error)
+	// NextWait is the smallest WaitUntil of any flow; ok is false when no
+	// flow waits.
+	NextWait(ctx context.Context) (wait int64, ok bool, err error)
+	// EventGet reads one event; nil, nil when there is none.
+	EventGet(ctx context.Context, id string) (*EventRow, error)
+	// Heads reads the head events of flows (by flow id) that have one.
+	Heads(ctx context.Context, flows []FlowRow) (map[string]*EventRow, error)
+	// EventList lists events ordered by flow then seq, after (afterFlow,
+	// afterSeq), at most limit rows.
+	EventList(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]EventRow, error)
+	// QuarantinedList lists quarantined events (each its flow's head, so
+	// one per flow at most) by flow, after the flow afterFlow, at most
+	// limit rows.
+	QuarantinedList(ctx context.Context, afterFlow string, limit int) ([]EventRow, error)
+	// AuditList lists audit rows as written, after the given row number.
+	AuditList(ctx context.Context, after int64, limit int) ([]AuditRow, error)
+	Rollback(ctx context.Context) error
 }

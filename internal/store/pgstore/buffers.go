@@ -3,8 +3,7 @@ package pgstore
 import "sync"
 
 // txBuffers is the memory of one store-owned write transaction that the
-// next one reuses: the row cache, the collected writes and the arrays they
-// are sent in. A relay runs hundreds of such transactions a second, each
+// next one reuses: the collected writes and the arrays they are sent in. A relay runs hundreds of such transactions a second, each
 // caching and writing up to a batch of rows; allocating all of it afresh
 // every time made the garbage collector a quarter of the client's CPU, and
 // on a machine it shares with the server, the throughput's limit.
@@ -13,7 +12,6 @@ import "sync"
 // a copy, and the arrays are free again once the round trip that sent them
 // has returned (pgx encodes the arguments before SendBatch returns).
 type txBuffers struct {
-	cache  rowCache
 	ws     writeSet
 	arrays arrays
 }
@@ -33,7 +31,7 @@ const (
 	maxKeptElements = 1 << 16
 )
 
-// get returns empty buffers: the cache's maps exist, minWait is nil.
+// get returns empty buffers.
 func (p *bufferPool) get() *txBuffers {
 	p.mu.Lock()
 	if n := len(p.spare); n > 0 {
@@ -44,16 +42,15 @@ func (p *bufferPool) get() *txBuffers {
 		return b
 	}
 	p.mu.Unlock()
-	return &txBuffers{cache: *newRowCache(nil)}
+	return &txBuffers{}
 }
 
 // put empties b and keeps it for the next transaction.
 func (p *bufferPool) put(b *txBuffers) {
 	if cap(b.arrays.int64s) > maxKeptElements || cap(b.arrays.strings) > maxKeptElements ||
-		len(b.cache.eventSlab.chunks)*slabChunk > maxKeptElements || len(b.cache.flowSlab.chunks)*slabChunk > maxKeptElements {
+		cap(b.ws.flowRows) > maxKeptElements || cap(b.ws.eventRows) > maxKeptElements {
 		return
 	}
-	b.cache.reset()
 	b.ws.reset()
 	b.arrays.reset()
 	p.mu.Lock()
@@ -118,35 +115,3 @@ func (a *arrays) int64Ptr(v int64) *int64 {
 }
 
 func (a *arrays) bytesArray(n int) [][]byte { return take(&a.bytes, n) }
-
-// rowSlab hands out row pointers from chunks reused across transactions:
-// one allocation per 128 rows instead of one per row.
-type rowSlab[T any] struct {
-	chunks [][]T
-	chunk  int // chunks[chunk] is being filled
-	next   int // its next free element
-}
-
-const slabChunk = 128
-
-// put stores a copy of v and returns a pointer to it, valid until reset.
-func (s *rowSlab[T]) put(v T) *T {
-	if s.chunk < len(s.chunks) && s.next == slabChunk {
-		s.chunk, s.next = s.chunk+1, 0
-	}
-	if s.chunk == len(s.chunks) {
-		s.chunks = append(s.chunks, make([]T, slabChunk))
-	}
-	p := &s.chunks[s.chunk][s.next]
-	s.next++
-	*p = v
-	return p
-}
-
-// reset frees every row, dropping the references they held.
-func (s *rowSlab[T]) reset() {
-	for i := 0; i <= s.chunk && i < len(s.chunks); i++ {
-		clear(s.chunks[i])
-	}
-	s.chunk, s.next = 0, 0
-}

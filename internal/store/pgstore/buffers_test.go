@@ -38,49 +38,19 @@ func TestArraysAreZeroedAndStable(t *testing.T) {
 	}
 }
 
-// rowSlab's pointers stay valid as it adds chunks; reset drops the rows.
-func TestRowSlabPointersSurviveChunks(t *testing.T) {
-	var s rowSlab[store.FlowRow]
-	var ps []*store.FlowRow
-	for i := range 3*slabChunk + 5 {
-		ps = append(ps, s.put(store.FlowRow{Flow: "F", Seq: int64(i)}))
-	}
-	for i, p := range ps {
-		if p.Seq != int64(i) {
-			t.Fatalf("row %d holds seq %d", i, p.Seq)
-		}
-	}
-	s.reset()
-	if ps[0].Flow != "" || ps[3*slabChunk].Flow != "" {
-		t.Fatal("reset kept the rows' references")
-	}
-	if p := s.put(store.FlowRow{Flow: "G"}); p != ps[0] {
-		t.Fatal("reset did not reuse the first chunk")
-	}
-}
-
 // The pool hands back buffers emptied, and drops ones a huge batch grew.
 func TestBufferPoolEmptiesWhatItKeeps(t *testing.T) {
 	var p bufferPool
 	b := p.get()
-	b.cache.putFlow(store.FlowRow{Flow: "F"})
-	b.cache.putEvent(store.EventRow{ID: "E", Flow: "F", Seq: 1})
-	b.cache.headStateSeq["F"] = nil
-	one := int64(1)
-	b.cache.minWait = &one
-	b.ws.insertFlow(store.FlowRow{Flow: "F"})
-	b.ws.updateEvent(store.EventRow{ID: "E", Flow: "F", Seq: 1})
-	b.ws.clock = &store.Clock{Tick: 3}
+	b.ws.add(&store.WriteSet{Flows: []store.FlowRow{{Flow: "F"}}, Events: []store.EventRow{{ID: "E", Flow: "F", Seq: 1}},
+		Audit: []store.AuditRow{{EventID: "E"}}, Clock: store.Clock{Tick: 3}})
 	b.arrays.int64Array(10)
 	p.put(b)
 	got := p.get()
 	if got != b {
 		t.Fatal("the pool did not keep the buffers")
 	}
-	if len(got.cache.events)+len(got.cache.bySeq)+len(got.cache.flows)+len(got.cache.headStateSeq) != 0 || got.cache.minWait != nil {
-		t.Fatalf("cache not emptied: %+v", got.cache)
-	}
-	if !got.ws.empty() || len(got.ws.flowInserted)+len(got.ws.eventUpdates) != 0 {
+	if len(got.ws.flowRows)+len(got.ws.flowIndex)+len(got.ws.eventRows)+len(got.ws.audits) != 0 || got.ws.clock != nil {
 		t.Fatalf("writes not emptied: %+v", got.ws)
 	}
 	if len(got.arrays.int64s) != 0 {
@@ -93,15 +63,13 @@ func TestBufferPoolEmptiesWhatItKeeps(t *testing.T) {
 	}
 }
 
-// Buffers whose row slabs grew past maxKeptElements rows are not kept.
-func TestBufferPoolDropsLargeSlabs(t *testing.T) {
+// Buffers whose collected rows grew past maxKeptElements are not kept.
+func TestBufferPoolDropsLargeWriteSets(t *testing.T) {
 	var p bufferPool
 	b := p.get()
-	for range maxKeptElements + 1 {
-		b.cache.flowSlab.put(store.FlowRow{})
-	}
+	b.ws.add(&store.WriteSet{Events: make([]store.EventRow, maxKeptElements+1)})
 	p.put(b)
 	if again := p.get(); again == b {
-		t.Fatal("the pool kept buffers whose slab passed maxKeptElements rows")
+		t.Fatal("the pool kept buffers whose write set passed maxKeptElements rows")
 	}
 }

@@ -112,9 +112,9 @@ func TestClaimWritesTheFlowRowOnly(t *testing.T) {
 
 // TestEventWrittenWithoutItsFlow: a write of an event whose flow row the
 // transaction does not write goes to the event row, and the flow's head
-// state, which described the event, stops applying — in the store's own
-// transaction and in a caller's (Wrap). The protocol always writes both
-// today; the store must not answer a stale state if it ever does not.
+// state, which described the event, stops applying. The protocol always
+// writes both today; the store must not answer a stale state if it ever
+// does not.
 func TestEventWrittenWithoutItsFlow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -122,63 +122,37 @@ func TestEventWrittenWithoutItsFlow(t *testing.T) {
 	if c, err := queuetest.ClaimOne(ctx, q, 1); err != nil || c == nil {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
-	s, err := pgstore.Open(ctx, dsn, pgstore.Options{})
+	s, err := pgstore.Open(ctx, dsn, pgstore.Options{Entry: "seed"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	// write sets A1's attempts to n in tx, ends it with commit, and checks
-	// that A1 is read back with n attempts, still inflight.
-	write := func(what string, tx store.Tx, commit func() error, n int64) {
-		t.Helper()
-		if _, err := tx.ClockGet(ctx); err != nil {
-			t.Fatal(err)
-		}
-		e, err := tx.EventGet(ctx, "A1")
-		if err != nil || e == nil || e.State != store.StateInflight {
-			t.Fatalf("A1 in %s: %+v %v", what, e, err)
-		}
-		e.Attempts = n
-		if err := tx.EventUpdate(ctx, *e); err != nil {
-			t.Fatal(err)
-		}
-		if err := commit(); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := q.Event(ctx, "A1"); err != nil || r.Attempts != n || r.State != store.StateInflight {
-			t.Fatalf("A1 after %s wrote %d attempts: %+v %v", what, n, r, err)
-		}
-	}
-
 	tx, err := s.Begin(ctx, store.LaneSettle)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	write("the store's own transaction", tx, func() error { return tx.Commit(ctx) }, 7)
+	rr, err := tx.Read(ctx, store.ReadSet{At: store.AtStored, Events: []string{"A1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := rr.Events["A1"]
+	if e == nil || e.State != store.StateInflight {
+		t.Fatalf("A1: %+v", e)
+	}
+	e.Attempts = 7
+	if err := tx.Write(ctx, &store.WriteSet{Events: []store.EventRow{*e}, Clock: rr.Clock}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := q.Event(ctx, "A1"); err != nil || r.Attempts != 7 || r.State != store.StateInflight {
+		t.Fatalf("A1 after the write: %+v %v, want 7 attempts, inflight", r, err)
+	}
 	if h := readHeadState(t, dsn, "A"); h.seq != nil {
 		t.Fatalf("flow A's head state still set: seq %d", *h.seq)
 	}
-
-	// A caller's transaction: make the flow row hold a head state again,
-	// then write the event through Wrap.
-	pgtest.Exec(t, dsn, `UPDATE flow SET head_state_seq = 1, head_state = 'inflight', head_generation = 1, head_attempts = 1,
-		head_lifetime_attempts = 1, head_next_at = 0, head_lease_until = 30001 WHERE flow_id = 'A'`)
-	if e, err := q.Event(ctx, "A1"); err != nil || e.Attempts != 1 {
-		t.Fatalf("A1 with the head state set by hand: %+v %v, want 1 attempt", e, err)
-	}
-	conn := pgtest.Connect(t, dsn)
-	defer conn.Close(ctx)
-	ptx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptx.Rollback(ctx)
-	wtx, err := s.Wrap(ctx, ptx, store.LaneEnqueue)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write("a caller's transaction", wtx, func() error { return ptx.Commit(ctx) }, 9)
 }
 
 // TestBuildsBefore004FailOnAMigratedStore: a fairrelay built before
@@ -200,52 +174,9 @@ FROM event WHERE event_id = $1`, "A1").Scan(&id)
 	}
 }
 
-// A write transaction that reuses an earlier one's buffers (the store keeps
-// them: see txBuffers) reads what is stored now, not what the earlier one cached: here a flow row changed by
-// another connection between the two.
-func TestReusedBuffersDoNotCarryRows(t *testing.T) {
-	ctx := context.Background()
-	dsn := pgtest.Schema(t, "frbuf")
-	s, err := pgstore.Open(ctx, dsn, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	write := func(f func(tx store.Tx) error) {
-		t.Helper()
-		tx, err := s.Begin(ctx, store.LaneClaim|store.LaneSettle)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.ClockGet(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := f(tx); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(func(tx store.Tx) error {
-		return tx.FlowInsert(ctx, store.FlowRow{Flow: "F", Ord: 1, Seq: 0, HeadSeq: 1})
-	})
-	write(func(tx store.Tx) error { _, err := tx.FlowGet(ctx, "F"); return err }) // cached here
-	pgtest.Exec(t, dsn, `UPDATE flow SET served = 41 WHERE flow_id = 'F'`)
-	write(func(tx store.Tx) error {
-		f, err := tx.FlowGet(ctx, "F")
-		if err == nil && f.Served != 41 {
-			t.Errorf("FlowGet after reuse: served %d, want 41 (a row cached by the previous transaction)", f.Served)
-		}
-		return err
-	})
-}
-
-// A write collected before a second ClockGet of the same transaction is
-// still written at the commit (found by review: the reused buffers
-// replaced the collected writes).
-func TestSecondClockGetKeepsCollectedWrites(t *testing.T) {
+// A write collected before a second Read of the same transaction is still
+// written at the commit.
+func TestSecondReadKeepsCollectedWrites(t *testing.T) {
 	ctx := context.Background()
 	s, err := pgstore.Open(ctx, pgtest.Schema(t, "frclk2"), pgstore.Options{})
 	if err != nil {
@@ -257,13 +188,13 @@ func TestSecondClockGetKeepsCollectedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.ClockGet(ctx); err != nil {
+	if _, err := tx.Read(ctx, store.ReadSet{At: store.AtStored}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.ClockSet(ctx, store.Clock{Tick: 42}); err != nil {
+	if err := tx.Write(ctx, &store.WriteSet{Clock: store.Clock{Tick: 42}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.ClockGet(ctx); err != nil {
+	if _, err := tx.Read(ctx, store.ReadSet{At: store.AtStored, DueLimit: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -274,7 +205,7 @@ func TestSecondClockGetKeepsCollectedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rd.Rollback(ctx)
-	if c, err := rd.ClockGet(ctx); err != nil || c.Tick != 42 {
+	if c, err := rd.Clock(ctx); err != nil || c.Tick != 42 {
 		t.Fatalf("stored clock %+v %v, want tick 42", c, err)
 	}
 }

@@ -1,13 +1,13 @@
--- Queries of the PostgreSQL queue store: the statements of the SQLite
--- backend's queries.sql with $n placeholders. Each block starts with
--- "-- name: X" and is one statement; pgstore.go loads them by name at init.
--- Tables are unqualified: the store's schema is on the connection's
--- search_path.
+-- Queries of the PostgreSQL queue store. Each block starts with "-- name: X"
+-- and is one statement; pgstore.go loads them by name at init. Tables are
+-- unqualified: the store's schema is first on the connection's search_path.
+-- Events are read through the view event_now (migration 005), which applies
+-- a flow's head state (migration 004).
 
 -- name: ClockGet
--- The clock of SPEC §2 from its lane rows (migration 003): the largest tick,
--- the claim lane's ticket, the enqueue lane's flow count.
-SELECT max(tick), max(ticket) FILTER (WHERE id = 1), max(flows) FILTER (WHERE id = 2) FROM clock;
+-- The clock of SPEC §2: the largest tick any write recorded (the lane rows,
+-- and the flows enqueues wrote, migration 005), the claim lane's ticket.
+SELECT stored_tick(), (SELECT ticket FROM clock WHERE id = 1);
 
 -- name: ClockLock
 -- Writers of a lane queue on a transaction-scoped advisory lock of the
@@ -16,9 +16,9 @@ SELECT max(tick), max(ticket) FILTER (WHERE id = 1), max(flows) FILTER (WHERE id
 -- transaction holding two lanes takes them in the same order as every
 -- other): the lock manager wakes them one at a time, where waiters on a row
 -- lock all wake at each commit and fight for the row again (a convoy that
--- collapses throughput with dozens of claimers). The row lock below stays:
--- it is what makes a writer that skipped this lock, or a REPEATABLE READ
--- caller transaction, safe (it fails, serialised).
+-- collapses throughput with dozens of claimers). The row lock of
+-- ClockGetForUpdate stays: it is what serialises a writer that skipped this
+-- lock.
 SELECT pg_advisory_xact_lock(1718186353 + l, hashtext(current_schema())) FROM unnest($1::integer[]) AS l;
 
 -- name: ClockGetForUpdate
@@ -26,105 +26,129 @@ SELECT pg_advisory_xact_lock(1718186353 + l, hashtext(current_schema())) FROM un
 -- writers of a lane are serialised on it, which gives the lane exactly
 -- SQLite's one-writer answers (SPEC §4: the same answers). Under READ
 -- COMMITTED each later statement then sees every commit made before the
--- lock was granted. The other lanes' rows are read as last committed:
--- their writers run at the same time, on other rows or under row locks.
--- The earliest wait_until comes along (flow_waiting's first entry): while
--- it lies after a claim's tick, no head is due and FlowListDue needs no
--- round trip. A settle may set an earlier one meanwhile; that head is then
--- claimed by a later claim.
+-- lock was granted. The other rows are read as last committed.
 -- (count(*) reads every row of "mine", so each of them is locked.)
 WITH mine AS MATERIALIZED (SELECT id FROM clock WHERE id = ANY ($1::integer[]) ORDER BY id FOR UPDATE)
-SELECT (SELECT max(tick) FROM clock), (SELECT ticket FROM clock WHERE id = 1), (SELECT flows FROM clock WHERE id = 2),
-       (SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL)
+SELECT stored_tick(), (SELECT ticket FROM clock WHERE id = 1)
 FROM (SELECT count(*) FROM mine) AS locked;
 
 -- name: ClockSet
--- A writer sets its own lanes' rows ($4): the tick, and the counter a lane
--- owns (the claim lane's ticket, the enqueue lane's flows).
-UPDATE clock SET tick = $1,
-    ticket = CASE WHEN id = 1 THEN $2 ELSE ticket END,
-    flows = CASE WHEN id = 2 THEN $3 ELSE flows END
-WHERE id = ANY ($4::integer[]);
+-- A writer sets its own lanes' rows ($3): the tick, and the ticket on the
+-- claim lane's row.
+UPDATE clock SET tick = $1, ticket = CASE WHEN id = 1 THEN $2 ELSE ticket END
+WHERE id = ANY ($3::integer[]);
 
--- name: FlowGet
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow WHERE flow_id = $1;
+-- name: SettingsGet
+SELECT entry FROM settings WHERE id = 1;
 
--- name: FlowGetForUpdate
--- FlowGet of a write transaction: the flow row stays locked until the end,
--- so that the other lane cannot change what this one is about to write.
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow WHERE flow_id = $1
-FOR NO KEY UPDATE;
+-- name: SettingsSetEntry
+UPDATE settings SET entry = $1 WHERE id = 1 AND entry IS NULL;
 
--- name: FlowInsert
-INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until) VALUES ($1, $2, $3, $4, $5, $6, $7);
+-- name: FlowLockOfEvents
+-- Before a transaction reads events to settle or redrive, it locks their
+-- flows, in flow_id order, in one statement: the event rows it then reads
+-- (a later statement, a new snapshot) cannot change until it ends, since
+-- every writer of an event holds its flow's lock.
+SELECT 1 FROM flow WHERE flow_id = ANY (ARRAY (SELECT flow_id FROM event WHERE event_id = ANY ($1::text[])))
+ORDER BY flow_id FOR NO KEY UPDATE;
 
--- name: FlowUpdate
-UPDATE flow SET seq = $1, served = $2, head_seq = $3, runnable = $4, wait_until = $5 WHERE flow_id = $6;
+-- name: FlowLockOfEventsSkipLocked
+-- FlowLockOfEvents of a settle that does not wait (ReadSet.SkipHeld): the
+-- flows another transaction holds (an open outbox transaction that
+-- appended to them) are skipped; the flows it locked come back, and the
+-- events of the others are left alone.
+SELECT flow_id FROM flow WHERE flow_id = ANY (ARRAY (SELECT flow_id FROM event WHERE event_id = ANY ($1::text[])))
+ORDER BY flow_id FOR NO KEY UPDATE SKIP LOCKED;
 
--- name: FlowListDue
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
-WHERE wait_until IS NOT NULL AND wait_until <= $1
-ORDER BY wait_until LIMIT $2;
+-- name: EventsWithFlows
+-- The events a settle or redrive names, with their flows (after
+-- FlowLockOfEvents) and, when $2, the event behind each (the flow's next
+-- head once it is acked; has_next is false when there is none).
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at,
+       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
+       n.event_id IS NOT NULL, n.event_id, n.flow_id, n.seq, n.body, n.state, n.generation, n.attempts, n.lifetime_attempts, n.reason, n.next_at, n.lease_until, n.enqueued_at
+FROM event_now e JOIN flow f ON f.flow_id = e.flow_id
+LEFT JOIN event_now n ON $2 AND n.flow_id = e.flow_id AND n.seq = e.seq + 1
+WHERE e.event_id = ANY ($1::text[]);
 
--- name: FlowListDueForUpdate
--- FlowListDue of a claim: the flows it answers stay locked;
--- a flow another transaction holds (a settle of its head, an enqueue) is
--- skipped, never waited for, and is due again at the next claim.
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
-WHERE wait_until IS NOT NULL AND wait_until <= $1
-ORDER BY wait_until LIMIT $2
-FOR NO KEY UPDATE SKIP LOCKED;
+-- name: PickSeed
+-- The first $1 runnable flows in the seed policy's dispatch order (SPEC §2
+-- step 3), with their heads (has_head false when the head row is missing,
+-- which the protocol reports as an inconsistent store). The flows stay
+-- locked; one another transaction holds (an enqueue appending to it) is
+-- skipped, never waited for. A runnable flow's head cannot change under the
+-- lock of another lane: only a claim (this lane, serialised) takes a
+-- runnable head, and an enqueue only appends behind it.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1
+FOR NO KEY UPDATE OF f SKIP LOCKED;
 
--- name: FlowPickRunnableSeed
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
-WHERE runnable ORDER BY served, flow_id LIMIT $1;
+-- name: PickFair
+-- PickSeed in the fair policy's order (SPEC §7).
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1
+FOR NO KEY UPDATE OF f SKIP LOCKED;
 
--- name: FlowPickRunnableFair
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
-WHERE runnable ORDER BY served, ord LIMIT $1;
+-- name: Due
+-- The due index: flows whose wait_until has come by max($1, the stored
+-- tick), after the key ($2, $3), with their heads, locked; a flow another
+-- transaction holds (a settle of its head, an enqueue) is skipped, never
+-- waited for, and is due again at the next claim.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.wait_until IS NOT NULL AND f.wait_until <= greatest($1, stored_tick())
+  AND (f.wait_until, f.flow_id) > ($2, $3)
+ORDER BY f.wait_until, f.flow_id LIMIT $4
+FOR NO KEY UPDATE OF f SKIP LOCKED;
+
+-- name: PickSeedRead
+-- PickSeed of a read transaction: nothing is locked.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1;
+
+-- name: PickFairRead
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1;
+
+-- name: NextWait
+SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL;
 
 -- name: FlowList
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
 WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 
 -- name: EventGet
--- Every read of an event applies its flow's head state (migration 004):
--- "/*event e o*/" stands for the event's columns as scanEvent reads them
--- (headStateMacros in pgstore.go).
-SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE e.event_id = $1;
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
+FROM event_now WHERE event_id = $1;
 
--- name: EventGetBySeq
-SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE e.flow_id = $1 AND e.seq = $2;
-
--- name: EventInsert
-INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
-
--- name: EventUpdate
-UPDATE event SET own_state = $1, generation = $2, attempts = $3, lifetime_attempts = $4, reason = $5, next_at = $6, lease_until = $7
-WHERE event_id = $8;
+-- name: EventsAt
+-- Events by (flow_id, seq) pairs ($1, $2): the heads of listed flows.
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM unnest($1::text[], $2::bigint[]) AS k (flow_id, seq)
+JOIN event_now e ON e.flow_id = k.flow_id COLLATE "C" AND e.seq = k.seq
+WHERE e.flow_id = ANY ($1::text[]);
 
 -- name: EventList
-SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE (e.flow_id, e.seq) > ($1, $2) ORDER BY e.flow_id, e.seq LIMIT $3;
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
+FROM event_now WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
 
--- name: EventListState
-SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE /*head e o state*/ = $1 AND (e.flow_id, e.seq) > ($2, $3) ORDER BY e.flow_id, e.seq LIMIT $4;
-
--- name: EventListQuarantined
--- Quarantined events are heads of parked flows (see migration 002): read
--- them through the partial index flow_parked_head.
-SELECT /*event e f*/
-FROM flow f JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+-- name: QuarantinedList
+-- Quarantined events are heads of parked flows (migration 002): read them
+-- through the partial index flow_parked_head, one per flow at most.
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
-  AND /*head e f state*/ = 'quarantined' AND (f.flow_id, f.head_seq) > ($1, $2)
-ORDER BY f.flow_id LIMIT $3;
-
--- name: AuditInsert
-INSERT INTO audit (event_id, action, reason, operator, previous_reason, generation, at) VALUES ($1, $2, $3, $4, $5, $6, $7);
+  AND e.state = 'quarantined' AND f.flow_id > $1
+ORDER BY f.flow_id LIMIT $2;
 
 -- name: AuditList
 SELECT no, event_id, action, reason, operator, previous_reason, generation, at FROM audit WHERE no > $1 ORDER BY no LIMIT $2;
@@ -132,47 +156,11 @@ SELECT no, event_id, action, reason, operator, previous_reason, generation, at F
 -- name: CurrentSchema
 SELECT current_schema();
 
--- name: SearchPathGet
-SELECT current_setting('search_path');
+-- The set-based writes of a write transaction, one statement per kind of
+-- row, sent with the commit (see writeSet).
 
--- name: SearchPathSetLocal
--- Puts the store's schema in front for the rest of a caller's transaction
--- statement by statement (Wrap); the value is a parameter, never SQL text.
-SELECT set_config('search_path', $1, true);
-
--- name: FlowPickRunnableSeedHeads
--- FlowPickRunnableSeed of a write transaction: the next runnable
--- flows with their head events (has_head false when the head row is missing,
--- which the protocol reports as an inconsistent store). The flows stay
--- locked; one another transaction holds (an enqueue appending to it) is
--- skipped, never waited for. A runnable flow's head cannot change under
--- the lock of another lane: only a claim (this lane, serialised) takes a
--- runnable head, and an enqueue only appends behind it.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, e.event_id IS NOT NULL,
-       /*event? e f*/
-FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1
-FOR NO KEY UPDATE OF f SKIP LOCKED;
-
--- name: FlowPickRunnableFairHeads
--- As FlowPickRunnableSeedHeads, in the fair policy's order.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, e.event_id IS NOT NULL,
-       /*event? e f*/
-FROM flow f LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1
-FOR NO KEY UPDATE OF f SKIP LOCKED;
-
--- The set-based writes of a write transaction: the rows written by many
--- FlowInsert, EventInsert, FlowUpdate and EventUpdate calls, one statement
--- per kind, sent with the next read or the commit (see writeSet).
-
--- name: FlowInsertMany
-INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::boolean[], $7::bigint[]);
-
--- name: EventInsertMany
-INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[]);
+-- name: AuditInsert
+INSERT INTO audit (event_id, action, reason, operator, previous_reason, generation, at) VALUES ($1, $2, $3, $4, $5, $6, $7);
 
 -- name: FlowUpdateMany
 -- "flow_id = ANY" as well as the join: the planner then finds the rows
@@ -223,84 +211,3 @@ UPDATE event SET own_state = u.state, generation = u.generation, attempts = u.at
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[])
     AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until)
 WHERE event.event_id = ANY ($1::text[]) AND event.event_id = u.event_id COLLATE "C";
-
--- name: EventGetManyWithFlow
--- Prefetch of a settle or redrive: the events with their flows (settle
--- reads both), after FlowLockOfEvents.
-SELECT /*event e f*/,
-       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq
-FROM event e JOIN flow f ON f.flow_id = e.flow_id WHERE e.event_id = ANY ($1::text[]);
-
--- name: FlowGetMany
--- Prefetch: the flows of a batch, locked until the end of the transaction
--- in flow_id order (every transaction that waits for flow locks takes them
--- in that order, in one statement: no deadlock between the lanes).
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow WHERE flow_id = ANY ($1::text[])
-ORDER BY flow_id FOR NO KEY UPDATE;
-
--- name: EventGetMany
--- Prefetch of an enqueue: the events of a batch (an id already stored
--- answers existing or conflict; its row's identity never changes).
-SELECT /*event e o*/
-FROM event e LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq WHERE e.event_id = ANY ($1::text[]);
-
--- name: FlowLockOfEvents
--- Before a transaction reads events to settle or redrive, it locks
--- their flows, in flow_id order, in one statement: the event rows it then
--- reads (the next statement, a new snapshot) cannot change until it ends,
--- since every writer of an event holds its flow's lock.
-SELECT 1 FROM flow WHERE flow_id = ANY (ARRAY (SELECT flow_id FROM event WHERE event_id = ANY ($1::text[])))
-ORDER BY flow_id FOR NO KEY UPDATE;
-
--- name: FlowLockOfEventsSkipLocked
--- FlowLockOfEvents of a settle that does not wait (TxHint.SkipHeld): the
--- flows another transaction holds (an open outbox transaction that
--- appended to them) are skipped; the flows it locked come back, and the
--- events of the others are left alone.
-SELECT flow_id FROM flow WHERE flow_id = ANY (ARRAY (SELECT flow_id FROM event WHERE event_id = ANY ($1::text[])))
-ORDER BY flow_id FOR NO KEY UPDATE SKIP LOCKED;
-
-
--- name: EventGetManyBySeq
--- The heads of flows a claim takes, by (flow_id, seq) pairs ($1, $2), when
--- the transaction has not read them yet.
-SELECT /*event e o*/
-FROM unnest($1::text[], $2::bigint[]) AS k (flow_id, seq)
-JOIN event e ON e.flow_id = k.flow_id COLLATE "C" AND e.seq = k.seq
-LEFT JOIN flow o ON o.flow_id = e.flow_id AND o.head_state_seq = e.seq
-WHERE e.flow_id = ANY ($1::text[]);
-
--- name: FlowGetManyUnlocked
--- Prefetch of an enqueue: its flows, not locked. The enqueue lane is the
--- one writer of seq, so the seq read is exact; the columns the other lanes
--- write are settled at the write (FlowAppendMany).
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow WHERE flow_id = ANY ($1::text[]);
-
--- name: FlowLock
--- An enqueue locks the flows it appended to, in flow_id order, in one
--- statement, just before it writes them at its commit.
-SELECT 1 FROM flow WHERE flow_id = ANY ($1::text[]) ORDER BY flow_id FOR NO KEY UPDATE;
-
--- name: FlowAppendMany
--- An enqueue's write of the flows it appended to: the new seq and, for a
--- flow whose events were all acked when the write runs (head_seq > seq,
--- read from the row as it is then, under the lock), the wake-up: its first
--- new event is the head, ready now. Evaluated on the row as the other lanes
--- left it, so a settle that acked the flow's last head meanwhile cannot
--- leave the flow asleep.
-UPDATE flow SET seq = u.seq,
-    runnable = CASE WHEN flow.head_seq > flow.seq THEN true ELSE flow.runnable END,
-    wait_until = CASE WHEN flow.head_seq > flow.seq THEN NULL ELSE flow.wait_until END
-FROM unnest($1::text[], $2::bigint[]) AS u (flow_id, seq)
-WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
-
--- name: EventGetManyWithFlowAndNext
--- EventGetManyWithFlow of SettleAndClaim, with the event behind each one
--- (the flow's next head once it is acked; the columns after has_next are
--- zero when there is none), which its claims are likely to take.
-SELECT /*event e f*/,
-       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
-       n.event_id IS NOT NULL, /*event? n f*/
-FROM event e JOIN flow f ON f.flow_id = e.flow_id
-LEFT JOIN event n ON n.flow_id = e.flow_id AND n.seq = e.seq + 1
-WHERE e.event_id = ANY ($1::text[]);

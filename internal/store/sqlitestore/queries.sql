@@ -1,11 +1,18 @@
 -- Queries of the SQLite queue store. Each block starts with "-- name: X" and
--- is one statement; sqlitestore.go loads them by name at init.
+-- is one statement; sqlitestore.go loads them by name at init and prepares
+-- them on the write connection.
 
 -- name: ClockGet
 SELECT tick, ticket, flows FROM clock WHERE id = 1;
 
 -- name: ClockSet
 UPDATE clock SET tick = ?, ticket = ?, flows = ? WHERE id = 1;
+
+-- name: SettingsGet
+SELECT entry FROM settings WHERE id = 1;
+
+-- name: SettingsSetEntry
+UPDATE settings SET entry = ? WHERE id = 1;
 
 -- name: FlowGet
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow WHERE flow_id = ?;
@@ -16,18 +23,32 @@ INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until) VAL
 -- name: FlowUpdate
 UPDATE flow SET seq = ?, served = ?, head_seq = ?, runnable = ?, wait_until = ? WHERE flow_id = ?;
 
--- name: FlowListDue
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
-WHERE wait_until IS NOT NULL AND wait_until <= ?
-ORDER BY wait_until LIMIT ?;
+-- name: FlowPickSeed
+-- The runnable index in the seed policy's dispatch order (SPEC §2 step 3),
+-- with each flow's head.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until,
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f INDEXED BY flow_runnable_seed LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable = 1 ORDER BY f.served, f.flow_id LIMIT ?;
 
--- name: FlowPickRunnableSeed
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow INDEXED BY flow_runnable_seed
-WHERE runnable = 1 ORDER BY served, flow_id LIMIT ?;
+-- name: FlowPickFair
+-- The runnable index in the fair policy's dispatch order (SPEC §7).
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until,
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f INDEXED BY flow_runnable_fair LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable = 1 ORDER BY f.served, f.ord LIMIT ?;
 
--- name: FlowPickRunnableFair
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow INDEXED BY flow_runnable_fair
-WHERE runnable = 1 ORDER BY served, ord LIMIT ?;
+-- name: FlowDue
+-- The due index: flows whose wait_until has come by ?1, after the key
+-- (?2, ?3), with their heads.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until,
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+FROM flow f INDEXED BY flow_waiting LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.wait_until IS NOT NULL AND f.wait_until <= ?1 AND (f.wait_until, f.flow_id) > (?2, ?3)
+ORDER BY f.wait_until, f.flow_id LIMIT ?4;
+
+-- name: FlowNextWait
+SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL;
 
 -- name: FlowList
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until FROM flow
@@ -53,14 +74,11 @@ WHERE event_id = ?;
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
 FROM event WHERE (flow_id, seq) > (?, ?) ORDER BY flow_id, seq LIMIT ?;
 
--- name: EventListState
+-- name: QuarantinedList
+-- The literal state lets SQLite use the partial index event_quarantined; a
+-- quarantined event is its flow's head, one per flow at most.
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
-FROM event WHERE state = ? AND (flow_id, seq) > (?, ?) ORDER BY flow_id, seq LIMIT ?;
-
--- name: EventListQuarantined
--- The literal state lets SQLite use the partial index event_quarantined.
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
-FROM event WHERE state = 'quarantined' AND (flow_id, seq) > (?, ?) ORDER BY flow_id, seq LIMIT ?;
+FROM event WHERE state = 'quarantined' AND flow_id > ? ORDER BY flow_id, seq LIMIT ?;
 
 -- name: AuditInsert
 INSERT INTO audit (event_id, action, reason, operator, previous_reason, generation, at) VALUES (?, ?, ?, ?, ?, ?, ?);

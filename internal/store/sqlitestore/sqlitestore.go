@@ -2,6 +2,9 @@
 // (modernc.org/sqlite, pure Go). It follows SPEC §4: WAL,
 // synchronous=FULL, a busy timeout, every write in one BEGIN IMMEDIATE
 // transaction. The SQL lives in queries.sql and migrations/*.sql, embedded.
+// SQLite has one writer at a time, so every lane shares the file's write
+// lock and a transaction's reads and writes run statement by statement, in
+// process: nothing is gained by sending them together.
 package sqlitestore
 
 import (
@@ -39,6 +42,13 @@ type Options struct {
 	// MustExist makes Open fail instead of creating a missing file, for
 	// commands that only read or change what is there.
 	MustExist bool
+	// Entry is the entry rule ("seed" or "fair") the store is opened under:
+	// recorded when the store has none yet, else it must match
+	// (*store.EntryMismatchError). Defaults to "fair".
+	Entry string
+	// AdoptEntry opens a store that records a rule under that rule,
+	// whatever Entry says; a store without one records Entry.
+	AdoptEntry bool
 }
 
 // Store is the SQLite queue store. It holds two pools on the same file: a
@@ -48,9 +58,10 @@ type Store struct {
 	path  string
 	write *sql.DB
 	read  *sql.DB
+	entry string
 	// stmts holds every query of queries.sql prepared on the write pool's one
-	// connection, so a write transaction never parses SQL again (issue 4:
-	// parsing was a third of claim's CPU).
+	// connection, so a write transaction never parses SQL again (parsing
+	// was a third of a claim's CPU).
 	stmts map[string]*sql.Stmt
 }
 
@@ -76,10 +87,14 @@ func DSN(path string, busy time.Duration, immediate bool) string {
 // Open opens (creating if missing) the queue store at path and applies the
 // migrations. Errors: the directory is missing; the file is not a SQLite
 // database (wraps store.ErrNotDatabase); the database is busy (wraps
-// store.ErrBusy).
+// store.ErrBusy); a missing file under MustExist (wraps store.ErrMissing);
+// a store of the other entry rule (*store.EntryMismatchError).
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
+	}
+	if opts.Entry == "" {
+		opts.Entry = "fair"
 	}
 	if path == "" {
 		return nil, errors.New("path is empty")
@@ -93,7 +108,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if opts.MustExist {
 		if _, err := os.Stat(abs); err != nil {
-			return nil, fmt.Errorf("%s does not exist (create it with fairrelay migrate or enqueue)", abs)
+			return nil, fmt.Errorf("%w: %s does not exist (create it with fairrelay migrate or enqueue)", store.ErrMissing, abs)
 		}
 	}
 	w, err := sql.Open("sqlite", DSN(abs, opts.BusyTimeout, true))
@@ -120,6 +135,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.settle(ctx, opts.Entry, opts.AdoptEntry); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.prepare(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -127,11 +146,60 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// otherIndex names the runnable index a store of the given entry rule does
+// not use.
+var otherIndex = map[string]string{"seed": "flow_runnable_fair", "fair": "flow_runnable_seed"}
+
+// settle records the entry rule when the store has none yet, dropping the
+// runnable index the rule does not use (keeping both cost ~15-20 % per
+// claim step at 100 000 flows), or checks it against the stored one.
+func (s *Store) settle(ctx context.Context, entry string, adopt bool) error {
+	if _, ok := otherIndex[entry]; !ok {
+		return fmt.Errorf("entry rule %q: want seed or fair", entry)
+	}
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return Translate(fmt.Errorf("begin transaction: %w", err))
+	}
+	defer tx.Rollback()
+	var stored sql.NullString
+	if err := tx.QueryRowContext(ctx, q["SettingsGet"]).Scan(&stored); err != nil {
+		return Translate(fmt.Errorf("read settings: %w", err))
+	}
+	if stored.Valid {
+		if adopt {
+			entry = stored.String
+		}
+		if stored.String != entry {
+			return &store.EntryMismatchError{Stored: stored.String, Asked: entry}
+		}
+		s.entry = entry
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, q["SettingsSetEntry"], entry); err != nil {
+		return Translate(fmt.Errorf("record the entry rule: %w", err))
+	}
+	// An index name cannot be a bind parameter; it comes from otherIndex.
+	if _, err := tx.ExecContext(ctx, "DROP INDEX IF EXISTS "+otherIndex[entry]); err != nil {
+		return Translate(fmt.Errorf("drop the unused runnable index: %w", err))
+	}
+	if err := tx.Commit(); err != nil {
+		return Translate(fmt.Errorf("record the entry rule: %w", err))
+	}
+	s.entry = entry
+	return nil
+}
+
 // prepare prepares every query on the write connection; it runs after the
-// migrations, since a statement can only name tables that exist.
+// migrations, since a statement can only name tables that exist. The pick
+// of the other entry rule names an index the store no longer has.
 func (s *Store) prepare(ctx context.Context) error {
 	s.stmts = make(map[string]*sql.Stmt, len(q))
+	skip := map[string]string{"seed": "FlowPickFair", "fair": "FlowPickSeed"}[s.entry]
 	for name, text := range q {
+		if name == skip {
+			continue
+		}
 		st, err := s.write.PrepareContext(ctx, text)
 		if err != nil {
 			return Translate(fmt.Errorf("prepare %s: %w", name, err))
@@ -143,6 +211,12 @@ func (s *Store) prepare(ctx context.Context) error {
 
 // DB returns the write pool, for tests that install triggers.
 func (s *Store) DB() *sql.DB { return s.write }
+
+// Entry is the entry rule the store records.
+func (s *Store) Entry() string { return s.entry }
+
+// ConcurrentWriters reports false: SQLite has one writer at a time.
+func (s *Store) ConcurrentWriters() bool { return false }
 
 // Close closes the prepared statements and both pools.
 func (s *Store) Close() error {
@@ -156,15 +230,11 @@ func (s *Store) Close() error {
 // Migrate applies the embedded migrations that the file lacks, each in its
 // own IMMEDIATE transaction, and returns the versions applied.
 func (s *Store) Migrate(ctx context.Context) ([]int, error) {
-	return migrate(ctx, s.write, migrationsFS)
-}
-
-func migrate(ctx context.Context, db *sql.DB, fsys embed.FS) ([]int, error) {
-	migs, err := sqlfile.Migrations(fsys, "migrations")
+	migs, err := sqlfile.Migrations(migrationsFS, "migrations")
 	if err != nil {
 		return nil, err
 	}
-	v, err := sqlfile.Apply(ctx, db, migs, "")
+	v, err := sqlfile.Apply(ctx, s.write, migs, "")
 	return v, Translate(err)
 }
 
@@ -210,27 +280,17 @@ func (s *Store) Begin(ctx context.Context, _ store.Lane) (store.Tx, error) {
 	if err != nil {
 		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
 	}
-	return &Tx{q: tx, tx: tx, prepared: s.stmts}, nil
+	return &Tx{conn: conn{q: tx, prepared: s.stmts, tx: tx}, tx: tx, entry: s.entry}, nil
 }
 
 // BeginRead starts a deferred read transaction on the read pool; SQLite's WAL
 // gives it a stable view from its first read.
-func (s *Store) BeginRead(ctx context.Context) (store.Tx, error) {
+func (s *Store) BeginRead(ctx context.Context) (store.ReadTx, error) {
 	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, Translate(fmt.Errorf("begin read transaction: %w", err))
 	}
-	return &Tx{q: tx, tx: tx}, nil
-}
-
-// Wrap accepts a *sql.Tx the caller opened on the same SQLite file (use DSN
-// with immediate=true for its pool, or the first write may fail busy).
-func (s *Store) Wrap(ctx context.Context, tx any, _ store.Lane) (store.Tx, error) {
-	t, ok := tx.(*sql.Tx)
-	if !ok || t == nil {
-		return nil, fmt.Errorf("the SQLite backend takes a *sql.Tx, not %T", tx)
-	}
-	return &Tx{q: t}, nil
+	return &ReadTx{conn: conn{q: tx}, tx: tx}, nil
 }
 
 type querier interface {
@@ -239,120 +299,181 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Tx is a transaction on the SQLite store. tx is nil for a wrapped caller
-// transaction, whose Commit and Rollback belong to the caller. prepared is
-// set for write transactions only: the statements live on the write pool,
-// and database/sql refuses them in a transaction of another pool.
-type Tx struct {
+// conn runs the named queries on one transaction: through the statements
+// prepared on the write connection when it has them (the store's own write
+// transactions), as text otherwise (read and caller transactions: the
+// statements belong to the write pool, and database/sql refuses them in a
+// transaction of another pool).
+type conn struct {
 	q        querier
 	tx       *sql.Tx
 	prepared map[string]*sql.Stmt
 	bound    map[string]*sql.Stmt // prepared statements bound to tx, by name
 }
 
-// prep returns query name's prepared statement bound to this transaction,
-// or nil when the transaction has none (read and wrapped transactions).
-func (t *Tx) prep(ctx context.Context, name string) *sql.Stmt {
-	if st, ok := t.bound[name]; ok {
+func (c *conn) prep(ctx context.Context, name string) *sql.Stmt {
+	if st, ok := c.bound[name]; ok {
 		return st
 	}
-	p, ok := t.prepared[name]
+	p, ok := c.prepared[name]
 	if !ok {
 		return nil
 	}
-	// Reuses the statement already prepared on the write connection.
-	st := t.tx.StmtContext(ctx, p)
-	if t.bound == nil {
-		t.bound = make(map[string]*sql.Stmt)
+	st := c.tx.StmtContext(ctx, p)
+	if c.bound == nil {
+		c.bound = make(map[string]*sql.Stmt)
 	}
-	t.bound[name] = st
+	c.bound[name] = st
 	return st
 }
 
-func (t *Tx) execNamed(ctx context.Context, name string, args ...any) (sql.Result, error) {
-	if st := t.prep(ctx, name); st != nil {
-		return st.ExecContext(ctx, args...)
+func (c *conn) exec(ctx context.Context, name string, args ...any) error {
+	var err error
+	if st := c.prep(ctx, name); st != nil {
+		_, err = st.ExecContext(ctx, args...)
+	} else {
+		_, err = c.q.ExecContext(ctx, q[name], args...)
 	}
-	return t.q.ExecContext(ctx, q[name], args...)
-}
-
-func (t *Tx) queryNamed(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
-	if st := t.prep(ctx, name); st != nil {
-		return st.QueryContext(ctx, args...)
-	}
-	return t.q.QueryContext(ctx, q[name], args...)
-}
-
-func (t *Tx) queryRowNamed(ctx context.Context, name string, args ...any) *sql.Row {
-	if st := t.prep(ctx, name); st != nil {
-		return st.QueryRowContext(ctx, args...)
-	}
-	return t.q.QueryRowContext(ctx, q[name], args...)
-}
-
-func (t *Tx) Commit(ctx context.Context) error {
-	if t.tx == nil {
-		return nil
-	}
-	return Translate(t.tx.Commit())
-}
-
-func (t *Tx) Rollback(ctx context.Context) error {
-	if t.tx == nil {
-		return nil
-	}
-	err := t.tx.Rollback()
-	if errors.Is(err, sql.ErrTxDone) {
-		return nil
-	}
-	return Translate(err)
-}
-
-func (t *Tx) exec(ctx context.Context, name string, args ...any) error {
-	_, err := t.execNamed(ctx, name, args...)
 	if err != nil {
 		return Translate(fmt.Errorf("%s: %w", name, err))
 	}
 	return nil
 }
 
-func (t *Tx) ClockGet(ctx context.Context) (store.Clock, error) {
-	var c store.Clock
-	err := t.queryRowNamed(ctx, "ClockGet").Scan(&c.Tick, &c.Ticket, &c.Flows)
-	if err != nil {
-		return c, Translate(fmt.Errorf("ClockGet: %w", err))
+func (c *conn) query(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+	var rows *sql.Rows
+	var err error
+	if st := c.prep(ctx, name); st != nil {
+		rows, err = st.QueryContext(ctx, args...)
+	} else {
+		rows, err = c.q.QueryContext(ctx, q[name], args...)
 	}
-	return c, nil
+	if err != nil {
+		return nil, Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	return rows, nil
 }
 
-func (t *Tx) ClockSet(ctx context.Context, c store.Clock) error {
-	return t.exec(ctx, "ClockSet", c.Tick, c.Ticket, c.Flows)
+func (c *conn) queryRow(ctx context.Context, name string, args ...any) *sql.Row {
+	if st := c.prep(ctx, name); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return c.q.QueryRowContext(ctx, q[name], args...)
+}
+
+// each runs the named query and calls fn for every row.
+func (c *conn) each(ctx context.Context, name string, fn func(scanner) error, args ...any) error {
+	rows, err := c.query(ctx, name, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return Translate(fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	return nil
+}
+
+// clock reads the clock row, with the flow counter (the last ord).
+func (c *conn) clock(ctx context.Context) (store.Clock, int64, error) {
+	var cl store.Clock
+	var flows int64
+	if err := c.queryRow(ctx, "ClockGet").Scan(&cl.Tick, &cl.Ticket, &flows); err != nil {
+		return cl, 0, Translate(fmt.Errorf("ClockGet: %w", err))
+	}
+	return cl, flows, nil
 }
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanFlow(r scanner) (store.FlowRow, error) {
-	var f store.FlowRow
-	var runnable int64
-	var wait sql.NullInt64
-	err := r.Scan(&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &runnable, &wait)
-	f.Runnable = runnable != 0
-	if wait.Valid {
-		v := wait.Int64
-		f.WaitUntil = &v
-	}
-	return f, err
+// flowCols are scan targets for a flow row.
+type flowCols struct {
+	f        store.FlowRow
+	runnable int64
+	wait     sql.NullInt64
 }
 
-func (t *Tx) FlowGet(ctx context.Context, flow string) (*store.FlowRow, error) {
-	f, err := scanFlow(t.queryRowNamed(ctx, "FlowGet", flow))
+func (fc *flowCols) dest() []any {
+	return []any{&fc.f.Flow, &fc.f.Ord, &fc.f.Seq, &fc.f.Served, &fc.f.HeadSeq, &fc.runnable, &fc.wait}
+}
+
+func (fc *flowCols) row() store.FlowRow {
+	f := fc.f
+	f.Runnable = fc.runnable != 0
+	if fc.wait.Valid {
+		v := fc.wait.Int64
+		f.WaitUntil = &v
+	}
+	return f
+}
+
+// eventCols are scan targets for an event row; nullable for the outer join
+// of a flow's head.
+type eventCols struct {
+	id, flow, state, reason                    sql.NullString
+	seq, gen, att, life, next, lease, enqueued sql.NullInt64
+	body                                       []byte
+}
+
+func (ec *eventCols) dest() []any {
+	return []any{&ec.id, &ec.flow, &ec.seq, &ec.body, &ec.state, &ec.gen, &ec.att, &ec.life, &ec.reason, &ec.next, &ec.lease, &ec.enqueued}
+}
+
+// row returns the event, nil when the outer join found none.
+func (ec *eventCols) row() *store.EventRow {
+	if !ec.id.Valid {
+		return nil
+	}
+	return &store.EventRow{
+		ID: ec.id.String, Flow: ec.flow.String, Seq: ec.seq.Int64, Body: ec.body, State: ec.state.String,
+		Generation: ec.gen.Int64, Attempts: ec.att.Int64, LifetimeAttempts: ec.life.Int64, Reason: ec.reason.String,
+		NextAt: ec.next.Int64, LeaseUntil: ec.lease.Int64, EnqueuedAt: ec.enqueued.Int64,
+	}
+}
+
+// flowHeads runs a query of flows joined with their heads.
+func (c *conn) flowHeads(ctx context.Context, name string, args ...any) ([]store.FlowHead, error) {
+	var out []store.FlowHead
+	err := c.each(ctx, name, func(r scanner) error {
+		var fc flowCols
+		var ec eventCols
+		if err := r.Scan(append(fc.dest(), ec.dest()...)...); err != nil {
+			return err
+		}
+		out = append(out, store.FlowHead{Flow: fc.row(), Head: ec.row()})
+		return nil
+	}, args...)
+	return out, err
+}
+
+func (c *conn) flowGet(ctx context.Context, flow string) (*store.FlowRow, error) {
+	var fc flowCols
+	err := c.queryRow(ctx, "FlowGet", flow).Scan(fc.dest()...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, Translate(fmt.Errorf("FlowGet: %w", err))
 	}
+	f := fc.row()
 	return &f, nil
+}
+
+func (c *conn) event(ctx context.Context, name string, args ...any) (*store.EventRow, error) {
+	var ec eventCols
+	err := c.queryRow(ctx, name, args...).Scan(ec.dest()...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	return ec.row(), nil
 }
 
 func boolInt(b bool) int64 {
@@ -362,76 +483,6 @@ func boolInt(b bool) int64 {
 	return 0
 }
 
-func (t *Tx) FlowInsert(ctx context.Context, f store.FlowRow) error {
-	return t.exec(ctx, "FlowInsert", f.Flow, f.Ord, f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil)
-}
-
-func (t *Tx) FlowUpdate(ctx context.Context, f store.FlowRow) error {
-	return t.exec(ctx, "FlowUpdate", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil, f.Flow)
-}
-
-func (t *Tx) flows(ctx context.Context, name string, args ...any) ([]store.FlowRow, error) {
-	rows, err := t.queryNamed(ctx, name, args...)
-	if err != nil {
-		return nil, Translate(fmt.Errorf("%s: %w", name, err))
-	}
-	defer rows.Close()
-	var out []store.FlowRow
-	for rows.Next() {
-		f, err := scanFlow(rows)
-		if err != nil {
-			return nil, Translate(fmt.Errorf("%s: %w", name, err))
-		}
-		out = append(out, f)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, Translate(fmt.Errorf("%s: %w", name, err))
-	}
-	return out, nil
-}
-
-func (t *Tx) FlowListDue(ctx context.Context, at int64, limit int) ([]store.FlowRow, error) {
-	return t.flows(ctx, "FlowListDue", at, limit)
-}
-
-func (t *Tx) FlowPickRunnable(ctx context.Context, order store.Order, limit int) ([]store.FlowRow, error) {
-	if order == store.OrderCreation {
-		return t.flows(ctx, "FlowPickRunnableFair", limit)
-	}
-	return t.flows(ctx, "FlowPickRunnableSeed", limit)
-}
-
-func (t *Tx) FlowList(ctx context.Context, after string, limit int) ([]store.FlowRow, error) {
-	return t.flows(ctx, "FlowList", after, limit)
-}
-
-func scanEvent(r scanner) (store.EventRow, error) {
-	var e store.EventRow
-	var reason sql.NullString
-	err := r.Scan(&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt)
-	e.Reason = reason.String
-	return e, err
-}
-
-func (t *Tx) event(ctx context.Context, name string, args ...any) (*store.EventRow, error) {
-	e, err := scanEvent(t.queryRowNamed(ctx, name, args...))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, Translate(fmt.Errorf("%s: %w", name, err))
-	}
-	return &e, nil
-}
-
-func (t *Tx) EventGet(ctx context.Context, id string) (*store.EventRow, error) {
-	return t.event(ctx, "EventGet", id)
-}
-
-func (t *Tx) EventGetBySeq(ctx context.Context, flow string, seq int64) (*store.EventRow, error) {
-	return t.event(ctx, "EventGetBySeq", flow, seq)
-}
-
 func nullString(s string) any {
 	if s == "" {
 		return nil
@@ -439,58 +490,218 @@ func nullString(s string) any {
 	return s
 }
 
-func (t *Tx) EventInsert(ctx context.Context, e store.EventRow) error {
-	return t.exec(ctx, "EventInsert", e.ID, e.Flow, e.Seq, e.Body, e.State, e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason), e.NextAt, e.LeaseUntil, e.EnqueuedAt)
+// Tx is a write transaction on the SQLite store.
+type Tx struct {
+	conn
+	tx    *sql.Tx
+	entry string
+	done  bool
+	flows int64 // the clock row's flow counter, as read
 }
 
-func (t *Tx) EventUpdate(ctx context.Context, e store.EventRow) error {
-	return t.exec(ctx, "EventUpdate", e.State, e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason), e.NextAt, e.LeaseUntil, e.ID)
-}
-
-func (t *Tx) EventList(ctx context.Context, state string, afterFlow string, afterSeq int64, limit int) ([]store.EventRow, error) {
-	name, args := "EventList", []any{afterFlow, afterSeq, limit}
-	switch state {
-	case "":
-	case store.StateQuarantined:
-		name = "EventListQuarantined"
-	default:
-		name, args = "EventListState", []any{state, afterFlow, afterSeq, limit}
-	}
-	rows, err := t.queryNamed(ctx, name, args...)
+// Read answers rs statement by statement.
+func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, error) {
+	cl, flows, err := t.clock(ctx)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("%s: %w", name, err))
+		return nil, err
 	}
-	defer rows.Close()
-	var out []store.EventRow
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, Translate(fmt.Errorf("%s: %w", name, err))
+	t.flows = flows
+	out := &store.ReadResult{Clock: cl}
+	if len(rs.Events) > 0 {
+		out.Events, out.Flows = map[string]*store.EventRow{}, map[string]*store.FlowRow{}
+		for _, id := range rs.Events {
+			e, err := t.event(ctx, "EventGet", id)
+			if err != nil {
+				return nil, err
+			}
+			if e == nil {
+				continue
+			}
+			out.Events[id] = e
+			if _, ok := out.Flows[e.Flow]; !ok {
+				f, err := t.flowGet(ctx, e.Flow)
+				if err != nil {
+					return nil, err
+				}
+				if f != nil {
+					out.Flows[e.Flow] = f
+				}
+			}
+			if rs.Next {
+				n, err := t.event(ctx, "EventGetBySeq", e.Flow, e.Seq+1)
+				if err != nil {
+					return nil, err
+				}
+				if n != nil {
+					if out.Next == nil {
+						out.Next = map[string]*store.EventRow{}
+					}
+					out.Next[e.Flow] = n
+				}
+			}
 		}
-		out = append(out, e)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, Translate(fmt.Errorf("%s: %w", name, err))
+	if rs.PickLimit > 0 {
+		name := "FlowPickFair"
+		if rs.Order == store.OrderFlowID {
+			name = "FlowPickSeed"
+		}
+		if out.Picks, err = t.flowHeads(ctx, name, rs.PickLimit); err != nil {
+			return nil, err
+		}
+	}
+	if rs.DueLimit > 0 {
+		at := max(rs.At, cl.Tick)
+		after := store.FlowKey{WaitUntil: -1 << 63}
+		if rs.DueAfter != nil {
+			after = *rs.DueAfter
+		}
+		if out.Due, err = t.flowHeads(ctx, "FlowDue", at, after.WaitUntil, after.Flow, rs.DueLimit); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-func (t *Tx) AuditInsert(ctx context.Context, a store.AuditRow) error {
-	return t.exec(ctx, "AuditInsert", a.EventID, a.Action, a.Reason, a.Operator, a.PreviousReason, a.Generation, a.At)
+// Write applies ws row by row.
+func (t *Tx) Write(ctx context.Context, ws *store.WriteSet) error {
+	for _, f := range ws.Flows {
+		if err := t.exec(ctx, "FlowUpdate", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil, f.Flow); err != nil {
+			return err
+		}
+	}
+	for _, e := range ws.Events {
+		if err := t.exec(ctx, "EventUpdate", e.State, e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason), e.NextAt, e.LeaseUntil, e.ID); err != nil {
+			return err
+		}
+	}
+	for _, a := range ws.Audit {
+		if err := t.exec(ctx, "AuditInsert", a.EventID, a.Action, a.Reason, a.Operator, a.PreviousReason, a.Generation, a.At); err != nil {
+			return err
+		}
+	}
+	return t.exec(ctx, "ClockSet", ws.Clock.Tick, ws.Clock.Ticket, t.flows)
 }
 
-func (t *Tx) AuditList(ctx context.Context, after int64, limit int) ([]store.AuditRow, error) {
-	rows, err := t.queryNamed(ctx, "AuditList", after, limit)
-	if err != nil {
-		return nil, Translate(fmt.Errorf("AuditList: %w", err))
+// Commit commits the transaction.
+func (t *Tx) Commit(ctx context.Context) error {
+	if err := t.tx.Commit(); err != nil {
+		return Translate(err)
 	}
-	defer rows.Close()
+	t.done = true
+	return nil
+}
+
+// Rollback ends the transaction unless it committed.
+func (t *Tx) Rollback(ctx context.Context) error {
+	if t.done {
+		return nil
+	}
+	err := t.tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return Translate(err)
+}
+
+// ReadTx is a read transaction on the SQLite store.
+type ReadTx struct {
+	conn
+	tx *sql.Tx
+}
+
+// Clock reads the stored clock.
+func (t *ReadTx) Clock(ctx context.Context) (store.Clock, error) {
+	c, _, err := t.clock(ctx)
+	return c, err
+}
+
+// FlowList lists flows by flow id after the given one.
+func (t *ReadTx) FlowList(ctx context.Context, after string, limit int) ([]store.FlowRow, error) {
+	var out []store.FlowRow
+	err := t.each(ctx, "FlowList", func(r scanner) error {
+		var fc flowCols
+		if err := r.Scan(fc.dest()...); err != nil {
+			return err
+		}
+		out = append(out, fc.row())
+		return nil
+	}, after, limit)
+	return out, err
+}
+
+// FlowPick lists the first runnable flows in order, with their heads.
+func (t *ReadTx) FlowPick(ctx context.Context, order store.Order, limit int) ([]store.FlowHead, error) {
+	name := "FlowPickFair"
+	if order == store.OrderFlowID {
+		name = "FlowPickSeed"
+	}
+	return t.flowHeads(ctx, name, limit)
+}
+
+// NextWait reads the smallest wait_until.
+func (t *ReadTx) NextWait(ctx context.Context) (int64, bool, error) {
+	var w sql.NullInt64
+	if err := t.queryRow(ctx, "FlowNextWait").Scan(&w); err != nil {
+		return 0, false, Translate(fmt.Errorf("FlowNextWait: %w", err))
+	}
+	return w.Int64, w.Valid, nil
+}
+
+// EventGet reads one event.
+func (t *ReadTx) EventGet(ctx context.Context, id string) (*store.EventRow, error) {
+	return t.event(ctx, "EventGet", id)
+}
+
+// Heads reads the head events of flows that have one.
+func (t *ReadTx) Heads(ctx context.Context, flows []store.FlowRow) (map[string]*store.EventRow, error) {
+	out := map[string]*store.EventRow{}
+	for _, f := range flows {
+		if f.HeadSeq > f.Seq {
+			continue
+		}
+		e, err := t.event(ctx, "EventGetBySeq", f.Flow, f.HeadSeq)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil {
+			out[f.Flow] = e
+		}
+	}
+	return out, nil
+}
+
+// EventList lists events by flow then seq.
+func (t *ReadTx) EventList(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]store.EventRow, error) {
+	return t.events(ctx, "EventList", afterFlow, afterSeq, limit)
+}
+
+// QuarantinedList lists quarantined events by flow.
+func (t *ReadTx) QuarantinedList(ctx context.Context, afterFlow string, limit int) ([]store.EventRow, error) {
+	return t.events(ctx, "QuarantinedList", afterFlow, limit)
+}
+
+func (t *ReadTx) events(ctx context.Context, name string, args ...any) ([]store.EventRow, error) {
+	var out []store.EventRow
+	err := t.each(ctx, name, func(r scanner) error {
+		var ec eventCols
+		if err := r.Scan(ec.dest()...); err != nil {
+			return err
+		}
+		out = append(out, *ec.row())
+		return nil
+	}, args...)
+	return out, err
+}
+
+// AuditList lists audit rows after the given row number.
+func (t *ReadTx) AuditList(ctx context.Context, after int64, limit int) ([]store.AuditRow, error) {
 	var out []store.AuditRow
-	for rows.Next() {
+	err := t.each(ctx, "AuditList", func(r scanner) error {
 		var a store.AuditRow
 		var op, prev sql.NullString
-		if err := rows.Scan(&a.No, &a.EventID, &a.Action, &a.Reason, &op, &prev, &a.Generation, &a.At); err != nil {
-			return nil, Translate(fmt.Errorf("AuditList: %w", err))
+		if err := r.Scan(&a.No, &a.EventID, &a.Action, &a.Reason, &op, &prev, &a.Generation, &a.At); err != nil {
+			return err
 		}
 		if op.Valid {
 			a.Operator = &op.String
@@ -499,9 +710,16 @@ func (t *Tx) AuditList(ctx context.Context, after int64, limit int) ([]store.Aud
 			a.PreviousReason = &prev.String
 		}
 		out = append(out, a)
+		return nil
+	}, after, limit)
+	return out, err
+}
+
+// Rollback ends the read transaction.
+func (t *ReadTx) Rollback(ctx context.Context) error {
+	err := t.tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
 	}
-	if err := rows.Err(); err != nil {
-		return nil, Translate(fmt.Errorf("AuditList: %w", err))
-	}
-	return out, nil
+	return Translate(err)
 }

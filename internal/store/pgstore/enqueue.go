@@ -1,0 +1,122 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// Enqueue carries out SPEC §2 enqueue with the schema's SQL function
+// enqueue_many (migration 005), the one implementation of enqueue on
+// PostgreSQL: one statement, in a transaction of its own (sent with BEGIN
+// and COMMIT in one round trip) or in the caller's pgx.Tx or *sql.Tx.
+func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) (store.EnqueueResult, error) {
+	n := len(p.Events)
+	ids, flows, bodies := make([]string, n), make([]string, n), make([][]byte, n)
+	for i, e := range p.Events {
+		// PostgreSQL text cannot hold these at all (the server would fail
+		// the whole call with an encoding error that names no field).
+		if err := carriable("id", e.ID); err != nil {
+			return store.EnqueueResult{}, err
+		}
+		if err := carriable("flow", e.Flow); err != nil {
+			return store.EnqueueResult{}, err
+		}
+		ids[i], flows[i], bodies[i] = e.ID, e.Flow, e.Body
+	}
+	var at *int64
+	if p.At != store.AtStored {
+		at = &p.At
+	}
+	args := []any{ids, flows, bodies, at, p.Floor, p.MaxTickJump, p.MaxBodyBytes}
+	out := store.EnqueueResult{Answers: make([]store.EnqueueAnswer, 0, n)}
+	scan := func(r scanner) error {
+		var a store.EnqueueAnswer
+		var seq *int64
+		if err := r.Scan(&a.Status, &seq, &out.Tick); err != nil {
+			return err
+		}
+		a.Seq = deref64(seq)
+		out.Answers = append(out.Answers, a)
+		return nil
+	}
+	var err error
+	switch tx := caller.(type) {
+	case nil:
+		err = s.enqueueOwn(ctx, args, scan)
+	case pgx.Tx:
+		err = eachQuery(ctx, (&pgxConn{tx: tx}).query, s.enqueueSQL, args, scan)
+	case *sql.Tx:
+		err = eachQuery(ctx, sqlConn{tx: tx}.query, s.enqueueSQL, args, scan)
+	default:
+		return store.EnqueueResult{}, &store.InvalidError{Field: "tx", Message: fmt.Sprintf("the PostgreSQL backend takes a pgx.Tx or a *sql.Tx, not %T", caller)}
+	}
+	if err != nil {
+		var pe *pgconn.PgError
+		if caller != nil && errors.As(err, &pe) && (pe.Code == "42883" || pe.Code == "3F000") {
+			// undefined_function, invalid_schema_name: a transaction on
+			// another database.
+			return store.EnqueueResult{}, &store.InvalidError{Field: "tx", Message: fmt.Sprintf(
+				"the transaction's database holds no fairrelay queue store in schema %s (is it a transaction on the store's database?): %s", s.schema, pe.Message)}
+		}
+		return store.EnqueueResult{}, err
+	}
+	if len(out.Answers) != n {
+		return store.EnqueueResult{}, fmt.Errorf("enqueue_many answered %d rows for %d events", len(out.Answers), n)
+	}
+	return out, nil
+}
+
+// carriable refuses a string PostgreSQL text cannot hold: invalid UTF-8 or
+// a NUL byte (ident's rule refuses both anyway).
+func carriable(field, v string) error {
+	switch {
+	case !utf8.ValidString(v):
+		return &store.InvalidError{Field: field, Message: "not valid UTF-8"}
+	case containsNUL(v):
+		return &store.InvalidError{Field: field, Message: "character U+0000 (a control, format or separator character)"}
+	}
+	return nil
+}
+
+func containsNUL(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// enqueueOwn runs enqueue_many in a transaction of its own: BEGIN, the call
+// and COMMIT in one round trip.
+func (s *Store) enqueueOwn(ctx context.Context, args []any, scan func(scanner) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return Translate(fmt.Errorf("enqueue: %w", err))
+	}
+	defer conn.Release()
+	pc := &pgxConn{tx: conn.Conn()}
+	pc.queue("Begin", "BEGIN ISOLATION LEVEL READ COMMITTED")
+	pc.queueRead("enqueue_many", scan, s.enqueueSQL, args...)
+	if err := pc.commit(ctx); err != nil {
+		// A failed statement leaves the transaction aborted; end it.
+		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+		return err
+	}
+	return nil
+}
+
+// eachQuery runs sql with args through query and calls scan for every row.
+func eachQuery(ctx context.Context, query func(ctx context.Context, name, sql string, args []any, each func(scanner) error) error, sql string, args []any, scan func(scanner) error) error {
+	return query(ctx, "enqueue_many", sql, args, scan)
+}

@@ -1,0 +1,209 @@
+-- 005: the outbox without a shared lock (SPEC §10), the stored entry rule
+-- (SPEC §7), and plain SQL for reading an event.
+--
+-- An enqueue no longer takes the enqueue lane (clock row 2 and its advisory
+-- lock): it locks only the rows of its own flows. So
+--   * a flow's creation order comes from a sequence, which serialises no
+--     transaction (gaps are fine: only the order counts);
+--   * the tick of an enqueue is recorded on the row of the flow it locks
+--     anyway (flow.tick: its own flow, or the flow of the id it answers
+--     existing or conflict for); the store's tick is the largest tick of
+--     the clock rows and of the flows (flow_tick makes that an index read);
+--   * the whole enqueue is the function enqueue_many below, callable from
+--     any language inside the caller's transaction (enqueue is its
+--     one-event form).
+-- Clock row 2 stays, as the tick it last recorded; nothing writes it now.
+
+CREATE TABLE settings (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    entry TEXT CHECK (entry IN ('seed', 'fair'))
+);
+INSERT INTO settings (id, entry) VALUES (1, NULL);
+
+CREATE SEQUENCE flow_ord;
+SELECT setval('flow_ord', greatest((SELECT coalesce(max(ord), 0) FROM flow), (SELECT flows FROM clock WHERE id = 2), 1));
+
+ALTER TABLE flow ADD COLUMN tick BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX flow_tick ON flow (tick);
+
+-- The due index in (wait_until, flow_id) order: a claim pages through the
+-- due flows by that key.
+DROP INDEX flow_waiting;
+CREATE INDEX flow_waiting ON flow (wait_until, flow_id) WHERE wait_until IS NOT NULL;
+
+-- An event as it stands (migration 004): the mutable columns of the event
+-- a flow's head state describes live on the flow row, and win over the
+-- event row's own.
+CREATE VIEW event_now AS
+SELECT e.event_id, e.flow_id, e.seq, e.body,
+       CASE WHEN f.head_state_seq = e.seq THEN f.head_state ELSE e.own_state END AS state,
+       CASE WHEN f.head_state_seq = e.seq THEN f.head_generation ELSE e.generation END AS generation,
+       CASE WHEN f.head_state_seq = e.seq THEN f.head_attempts ELSE e.attempts END AS attempts,
+       CASE WHEN f.head_state_seq = e.seq THEN f.head_lifetime_attempts ELSE e.lifetime_attempts END AS lifetime_attempts,
+       CASE WHEN f.head_state_seq = e.seq THEN f.head_reason ELSE e.reason END AS reason,
+       CASE WHEN f.head_state_seq = e.seq THEN f.head_next_at ELSE e.next_at END AS next_at,
+       CASE WHEN f.head_state_seq = e.seq THEN f.head_lease_until ELSE e.lease_until END AS lease_until,
+       e.enqueued_at
+FROM event e JOIN flow f ON f.flow_id = e.flow_id;
+
+-- The store's tick (SPEC §2): the largest tick any write recorded.
+CREATE FUNCTION stored_tick() RETURNS BIGINT
+LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
+    SELECT greatest((SELECT max(tick) FROM clock), (SELECT coalesce(max(tick), 0) FROM flow))
+$$;
+
+-- Why v is not an identifier (event id, flow id, group name), or NULL: the
+-- rule of internal/ident, in SQL. 1 to 200 bytes; no Unicode control (Cc),
+-- format (Cf) or line/paragraph separator (Zl, Zp) character anywhere; no
+-- white space (White_Space) at either end. (PostgreSQL text never holds NUL
+-- or invalid UTF-8.) The character classes are generated from Go's
+-- unicode tables; a test holds the two rules to the same answers.
+CREATE FUNCTION ident_problem(v TEXT) RETURNS TEXT
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN v IS NULL OR v = '' THEN 'empty'
+        WHEN octet_length(v) > 200 THEN octet_length(v) || ' bytes, more than the limit of 200'
+        WHEN v ~ '[\u0001-\u001F\u007F-\u009F\u00AD\u0600-\u0605\u061C\u06DD\u070F\u0890-\u0891\u08E2\u180E\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF\uFFF9-\uFFFB\U000110BD\U000110CD\U00013430-\U0001343F\U0001BCA0-\U0001BCA3\U0001D173-\U0001D17A\U000E0001\U000E0020-\U000E007F]'
+            THEN 'a control, format or separator character'
+        WHEN v ~ '^[\u0009-\u000D\u0020\u0085\u00A0\u1680\u2000-\u200A\u2028-\u2029\u202F\u205F\u3000]'
+          OR v ~ '[\u0009-\u000D\u0020\u0085\u00A0\u1680\u2000-\u200A\u2028-\u2029\u202F\u205F\u3000]$'
+            THEN 'white space at the start or the end (transports trim it)'
+    END
+$$;
+
+-- SPEC §2 enqueue of a batch, in the caller's transaction (SPEC §10): one
+-- answer per event, in order: status created (with the new seq), existing
+-- (with the stored seq) or conflict, and the tick the write ran at.
+--   at: the tick of the write; NULL (the default) is the store's tick.
+--   floor: a tick below the store's runs at the store's tick instead of
+--     failing.
+--   max_tick_jump: when positive, an at further ahead of the store's tick
+--     is refused.
+--   max_body_bytes: the largest body accepted.
+-- Errors (SQLSTATE): FR001 clock_regressed; FR002 invalid_input, the field
+-- in DETAIL (at, id, flow, body). Checked in SPEC §2's order: the clock,
+-- then the fields, then the answers. Nothing changes on an error.
+--
+-- Locks: the rows of the flows it appends to, in flow_id order, held to
+-- the end of the caller's transaction: a second transaction that enqueues
+-- to one of those flows waits for it (seq order is commit order, and a
+-- rollback leaves no hole); every other flow goes on. An id answered
+-- existing or conflict locks the flow of that id (its tick is recorded
+-- there). No row shared by all enqueues is read for update or written.
+CREATE FUNCTION enqueue_many(p_ids TEXT[], p_flows TEXT[], p_bodies BYTEA[], p_at BIGINT DEFAULT NULL,
+                             p_floor BOOLEAN DEFAULT false, p_max_tick_jump BIGINT DEFAULT 0,
+                             p_max_body_bytes INTEGER DEFAULT 1048576)
+RETURNS TABLE (status TEXT, seq BIGINT, tick BIGINT)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+    n        INTEGER := coalesce(cardinality(p_ids), 0);
+    stored   BIGINT := stored_tick();
+    v_at     BIGINT := p_at;
+    v_entry  TEXT;
+    v_ticket BIGINT;
+    problem  TEXT;
+    fr       RECORD;
+    ex       RECORD;
+    new_seq  BIGINT;
+BEGIN
+    IF coalesce(cardinality(p_flows), 0) <> n OR coalesce(cardinality(p_bodies), 0) <> n THEN
+        RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'ids',
+            MESSAGE = format('ids, flows and bodies differ in length (%s, %s, %s)', n, coalesce(cardinality(p_flows), 0), coalesce(cardinality(p_bodies), 0));
+    END IF;
+    -- The clock (SPEC §2, §7).
+    IF v_at IS NULL THEN
+        v_at := stored;
+    ELSIF v_at < stored AND p_floor THEN
+        v_at := stored;
+    ELSIF v_at < stored THEN
+        RAISE EXCEPTION USING ERRCODE = 'FR001', DETAIL = format('%s %s', v_at, stored),
+            MESSAGE = format('enqueue at tick %s: the store is at tick %s', v_at, stored);
+    ELSIF p_max_tick_jump > 0 AND v_at - stored > p_max_tick_jump THEN
+        RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'at',
+            MESSAGE = format('tick %s is %s ticks ahead of the stored tick %s, more than the policy''s max_tick_jump of %s (a typo would poison the store''s clock)',
+                             v_at, v_at - stored, stored, p_max_tick_jump);
+    ELSIF v_at > 1152921504606846976 THEN
+        RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'at',
+            MESSAGE = format('must be a tick in [0, 1152921504606846976], got %s', v_at);
+    END IF;
+    -- The fields.
+    FOR i IN 1 .. n LOOP
+        problem := ident_problem(p_ids[i]);
+        IF problem IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'id', MESSAGE = problem;
+        END IF;
+        problem := ident_problem(p_flows[i]);
+        IF problem IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'flow', MESSAGE = problem;
+        END IF;
+        IF p_bodies[i] IS NULL OR octet_length(p_bodies[i]) = 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'body', MESSAGE = 'empty';
+        ELSIF octet_length(p_bodies[i]) > p_max_body_bytes THEN
+            RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'body',
+                MESSAGE = format('%s bytes, more than the limit of %s', octet_length(p_bodies[i]), p_max_body_bytes);
+        END IF;
+    END LOOP;
+    SELECT s.entry INTO v_entry FROM settings s WHERE s.id = 1;
+    SELECT c.ticket INTO v_ticket FROM clock c WHERE c.id = 1;
+    -- The flows of the new ids that do not exist yet, created in the order
+    -- their first events come in the batch (the creation order of SPEC §7;
+    -- a new flow joins at the back of the rotation under the fair rule).
+    INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, tick)
+    SELECT o.flow, nextval('flow_ord'), 0, CASE WHEN v_entry = 'fair' THEN v_ticket ELSE 0 END, 1, false, NULL, v_at
+    FROM (SELECT u.flow, min(u.i) AS first
+          FROM unnest(p_ids, p_flows) WITH ORDINALITY AS u (id, flow, i)
+          WHERE NOT EXISTS (SELECT 1 FROM event e WHERE e.event_id = u.id)
+            AND NOT EXISTS (SELECT 1 FROM flow f WHERE f.flow_id = u.flow)
+          GROUP BY u.flow ORDER BY first) AS o
+    ON CONFLICT (flow_id) DO NOTHING;
+    -- Every flow of the batch, locked in flow_id order: two batches cannot
+    -- deadlock on flows that exist.
+    PERFORM 1 FROM flow f WHERE f.flow_id = ANY (p_flows) ORDER BY f.flow_id FOR NO KEY UPDATE;
+    FOR i IN 1 .. n LOOP
+        SELECT e.flow_id, e.seq, e.body INTO ex FROM event e WHERE e.event_id = p_ids[i];
+        IF NOT FOUND THEN
+            SELECT f.seq, f.head_seq INTO fr FROM flow f WHERE f.flow_id = p_flows[i];
+            new_seq := fr.seq + 1;
+            -- A transaction that inserted the same id first wins; this one
+            -- then answers existing or conflict, and the flow is left as
+            -- it was (no hole).
+            INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
+                               reason, next_at, lease_until, enqueued_at)
+            VALUES (p_ids[i], p_flows[i], new_seq, p_bodies[i], 'ready', 0, 0, 0, NULL, v_at, 0, v_at)
+            ON CONFLICT (event_id) DO NOTHING;
+            IF FOUND THEN
+                -- The new event is the head when the flow had none: eligible
+                -- now (the wake-up of a drained flow).
+                UPDATE flow f SET seq = new_seq,
+                    runnable = CASE WHEN f.head_seq = new_seq THEN true ELSE f.runnable END,
+                    wait_until = CASE WHEN f.head_seq = new_seq THEN NULL ELSE f.wait_until END,
+                    tick = greatest(f.tick, v_at)
+                WHERE f.flow_id = p_flows[i];
+                status := 'created'; seq := new_seq; tick := v_at;
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+            SELECT e.flow_id, e.seq, e.body INTO ex FROM event e WHERE e.event_id = p_ids[i];
+        END IF;
+        -- A known id: nothing changes but the tick, recorded on its flow.
+        UPDATE flow f SET tick = v_at WHERE f.flow_id = ex.flow_id AND f.tick < v_at;
+        IF ex.flow_id = p_flows[i] AND ex.body = p_bodies[i] THEN
+            status := 'existing'; seq := ex.seq;
+        ELSE
+            status := 'conflict'; seq := NULL;
+        END IF;
+        tick := v_at;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- enqueue_many for one event, for SQL callers:
+--   SELECT * FROM enqueue('A1', 'A', '{"delta":1}'::bytea);
+-- at NULL (the default) is the store's tick.
+CREATE FUNCTION enqueue(id TEXT, flow TEXT, body BYTEA, at BIGINT DEFAULT NULL)
+RETURNS TABLE (status TEXT, seq BIGINT, tick BIGINT)
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    SELECT * FROM enqueue_many(ARRAY[$1], ARRAY[$2], ARRAY[$3], $4)
+$$;

@@ -1,0 +1,168 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// ReadTx is a REPEATABLE READ READ ONLY transaction on the PostgreSQL
+// store: one snapshot for all its statements, no lock taken.
+type ReadTx struct {
+	tx pgx.Tx
+}
+
+var _ store.ReadTx = (*ReadTx)(nil)
+
+// BeginRead starts a read-only snapshot transaction.
+func (s *Store) BeginRead(ctx context.Context) (store.ReadTx, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, Translate(fmt.Errorf("begin read transaction: %w", err))
+	}
+	return &ReadTx{tx: tx}, nil
+}
+
+// query runs the named query and calls each for every row.
+func (t *ReadTx) query(ctx context.Context, name string, each func(scanner) error, args ...any) error {
+	rows, err := t.tx.Query(ctx, q[name], args...)
+	if err != nil {
+		return Translate(fmt.Errorf("%s: %w", name, err))
+	}
+	defer rows.Close()
+	return eachRow(name, rows, each)
+}
+
+// Clock reads the stored clock.
+func (t *ReadTx) Clock(ctx context.Context) (store.Clock, error) {
+	var c store.Clock
+	err := t.query(ctx, "ClockGet", func(r scanner) error { return r.Scan(&c.Tick, &c.Ticket) })
+	return c, err
+}
+
+// FlowList lists flows by flow id after the given one.
+func (t *ReadTx) FlowList(ctx context.Context, after string, limit int) ([]store.FlowRow, error) {
+	var out []store.FlowRow
+	err := t.query(ctx, "FlowList", func(r scanner) error {
+		var f store.FlowRow
+		var hs *int64
+		if err := r.Scan(&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, &hs); err != nil {
+			return err
+		}
+		out = append(out, f)
+		return nil
+	}, after, limit)
+	return out, err
+}
+
+// FlowPick lists the first runnable flows in order, with their heads.
+func (t *ReadTx) FlowPick(ctx context.Context, order store.Order, limit int) ([]store.FlowHead, error) {
+	name := "PickFairRead"
+	if order == store.OrderFlowID {
+		name = "PickSeedRead"
+	}
+	var out []store.FlowHead
+	err := t.query(ctx, name, func(r scanner) error {
+		h, _, err := scanFlowHead(r)
+		out = append(out, h)
+		return err
+	}, limit)
+	return out, err
+}
+
+// NextWait reads the smallest wait_until.
+func (t *ReadTx) NextWait(ctx context.Context) (int64, bool, error) {
+	var w *int64
+	err := t.query(ctx, "NextWait", func(r scanner) error { return r.Scan(&w) })
+	if err != nil || w == nil {
+		return 0, false, err
+	}
+	return *w, true, nil
+}
+
+// scanEvent scans the event columns of event_now.
+func scanEvent(r scanner) (store.EventRow, error) {
+	var e store.EventRow
+	var reason *string
+	err := r.Scan(&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt)
+	e.Reason = deref(reason)
+	return e, err
+}
+
+// EventGet reads one event.
+func (t *ReadTx) EventGet(ctx context.Context, id string) (*store.EventRow, error) {
+	var out *store.EventRow
+	err := t.query(ctx, "EventGet", func(r scanner) error {
+		e, err := scanEvent(r)
+		out = &e
+		return err
+	}, id)
+	return out, err
+}
+
+// Heads reads the head events of flows that have one, in one query.
+func (t *ReadTx) Heads(ctx context.Context, flows []store.FlowRow) (map[string]*store.EventRow, error) {
+	var ids []string
+	var seqs []int64
+	for _, f := range flows {
+		if f.HeadSeq <= f.Seq {
+			ids, seqs = append(ids, f.Flow), append(seqs, f.HeadSeq)
+		}
+	}
+	out := map[string]*store.EventRow{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err := t.query(ctx, "EventsAt", func(r scanner) error {
+		e, err := scanEvent(r)
+		out[e.Flow] = &e
+		return err
+	}, ids, seqs)
+	return out, err
+}
+
+// EventList lists events by flow then seq.
+func (t *ReadTx) EventList(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]store.EventRow, error) {
+	return t.events(ctx, "EventList", afterFlow, afterSeq, limit)
+}
+
+// QuarantinedList lists quarantined events by flow.
+func (t *ReadTx) QuarantinedList(ctx context.Context, afterFlow string, limit int) ([]store.EventRow, error) {
+	return t.events(ctx, "QuarantinedList", afterFlow, limit)
+}
+
+func (t *ReadTx) events(ctx context.Context, name string, args ...any) ([]store.EventRow, error) {
+	var out []store.EventRow
+	err := t.query(ctx, name, func(r scanner) error {
+		e, err := scanEvent(r)
+		out = append(out, e)
+		return err
+	}, args...)
+	return out, err
+}
+
+// AuditList lists audit rows after the given row number.
+func (t *ReadTx) AuditList(ctx context.Context, after int64, limit int) ([]store.AuditRow, error) {
+	var out []store.AuditRow
+	err := t.query(ctx, "AuditList", func(r scanner) error {
+		var a store.AuditRow
+		if err := r.Scan(&a.No, &a.EventID, &a.Action, &a.Reason, &a.Operator, &a.PreviousReason, &a.Generation, &a.At); err != nil {
+			return err
+		}
+		out = append(out, a)
+		return nil
+	}, after, limit)
+	return out, err
+}
+
+// Rollback ends the read transaction.
+func (t *ReadTx) Rollback(ctx context.Context) error {
+	err := t.tx.Rollback(ctx)
+	if err == pgx.ErrTxClosed {
+		return nil
+	}
+	return Translate(err)
+}

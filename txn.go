@@ -1,0 +1,250 @@
+package fairrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fairrelay/fairrelay/internal/faultpoint"
+	"github.com/fairrelay/fairrelay/internal/ident"
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// writeOp describes one write transaction of Queue.write.
+type writeOp struct {
+	// name labels errors ("claim", "settle", …).
+	name string
+	// lanes are the writers the transaction is serialised with (store.Lane).
+	lanes store.Lane
+	// at is the tick of the write (AtStored: the stored tick).
+	at int64
+	// floor runs a write whose at lies below the stored tick at the stored
+	// tick instead of failing with ErrClockRegressed (SPEC §7's daemon
+	// clock, which never goes below the stored tick).
+	floor bool
+	// read is what the transaction asks before it decides (one round trip).
+	read store.ReadSet
+	// check validates the operation's input once the clock check passed
+	// (SPEC §2: clock_regressed, then the input's fields); nil for none.
+	check func() error
+	// before and after name the fault points around the commit ("" for
+	// none).
+	before, after string
+}
+
+// write runs one write transaction: it reads op.read, checks the tick
+// against the stored one (SPEC §2: at >= the stored tick, which then
+// becomes at; §7's max_tick_jump), runs op.check, then fn, which decides
+// the transaction's writes on t; then it writes them and commits. fn's
+// error rolls everything back; errUnchanged rolls back too (the tick
+// included) but makes write succeed. It returns the tick the write ran at.
+func (q *Queue) write(ctx context.Context, op writeOp, fn func(t *txn, rr *store.ReadResult) error) (int64, error) {
+	tx, err := q.store.Begin(ctx, op.lanes)
+	if err != nil {
+		return 0, dbError(op.name, err)
+	}
+	defer tx.Rollback(ctx)
+	op.read.At = op.at
+	rr, err := tx.Read(ctx, op.read)
+	if err != nil {
+		return 0, dbError(op.name, err)
+	}
+	at, err := q.resolveTick(op.name, op.at, op.floor, rr.Clock.Tick)
+	if err != nil {
+		return 0, err
+	}
+	if op.check != nil {
+		if err := op.check(); err != nil {
+			return 0, err
+		}
+	}
+	t := newTxn(q, tx, at, rr)
+	if err := fn(t, rr); err != nil {
+		if errors.Is(err, errUnchanged) {
+			return 0, nil // the answer is ready; the rollback keeps everything as it was
+		}
+		return 0, dbError(op.name, err)
+	}
+	if err := tx.Write(ctx, t.writeSet()); err != nil {
+		return 0, dbError(op.name, err)
+	}
+	if op.before != "" {
+		faultpoint.Hit(op.before)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, dbError(op.name+": commit", err)
+	}
+	if op.after != "" {
+		faultpoint.Hit(op.after)
+	}
+	return at, nil
+}
+
+// errUnchanged, returned by a write's body after it has set its answer,
+// rolls the whole transaction back — the tick included — and makes write
+// succeed. A rejected redrive uses it: SPEC §2 says it changes nothing.
+var errUnchanged = errors.New("answer changes nothing")
+
+// resolveTick is the clock check of SPEC §2 and §7: the tick a write whose
+// requested tick is at runs at, given the stored tick. AtStored runs at the
+// stored tick; a tick below it fails with ErrClockRegressed, or under floor
+// runs at the stored tick; a tick further ahead than the policy's
+// MaxTickJump, or beyond MaxTick, is invalid input naming "at".
+func (q *Queue) resolveTick(op string, at int64, floor bool, stored int64) (int64, error) {
+	switch {
+	case at == AtStored:
+		return stored, nil
+	case at < stored && floor:
+		return stored, nil
+	case at < stored:
+		return 0, &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, stored)}
+	case q.policy.MaxTickJump > 0 && at-stored > q.policy.MaxTickJump:
+		return 0, invalid("at", "tick %d is %d ticks ahead of the stored tick %d, more than the policy's max_tick_jump of %d (a typo would poison the store's clock)",
+			at, at-stored, stored, q.policy.MaxTickJump)
+	case at > MaxTick:
+		return 0, invalid("at", "must be a tick in [0, %d], got %d", int64(MaxTick), at)
+	}
+	return at, nil
+}
+
+// txn is the working set of one write transaction: the rows it read and the
+// final images of those it changed, written in one WriteSet at the end.
+type txn struct {
+	q     *Queue
+	tx    store.Tx
+	at    int64
+	clock store.Clock
+	// flows and events hold every row the transaction knows, by id; bySeq
+	// finds an event by its flow and seq.
+	flows  map[string]*store.FlowRow
+	events map[string]*store.EventRow
+	bySeq  map[flowSeq]*store.EventRow
+	// dirty rows, in the order they were first changed.
+	dirtyFlows  []*store.FlowRow
+	dirtyEvents []*store.EventRow
+	isDirty     map[any]bool
+	audit       []store.AuditRow
+}
+
+type flowSeq struct {
+	flow string
+	seq  int64
+}
+
+func newTxn(q *Queue, tx store.Tx, at int64, rr *store.ReadResult) *txn {
+	t := &txn{
+		q: q, tx: tx, at: at, clock: rr.Clock,
+		flows: map[string]*store.FlowRow{}, events: map[string]*store.EventRow{}, bySeq: map[flowSeq]*store.EventRow{},
+		isDirty: map[any]bool{},
+	}
+	t.clock.Tick = at
+	for _, f := range rr.Flows {
+		t.addFlow(*f)
+	}
+	for _, e := range rr.Events {
+		t.addEvent(*e)
+	}
+	for _, e := range rr.Next {
+		t.addEvent(*e)
+	}
+	t.addHeads(rr.Picks)
+	t.addHeads(rr.Due)
+	return t
+}
+
+// addFlow adds a row read from the store and returns the working row: the
+// one already known, when there is one (it may have changed since).
+func (t *txn) addFlow(f store.FlowRow) *store.FlowRow {
+	if w, ok := t.flows[f.Flow]; ok {
+		return w
+	}
+	w := &f
+	t.flows[f.Flow] = w
+	return w
+}
+
+// addEvent is addFlow for an event.
+func (t *txn) addEvent(e store.EventRow) *store.EventRow {
+	if w, ok := t.events[e.ID]; ok {
+		return w
+	}
+	w := &e
+	t.events[e.ID] = w
+	t.bySeq[flowSeq{e.Flow, e.Seq}] = w
+	return w
+}
+
+// addHeads adds flows read with their heads.
+func (t *txn) addHeads(hs []store.FlowHead) {
+	for _, h := range hs {
+		t.addFlow(h.Flow)
+		if h.Head != nil {
+			t.addEvent(*h.Head)
+		}
+	}
+}
+
+// changedFlow marks f (a working row) as written.
+func (t *txn) changedFlow(f *store.FlowRow) {
+	if !t.isDirty[f] {
+		t.isDirty[f] = true
+		t.dirtyFlows = append(t.dirtyFlows, f)
+	}
+}
+
+// changedEvent marks e (a working row) as written.
+func (t *txn) changedEvent(e *store.EventRow) {
+	if !t.isDirty[e] {
+		t.isDirty[e] = true
+		t.dirtyEvents = append(t.dirtyEvents, e)
+	}
+}
+
+// head returns the working head event of f, or an error naming an
+// inconsistent store when it is not known (every flow the transaction can
+// claim or settle was read with its head).
+func (t *txn) head(f *store.FlowRow) (*store.EventRow, error) {
+	if e := t.bySeq[flowSeq{f.Flow, f.HeadSeq}]; e != nil {
+		return e, nil
+	}
+	return nil, fmt.Errorf("flow %q: head seq %d is missing: the store is inconsistent", f.Flow, f.HeadSeq)
+}
+
+// writeSet returns the transaction's writes.
+func (t *txn) writeSet() *store.WriteSet {
+	ws := &store.WriteSet{Clock: t.clock, Audit: t.audit}
+	ws.Flows = make([]store.FlowRow, len(t.dirtyFlows))
+	for i, f := range t.dirtyFlows {
+		ws.Flows[i] = *f
+	}
+	ws.Events = make([]store.EventRow, len(t.dirtyEvents))
+	for i, e := range t.dirtyEvents {
+		ws.Events[i] = *e
+	}
+	return ws
+}
+
+// placeHead files the flow's head in the runnable index when it is eligible
+// at tick at (due <= at), or in the due index until due otherwise.
+func placeHead(f *store.FlowRow, due, at int64) {
+	if due <= at {
+		f.Runnable, f.WaitUntil = true, nil
+		return
+	}
+	f.Runnable, f.WaitUntil = false, &due
+}
+
+// parkHead takes the flow out of both indexes: its head is quarantined, or
+// the flow has no head.
+func parkHead(f *store.FlowRow) { f.Runnable, f.WaitUntil = false, nil }
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// checkID checks an identifier field (SPEC §2: an invalid id is an error
+// naming the field; internal/ident holds the rule).
+func checkID(field, v string) error {
+	if err := ident.Check(v); err != nil {
+		return invalid(field, "%s", err.Error())
+	}
+	return nil
+}
