@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/conformance"
 	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/internal/refmodel"
 )
@@ -76,28 +76,36 @@ func propertyPolicies() map[string]fairrelay.Policy {
 
 func TestPropertyMatchesReference(t *testing.T) {
 	t.Parallel()
-	for name, pol := range propertyPolicies() {
-		for _, seed := range propertySeeds(t) {
-			t.Run(fmt.Sprintf("%s/seed=%d", name, seed), func(t *testing.T) {
-				t.Parallel()
-				t.Logf("replay: FAIRRELAY_PROPERTY_SEED=%d go test -run 'TestPropertyMatchesReference/^%s$' .", seed, name)
-				r := newPropertyRun(t, pol, seed)
-				for i := range propertyOps {
-					r.step(i)
-				}
-				r.compareSnapshots("end")
-				if pol.Entry == fairrelay.EntryFair {
-					for _, v := range r.fair.violations {
-						t.Errorf("SPEC §7 fairness bound: %s", v)
-					}
-					if r.fair.checked == 0 {
-						t.Errorf("the fairness bound was never exercised: no flow was claimed while tracked")
-					}
-				}
-				t.Logf("ops %d, claims %d, fairness bound checked on %d claims", propertyOps, r.claims, r.fair.checked)
-			})
+	for _, b := range conformance.Backends() {
+		for name, pol := range propertyPolicies() {
+			for _, seed := range propertySeeds(t) {
+				t.Run(fmt.Sprintf("%s/%s/seed=%d", b.Name, name, seed), func(t *testing.T) {
+					t.Parallel()
+					t.Logf("replay: FAIRRELAY_PROPERTY_SEED=%d go test -run 'TestPropertyMatchesReference/^%s$/^%s$' .", seed, b.Name, name)
+					runProperty(t, b, pol, seed)
+				})
+			}
 		}
 	}
+}
+
+// runProperty runs one seeded sequence on backend b under pol against the
+// reference model.
+func runProperty(t *testing.T, b conformance.Backend, pol fairrelay.Policy, seed uint64) {
+	r := newPropertyRun(t, b, pol, seed)
+	for i := range propertyOps {
+		r.step(i)
+	}
+	r.compareSnapshots("end")
+	if pol.Entry == fairrelay.EntryFair {
+		for _, v := range r.fair.violations {
+			t.Errorf("SPEC §7 fairness bound: %s", v)
+		}
+		if r.fair.checked == 0 {
+			t.Errorf("the fairness bound was never exercised: no flow was claimed while tracked")
+		}
+	}
+	t.Logf("ops %d, claims %d, fairness bound checked on %d claims", propertyOps, r.claims, r.fair.checked)
 }
 
 // TestFairnessBoundCatchesSeedEntry shows that the fairness check of the
@@ -109,7 +117,7 @@ func TestFairnessBoundCatchesSeedEntry(t *testing.T) {
 	t.Parallel()
 	pol := fairrelay.ReferencePolicy()
 	for seed := uint64(1); seed <= 8; seed++ {
-		r := newPropertyRun(t, pol, seed)
+		r := newPropertyRun(t, conformance.SQLite(), pol, seed)
 		r.fair.on = true
 		for i := range propertyOps {
 			r.step(i)
@@ -144,9 +152,9 @@ type propertyRun struct {
 	lastTag string
 }
 
-func newPropertyRun(t *testing.T, pol fairrelay.Policy, seed uint64) *propertyRun {
+func newPropertyRun(t *testing.T, b conformance.Backend, pol fairrelay.Policy, seed uint64) *propertyRun {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "queue.db")
+	path, _ := b.New(t)
 	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: pol})
 	if err != nil {
 		t.Fatal(err)

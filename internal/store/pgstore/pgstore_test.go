@@ -13,6 +13,9 @@ import (
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 	"github.com/fairrelay/fairrelay/internal/queuetest"
+	"github.com/fairrelay/fairrelay/internal/store"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
+	"github.com/fairrelay/fairrelay/internal/store/storetest"
 )
 
 // TestSameAnswersAsSQLite drives a SQLite store and a PostgreSQL store with
@@ -166,4 +169,20 @@ func drive(t *testing.T, rng *rand.Rand, lite, pg *fairrelay.Queue) {
 	if len(va.Quarantined) == 0 || len(va.Audit) == 0 {
 		t.Logf("note: this seed ended with %d quarantined events and %d audit rows", len(va.Quarantined), len(va.Audit))
 	}
+}
+
+// The seam's conformance suite on a real PostgreSQL.
+func TestStoreSeam(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, entry string) (store.Store, func(string, bool) (store.Store, error)) {
+		dsn := pgtest.Schema(t, "frseam")
+		s, err := pgstore.Open(t.Context(), dsn, pgstore.Options{Entry: entry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, func(entry string, adopt bool) (store.Store, error) {
+			return pgstore.Open(t.Context(), dsn, pgstore.Options{Entry: entry, AdoptEntry: adopt})
+		}
+	})
 }
