@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/bench"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
+	"github.com/fairrelay/fairrelay/internal/harness/bench"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 )
 
 // The claim path's benchmarks (issue 4) at the flow counts of

@@ -129,8 +129,7 @@ func (t *txn) claim(ctx context.Context, k int, rr *store.ReadResult) ([]Claim, 
 	// index and changes no other flow. They are among the first k flows of
 	// the index as read, and the flows this transaction made runnable (due
 	// heads, heads behind an ack): the working rows decide.
-	cands := make([]*store.FlowRow, 0, len(rr.Picks)+len(t.dirtyFlows))
-	seen := make(map[string]bool, cap(cands))
+	cands, seen := t.cands[:0], t.seen
 	for _, h := range rr.Picks {
 		if f := t.flows[h.Flow.Flow]; f.Runnable && !seen[f.Flow] {
 			seen[f.Flow] = true
@@ -144,7 +143,8 @@ func (t *txn) claim(ctx context.Context, k int, rr *store.ReadResult) ([]Claim, 
 		}
 	}
 	sortDispatch(cands, t.q.pickOrder())
-	var out []Claim
+	t.cands = cands
+	out := make([]Claim, 0, min(k, len(cands)))
 	for _, f := range cands[:min(k, len(cands))] {
 		cl, err := t.claimOne(f)
 		if err != nil {
@@ -181,8 +181,8 @@ func sortDispatch(fs []*store.FlowRow, order store.Order) {
 // claim then picks. due is the first page; the next pages are read here.
 func (t *txn) promoteDue(ctx context.Context, due []store.FlowHead) error {
 	for {
-		for _, h := range due {
-			f := t.addFlow(h.Flow)
+		for i := range due {
+			f := t.addFlow(&due[i].Flow)
 			if f.WaitUntil == nil || *f.WaitUntil > t.at {
 				continue // changed by this transaction already
 			}

@@ -12,9 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/conformance"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
-	"github.com/fairrelay/fairrelay/internal/refmodel"
+	"github.com/fairrelay/fairrelay/internal/harness/conformance"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
+	"github.com/fairrelay/fairrelay/internal/harness/refmodel"
 )
 
 // The property test of issue 4: random seeded operation sequences run against

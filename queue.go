@@ -67,6 +67,7 @@ type Queue struct {
 	store  store.Store
 	policy Policy
 	log    *slog.Logger
+	txns   txnPool
 }
 
 // Open opens the queue store named by dsn, creating it and applying the

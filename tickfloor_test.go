@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
 )
 
 // With Floor a write whose tick lies below the stored tick runs at

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/ident"
@@ -58,7 +59,8 @@ func (q *Queue) write(ctx context.Context, op writeOp, fn func(t *txn, rr *store
 			return 0, err
 		}
 	}
-	t := newTxn(q, tx, at, rr)
+	t := q.txns.get(q, tx, at, rr)
+	defer q.txns.put(t)
 	if err := fn(t, rr); err != nil {
 		if errors.Is(err, errUnchanged) {
 			return 0, nil // the answer is ready; the rollback keeps everything as it was
@@ -108,7 +110,11 @@ func (q *Queue) resolveTick(op string, at int64, floor bool, stored int64) (int6
 }
 
 // txn is the working set of one write transaction: the rows it read and the
-// final images of those it changed, written in one WriteSet at the end.
+// final images of those it changed, written in one WriteSet at the end. The
+// rows are the ones the read handed out (a backend's rows are the caller's
+// to change until the transaction ends). A Queue keeps ended txns for the
+// next transactions (txnPool): a relay runs hundreds a second, and their
+// maps and slices were most of its garbage.
 type txn struct {
 	q     *Queue
 	tx    store.Tx
@@ -122,8 +128,13 @@ type txn struct {
 	// dirty rows, in the order they were first changed.
 	dirtyFlows  []*store.FlowRow
 	dirtyEvents []*store.EventRow
-	isDirty     map[any]bool
+	flowDirty   map[*store.FlowRow]bool
+	eventDirty  map[*store.EventRow]bool
 	audit       []store.AuditRow
+	// Scratch of claim and writeSet.
+	cands []*store.FlowRow
+	seen  map[string]bool
+	ws    store.WriteSet
 }
 
 type flowSeq struct {
@@ -131,71 +142,114 @@ type flowSeq struct {
 	seq  int64
 }
 
-func newTxn(q *Queue, tx store.Tx, at int64, rr *store.ReadResult) *txn {
-	t := &txn{
-		q: q, tx: tx, at: at, clock: rr.Clock,
-		flows: map[string]*store.FlowRow{}, events: map[string]*store.EventRow{}, bySeq: map[flowSeq]*store.EventRow{},
-		isDirty: map[any]bool{},
+// txnPool keeps ended txns for the next transactions (at most a few: one
+// per transaction under way at once). A txn that held a very large batch
+// is left to the collector.
+type txnPool struct {
+	mu   sync.Mutex
+	free []*txn
+}
+
+// get returns an empty txn for a transaction at tick at whose read
+// answered rr.
+func (p *txnPool) get(q *Queue, tx store.Tx, at int64, rr *store.ReadResult) *txn {
+	p.mu.Lock()
+	var t *txn
+	if n := len(p.free); n > 0 {
+		t, p.free = p.free[n-1], p.free[:n-1]
 	}
+	p.mu.Unlock()
+	if t == nil {
+		t = &txn{
+			flows: map[string]*store.FlowRow{}, events: map[string]*store.EventRow{}, bySeq: map[flowSeq]*store.EventRow{},
+			flowDirty: map[*store.FlowRow]bool{}, eventDirty: map[*store.EventRow]bool{}, seen: map[string]bool{},
+		}
+	}
+	t.q, t.tx, t.at, t.clock = q, tx, at, rr.Clock
 	t.clock.Tick = at
 	for _, f := range rr.Flows {
-		t.addFlow(*f)
+		t.addFlow(f)
 	}
 	for _, e := range rr.Events {
-		t.addEvent(*e)
+		t.addEvent(e)
 	}
 	for _, e := range rr.Next {
-		t.addEvent(*e)
+		t.addEvent(e)
 	}
 	t.addHeads(rr.Picks)
 	t.addHeads(rr.Due)
 	return t
 }
 
+// put empties t and keeps it, unless it grew past a large batch.
+func (p *txnPool) put(t *txn) {
+	if len(t.flows) > 4096 || len(t.events) > 4096 {
+		return
+	}
+	clear(t.flows)
+	clear(t.events)
+	clear(t.bySeq)
+	clear(t.flowDirty)
+	clear(t.eventDirty)
+	clear(t.seen)
+	clear(t.dirtyFlows)
+	clear(t.dirtyEvents)
+	clear(t.cands)
+	clear(t.ws.Flows)
+	clear(t.ws.Events)
+	t.dirtyFlows, t.dirtyEvents, t.cands = t.dirtyFlows[:0], t.dirtyEvents[:0], t.cands[:0]
+	t.ws = store.WriteSet{Flows: t.ws.Flows[:0], Events: t.ws.Events[:0]}
+	t.audit = nil
+	t.q, t.tx = nil, nil
+	p.mu.Lock()
+	if len(p.free) < 16 {
+		p.free = append(p.free, t)
+	}
+	p.mu.Unlock()
+}
+
 // addFlow adds a row read from the store and returns the working row: the
 // one already known, when there is one (it may have changed since).
-func (t *txn) addFlow(f store.FlowRow) *store.FlowRow {
+func (t *txn) addFlow(f *store.FlowRow) *store.FlowRow {
 	if w, ok := t.flows[f.Flow]; ok {
 		return w
 	}
-	w := &f
-	t.flows[f.Flow] = w
-	return w
+	t.flows[f.Flow] = f
+	return f
 }
 
 // addEvent is addFlow for an event.
-func (t *txn) addEvent(e store.EventRow) *store.EventRow {
+func (t *txn) addEvent(e *store.EventRow) *store.EventRow {
 	if w, ok := t.events[e.ID]; ok {
 		return w
 	}
-	w := &e
-	t.events[e.ID] = w
-	t.bySeq[flowSeq{e.Flow, e.Seq}] = w
-	return w
+	t.events[e.ID] = e
+	t.bySeq[flowSeq{e.Flow, e.Seq}] = e
+	return e
 }
 
 // addHeads adds flows read with their heads.
 func (t *txn) addHeads(hs []store.FlowHead) {
-	for _, h := range hs {
-		t.addFlow(h.Flow)
-		if h.Head != nil {
-			t.addEvent(*h.Head)
+	for i := range hs {
+		t.addFlow(&hs[i].Flow)
+		if hs[i].Head != nil {
+			t.addEvent(hs[i].Head)
 		}
 	}
 }
 
 // changedFlow marks f (a working row) as written.
 func (t *txn) changedFlow(f *store.FlowRow) {
-	if !t.isDirty[f] {
-		t.isDirty[f] = true
+	if !t.flowDirty[f] {
+		t.flowDirty[f] = true
 		t.dirtyFlows = append(t.dirtyFlows, f)
 	}
 }
 
 // changedEvent marks e (a working row) as written.
 func (t *txn) changedEvent(e *store.EventRow) {
-	if !t.isDirty[e] {
-		t.isDirty[e] = true
+	if !t.eventDirty[e] {
+		t.eventDirty[e] = true
 		t.dirtyEvents = append(t.dirtyEvents, e)
 	}
 }
@@ -212,14 +266,13 @@ func (t *txn) head(f *store.FlowRow) (*store.EventRow, error) {
 
 // writeSet returns the transaction's writes.
 func (t *txn) writeSet() *store.WriteSet {
-	ws := &store.WriteSet{Clock: t.clock, Audit: t.audit}
-	ws.Flows = make([]store.FlowRow, len(t.dirtyFlows))
-	for i, f := range t.dirtyFlows {
-		ws.Flows[i] = *f
+	ws := &t.ws
+	ws.Clock, ws.Audit = t.clock, t.audit
+	for _, f := range t.dirtyFlows {
+		ws.Flows = append(ws.Flows, *f)
 	}
-	ws.Events = make([]store.EventRow, len(t.dirtyEvents))
-	for i, e := range t.dirtyEvents {
-		ws.Events[i] = *e
+	for _, e := range t.dirtyEvents {
+		ws.Events = append(ws.Events, *e)
 	}
 	return ws
 }

@@ -14,8 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/sink"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/bench"
+	"github.com/fairrelay/fairrelay/internal/harness/bench"
 )
 
 func init() { rootCmd.AddCommand(newBenchCmd()) }

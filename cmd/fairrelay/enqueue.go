@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/script"
+	"github.com/fairrelay/fairrelay/cmd/fairrelay/internal/script"
 )
 
 func init() { rootCmd.AddCommand(newEnqueueCmd()) }

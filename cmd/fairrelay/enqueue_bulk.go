@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/script"
+	"github.com/fairrelay/fairrelay/cmd/fairrelay/internal/script"
 )
 
 // runBulkEnqueue is enqueue without --id: JSON lines from stdin. at is

@@ -9,7 +9,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/fairrelay/fairrelay/internal/experiment"
+	"github.com/fairrelay/fairrelay/internal/harness/experiment"
 )
 
 func init() { rootCmd.AddCommand(newExperimentCmd()) }

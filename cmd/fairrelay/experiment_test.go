@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fairrelay/fairrelay/internal/experiment"
+	"github.com/fairrelay/fairrelay/internal/harness/experiment"
 )
 
 const frozenResults = "../../experiments/results.json"

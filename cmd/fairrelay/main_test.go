@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fairrelay/fairrelay/internal/conformance"
+	"github.com/fairrelay/fairrelay/internal/harness/conformance"
 )
 
 // TestMain lets the test binary act as the fairrelay CLI in a child process

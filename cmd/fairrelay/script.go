@@ -4,8 +4,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/cmd/fairrelay/internal/script"
 	"github.com/fairrelay/fairrelay/inbox"
-	"github.com/fairrelay/fairrelay/internal/script"
 )
 
 func init() { rootCmd.AddCommand(newScriptCmd()) }

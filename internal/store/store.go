@@ -278,7 +278,8 @@ type FlowKey struct {
 	Flow      string
 }
 
-// ReadResult answers a ReadSet.
+// ReadResult answers a ReadSet. Its rows are valid until the transaction
+// ends: a backend may reuse their memory for the next one.
 type ReadResult struct {
 	// Clock is the stored clock (the largest tick any write recorded).
 	Clock Clock

@@ -1,6 +1,10 @@
 package pgstore
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
 
 // txBuffers is the memory of one store-owned write transaction that the
 // next one reuses: the collected writes and the arrays they are sent in. A relay runs hundreds of such transactions a second, each
@@ -14,6 +18,13 @@ import "sync"
 type txBuffers struct {
 	ws     writeSet
 	arrays arrays
+	// The rows a transaction's reads hand out (see rowSlab): valid until
+	// it ends, which is as long as the root package keeps them.
+	flows  rowSlab[store.FlowRow]
+	events rowSlab[store.EventRow]
+	// The scan targets of its reads, and the head states it learnt.
+	scan rowScan
+	hs   map[string]headStateSeq
 }
 
 // bufferPool keeps the buffers of ended transactions for the next ones
@@ -48,10 +59,14 @@ func (p *bufferPool) get() *txBuffers {
 // put empties b and keeps it for the next transaction.
 func (p *bufferPool) put(b *txBuffers) {
 	if cap(b.arrays.int64s) > maxKeptElements || cap(b.arrays.strings) > maxKeptElements ||
-		cap(b.ws.flowRows) > maxKeptElements || cap(b.ws.eventRows) > maxKeptElements {
+		cap(b.ws.flowRows) > maxKeptElements || cap(b.ws.eventRows) > maxKeptElements ||
+		len(b.flows.chunks)*slabChunk > maxKeptElements || len(b.events.chunks)*slabChunk > maxKeptElements {
 		return
 	}
 	b.ws.reset()
+	b.flows.reset()
+	b.events.reset()
+	b.hs = resetMap(b.hs)
 	b.arrays.reset()
 	p.mu.Lock()
 	if len(p.spare) < maxSpareBuffers {
@@ -115,3 +130,35 @@ func (a *arrays) int64Ptr(v int64) *int64 {
 }
 
 func (a *arrays) bytesArray(n int) [][]byte { return take(&a.bytes, n) }
+
+// rowSlab hands out row pointers from chunks reused across transactions:
+// one allocation per 128 rows instead of one per row.
+type rowSlab[T any] struct {
+	chunks [][]T
+	chunk  int // chunks[chunk] is being filled
+	next   int // its next free element
+}
+
+const slabChunk = 128
+
+// put stores a copy of v and returns a pointer to it, valid until reset.
+func (s *rowSlab[T]) put(v T) *T {
+	if s.chunk < len(s.chunks) && s.next == slabChunk {
+		s.chunk, s.next = s.chunk+1, 0
+	}
+	if s.chunk == len(s.chunks) {
+		s.chunks = append(s.chunks, make([]T, slabChunk))
+	}
+	p := &s.chunks[s.chunk][s.next]
+	s.next++
+	*p = v
+	return p
+}
+
+// reset frees every row, dropping the references they held.
+func (s *rowSlab[T]) reset() {
+	for i := 0; i <= s.chunk && i < len(s.chunks); i++ {
+		clear(s.chunks[i])
+	}
+	s.chunk, s.next = 0, 0
+}

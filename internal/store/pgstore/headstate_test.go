@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )

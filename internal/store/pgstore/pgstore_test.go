@@ -11,8 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 	"github.com/fairrelay/fairrelay/internal/store/storetest"

@@ -7,7 +7,7 @@
 -- name: ClockGet
 -- The clock of SPEC §2: the largest tick any write recorded (the lane rows,
 -- and the flows enqueues wrote, migration 005), the claim lane's ticket.
-SELECT stored_tick(), (SELECT ticket FROM clock WHERE id = 1);
+SELECT tick, ticket FROM stored_clock;
 
 -- name: ClockLock
 -- Writers of a lane queue on a transaction-scoped advisory lock of the
@@ -27,10 +27,13 @@ SELECT pg_advisory_xact_lock(1718186353 + l, hashtext(current_schema())) FROM un
 -- SQLite's one-writer answers (SPEC §4: the same answers). Under READ
 -- COMMITTED each later statement then sees every commit made before the
 -- lock was granted. The other rows are read as last committed.
--- (count(*) reads every row of "mine", so each of them is locked.)
+-- The earliest wait_until comes along (flow_waiting's first entry): while
+-- it lies after the transaction's tick, no flow is due and the due index
+-- needs no read. (count(*) reads every row of "mine", so each of them is
+-- locked.)
 WITH mine AS MATERIALIZED (SELECT id FROM clock WHERE id = ANY ($1::integer[]) ORDER BY id FOR UPDATE)
-SELECT stored_tick(), (SELECT ticket FROM clock WHERE id = 1)
-FROM (SELECT count(*) FROM mine) AS locked;
+SELECT s.tick, s.ticket, (SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL)
+FROM stored_clock s, (SELECT count(*) FROM mine) AS locked;
 
 -- name: ClockSet
 -- A writer sets its own lanes' rows ($3): the tick, and the ticket on the
@@ -101,7 +104,7 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
        e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.wait_until IS NOT NULL AND f.wait_until <= greatest($1, stored_tick())
+WHERE f.wait_until IS NOT NULL AND f.wait_until <= greatest($1, (SELECT tick FROM stored_clock))
   AND (f.wait_until, f.flow_id) > ($2, $3)
 ORDER BY f.wait_until, f.flow_id LIMIT $4
 FOR NO KEY UPDATE OF f SKIP LOCKED;

@@ -66,7 +66,7 @@ func (t *ReadTx) FlowPick(ctx context.Context, order store.Order, limit int) ([]
 	}
 	var out []store.FlowHead
 	err := t.query(ctx, name, func(r scanner) error {
-		h, _, err := scanFlowHead(r)
+		h, err := scanFlowHead(r)
 		out = append(out, h)
 		return err
 	}, limit)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -39,18 +40,21 @@ import (
 // round trips fewer per transaction. So a claim or a settle is two round
 // trips: Read, then Commit.
 type Tx struct {
-	c       *pgxConn
-	own     *pgxpool.Conn
-	lanes   store.Lane
-	done    bool
-	locked  bool // the first Read took the lanes' locks
-	clock   store.Clock
+	c      *pgxConn
+	own    *pgxpool.Conn
+	lanes  store.Lane
+	done   bool
+	locked bool // the first Read took the lanes' locks
+	clock  store.Clock
+	// minWait is the earliest wait_until as the first Read saw it (nil:
+	// no flow waited): a due read is needed only once it has come.
+	minWait *int64
 	bufs    *txBuffers
 	buffers *bufferPool // the store's
 	// hs holds, for the flows read, their head_state_seq (migration 004)
-	// as it stands in the transaction, nil for none; a flow missing is not
-	// known. It spares FlowFlushHeadState when no flow needs it.
-	hs map[string]*int64
+	// as it stands in the transaction; a flow missing is not known. It
+	// spares FlowFlushHeadState when no flow needs it.
+	hs map[string]headStateSeq
 }
 
 var _ store.Tx = (*Tx)(nil)
@@ -67,7 +71,11 @@ func (s *Store) Begin(ctx context.Context, lanes store.Lane) (store.Tx, error) {
 	}
 	pc := &pgxConn{tx: conn.Conn()}
 	pc.queue("Begin", "BEGIN ISOLATION LEVEL READ COMMITTED")
-	return &Tx{c: pc, own: conn, lanes: lanes, bufs: s.buffers.get(), buffers: &s.buffers, hs: map[string]*int64{}}, nil
+	bufs := s.buffers.get()
+	if bufs.hs == nil {
+		bufs.hs = map[string]headStateSeq{}
+	}
+	return &Tx{c: pc, own: conn, lanes: lanes, bufs: bufs, buffers: &s.buffers, hs: bufs.hs}, nil
 }
 
 // Read sends the questions of rs in one round trip (with BEGIN and the
@@ -100,44 +108,31 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 		lanes := laneRows(t.lanes)
 		pc.queue("ClockLock", q["ClockLock"], lanes)
 		pc.queueRead("ClockGetForUpdate", func(r scanner) error {
-			return r.Scan(&t.clock.Tick, &t.clock.Ticket)
+			return r.Scan(&t.clock.Tick, &t.clock.Ticket, &t.minWait)
 		}, q["ClockGetForUpdate"], lanes)
 	}
 	if len(rs.Events) > 0 {
-		rr.Events, rr.Flows = map[string]*store.EventRow{}, map[string]*store.FlowRow{}
-		var e, n store.EventRow
-		var f store.FlowRow
-		var reason, nReason *string
-		var hs *int64
-		var hasNext bool
-		var nID, nFlow, nState *string
-		var nSeq, nGen, nAtt, nLife, nNext, nLease, nEnq *int64
-		dest := []any{&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt,
-			&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, &hs,
-			&hasNext, &nID, &nFlow, &nSeq, &n.Body, &nState, &nGen, &nAtt, &nLife, &nReason, &nNext, &nLease, &nEnq}
+		rr.Events, rr.Flows = make(map[string]*store.EventRow, len(rs.Events)), make(map[string]*store.FlowRow, len(rs.Events))
+		sc := &t.bufs.scan
+		dest := append(append(append(sc.e.targets(sc.dest[:0]), sc.f.targets(nil)...), &sc.has), sc.n.targets(nil)...)
 		pc.queueRead("EventsWithFlows", func(r scanner) error {
-			// Fresh targets per row: the rows handed out keep what they
-			// point to.
-			e, n, f, reason, nReason, hs = store.EventRow{}, store.EventRow{}, store.FlowRow{}, nil, nil, nil
+			sc.e.body, sc.n.body = nil, nil
 			if err := r.Scan(dest...); err != nil {
 				return err
 			}
-			ev := e
-			ev.Reason = deref(reason)
-			rr.Events[ev.ID] = &ev
-			if _, ok := rr.Flows[f.Flow]; !ok {
-				fl := f
-				rr.Flows[fl.Flow] = &fl
-				t.hs[fl.Flow] = hs
+			e := t.bufs.events.put(sc.e.row())
+			rr.Events[e.ID] = e
+			if _, ok := rr.Flows[e.Flow]; !ok {
+				f, hs := sc.f.row()
+				rr.Flows[f.Flow] = t.bufs.flows.put(f)
+				t.hs[f.Flow] = hs
 			}
-			if hasNext {
-				nx := store.EventRow{ID: deref(nID), Flow: deref(nFlow), Seq: deref64(nSeq), Body: n.Body, State: deref(nState),
-					Generation: deref64(nGen), Attempts: deref64(nAtt), LifetimeAttempts: deref64(nLife), Reason: deref(nReason),
-					NextAt: deref64(nNext), LeaseUntil: deref64(nLease), EnqueuedAt: deref64(nEnq)}
+			if sc.has {
 				if rr.Next == nil {
 					rr.Next = map[string]*store.EventRow{}
 				}
-				rr.Next[nx.Flow] = &nx
+				n := t.bufs.events.put(sc.n.row())
+				rr.Next[n.Flow] = n
 			}
 			return nil
 		}, q["EventsWithFlows"], rs.Events, rs.Next)
@@ -147,20 +142,35 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 		if rs.Order == store.OrderFlowID {
 			name = "PickSeed"
 		}
+		rr.Picks = make([]store.FlowHead, 0, rs.PickLimit)
 		pc.queueRead(name, t.flowHeads(&rr.Picks), q[name], rs.PickLimit)
 	}
-	if rs.DueLimit > 0 {
+	// The due index is read in this round trip when the clock is known to
+	// allow it (a later Read), else in a second one, and only when its
+	// earliest entry has come: in steady traffic nothing is due, and the
+	// read would cost every claim a statement.
+	due := func() {
 		after := store.FlowKey{WaitUntil: -1 << 63}
 		if rs.DueAfter != nil {
 			after = *rs.DueAfter
 		}
 		pc.queueRead("Due", t.flowHeads(&rr.Due), q["Due"], rs.At, after.WaitUntil, after.Flow, rs.DueLimit)
 	}
+	wasLocked := t.locked
+	if rs.DueLimit > 0 && wasLocked {
+		due()
+	}
 	if err := pc.roundTrip(ctx); err != nil {
 		return nil, err
 	}
 	t.locked = true
 	rr.Clock = t.clock
+	if rs.DueLimit > 0 && !wasLocked && t.minWait != nil && *t.minWait <= max(rs.At, t.clock.Tick) {
+		due()
+		if err := pc.roundTrip(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if held != nil {
 		t.forgetHeld(rr, held)
 	}
@@ -190,37 +200,87 @@ func (t *Tx) forgetHeld(rr *store.ReadResult, locked map[string]bool) {
 // flowHeads returns the reader of a query of flows joined with their heads,
 // which appends to out.
 func (t *Tx) flowHeads(out *[]store.FlowHead) func(scanner) error {
+	sc := &t.bufs.scan
+	dest := append(append(sc.f.targets(nil), &sc.has), sc.e.targets(nil)...)
 	return func(r scanner) error {
-		h, hs, err := scanFlowHead(r)
-		if err != nil {
+		sc.e.body = nil
+		if err := r.Scan(dest...); err != nil {
 			return err
 		}
-		t.hs[h.Flow.Flow] = hs
+		f, hs := sc.f.row()
+		h := store.FlowHead{Flow: f}
+		if sc.has {
+			h.Head = t.bufs.events.put(sc.e.row())
+		}
+		t.hs[f.Flow] = hs
 		*out = append(*out, h)
 		return nil
 	}
 }
 
+// rowScan holds the scan targets of the store's row queries, reused for
+// every row: value types allocate nothing per row but the data of strings
+// and bodies.
+type rowScan struct {
+	f    flowScan
+	e, n eventScan
+	has  bool
+	dest []any
+}
+
+// flowScan scans the columns of a flow row and its head_state_seq.
+type flowScan struct {
+	f    store.FlowRow
+	wait pgtype.Int8
+	hs   pgtype.Int8
+}
+
+func (s *flowScan) targets(dst []any) []any {
+	return append(dst, &s.f.Flow, &s.f.Ord, &s.f.Seq, &s.f.Served, &s.f.HeadSeq, &s.f.Runnable, &s.wait, &s.hs)
+}
+
+func (s *flowScan) row() (store.FlowRow, headStateSeq) {
+	f := s.f
+	f.WaitUntil = nil
+	if s.wait.Valid {
+		v := s.wait.Int64
+		f.WaitUntil = &v
+	}
+	return f, headStateSeq{seq: s.hs.Int64, ok: s.hs.Valid}
+}
+
+// eventScan scans the twelve columns of event_now; every one may be NULL
+// (the outer join of a flow's head, or of the event behind one).
+type eventScan struct {
+	id, flow, state, reason                    pgtype.Text
+	seq, gen, att, life, next, lease, enqueued pgtype.Int8
+	body                                       []byte
+}
+
+func (s *eventScan) targets(dst []any) []any {
+	return append(dst, &s.id, &s.flow, &s.seq, &s.body, &s.state, &s.gen, &s.att, &s.life, &s.reason, &s.next, &s.lease, &s.enqueued)
+}
+
+func (s *eventScan) row() store.EventRow {
+	return store.EventRow{ID: s.id.String, Flow: s.flow.String, Seq: s.seq.Int64, Body: s.body, State: s.state.String,
+		Generation: s.gen.Int64, Attempts: s.att.Int64, LifetimeAttempts: s.life.Int64, Reason: s.reason.String,
+		NextAt: s.next.Int64, LeaseUntil: s.lease.Int64, EnqueuedAt: s.enqueued.Int64}
+}
+
 // scanFlowHead scans a row of flow columns, head_state_seq, has_head and
-// the head event's columns.
-func scanFlowHead(r scanner) (store.FlowHead, *int64, error) {
-	var f store.FlowRow
-	var hs *int64
-	var hasHead bool
-	var id, flow, state, reason *string
-	var seq, gen, att, life, next, lease, enq *int64
-	var body []byte
-	if err := r.Scan(&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, &hs,
-		&hasHead, &id, &flow, &seq, &body, &state, &gen, &att, &life, &reason, &next, &lease, &enq); err != nil {
-		return store.FlowHead{}, nil, err
+// the head event's columns (read transactions).
+func scanFlowHead(r scanner) (store.FlowHead, error) {
+	var sc rowScan
+	if err := r.Scan(append(append(sc.f.targets(nil), &sc.has), sc.e.targets(nil)...)...); err != nil {
+		return store.FlowHead{}, err
 	}
+	f, _ := sc.f.row()
 	h := store.FlowHead{Flow: f}
-	if hasHead {
-		h.Head = &store.EventRow{ID: deref(id), Flow: deref(flow), Seq: deref64(seq), Body: body, State: deref(state),
-			Generation: deref64(gen), Attempts: deref64(att), LifetimeAttempts: deref64(life), Reason: deref(reason),
-			NextAt: deref64(next), LeaseUntil: deref64(lease), EnqueuedAt: deref64(enq)}
+	if sc.has {
+		e := sc.e.row()
+		h.Head = &e
 	}
-	return h, hs, nil
+	return h, nil
 }
 
 func deref(s *string) string {

@@ -68,12 +68,19 @@ func (w *writeSet) add(ws *store.WriteSet) {
 	w.clock = &c
 }
 
+// headStateSeq is a flow's head_state_seq (migration 004): ok false when
+// the flow holds no head state.
+type headStateSeq struct {
+	seq int64
+	ok  bool
+}
+
 // stage queues the collected writes on c and empties w. hs holds the
-// head_state_seq of the flows the transaction read (nil for none; a flow
-// missing is not known), and is kept up to date with the head-state writes.
+// head_state_seq of the flows the transaction read (a flow missing is not
+// known), and is kept up to date with the head-state writes.
 // The statements' arrays come from a, which must not be reset before they
 // are sent.
-func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]*int64, a *arrays) {
+func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]headStateSeq, a *arrays) {
 	// The head state (migration 004): of the events the transaction
 	// updated, the last one (by seq) of each flow whose row it writes goes
 	// on that row (one row version instead of two; it is the flow's head,
@@ -117,8 +124,8 @@ func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]*int64, a *
 			// No flush when the flow is known to hold no head state, or
 			// this event's, or one of an event written below.
 			cur, known := hs[f.Flow]
-			hs[f.Flow] = a.int64Ptr(e.Seq)
-			if known && (cur == nil || *cur == e.Seq || writtenSeq[flowSeq{f.Flow, *cur}]) {
+			hs[f.Flow] = headStateSeq{seq: e.Seq, ok: true}
+			if known && (!cur.ok || cur.seq == e.Seq || writtenSeq[flowSeq{f.Flow, cur.seq}]) {
 				continue
 			}
 			flows, seqs = append(flows, f.Flow), append(seqs, e.Seq)
@@ -159,8 +166,8 @@ func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]*int64, a *
 				// The flow row is not written here: its head state, if it
 				// describes this event, must stop applying.
 				clearFlows, clearSeqs = append(clearFlows, e.Flow), append(clearSeqs, e.Seq)
-				if cur := hs[e.Flow]; cur != nil && *cur == e.Seq {
-					hs[e.Flow] = nil
+				if cur := hs[e.Flow]; cur.ok && cur.seq == e.Seq {
+					hs[e.Flow] = headStateSeq{}
 				}
 			}
 		}

@@ -76,10 +76,56 @@ func write(t *testing.T, s store.Store, lanes store.Lane, rs store.ReadSet, deci
 			t.Fatal(err)
 		}
 	}
+	// The rows a read hands out live as long as its transaction (a backend
+	// may reuse their memory): keep copies for the test to look at after.
+	kept := clone(rr)
 	if err := tx.Commit(bg); err != nil {
 		t.Fatal(err)
 	}
-	return rr
+	return kept
+}
+
+// clone copies every row of rr.
+func clone(rr *store.ReadResult) *store.ReadResult {
+	out := &store.ReadResult{Clock: rr.Clock}
+	events := func(m map[string]*store.EventRow) map[string]*store.EventRow {
+		if m == nil {
+			return nil
+		}
+		c := make(map[string]*store.EventRow, len(m))
+		for k, v := range m {
+			e := *v
+			c[k] = &e
+		}
+		return c
+	}
+	out.Events, out.Next = events(rr.Events), events(rr.Next)
+	if rr.Flows != nil {
+		out.Flows = make(map[string]*store.FlowRow, len(rr.Flows))
+		for k, v := range rr.Flows {
+			f := *v
+			out.Flows[k] = &f
+		}
+	}
+	if rr.Held != nil {
+		out.Held = make(map[string]bool, len(rr.Held))
+		for k, v := range rr.Held {
+			out.Held[k] = v
+		}
+	}
+	heads := func(hs []store.FlowHead) []store.FlowHead {
+		var c []store.FlowHead
+		for _, h := range hs {
+			if h.Head != nil {
+				e := *h.Head
+				h.Head = &e
+			}
+			c = append(c, h)
+		}
+		return c
+	}
+	out.Picks, out.Due = heads(rr.Picks), heads(rr.Due)
+	return out
 }
 
 // read runs fn in a read transaction.

@@ -46,11 +46,12 @@ SELECT e.event_id, e.flow_id, e.seq, e.body,
        e.enqueued_at
 FROM event e JOIN flow f ON f.flow_id = e.flow_id;
 
--- The store's tick (SPEC §2): the largest tick any write recorded.
-CREATE FUNCTION stored_tick() RETURNS BIGINT
-LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
-    SELECT greatest((SELECT max(tick) FROM clock), (SELECT coalesce(max(tick), 0) FROM flow))
-$$;
+-- The store's clock (SPEC §2): the largest tick any write recorded (the
+-- lane rows, and the flows enqueues wrote), and the claim lane's ticket. A
+-- view, so that the planner inlines it into every query that reads it.
+CREATE VIEW stored_clock AS
+SELECT greatest((SELECT max(tick) FROM clock), (SELECT coalesce(max(tick), 0) FROM flow)) AS tick,
+       (SELECT ticket FROM clock WHERE id = 1) AS ticket;
 
 -- Why v is not an identifier (event id, flow id, group name), or NULL: the
 -- rule of internal/ident, in SQL. 1 to 200 bytes; no Unicode control (Cc),
@@ -98,11 +99,14 @@ LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     n        INTEGER := coalesce(cardinality(p_ids), 0);
-    stored   BIGINT := stored_tick();
+    stored   BIGINT := (SELECT c.tick FROM stored_clock c);
     v_at     BIGINT := p_at;
     v_entry  TEXT;
     v_ticket BIGINT;
-    problem  TEXT;
+    bad      RECORD;
+    r_status TEXT[];
+    r_seq    BIGINT[];
+    all_created BOOLEAN;
     fr       RECORD;
     ex       RECORD;
     new_seq  BIGINT;
@@ -127,43 +131,124 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'at',
             MESSAGE = format('must be a tick in [0, 1152921504606846976], got %s', v_at);
     END IF;
-    -- The fields.
-    FOR i IN 1 .. n LOOP
-        problem := ident_problem(p_ids[i]);
-        IF problem IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'id', MESSAGE = problem;
+    -- The fields, event by event: the first bad one's first bad field.
+    -- Ids and flows of printable ASCII with no space at either end (the
+    -- common case) pass ident_problem's rule by construction; only a batch
+    -- with another one, or with a body out of bounds, is checked in detail
+    -- (a call of ident_problem per value costs ~10 µs: it is not inlined).
+    IF EXISTS (SELECT 1 FROM unnest(p_ids || p_flows) AS v (s)
+               WHERE v.s IS NULL OR octet_length(v.s) > 200 OR v.s !~ '^[!-~]([ -~]*[!-~])?$')
+       OR EXISTS (SELECT 1 FROM unnest(p_bodies) AS b (body)
+                  WHERE b.body IS NULL OR octet_length(b.body) = 0 OR octet_length(b.body) > p_max_body_bytes) THEN
+        SELECT u.i AS i,
+               CASE WHEN ident_problem(u.id) IS NOT NULL THEN 'id'
+                    WHEN ident_problem(u.flow) IS NOT NULL THEN 'flow'
+                    ELSE 'body' END AS field,
+               coalesce(ident_problem(u.id), ident_problem(u.flow),
+                        CASE WHEN u.body IS NULL OR octet_length(u.body) = 0 THEN 'empty'
+                             ELSE format('%s bytes, more than the limit of %s', octet_length(u.body), p_max_body_bytes) END) AS problem
+        INTO bad
+        FROM unnest(p_ids, p_flows, p_bodies) WITH ORDINALITY AS u (id, flow, body, i)
+        WHERE ident_problem(u.id) IS NOT NULL OR ident_problem(u.flow) IS NOT NULL
+           OR u.body IS NULL OR octet_length(u.body) = 0 OR octet_length(u.body) > p_max_body_bytes
+        ORDER BY u.i LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = bad.field, MESSAGE = bad.problem;
         END IF;
-        problem := ident_problem(p_flows[i]);
-        IF problem IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'flow', MESSAGE = problem;
-        END IF;
-        IF p_bodies[i] IS NULL OR octet_length(p_bodies[i]) = 0 THEN
-            RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'body', MESSAGE = 'empty';
-        ELSIF octet_length(p_bodies[i]) > p_max_body_bytes THEN
-            RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'body',
-                MESSAGE = format('%s bytes, more than the limit of %s', octet_length(p_bodies[i]), p_max_body_bytes);
-        END IF;
-    END LOOP;
+    END IF;
     SELECT s.entry INTO v_entry FROM settings s WHERE s.id = 1;
     SELECT c.ticket INTO v_ticket FROM clock c WHERE c.id = 1;
-    -- The flows of the new ids that do not exist yet, created in the order
-    -- their first events come in the batch (the creation order of SPEC §7;
-    -- a new flow joins at the back of the rotation under the fair rule).
-    INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, tick)
-    SELECT o.flow, nextval('flow_ord'), 0, CASE WHEN v_entry = 'fair' THEN v_ticket ELSE 0 END, 1, false, NULL, v_at
-    FROM (SELECT u.flow, min(u.i) AS first
-          FROM unnest(p_ids, p_flows) WITH ORDINALITY AS u (id, flow, i)
-          WHERE NOT EXISTS (SELECT 1 FROM event e WHERE e.event_id = u.id)
-            AND NOT EXISTS (SELECT 1 FROM flow f WHERE f.flow_id = u.flow)
-          GROUP BY u.flow ORDER BY first) AS o
-    ON CONFLICT (flow_id) DO NOTHING;
-    -- Every flow of the batch, locked in flow_id order: two batches cannot
-    -- deadlock on flows that exist.
+    -- The flows of the batch that exist, locked in flow_id order: two
+    -- batches cannot deadlock on them.
     PERFORM 1 FROM flow f WHERE f.flow_id = ANY (p_flows) ORDER BY f.flow_id FOR NO KEY UPDATE;
+    IF n > 1 THEN
+        -- A batch, set by set, in one statement: the new events numbered
+        -- per flow in batch order; the flows they create inserted with
+        -- their final values, in the order their first events come (the
+        -- creation order of SPEC §7; under the fair rule a new flow joins
+        -- at the back of the rotation), the others advanced (and woken
+        -- when they had no head); the flows of known ids given the tick.
+        -- An id or a flow another transaction created meanwhile makes the
+        -- block roll back, and the batch goes event by event below. The
+        -- answers stay in arrays until the statement has completed.
+        BEGIN
+            WITH input AS (
+                SELECT u.i, u.id, u.flow, u.body FROM unnest(p_ids, p_flows, p_bodies) WITH ORDINALITY AS u (id, flow, body, i)
+            ), firsts AS (
+                SELECT DISTINCT ON (x.id) x.i, x.id, x.flow, x.body FROM input x ORDER BY x.id, x.i
+            ), known AS (
+                SELECT e.event_id, e.flow_id, e.seq, e.body FROM event e WHERE e.event_id = ANY (p_ids)
+            ), numbered AS (
+                SELECT fr.i, fr.id, fr.flow, fr.body, fl.flow_id IS NOT NULL AS existed,
+                       coalesce(fl.seq, 0) + row_number() OVER (PARTITION BY fr.flow ORDER BY fr.i) AS new_seq
+                FROM firsts fr LEFT JOIN flow fl ON fl.flow_id = fr.flow
+                WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.event_id = fr.id)
+            ), per_flow AS (
+                SELECT nb.flow, bool_or(nb.existed) AS existed, min(nb.new_seq) AS first, max(nb.new_seq) AS last, min(nb.i) AS first_i
+                FROM numbered nb GROUP BY nb.flow
+            ), created AS (
+                INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, tick)
+                SELECT o.flow, nextval('flow_ord'), o.last, CASE WHEN v_entry = 'fair' THEN v_ticket ELSE 0 END, 1, true, NULL, v_at
+                FROM (SELECT pf.flow, pf.last FROM per_flow pf WHERE NOT pf.existed ORDER BY pf.first_i) AS o
+                ON CONFLICT (flow_id) DO NOTHING
+                RETURNING flow_id
+            ), ins AS (
+                INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
+                                   reason, next_at, lease_until, enqueued_at)
+                SELECT nb.id, nb.flow, nb.new_seq, nb.body, 'ready', 0, 0, 0, NULL, v_at, 0, v_at FROM numbered nb
+                RETURNING event_id
+            ), advanced AS (
+                UPDATE flow f SET seq = pf.last,
+                    runnable = CASE WHEN f.head_seq = pf.first THEN true ELSE f.runnable END,
+                    wait_until = CASE WHEN f.head_seq = pf.first THEN NULL ELSE f.wait_until END,
+                    tick = greatest(f.tick, v_at)
+                FROM per_flow pf
+                WHERE pf.existed AND f.flow_id = pf.flow
+                RETURNING f.flow_id
+            ), ticked AS (
+                UPDATE flow f SET tick = v_at
+                FROM (SELECT DISTINCT k.flow_id FROM known k) AS k
+                WHERE f.flow_id = k.flow_id AND f.tick < v_at
+                  AND NOT EXISTS (SELECT 1 FROM per_flow pf WHERE pf.flow = k.flow_id)
+                RETURNING f.flow_id
+            )
+            SELECT array_agg(CASE WHEN nb.id IS NOT NULL THEN 'created'
+                                  WHEN coalesce(k.flow_id, fr.flow) = x.flow AND coalesce(k.body, fr.body) = x.body THEN 'existing'
+                                  ELSE 'conflict' END ORDER BY x.i),
+                   array_agg(CASE WHEN nb.id IS NOT NULL THEN nb.new_seq
+                                  WHEN coalesce(k.flow_id, fr.flow) = x.flow AND coalesce(k.body, fr.body) = x.body
+                                      THEN coalesce(k.seq, (SELECT nb2.new_seq FROM numbered nb2 WHERE nb2.id = x.id)) END ORDER BY x.i),
+                   (SELECT count(*) FROM created) = (SELECT count(*) FROM per_flow pf WHERE NOT pf.existed)
+            INTO r_status, r_seq, all_created
+            FROM input x
+            LEFT JOIN numbered nb ON nb.i = x.i
+            LEFT JOIN known k ON k.event_id = x.id
+            LEFT JOIN firsts fr ON fr.id = x.id;
+            IF NOT all_created THEN
+                -- A flow this batch meant to create exists now: start over.
+                RAISE EXCEPTION USING ERRCODE = 'FR003';
+            END IF;
+        EXCEPTION WHEN unique_violation OR SQLSTATE 'FR003' THEN
+            r_status := NULL; -- another transaction got there first: event by event
+        END;
+        IF r_status IS NOT NULL THEN
+            RETURN QUERY SELECT a.status, a.seq, v_at FROM unnest(r_status, r_seq) AS a (status, seq);
+            RETURN;
+        END IF;
+    END IF;
     FOR i IN 1 .. n LOOP
         SELECT e.flow_id, e.seq, e.body INTO ex FROM event e WHERE e.event_id = p_ids[i];
         IF NOT FOUND THEN
-            SELECT f.seq, f.head_seq INTO fr FROM flow f WHERE f.flow_id = p_flows[i];
+            SELECT f.seq INTO fr FROM flow f WHERE f.flow_id = p_flows[i] FOR NO KEY UPDATE;
+            IF NOT FOUND THEN
+                -- A new flow (at the back of the rotation under the fair
+                -- rule); one created meanwhile by another transaction is
+                -- waited for and read.
+                INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, tick)
+                VALUES (p_flows[i], nextval('flow_ord'), 0, CASE WHEN v_entry = 'fair' THEN v_ticket ELSE 0 END, 1, false, NULL, v_at)
+                ON CONFLICT (flow_id) DO NOTHING;
+                SELECT f.seq INTO fr FROM flow f WHERE f.flow_id = p_flows[i] FOR NO KEY UPDATE;
+            END IF;
             new_seq := fr.seq + 1;
             -- A transaction that inserted the same id first wins; this one
             -- then answers existing or conflict, and the flow is left as

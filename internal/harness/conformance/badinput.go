@@ -5,8 +5,7 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
-	"github.com/fairrelay/fairrelay/internal/script"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 )
 
 // runBadInput feeds every kind of bad input, through the library and through
@@ -97,59 +96,6 @@ func runBadInput(t *testing.T, b Backend) {
 		x.unchanged(tc.name, false, func() {
 			wantCode(t, tc.name, tc.call(), fairrelay.CodeClockRegressed, "")
 		})
-	}
-
-	// The same through the script runner, plus what only a script can get
-	// wrong.
-	r := &script.Runner{Queue: x.Queue, Inbox: x.Inbox}
-	lines := []struct{ line, code, field string }{
-		{`{"op":"enqueue","id":"Z1","flow":"Z","at":3}`, "invalid_input", "body"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":0,"at":3}`, "invalid_input", "delta"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":-2,"at":3}`, "invalid_input", "delta"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1.5,"at":3}`, "invalid_input", "delta"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":"1","at":3}`, "invalid_input", "delta"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1,"body":{"delta":1},"at":3}`, "invalid_input", "delta"},
-		{`{"op":"enqueue","id":"","flow":"Z","delta":1,"at":3}`, "invalid_input", "id"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1}`, "invalid_input", "at"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1,"at":1.5}`, "invalid_input", "at"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1,"at":2}`, "clock_regressed", ""},
-		{`{"op":"settle","id":"A1","generation":1,"outcome":"acepted","at":3}`, "invalid_input", "outcome"},
-		{`{"op":"settle","id":"NOPE","generation":1,"outcome":"accepted","at":3}`, "not_found", ""},
-		{`{"op":"receive","id":"NOPE","generation":1}`, "not_found", ""},
-		{`{"op":"redrive","id":"NOPE","expected_generation":1,"reason":"r","at":3}`, "not_found", ""},
-		{`{"op":"claim","at":2}`, "clock_regressed", ""},
-		{`{"op":"frobnicate","at":3}`, "invalid_input", "op"},
-		{`{"op":"claim","at":3,"colour":"red"}`, "invalid_input", "colour"},
-		{`{"OP":"claim","At":3}`, "invalid_input", "OP"},
-		{`{"op":"claim","at":3,"at":4}`, "invalid_json", ""},
-		{`{"op":"claim","at":null}`, "invalid_input", "at"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","body":null,"at":3}`, "invalid_input", "body"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","body":{"delta":1,"delta":2},"at":3}`, "invalid_input", "body"},
-		{"{\"op\":\"enqueue\",\"id\":\"Z\xff\",\"flow\":\"Z\",\"delta\":1,\"at\":3}", "invalid_input", "id"},
-		{`{"op":"enqueue","id":"Z\ud800","flow":"Z","delta":1,"at":3}`, "invalid_input", "id"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z\udfff","delta":1,"at":3}`, "invalid_input", "flow"},
-		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":9223372036854775808,"at":3}`, "invalid_input", "delta"},
-		{`{"op":"inbox","max_delta":-1}`, "invalid_input", "max_delta"},
-		{`[{"op":"claim","at":3}]`, "invalid_json", ""},
-		{`{"at":3}`, "invalid_input", "op"},
-		{`{"op":"inbox"}`, "invalid_input", "max_delta"},
-		{`{"op":"claim","at":3`, "invalid_json", ""},
-		{`not json at all`, "invalid_json", ""},
-	}
-	for _, l := range lines {
-		x.unchanged(l.line, false, func() {
-			res := r.Do(bg, []byte(l.line))
-			if res["error"] != l.code || (l.field != "" && res["field"] != l.field) {
-				t.Errorf("%s: got %v, want error %s field %q", l.line, res, l.code, l.field)
-			}
-			if msg, _ := res["message"].(string); msg == "" {
-				t.Errorf("%s: no message in %v", l.line, res)
-			}
-		})
-	}
-	// The script goes on after bad lines: a good op still works.
-	if res := r.Do(bg, []byte(`{"op":"settle","id":"A1","generation":1,"outcome":"accepted","at":4}`)); res["status"] != "acked" {
-		t.Fatalf("good op after bad ones: %v", res)
 	}
 }
 

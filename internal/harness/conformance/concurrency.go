@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 )
 
 // runConcurrency has several Queue handles on one store (as several

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 )
 
 // TestInvariantsWithConcurrentLanes runs the three lanes of the PostgreSQL

@@ -13,10 +13,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fairrelay/fairrelay/internal/experiment"
+	"github.com/fairrelay/fairrelay/internal/harness/experiment"
 )
 
-const frozenPath = "../../experiments/results.json"
+const frozenPath = "../../../experiments/results.json"
 
 func loadFrozen(t *testing.T) experiment.Document {
 	t.Helper()

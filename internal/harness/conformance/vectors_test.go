@@ -8,7 +8,7 @@ import (
 )
 
 // sharedVectors is the project's shared vector folder, beside the checkout.
-const sharedVectors = "../../../shared/vectors"
+const sharedVectors = "../../../../shared/vectors"
 
 // TestVectorCopiesMatchShared fails when the copies in testdata/vectors drift
 // from ../shared/vectors, where that folder exists (it is beside every
@@ -48,11 +48,11 @@ func TestVectorCopiesMatchShared(t *testing.T) {
 // TestSpecCopyMatchesShared fails when SPEC.md at the repository root drifts
 // from ../shared/SPEC.md, where that file exists.
 func TestSpecCopyMatchesShared(t *testing.T) {
-	want, err := os.ReadFile("../../../shared/SPEC.md")
+	want, err := os.ReadFile("../../../../shared/SPEC.md")
 	if err != nil {
 		t.Skipf("no shared SPEC.md to compare with: %v", err)
 	}
-	got, err := os.ReadFile("../../SPEC.md")
+	got, err := os.ReadFile("../../../SPEC.md")
 	if err != nil {
 		t.Fatal(err)
 	}

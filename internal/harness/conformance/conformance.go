@@ -8,20 +8,15 @@
 package conformance
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
-	"github.com/fairrelay/fairrelay/internal/script"
 )
 
 // Backend describes one storage backend to the suite.
@@ -37,15 +32,22 @@ type Backend struct {
 }
 
 // VectorDir is the folder of the vector copies, relative to this package.
-const VectorDir = "../../testdata/vectors"
+const VectorDir = "../../../testdata/vectors"
 
 // Run runs the whole suite against b.
 func Run(t *testing.T, b Backend) {
-	t.Run("vectors", func(t *testing.T) { t.Parallel(); runVectors(t, b) })
 	t.Run("rules", func(t *testing.T) { t.Parallel(); runRules(t, b) })
 	t.Run("bad_input", func(t *testing.T) { t.Parallel(); runBadInput(t, b) })
 	t.Run("triggers", func(t *testing.T) { t.Parallel(); runTriggers(t, b) })
 	t.Run("concurrency", func(t *testing.T) { t.Parallel(); runConcurrency(t, b) })
+}
+
+// Unchanged runs fn and fails t when fn changed the queue store or the
+// inbox (the tick too, unless tickMayMove): for bad input, which must change
+// nothing.
+func (e *Env) Unchanged(t *testing.T, name string, tickMayMove bool, fn func()) {
+	t.Helper()
+	h{t: t, Env: e}.unchanged(name, tickMayMove, fn)
 }
 
 // Env is one test's queue and inbox.
@@ -72,85 +74,6 @@ func Open(t *testing.T, b Backend, pol fairrelay.Policy) *Env {
 	}
 	t.Cleanup(func() { in.Close() })
 	return &Env{Queue: q, Inbox: in, QueueDSN: qd, InboxDSN: id}
-}
-
-func runVectors(t *testing.T, b Backend) {
-	files, err := filepath.Glob(filepath.Join(VectorDir, "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ops []string
-	for _, f := range files {
-		if !strings.HasSuffix(f, ".expected.jsonl") {
-			ops = append(ops, f)
-		}
-	}
-	if len(ops) == 0 {
-		t.Fatalf("no vectors in %s", VectorDir)
-	}
-	for _, f := range ops {
-		name := filepath.Base(f)
-		t.Run(strings.TrimSuffix(name, ".jsonl"), func(t *testing.T) {
-			t.Parallel()
-			pol := fairrelay.ReferencePolicy()
-			if strings.HasSuffix(name, ".fair.jsonl") {
-				pol.Entry = fairrelay.EntryFair
-			}
-			env := Open(t, b, pol)
-			RunVector(t, env, f)
-		})
-	}
-}
-
-// RunVector runs the ops file path through the script runner on env and
-// compares each result with the same line of the .expected.jsonl file: every
-// expected key must be present with an equal value (SPEC §6).
-func RunVector(t *testing.T, env *Env, path string) {
-	t.Helper()
-	opsLines := readLines(t, path)
-	want := readLines(t, strings.TrimSuffix(path, ".jsonl")+".expected.jsonl")
-	if len(opsLines) != len(want) {
-		t.Fatalf("%d ops but %d expected results", len(opsLines), len(want))
-	}
-	r := &script.Runner{Queue: env.Queue, Inbox: env.Inbox}
-	for i, line := range opsLines {
-		res := r.Do(context.Background(), []byte(line))
-		gotJSON, err := json.Marshal(res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got, w any
-		if err := json.Unmarshal(gotJSON, &got); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal([]byte(want[i]), &w); err != nil {
-			t.Fatalf("expected line %d: %v", i+1, err)
-		}
-		if why := Match(w, got, "$"); why != "" {
-			t.Fatalf("op %d %s\n  %s\n  got: %s", i+1, line, why, gotJSON)
-		}
-	}
-}
-
-func readLines(t *testing.T, path string) []string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" {
-			out = append(out, l)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // Match reports why got does not match want ("" when it does): objects match

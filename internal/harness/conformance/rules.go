@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 )
 
 // rule is one named rule test; each gets a fresh store.

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/fairrelay/fairrelay/internal/experiment"
+	"github.com/fairrelay/fairrelay/internal/harness/experiment"
 )
 
 // workerEnv makes the test binary act as the experiment worker, so the

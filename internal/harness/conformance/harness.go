@@ -10,7 +10,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 )
 
 // h wraps an Env with helpers that fail the test on unexpected errors.

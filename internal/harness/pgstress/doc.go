@@ -12,7 +12,7 @@
 //
 // The package has no API: it exists for its tests. Run them with
 //
-//	go test ./internal/pgstress -v
+//	go test ./internal/harness/pgstress -v
 //
 // against the server named by FAIRRELAY_PG_URL (default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable).

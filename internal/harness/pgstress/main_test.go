@@ -15,8 +15,8 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
-	"github.com/fairrelay/fairrelay/internal/queuetest"
 )
 
 // The test binary is its own child process: with childEnv set, TestMain runs
