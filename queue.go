@@ -8,7 +8,6 @@ import (
 	"math"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -281,23 +280,8 @@ func checkTick(at int64) error {
 }
 
 func checkID(field, v string) error {
-	switch {
-	case v == "":
-		return invalid(field, "empty")
-	case len(v) > MaxIDBytes:
-		return invalid(field, "%d bytes, more than the limit of %d", len(v), MaxIDBytes)
-	case !utf8.ValidString(v):
-		return invalid(field, "not valid UTF-8")
-	}
-	// Ids and flows travel in HTTP headers (the webhook sink), which cannot
-	// carry control characters: such an id could never be delivered and
-	// would end quarantined. Refuse it at the door instead.
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 || c == 0x7f {
-			return invalid(field, "control character 0x%02x at byte %d", c, i)
-		}
-	}
-	return nil
+	// One rule for every name that travels (ident.go).
+	return CheckID(field, v)
 }
 
 // placeHead files the flow's head in the runnable index when it is eligible

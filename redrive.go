@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -17,10 +16,13 @@ type RedriveParams struct {
 	// ExpectedGeneration must equal the event's current generation
 	// (optimistic concurrency, not authentication).
 	ExpectedGeneration int64
-	// Reason says why; it must be non-empty after trimming, at most
-	// MaxReasonBytes bytes of UTF-8. It is kept in the audit row.
+	// Reason says why; it must be non-empty after trimming (else the
+	// redrive is rejected, empty_reason) and follow CheckReason (at most
+	// MaxReasonBytes bytes of UTF-8, one line, no control characters). It
+	// is kept in the audit row.
 	Reason string
-	// Operator names who decided; optional, at most MaxIDBytes bytes.
+	// Operator names who decided; optional, and when given it follows
+	// CheckID's rule.
 	Operator string
 	// At is the tick of the write.
 	At int64
@@ -33,7 +35,8 @@ const (
 	// RedriveReady: the event is ready again with a new generation and a
 	// fresh round of attempts; an audit row was appended.
 	RedriveReady RedriveStatus = "ready"
-	// RedriveRejected: nothing changed but the tick; RejectReason says why.
+	// RedriveRejected: nothing changed, not even the stored tick (SPEC §2);
+	// RejectReason says why.
 	RedriveRejected RedriveStatus = "rejected"
 )
 
@@ -57,24 +60,17 @@ type RedriveResult struct {
 // at At with generation+1 and attempts 0 (lifetime attempts, ids, seq and
 // body unchanged) and an audit row records the operator, the reason, the
 // quarantine reason it cleared and the new generation. Otherwise it answers
-// rejected and changes nothing but the tick. Errors: ErrNotFound for an
-// unknown id; ErrInvalidInput naming id, operator, reason or at;
+// rejected and changes nothing, not even the stored tick. Errors:
+// ErrNotFound for an unknown id; ErrInvalidInput naming id, operator (the
+// rule of CheckID), reason (CheckReason: no control characters) or at;
 // ErrClockRegressed; ErrBusy; ErrDatabase (an audit insert that fails rolls
 // the whole redrive back).
 func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, error) {
 	if err := checkID("id", p.EventID); err != nil {
 		return RedriveResult{}, err
 	}
-	if p.Operator != "" {
-		if err := checkID("operator", p.Operator); err != nil {
-			return RedriveResult{}, err
-		}
-	}
-	if len(p.Reason) > MaxReasonBytes {
-		return RedriveResult{}, invalid("reason", "%d bytes, more than the limit of %d", len(p.Reason), MaxReasonBytes)
-	}
-	if !utf8.ValidString(p.Reason) {
-		return RedriveResult{}, invalid("reason", "not valid UTF-8")
+	if err := checkAudited(p.Operator, p.Reason); err != nil {
+		return RedriveResult{}, err
 	}
 	var res RedriveResult
 	err := q.writeTx(ctx, store.LaneSettle, store.TxHint{Events: []string{p.EventID}}, "redrive", p.At, "", "", func(tx store.Tx, c *store.Clock) error {

@@ -55,7 +55,8 @@ type SettleParams struct {
 // Settle records what the receiver answered for the claim with token tok
 // (SPEC §2 settle): the fence first (stale, expired), then the outcome's
 // class. Errors: ErrNotFound for an unknown event id; ErrInvalidInput for an
-// empty outcome or a negative tick; ErrClockRegressed; ErrBusy; ErrDatabase.
+// empty outcome, an empty id, a negative generation or a negative tick;
+// ErrClockRegressed; ErrBusy; ErrDatabase.
 func (q *Queue) Settle(ctx context.Context, tok Token, outcome Outcome, at int64) (SettleResult, error) {
 	rs, err := q.SettleBatch(ctx, at, []SettleParams{{Token: tok, Outcome: outcome}})
 	if err != nil {
@@ -90,6 +91,9 @@ func checkSettles(ps []SettleParams) error {
 		}
 		if p.Token.EventID == "" {
 			return invalid("id", "empty")
+		}
+		if err := checkGeneration("generation", p.Token.Generation); err != nil {
+			return err
 		}
 		if p.NotBefore < 0 || p.NotBefore > 2*MaxTick {
 			return invalid("not_before", "must be a tick in [0, %d], got %d", int64(2*MaxTick), p.NotBefore)

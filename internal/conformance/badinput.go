@@ -46,6 +46,48 @@ func runBadInput(t *testing.T, b Backend) {
 			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "\xff", At: 3})
 			return err
 		}},
+		// Names that HTTP headers, logs or terminals would not carry intact
+		// (fairrelay.CheckID): white space at an end, which HTTP trims, and
+		// control, format and separator characters anywhere (issue 15).
+		{"trailing space in id", "id", func() error { return enq(x, "S1 ", "S", `{"delta":1}`, 3) }},
+		{"leading space in flow", "flow", func() error { return enq(x, "S1", " R", `{"delta":1}`, 3) }},
+		{"no-break space ending a flow", "flow", func() error { return enq(x, "S1", "R\u00a0", `{"delta":1}`, 3) }},
+		{"ideographic space starting an id", "id", func() error { return enq(x, "\u3000S1", "S", `{"delta":1}`, 3) }},
+		{"TAB in flow", "flow", func() error { return enq(x, "S1", "R\tX", `{"delta":1}`, 3) }},
+		{"C1 control U+0085 in id", "id", func() error { return enq(x, "S\u00851", "S", `{"delta":1}`, 3) }},
+		{"DEL in id", "id", func() error { return enq(x, "S\x7f1", "S", `{"delta":1}`, 3) }},
+		{"zero-width space in flow", "flow", func() error { return enq(x, "S1", "R\u200bR", `{"delta":1}`, 3) }},
+		{"right-to-left override in id", "id", func() error { return enq(x, "S\u202e1", "S", `{"delta":1}`, 3) }},
+		{"byte order mark in id", "id", func() error { return enq(x, "\ufeffS1", "S", `{"delta":1}`, 3) }},
+		{"line separator in flow", "flow", func() error { return enq(x, "S1", "R\u2028", `{"delta":1}`, 3) }},
+		{"paragraph separator in id", "id", func() error { return enq(x, "S\u20291", "S", `{"delta":1}`, 3) }},
+		{"tag character in id", "id", func() error { return enq(x, "S\U000E00411", "S", `{"delta":1}`, 3) }},
+		// Operator text goes into the audit log and onto terminals: one
+		// line, no escape sequences.
+		{"redrive reason with a line feed", "reason", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "fixed\n2 A1 redrive forged", At: 3})
+			return err
+		}},
+		{"redrive reason with a terminal escape", "reason", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "fixed \x1b[2J", At: 3})
+			return err
+		}},
+		{"redrive reason with a C1 CSI", "reason", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "fixed \u009b2J", At: 3})
+			return err
+		}},
+		{"redrive operator with a line feed", "operator", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "r", Operator: "me\nroot", At: 3})
+			return err
+		}},
+		{"redrive operator with a trailing space", "operator", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "r", Operator: "me ", At: 3})
+			return err
+		}},
+		{"settle negative generation", "generation", func() error {
+			_, err := x.Queue.Settle(bg, fairrelay.Token{EventID: "A1", Generation: -1}, fairrelay.OutcomeAccepted, 3)
+			return err
+		}},
 	}
 	for _, tc := range lib {
 		x.unchanged(tc.name, false, func() {
@@ -69,6 +111,10 @@ func runBadInput(t *testing.T, b Backend) {
 		{`{"op":"enqueue","id":"Z1","flow":"Z","delta":1,"at":2}`, "clock_regressed", ""},
 		{`{"op":"settle","id":"A1","generation":1,"outcome":"acepted","at":3}`, "invalid_input", "outcome"},
 		{`{"op":"settle","id":"NOPE","generation":1,"outcome":"accepted","at":3}`, "not_found", ""},
+		{`{"op":"settle","id":"A1","generation":-1,"outcome":"accepted","at":3}`, "invalid_input", "generation"},
+		{`{"op":"enqueue","id":"Z1 ","flow":"Z","delta":1,"at":3}`, "invalid_input", "id"},
+		{`{"op":"enqueue","id":"Z1","flow":"Z\u0085","delta":1,"at":3}`, "invalid_input", "flow"},
+		{`{"op":"redrive","id":"A1","expected_generation":1,"reason":"a\nb","at":3}`, "invalid_input", "reason"},
 		{`{"op":"receive","id":"NOPE","generation":1}`, "not_found", ""},
 		{`{"op":"redrive","id":"NOPE","expected_generation":1,"reason":"r","at":3}`, "not_found", ""},
 		{`{"op":"claim","at":2}`, "clock_regressed", ""},
