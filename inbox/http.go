@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/sink/webhook"
@@ -33,9 +34,11 @@ type HandlerOptions struct {
 // webhook sink's receiver contract) with an HTTP status that a
 // non-fairrelay client reads the same way: 200 accepted or duplicate, 409
 // gap, 422 a permanent outcome, 503 retry. Failures answer
-// {"error": code, "message": …}: 400 a malformed delivery, 401 a bad or
-// missing signature, 405 not POST, 413 too large, 503 busy, 500 a database
-// error; in every failure nothing is written.
+// {"error": code, "message": …}: 400 a malformed delivery (an id or flow
+// that breaks fairrelay.CheckID included), 401 a bad or missing signature
+// or Fairrelay-* headers that differ from the signed webhook-id (with a
+// "cause": webhook.Cause), 405 not POST, 413 too large, 503 busy, 500 a
+// database error; in every failure nothing is written.
 func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
@@ -63,17 +66,28 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 		if opts.Verify != nil {
 			if err := opts.Verify(r.Header, body); err != nil {
 				log.Warn("inbox: rejected an unverified request", "remote", r.RemoteAddr, "err", err)
-				writeError(w, http.StatusUnauthorized, "unauthorized", err.Error())
+				writeUnauthorized(w, err)
 				return
 			}
 		}
 		d, err := DeliveryFromHeader(r.Header, body)
 		if err != nil {
+			if opts.Verify != nil && errors.Is(err, webhook.ErrMetadata) {
+				// Signed, but the headers say another flow or seq than the
+				// signature: a replay with changed metadata.
+				log.Warn("inbox: rejected a request whose headers differ from its signed webhook-id", "remote", r.RemoteAddr, "err", err)
+				writeUnauthorized(w, err)
+				return
+			}
 			writeError(w, http.StatusBadRequest, string(fairrelay.CodeInvalidInput), err.Error())
 			return
 		}
 		out, err := in.Receive(r.Context(), d)
 		if err != nil {
+			if errors.Is(err, fairrelay.ErrInvalidInput) {
+				writeError(w, http.StatusBadRequest, string(fairrelay.CodeInvalidInput), err.Error())
+				return
+			}
 			log.Error("inbox: receive failed", "id", d.EventID, "err", err)
 			if errors.Is(err, fairrelay.ErrBusy) {
 				w.Header().Set("Retry-After", "1")
@@ -88,31 +102,44 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 	})
 }
 
-// DeliveryFromHeader builds a Delivery from a webhook request: the event id
-// from webhook-id (covered by the signature), flow and seq from the
-// Fairrelay-Flow and Fairrelay-Seq headers. Errors: ErrInvalidInput naming
-// the header that is missing or malformed, or Fairrelay-Event-Id when it
-// disagrees with webhook-id.
+// DeliveryFromHeader builds a Delivery from a webhook request: the event
+// id, the flow and the seq from webhook-id (webhook.ParseMessageID), which
+// the signature covers — never from the unsigned Fairrelay-* headers. Those
+// may be present, but each must then equal its signed value. Errors:
+// ErrInvalidInput naming webhook-id when it is missing or not
+// webhook.MessageID's format, naming id or flow when the signed value breaks
+// fairrelay.CheckID's rule (a receiver stores only what a queue could have
+// sent), or naming the Fairrelay-* header that differs from the signed value
+// (then the error also wraps webhook.ErrMetadata; Handler answers 401 to it
+// when it checks signatures). Call it after verifying the signature.
 func DeliveryFromHeader(h http.Header, body []byte) (Delivery, error) {
-	bad := func(field, msg string) error {
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: msg}
+	bad := func(field, msg string, err error) error {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: msg, Err: err}
 	}
-	id := h.Get(webhook.HeaderID)
-	if id == "" {
-		return Delivery{}, bad(webhook.HeaderID, "missing")
+	msgID := h.Get(webhook.HeaderID)
+	if msgID == "" {
+		return Delivery{}, bad(webhook.HeaderID, "missing", nil)
 	}
-	if alt := h.Get(webhook.HeaderEventID); alt != "" && alt != id {
-		return Delivery{}, bad(webhook.HeaderEventID, "differs from "+webhook.HeaderID)
+	id, flow, seq, err := webhook.ParseMessageID(msgID)
+	if err != nil {
+		return Delivery{}, bad(webhook.HeaderID, "malformed", err)
 	}
-	flow := h.Get(webhook.HeaderFlow)
-	if flow == "" {
-		return Delivery{}, bad(webhook.HeaderFlow, "missing")
+	d := Delivery{EventID: id, Flow: flow, Seq: seq, Body: body}
+	if err := d.check(); err != nil {
+		return Delivery{}, err
 	}
-	seq, err := strconv.ParseInt(h.Get(webhook.HeaderSeq), 10, 64)
-	if err != nil || seq < 1 {
-		return Delivery{}, bad(webhook.HeaderSeq, "must be an integer >= 1")
+	for _, m := range []struct{ header, signed string }{
+		{webhook.HeaderEventID, id}, {webhook.HeaderFlow, flow}, {webhook.HeaderSeq, strconv.FormatInt(seq, 10)},
+	} {
+		vs := h.Values(m.header)
+		if len(vs) == 0 {
+			continue
+		}
+		if len(vs) > 1 || vs[0] != m.signed {
+			return Delivery{}, bad(m.header, fmt.Sprintf("%q differs from the signed %s, which says %q", strings.Join(vs, ", "), webhook.HeaderID, m.signed), webhook.ErrMetadata)
+		}
 	}
-	return Delivery{EventID: id, Flow: flow, Seq: seq, Body: body}, nil
+	return d, nil
 }
 
 // WriteOutcome answers a delivery with {"status": "<outcome>"} and the HTTP
@@ -129,6 +156,12 @@ func WriteOutcome(w http.ResponseWriter, o fairrelay.Outcome) {
 		code = http.StatusServiceUnavailable
 	}
 	writeJSON(w, code, map[string]string{"status": string(o)})
+}
+
+// writeUnauthorized answers 401 naming the cause (webhook.Cause), which the
+// webhook sink reports to the operator: a clock to fix, or a secret.
+func writeUnauthorized(w http.ResponseWriter, err error) {
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized", "cause": webhook.Cause(err), "message": err.Error()})
 }
 
 func writeError(w http.ResponseWriter, code int, errCode, msg string) {

@@ -44,10 +44,28 @@ const MigrationTable = "fairrelay_inbox_migration"
 
 // Delivery is one event as the relay sends it.
 type Delivery struct {
+	// EventID and Flow follow fairrelay.CheckID's rule.
 	EventID string
 	Flow    string
-	Seq     int64
-	Body    []byte
+	// Seq is the event's place in its flow, >= 1.
+	Seq  int64
+	Body []byte
+}
+
+// check applies the queue's rule to what a delivery names, so the inbox
+// stores no id or flow a queue could not have sent (a TAB, invalid UTF-8,
+// 300 bytes).
+func (d Delivery) check() error {
+	if err := fairrelay.CheckID("id", d.EventID); err != nil {
+		return err
+	}
+	if err := fairrelay.CheckID("flow", d.Flow); err != nil {
+		return err
+	}
+	if d.Seq < 1 {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq", Message: fmt.Sprintf("must be at least 1, got %d", d.Seq)}
+	}
+	return nil
 }
 
 // Options configure an Inbox.
@@ -209,9 +227,14 @@ func Delta(body []byte) (delta int64, ok, tooLarge bool) {
 // seq <= the flow's projected seq → sequence_conflict; seq beyond the next →
 // gap; a body that is not a ledger body → invalid_body; delta over
 // MaxDelta → unsupported_delta; otherwise the receipt and the effect commit
-// together → accepted. Errors (database, busy) reach the caller and nothing
-// is written; they are never turned into an outcome.
+// together → accepted. Errors reach the caller and nothing is written; they
+// are never turned into an outcome: ErrInvalidInput naming id or flow (they
+// break fairrelay.CheckID's rule) or seq (below 1), checked first; database
+// errors and ErrBusy.
 func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, error) {
+	if err := d.check(); err != nil {
+		return "", err
+	}
 	if in.unavailable.Load() {
 		return fairrelay.OutcomeRetry, nil
 	}

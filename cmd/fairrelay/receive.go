@@ -29,8 +29,9 @@ func newReceiveCmd() *cobra.Command {
 		Short: "Run the inbox as an HTTP receiver (SPEC §3) for the relay's deliveries",
 		Long: `Takes deliveries as POST / and answers {"status": "<outcome>"}: accepted,
 duplicate, id_conflict, sequence_conflict, gap, unsupported_delta, invalid_body
-or retry. With --secret, a request without a valid Standard Webhooks signature
-gets 401 and nothing is written. Prints {"status":"listening","addr":...} on
+or retry. With --secret, a request without a valid Standard Webhooks signature,
+or whose Fairrelay-* headers differ from its signed webhook-id (which binds the
+event id, flow and seq), gets 401 and nothing is written. Prints {"status":"listening","addr":...} on
 stdout once it listens (--addr 127.0.0.1:0 picks a free port); stops on
 SIGINT or SIGTERM.`,
 		Args: cobra.NoArgs,
