@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -28,7 +29,10 @@ func newInspectCmd() *cobra.Command {
   quarantined  the quarantined heads, with the generation a redrive needs
   audit        the redrive decisions, as written
   clock        the stored tick and the last ticket
-A readable table by default; --json prints one JSON object per line.`,
+A readable table by default; --json prints one JSON object per line. Stored
+text is data: a table shows a value with control or format characters
+Go-quoted ("a\tb"), and JSON escapes them (\u001b), so nothing a store holds
+can forge lines or drive the terminal.`,
 		Args:      cobra.MaximumNArgs(1),
 		ValidArgs: []string{"flows", "heads", "quarantined", "audit", "clock"},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -86,18 +90,18 @@ A readable table by default; --json prints one JSON object per line.`,
 					if view == "flows" {
 						fmt.Fprintln(w, "FLOW\tSEQ\tSERVED")
 						for _, h := range hs {
-							fmt.Fprintf(w, "%s\t%d\t%d\n", h.Flow, h.Seq, h.Served)
+							fmt.Fprintf(w, "%s\t%d\t%d\n", cell(h.Flow), h.Seq, h.Served)
 						}
 						return
 					}
 					fmt.Fprintln(w, "FLOW\tSEQ\tSERVED\tHEAD\tHEAD SEQ\tSTATE\tGEN\tATTEMPTS\tDUE\tREASON")
 					for _, h := range hs {
 						if h.Head == nil {
-							fmt.Fprintf(w, "%s\t%d\t%d\t-\t-\t(all acked)\t\t\t\t\n", h.Flow, h.Seq, h.Served)
+							fmt.Fprintf(w, "%s\t%d\t%d\t-\t-\t(all acked)\t\t\t\t\n", cell(h.Flow), h.Seq, h.Served)
 							continue
 						}
 						e := h.Head
-						fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", h.Flow, h.Seq, h.Served, e.ID, e.Seq, e.State, e.Generation, e.Attempts, due(*e), deref(e.Reason))
+						fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", cell(h.Flow), h.Seq, h.Served, cell(e.ID), e.Seq, e.State, e.Generation, e.Attempts, due(*e), cell(deref(e.Reason)))
 					}
 				}
 			case "quarantined":
@@ -114,7 +118,7 @@ A readable table by default; --json prints one JSON object per line.`,
 				table = func(w io.Writer) {
 					fmt.Fprintln(w, "ID\tFLOW\tSEQ\tGENERATION\tATTEMPTS\tLIFETIME\tREASON")
 					for _, e := range es {
-						fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", e.ID, e.Flow, e.Seq, e.Generation, e.Attempts, e.LifetimeAttempts, deref(e.Reason))
+						fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", cell(e.ID), cell(e.Flow), e.Seq, e.Generation, e.Attempts, e.LifetimeAttempts, cell(deref(e.Reason)))
 					}
 				}
 			case "clock":
@@ -141,7 +145,7 @@ A readable table by default; --json prints one JSON object per line.`,
 				table = func(w io.Writer) {
 					fmt.Fprintln(w, "NO\tAT\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
 					for _, a := range as {
-						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", a.No, a.At, a.ID, a.Action, a.Generation, deref(a.Operator), deref(a.PreviousReason), a.Reason)
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", a.No, a.At, cell(a.ID), cell(a.Action), a.Generation, cell(deref(a.Operator)), cell(deref(a.PreviousReason)), cell(a.Reason))
 					}
 				}
 			}
@@ -193,11 +197,35 @@ func due(e fairrelay.EventState) string {
 
 // shellQuote returns s as one shell word: as it is when it needs no
 // quoting, else in single quotes (a paging hint must paste back as given).
+// A value with characters a terminal would act on, or invalid UTF-8, is
+// written in ANSI-C quotes ($'…', bash and zsh) with those bytes as \xNN,
+// so the hint never carries them raw.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@%+=,", r))
 	}) < 0 {
 		return s
 	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	if utf8.ValidString(s) && strings.IndexFunc(s, unsafe) < 0 {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case (r == utf8.RuneError && size == 1) || unsafe(r):
+			for _, c := range []byte(s[i : i+size]) {
+				fmt.Fprintf(&b, `\x%02x`, c)
+			}
+		case r == '\'' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	b.WriteString("'")
+	return b.String()
 }

@@ -49,12 +49,14 @@ func main() {
 }
 
 // errorLine renders an error as one line that names the code and field;
-// line breaks inside driver messages are folded so the line stays one.
+// line breaks inside driver messages are folded so the line stays one, and
+// any other character a terminal would act on is escaped (\u001b): an
+// error may quote what a user or a store gave.
 func errorLine(err error) string {
 	msg := err.Error()
 	var fe *fairrelay.Error
 	if errors.As(err, &fe) {
 		msg = fmt.Sprintf("%s: %s", fe.Code, fe.Error())
 	}
-	return strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
+	return string(escapeUnsafe([]byte(strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " "))))
 }

@@ -216,6 +216,13 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "B", "--delta", "1"}, `id "A1" is stored with another flow or body (conflict)`},
 		{[]string{"redrive", "--queue", q, "--all", "--reason-is", "unsuported_delta", "--reason", "x"}, `reason-is: "unsuported_delta" is not a quarantine reason`},
 		{[]string{"migrate", "--inbox", q}, "holds a fairrelay queue store, not an inbox"},
+		// Issue 15: names HTTP would mangle, operator text that would forge
+		// audit lines or drive a terminal, a negative token generation.
+		{[]string{"enqueue", "--queue", q, "--id", "S1 ", "--flow", "S", "--delta", "1"}, "id: ends with white space"},
+		{[]string{"enqueue", "--queue", q, "--id", "S1", "--flow", "S\u0085", "--delta", "1"}, "flow: control character U+0085"},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "-1", "--outcome", "accepted"}, "generation: must not be negative"},
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed\n2\t0\tA1\tredrive", "--operator", "me"}, "reason: control character U+000A"},
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "me\x1b[2J"}, "operator: control character U+001B"},
 	}
 	for _, c := range cases {
 		out, errOut, code := cli(t, "", c.args...)
