@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,10 +24,22 @@ type HandlerOptions struct {
 	// MaxBodyBytes is the largest request body read, in bytes; a larger one
 	// answers 413. Defaults to 1 MiB (the queue's default body limit).
 	MaxBodyBytes int64
+	// MaxConcurrent bounds the requests handled at once, counted from their
+	// headers until the answer; one more is answered 503 with Retry-After:
+	// 1 at once (the relay retries it) instead of waiting, so slow or
+	// stalled clients cannot take every goroutine and connection. Defaults
+	// to DefaultMaxConcurrent. The server's read timeout is what cuts a
+	// client that trickles its body (fairrelay receive --read-timeout).
+	MaxConcurrent int
 	// Logger receives one debug line per delivery and errors. Defaults to
 	// discarding.
 	Logger *slog.Logger
 }
+
+// DefaultMaxConcurrent is HandlerOptions.MaxConcurrent's default: far above
+// what a relay sends at once (one request per worker), and far below what
+// exhausts a process.
+const DefaultMaxConcurrent = 64
 
 // Handler returns the inbox as an HTTP service (SPEC §3): it takes
 // deliveries as POST / from the webhook sink, checks the signature with
@@ -37,8 +50,10 @@ type HandlerOptions struct {
 // {"error": code, "message": …}: 400 a malformed delivery (an id or flow
 // that breaks fairrelay.CheckID included), 401 a bad or missing signature
 // or Fairrelay-* headers that differ from the signed webhook-id (with a
-// "cause": webhook.Cause), 405 not POST, 413 too large, 503 busy, 500 a
-// database error; in every failure nothing is written.
+// "cause": webhook.Cause), 405 not POST, 408 a body slower than the
+// server's read timeout, 413 too large, 503 busy or over
+// opts.MaxConcurrent requests at once, 500 a database error; in every
+// failure nothing is written.
 func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
@@ -47,7 +62,19 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = DefaultMaxConcurrent
+	}
+	slots := make(chan struct{}, opts.MaxConcurrent)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("%d requests are in progress, the most this receiver takes at once; try again", opts.MaxConcurrent))
+			return
+		}
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "method", "deliveries are POST")
@@ -58,6 +85,14 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
 				writeError(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("over %d bytes", opts.MaxBodyBytes))
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// The server's read timeout cut a body that came too
+				// slowly; the connection closes after this answer.
+				log.Info("inbox: the request's body did not arrive within the read timeout", "remote", r.RemoteAddr)
+				writeError(w, http.StatusRequestTimeout, "body", "did not arrive within the server's read timeout")
 				return
 			}
 			writeError(w, http.StatusBadRequest, "body", err.Error())

@@ -221,6 +221,8 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "S1 ", "--flow", "S", "--delta", "1"}, "id: ends with white space"},
 		{[]string{"enqueue", "--queue", q, "--id", "S1", "--flow", "S\u0085", "--delta", "1"}, "flow: control character U+0085"},
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "-1", "--outcome", "accepted"}, "generation: must not be negative"},
+		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--read-timeout", "0s"}, "read-timeout: must be a positive duration"},
+		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--max-requests", "0"}, "max-requests: must be at least 1"},
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed\n2\t0\tA1\tredrive", "--operator", "me"}, "reason: control character U+000A"},
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "me\x1b[2J"}, "operator: control character U+001B"},
 	}
@@ -239,6 +241,9 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "typo.db")); err == nil {
 		t.Fatal("inspect of a mistyped path created the file")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "never.db")); err == nil {
+		t.Fatal("a refused receive created its inbox")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "both.db")); err == nil {
 		t.Fatal("migrate of one file as queue and inbox created it")
