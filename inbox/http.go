@@ -123,6 +123,13 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 				writeError(w, http.StatusBadRequest, string(fairrelay.CodeInvalidInput), err.Error())
 				return
 			}
+			if r.Context().Err() != nil {
+				// The client went away before the commit: nothing was
+				// written, and nobody is left to answer. Not an error of
+				// this receiver; the relay delivers again.
+				log.Info("inbox: the client went away before the delivery was applied", "id", d.EventID, "remote", r.RemoteAddr, "err", err)
+				return
+			}
 			log.Error("inbox: receive failed", "id", d.EventID, "err", err)
 			if errors.Is(err, fairrelay.ErrBusy) {
 				w.Header().Set("Retry-After", "1")

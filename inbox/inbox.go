@@ -91,6 +91,10 @@ type Inbox struct {
 	lock        string
 	maxDelta    atomic.Int64
 	unavailable atomic.Bool
+	// commitHook, when set (by tests), commits in place of tx.Commit: it
+	// lets a test cancel the request at the commit or fail a commit that
+	// applied. ctx is Receive's.
+	commitHook func(ctx context.Context, tx *sql.Tx) error
 }
 
 // backend is another backend's opener and its error translation, registered
@@ -231,6 +235,12 @@ func Delta(body []byte) (delta int64, ok, tooLarge bool) {
 // are never turned into an outcome: ErrInvalidInput naming id or flow (they
 // break fairrelay.CheckID's rule) or seq (below 1), checked first; database
 // errors and ErrBusy.
+//
+// ctx bounds the reads and writes; once they are done the commit runs to
+// its end whatever happens to ctx (a client that hangs up mid-commit does
+// not turn a committed receipt into an error), and Receive never reports
+// an error for an effect that is applied: when the commit itself reports
+// one, it reads the receipt back and answers accepted if it is there.
 func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, error) {
 	if err := d.check(); err != nil {
 		return "", err
@@ -238,7 +248,13 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 	if in.unavailable.Load() {
 		return fairrelay.OutcomeRetry, nil
 	}
-	tx, err := in.db.BeginTx(ctx, nil)
+	// database/sql (and pgx under it) commits on the context the
+	// transaction began with, and rolls back when that context is done:
+	// begun on ctx, a request cancelled while COMMIT was in flight reported
+	// "context canceled" (answered 500) for a receipt the server had
+	// committed. The statements below still run on ctx, so a request
+	// cancelled before the commit changes nothing.
+	tx, err := in.db.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return "", dbError("receive: begin transaction", in.translate(err))
 	}
@@ -251,11 +267,40 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 		return out, nil
 	}
 	faultpoint.Hit(faultpoint.BeforeReceiptCommit)
-	if err := tx.Commit(); err != nil {
+	commit := func() error { return tx.Commit() }
+	if in.commitHook != nil {
+		commit = func() error { return in.commitHook(ctx, tx) }
+	}
+	if err := commit(); err != nil {
+		// A failed commit does not prove that nothing was written: a
+		// connection lost after the server committed looks the same.
+		if applied, rerr := in.applied(context.WithoutCancel(ctx), d); rerr == nil && applied {
+			faultpoint.Hit(faultpoint.AfterReceiptCommit)
+			return out, nil
+		}
 		return "", dbError("receive: commit", in.translate(err))
 	}
 	faultpoint.Hit(faultpoint.AfterReceiptCommit)
 	return out, nil
+}
+
+// applied reports whether d's receipt is stored, with its flow, seq and
+// body: the effect of d is in the projection, whatever a commit answered.
+// It reads on a fresh connection, bounded to 10 seconds.
+func (in *Inbox) applied(ctx context.Context, d Delivery) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var flow string
+	var seq int64
+	var body []byte
+	err := in.db.QueryRowContext(ctx, q["ReceiptGet"], d.EventID).Scan(&flow, &seq, &body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return flow == d.Flow && seq == d.Seq && bytes.Equal(body, d.Body), nil
 }
 
 func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay.Outcome, error) {
