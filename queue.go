@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
+	"github.com/fairrelay/fairrelay/internal/fsfault"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
 )
@@ -148,7 +149,9 @@ func openStore(ctx context.Context, dsn string, cfg Config) (store.Store, error)
 	}
 	s, err := sqlitestore.Open(ctx, dsn, sqlitestore.Options{BusyTimeout: cfg.BusyTimeout, MustExist: cfg.MustExist})
 	if err != nil {
-		return nil, openError(err)
+		// Name a read-only or unwritable place, which the driver calls
+		// "unable to open database file".
+		return nil, openError(fsfault.Explain(dsn, err))
 	}
 	return s, nil
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
+	"github.com/fairrelay/fairrelay/internal/fsfault"
 	"github.com/fairrelay/fairrelay/internal/jsontext"
 	"github.com/fairrelay/fairrelay/internal/sqlfile"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -157,7 +158,7 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 	db.SetMaxOpenConns(1)
 	if err := sqlitestore.RefuseForeign(ctx, db, "fairrelay_migration", "a fairrelay queue store, not an inbox"); err != nil {
 		db.Close()
-		return nil, dbError("open inbox", err)
+		return nil, openSQLiteError(abs, err)
 	}
 	migs, err := sqlfile.Migrations(migrationsFS, "migrations/sqlite")
 	if err != nil {
@@ -166,9 +167,20 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 	}
 	if _, err := sqlfile.ApplyNamed(ctx, db, MigrationTable, migs, ""); err != nil {
 		db.Close()
-		return nil, dbError("open inbox", sqlitestore.Translate(err))
+		return nil, openSQLiteError(abs, sqlitestore.Translate(err))
 	}
 	return db, nil
+}
+
+// openSQLiteError classifies a failure to open the SQLite inbox at path: a
+// place that is read-only or not writable is ErrInvalidInput naming
+// "inbox", with the cause (the driver says only "unable to open database
+// file"); anything else as dbError.
+func openSQLiteError(path string, err error) error {
+	if err := fsfault.Explain(path, err); errors.Is(err, fsfault.ErrNotWritable) {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "cannot open", Err: err}
+	}
+	return dbError("open inbox", err)
 }
 
 // DB returns the inbox's database, for receivers that keep more of their own

@@ -20,11 +20,18 @@ import (
 // stdout, stderr and exit codes — without a separate build.
 func TestMain(m *testing.M) {
 	if os.Getenv("FAIRRELAY_TEST_AS_CLI") == "1" {
+		if beforeCLI != nil {
+			beforeCLI()
+		}
 		main()
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
+
+// beforeCLI, when set (by a platform's test file), runs in the child before
+// the CLI: it sets up what the child's environment asks for.
+var beforeCLI func()
 
 // cli runs the CLI with args and stdin in a child process.
 func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
