@@ -33,7 +33,10 @@ func newClaimCmd() *cobra.Command {
 				return err
 			}
 			if c == nil {
-				return printJSON(cmd.OutOrStdout(), script.Result{"status": "idle"})
+				if err := printJSON(cmd.OutOrStdout(), script.Result{"status": "idle"}); err != nil {
+					return err
+				}
+				return notApplied("claim: idle: no head is eligible; nothing was claimed")
 			}
 			return printJSON(cmd.OutOrStdout(), script.ClaimResult(*c))
 		},

@@ -25,6 +25,24 @@ var rootCmd = &cobra.Command{
 	SilenceErrors: true,
 }
 
+// The exit codes, one meaning each across every command (README "Exit
+// codes"), so a script can tell "applied" from "answered, but nothing
+// applied" from "failed".
+const (
+	// exitApplied: the command did what it was asked, or found it already
+	// done (enqueue answering existing).
+	exitApplied = 0
+	// exitNotApplied: the command answered on stdout, and nothing was
+	// applied: enqueue conflict, a bulk line that failed or was refused,
+	// claim idle, settle stale or expired, redrive rejected or nothing to
+	// redrive, an experiment that differs.
+	exitNotApplied = 1
+	// exitFailed: an error (one line on stderr naming the code and the
+	// field): bad input, a store that cannot be used, a database error.
+	// Nothing changed.
+	exitFailed = 2
+)
+
 // exitError carries an exit code chosen by a subcommand.
 type exitError struct {
 	code int
@@ -32,6 +50,12 @@ type exitError struct {
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
+
+// notApplied is the error of a command that printed its answer and applied
+// nothing: exit code exitNotApplied, with msg on stderr.
+func notApplied(format string, args ...any) error {
+	return &exitError{code: exitNotApplied, err: fmt.Errorf(format, args...)}
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -45,7 +69,7 @@ func main() {
 	if errors.As(err, &ee) {
 		os.Exit(ee.code)
 	}
-	os.Exit(1)
+	os.Exit(exitFailed)
 }
 
 // errorLine renders an error as one line that names the code and field;

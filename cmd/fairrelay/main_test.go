@@ -164,29 +164,40 @@ func TestOneShotCommands(t *testing.T) {
 	steps := []struct {
 		args []string
 		want string
+		code int // README "Exit codes": 0 applied, 1 answered but nothing applied
 	}{
-		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "10", "--at", "0"}, `{"seq":1,"status":"created"}`},
-		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", `{"note":"x", "delta":1}`, "--at", "0"}, `{"seq":2,"status":"created"}`},
-		{[]string{"claim", "--queue", q, "--at", "0"}, `{"attempts":1,"flow":"A","generation":1,"id":"A1","lease_until":30000,"seq":1,"status":"claimed","ticket":1}`},
-		{[]string{"claim", "--queue", q, "--at", "1"}, `{"status":"idle"}`},
-		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "unsupported_delta", "--at", "1"}, `{"status":"quarantined"}`},
-		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"generation":2,"status":"ready"}`},
-		{[]string{"inspect", "--queue", q, "audit", "--json"}, `{"id":"A1","action":"redrive","reason":"fixed","operator":"ops","previous_reason":"unsupported_delta","generation":2,"at":2}`},
+		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "10", "--at", "0"}, `{"seq":1,"status":"created"}`, 0},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", `{"note":"x", "delta":1}`, "--at", "0"}, `{"seq":2,"status":"created"}`, 0},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", `{"delta":1,"note":"x"}`, "--at", "0"}, `{"seq":2,"status":"existing"}`, 0},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "B", "--delta", "1", "--at", "0"}, `{"status":"conflict"}`, 1},
+		{[]string{"claim", "--queue", q, "--at", "0"}, `{"attempts":1,"flow":"A","generation":1,"id":"A1","lease_until":30000,"seq":1,"status":"claimed","ticket":1}`, 0},
+		{[]string{"claim", "--queue", q, "--at", "1"}, `{"status":"idle"}`, 1},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "7", "--outcome", "accepted", "--at", "1"}, `{"status":"stale"}`, 1},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "unsupported_delta", "--at", "1"}, `{"status":"quarantined"}`, 0},
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "7", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"reason":"generation_mismatch","status":"rejected"}`, 1},
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"generation":2,"status":"ready"}`, 0},
+		{[]string{"inspect", "--queue", q, "audit", "--json"}, `{"id":"A1","action":"redrive","reason":"fixed","operator":"ops","previous_reason":"unsupported_delta","generation":2,"at":2}`, 0},
+		{[]string{"redrive", "--queue", q, "--all", "--reason", "again", "--operator", "ops", "--at", "2"}, ``, 1},
+		{[]string{"claim", "--queue", q, "--at", "3"}, `{"attempts":1,"flow":"A","generation":3,"id":"A1","lease_until":30003,"seq":1,"status":"claimed","ticket":2}`, 0},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "3", "--outcome", "accepted", "--at", "30003"}, `{"status":"expired"}`, 1},
 	}
 	for _, s := range steps {
 		out, errOut, code := cli(t, "", s.args...)
-		if code != 0 || strings.TrimSpace(out) != s.want {
-			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want %s", s.args, code, out, errOut, s.want)
+		if code != s.code || strings.TrimSpace(out) != s.want {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want exit %d and %s", s.args, code, out, errOut, s.code, s.want)
+		}
+		if code != 0 && strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%v: stderr %q, want one line saying nothing was applied", s.args, errOut)
 		}
 	}
 	out, _, _ := cli(t, "", "inspect", "--queue", q)
-	if !strings.Contains(out, "A1") || !strings.Contains(out, "ready") {
+	if !strings.Contains(out, "A1") || !strings.Contains(out, "inflight") {
 		t.Fatalf("heads table:\n%s", out)
 	}
 }
 
-// TestCLIErrorsNameTheField checks that bad input exits non-zero with one
-// stderr line naming the field, and changes nothing.
+// TestCLIErrorsNameTheField checks that bad input exits 2 (exitFailed) with
+// one stderr line naming the field, and changes nothing.
 func TestCLIErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -238,8 +249,12 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		if strings.Contains(out, `"status":"conflict"`) {
 			out = "" // a conflict prints its answer, then fails
 		}
-		if code == 0 || out != "" || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
-			t.Errorf("%v: exit %d stdout %q stderr %q; want non-zero exit and one stderr line containing %q", c.args, code, out, errOut, c.want)
+		want := exitFailed
+		if strings.Contains(c.want, "(conflict)") {
+			want = exitNotApplied // an answer, not an error
+		}
+		if code != want || out != "" || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%v: exit %d stdout %q stderr %q; want exit %d and one stderr line containing %q", c.args, code, out, errOut, want, c.want)
 		}
 	}
 	out, _, _ := cli(t, "", "inspect", "--queue", q, "heads", "--json")

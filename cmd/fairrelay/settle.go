@@ -44,7 +44,16 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), script.SettleResult(r))
+			if err := printJSON(cmd.OutOrStdout(), script.SettleResult(r)); err != nil {
+				return err
+			}
+			switch r.Status {
+			case fairrelay.SettleStale:
+				return notApplied("settle %s: stale: the event is not inflight at generation %d; nothing was settled", id, gen)
+			case fairrelay.SettleExpired:
+				return notApplied("settle %s: expired: the lease ran out; nothing was settled", id)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
