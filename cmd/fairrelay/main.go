@@ -58,8 +58,14 @@ func notApplied(format string, args ...any) error {
 }
 
 func main() {
+	// The first SIGINT or SIGTERM cancels ctx: daemons stop claiming and let
+	// in-flight work finish (up to their shutdown timeouts). A second one
+	// stops the process at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go exitOnSecondSignal(sigs)
 	err := rootCmd.ExecuteContext(ctx)
 	if err == nil {
 		return
@@ -83,4 +89,22 @@ func errorLine(err error) string {
 		msg = fmt.Sprintf("%s: %s", fe.Code, fe.Error())
 	}
 	return string(escapeUnsafe([]byte(strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " "))))
+}
+
+// exitOnSecondSignal waits for a first signal (which cancels the command's
+// context), says that a second one stops at once, and exits with 128 + the
+// signal's number when it comes: an operator who pressed Ctrl-C twice means
+// now, not after the in-flight deliveries or requests (a lease that was not
+// settled runs out and its head is delivered again; SQLite and PostgreSQL
+// keep every committed write).
+func exitOnSecondSignal(sigs <-chan os.Signal) {
+	first := <-sigs
+	fmt.Fprintf(os.Stderr, "fairrelay: %s: stopping gracefully; send it again to stop at once\n", first)
+	second := <-sigs
+	fmt.Fprintf(os.Stderr, "fairrelay: %s again: stopping at once\n", second)
+	code := exitFailed
+	if n, ok := second.(syscall.Signal); ok {
+		code = 128 + int(n)
+	}
+	os.Exit(code)
 }
