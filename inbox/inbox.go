@@ -77,6 +77,11 @@ type Options struct {
 	// BusyTimeout is how long a receive waits for another process's write
 	// lock (SQLite). Defaults to 5s.
 	BusyTimeout time.Duration
+	// MustExist makes Open fail with ErrInvalidInput (field "inbox"),
+	// creating nothing, when there is no inbox yet — a missing SQLite file,
+	// a PostgreSQL schema without one — instead of creating an empty one:
+	// for tools that only read, where a typo must not pass silently.
+	MustExist bool
 }
 
 // NoDeltaLimit is the MaxDelta of an inbox that supports every delta.
@@ -150,6 +155,11 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 	}
 	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "directory " + filepath.Dir(abs) + " does not exist"}
+	}
+	if opts.MustExist {
+		if _, err := os.Stat(abs); err != nil {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " does not exist (create it with fairrelay migrate --inbox or receive)"}
+		}
 	}
 	db, err := sql.Open("sqlite", sqlitestore.DSN(abs, opts.BusyTimeout, true))
 	if err != nil {
@@ -396,6 +406,58 @@ func (s *Snapshot) ByFlow() map[string]Projection {
 		m[p.Flow] = p
 	}
 	return m
+}
+
+// Receipts lists up to limit receipts in (flow, seq) order, starting after
+// the receipt of flow afterFlow at seq afterSeq ("" and 0: from the first),
+// in one read: for paging through an inbox of any size. Errors:
+// ErrInvalidInput (field "limit") for limit < 1; database errors.
+func (in *Inbox) Receipts(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
+	if limit < 1 {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+	}
+	rows, err := in.db.QueryContext(ctx, q["ReceiptPage"], afterFlow, afterSeq, limit)
+	if err != nil {
+		return nil, dbError("inbox receipts", in.translate(err))
+	}
+	defer rows.Close()
+	out := []Receipt{}
+	for rows.Next() {
+		var r Receipt
+		if err := rows.Scan(&r.ID, &r.Flow, &r.Seq); err != nil {
+			return nil, dbError("inbox receipts", in.translate(err))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbError("inbox receipts", in.translate(err))
+	}
+	return out, nil
+}
+
+// Projections lists up to limit flows' ledgers in flow order, starting
+// after the flow afterFlow ("": from the first). Errors as Receipts.
+func (in *Inbox) Projections(ctx context.Context, afterFlow string, limit int) ([]Projection, error) {
+	if limit < 1 {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+	}
+	rows, err := in.db.QueryContext(ctx, q["ProjectionPage"], afterFlow, limit)
+	if err != nil {
+		return nil, dbError("inbox projection", in.translate(err))
+	}
+	defer rows.Close()
+	out := []Projection{}
+	for rows.Next() {
+		var p Projection
+		if err := rows.Scan(&p.Flow, &p.Seq, &p.Total); err != nil {
+			return nil, dbError("inbox projection", in.translate(err))
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbError("inbox projection", in.translate(err))
+	}
+	return out, nil
 }
 
 // Snapshot reads receipts and projection in one read transaction. Errors:

@@ -16,32 +16,53 @@ import (
 func init() { rootCmd.AddCommand(newInspectCmd()) }
 
 func newInspectCmd() *cobra.Command {
-	var queue, after string
+	var queue, inboxDSN, after string
 	var asJSON bool
 	var limit int
-	var afterNo int64
+	var afterNo, afterSeq int64
 	cmd := &cobra.Command{
-		Use:   "inspect --queue Q [flows|heads|quarantined|audit|clock] [--json]",
-		Short: "Show flows, heads, quarantined events, the audit log or the clock",
+		Use:   "inspect (--queue Q [flows|heads|quarantined|audit|clock] | --inbox I [receipts|projection]) [--json]",
+		Short: "Show a queue store's flows, heads, quarantined events, audit log or clock, or an inbox's receipts and projection",
 		Long: `Read-only views of a queue store:
   flows        each flow with its last seq and served ticket
   heads        each flow with its head event (the default)
   quarantined  the quarantined heads, with the generation a redrive needs
   audit        the redrive decisions, as written
   clock        the stored tick and the last ticket
-A readable table by default; --json prints one JSON object per line. Stored
+and of an inbox (--inbox, the receiver's store):
+  receipts     each receipt: event id, flow, seq (the default), by flow and seq
+  projection   each flow's ledger: the last seq applied and the total
+Both refuse a store that does not exist. --limit rows at a time; a full page
+says on stderr how to ask for the next (--after FLOW, and --after-seq N for
+receipts). A readable table by default; --json prints one JSON object per line. Stored
 text is data: a table shows a value with control or format characters
 Go-quoted ("a\tb"), and JSON escapes them (\u001b), so nothing a store holds
 can forge lines or drive the terminal.`,
 		Args:      cobra.MaximumNArgs(1),
 		ValidArgs: []string{"flows", "heads", "quarantined", "audit", "clock"},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+			}
+			if inboxDSN != "" {
+				if queue != "" {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "give --queue or --inbox, not both"}
+				}
+				view := "receipts"
+				if len(args) == 1 {
+					view = args[0]
+				}
+				if afterNo != 0 {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: "pages the queue's audit view only"}
+				}
+				return inspectInbox(cmd, inboxDSN, view, asJSON, inboxPage{limit: limit, afterFlow: after, afterSeq: afterSeq})
+			}
+			if afterSeq != 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the inbox's receipts view only"}
+			}
 			view := "heads"
 			if len(args) == 1 {
 				view = args[0]
-			}
-			if limit < 1 {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
 			}
 			// Each view pages its own way; a paging flag it does not take
 			// is refused rather than ignored.
@@ -112,9 +133,7 @@ can forge lines or drive the terminal.`,
 				if len(es) > 0 {
 					next = "--after " + shellQuote(es[len(es)-1].Flow)
 				}
-				for _, e := range es {
-					rows = append(rows, e)
-				}
+				rows = anyRows(es)
 				table = func(w io.Writer) {
 					fmt.Fprintln(w, "ID\tFLOW\tSEQ\tGENERATION\tATTEMPTS\tLIFETIME\tREASON")
 					for _, e := range es {
@@ -139,9 +158,7 @@ can forge lines or drive the terminal.`,
 				if len(as) > 0 {
 					next = "--after-no " + strconv.FormatInt(as[len(as)-1].No, 10)
 				}
-				for _, a := range as {
-					rows = append(rows, a)
-				}
+				rows = anyRows(as)
 				table = func(w io.Writer) {
 					fmt.Fprintln(w, "NO\tAT\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
 					for _, a := range as {
@@ -149,31 +166,40 @@ can forge lines or drive the terminal.`,
 					}
 				}
 			}
-			if len(rows) == limit && next != "" {
-				// A full page: say so, on stderr (stdout stays the rows).
-				fmt.Fprintf(cmd.ErrOrStderr(), "inspect: a full page (--limit %d); more may follow: ask again with %s\n", limit, next)
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				for _, r := range rows {
-					if err := printJSON(out, r); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			table(tw)
-			return tw.Flush()
+			return printView(cmd, rows, table, asJSON, limit, next)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&inboxDSN, "inbox", "", "inbox store (instead of --queue): a SQLite file path or a postgres:// URL")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per line instead of a table")
 	f.IntVar(&limit, "limit", 1000, "at most this many rows")
-	f.StringVar(&after, "after", "", "flows, heads and quarantined: start after this flow id (paging)")
+	f.StringVar(&after, "after", "", "flows, heads, quarantined, receipts and projection: start after this flow id (paging)")
 	f.Int64Var(&afterNo, "after-no", 0, "audit: start after the row numbered this (the NO column; paging)")
+	f.Int64Var(&afterSeq, "after-seq", 0, "receipts, with --after: start after this seq of that flow (paging)")
 	return cmd
+}
+
+// printView prints a view's rows: as a table, or one JSON object per line
+// with asJSON. A full page (limit rows) says on stderr how to ask for the
+// next one (next: the paging flags).
+func printView(cmd *cobra.Command, rows []any, table func(w io.Writer), asJSON bool, limit int, next string) error {
+	if len(rows) == limit && next != "" {
+		// A full page: say so, on stderr (stdout stays the rows).
+		fmt.Fprintf(cmd.ErrOrStderr(), "inspect: a full page (--limit %d); more may follow: ask again with %s\n", limit, next)
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		for _, r := range rows {
+			if err := printJSON(out, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
 }
 
 func deref(s *string) string {

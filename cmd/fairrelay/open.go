@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -139,4 +140,64 @@ func sameStore(a, b string) bool {
 	sa, err1 := os.Stat(a)
 	sb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// openQueueCreating opens a daemon's queue store, creating it when it does
+// not exist yet, and reports whether it did: a misspelt --queue then starts
+// an empty store, and the daemon says so instead of idling in silence.
+func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy) (q *fairrelay.Queue, created bool, err error) {
+	q, err = openQueueConfig(ctx, dsn, fairrelay.Config{Policy: pol, MustExist: true})
+	if err == nil || !missingStore(err, "queue") {
+		return q, false, err
+	}
+	// Missing (or refused for another reason about the path, which the
+	// second open reports the same way).
+	q, err = openQueue(ctx, dsn, pol)
+	return q, err == nil, err
+}
+
+// openInboxCreating is openQueueCreating for an inbox.
+func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options) (in *inbox.Inbox, created bool, err error) {
+	opts.MustExist = true
+	in, err = openInbox(ctx, dsn, opts)
+	if err == nil || !missingStore(err, "inbox") {
+		return in, false, err
+	}
+	opts.MustExist = false
+	in, err = openInbox(ctx, dsn, opts)
+	return in, err == nil, err
+}
+
+// missingStore reports whether err is Open's refusal, under MustExist, of
+// the store named by field ("queue" or "inbox").
+func missingStore(err error, field string) bool {
+	var fe *fairrelay.Error
+	return errors.As(err, &fe) && fe.Code == fairrelay.CodeInvalidInput && fe.Field == field
+}
+
+// redactDSN hides the secrets of a postgres:// or http(s):// URL for logs
+// and output: the password of its user, and the value of every query
+// parameter whose name says it holds one (password, secret, token, key,
+// sig…). A file path is returned as it is.
+func redactDSN(dsn string) string {
+	if !strings.Contains(dsn, "://") {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			lk := strings.ToLower(k)
+			for _, s := range []string{"pass", "secret", "token", "key", "sig", "auth"} {
+				if strings.Contains(lk, s) {
+					q.Set(k, "xxxxx")
+				}
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }

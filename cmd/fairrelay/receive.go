@@ -61,11 +61,14 @@ SIGINT or SIGTERM.`,
 			} else {
 				log.Warn("receive: no --secret: unsigned requests are accepted")
 			}
-			in, err := openInbox(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
+			in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
 			if err != nil {
 				return err
 			}
 			defer in.Close()
+			if created {
+				log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
+			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: err.Error()}
@@ -74,7 +77,7 @@ SIGINT or SIGTERM.`,
 				ln.Close()
 				return err
 			}
-			log.Info("receive: listening", "addr", ln.Addr().String(), "max_delta", maxDelta)
+			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", maxDelta)
 			return serveUntilDone(ctx, ln, in.Handler(opts), limits, log)
 		},
 	}

@@ -83,11 +83,16 @@ in --permanent-status.`,
 				return err
 			}
 			defer s.Close()
-			q, err := openQueue(ctx, queue, pol)
+			q, created, err := openQueueCreating(ctx, queue, pol)
 			if err != nil {
 				return err
 			}
 			defer q.Close()
+			// Name what it works on, so a typo shows at once.
+			log.Info("relay: starting", "queue", redactDSN(queue), "sink", redactDSN(sinkURL), "workers", workers, "policy", pol.Entry)
+			if created {
+				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
+			}
 			cfg := relay.Config{Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
 				ShutdownTimeout: shutdown, Logger: log}
 			if metricsAddr != "" {
