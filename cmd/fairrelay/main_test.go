@@ -218,7 +218,11 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "", "--flow", "A", "--delta", "1", "--at", "5"}, "id: empty"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "0", "--at", "5"}, "delta: must be a positive integer"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--at", "5"}, "body: missing"},
-		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--lease", "0"}, "lease: must be at least 1"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--lease", "0s"}, "lease: must be at least 1ms"},
+		// The daemon's policy flags are durations; a bare number (they were
+		// milliseconds once) is refused with the way to write it.
+		{[]string{"claim", "--queue", q, "--lease", "30000"}, `"30000" has no unit: give a duration such as 30s`},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "retry", "--backoff-base", "1.5ms"}, "backoff-base: must be a whole number of milliseconds"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--at", "4"}, "clock_regressed"},
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "acepted", "--at", "5"}, `outcome: unknown outcome "acepted"`},
 		{[]string{"settle", "--queue", q, "--id", "NOPE", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "not_found"},

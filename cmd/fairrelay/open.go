@@ -7,7 +7,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,14 +17,100 @@ import (
 	"github.com/fairrelay/fairrelay/inbox"
 )
 
-// policyFlags are the protocol numbers every queue command accepts.
+// policyFlags are the protocol numbers every queue command accepts. Times
+// are durations (30s, 5m) for the commands that work on a daemon's store,
+// where 1 tick = 1 ms, and ticks for script, whose logical time is the
+// SPEC's.
 type policyFlags struct {
 	entry  string
-	lease  int64
 	budget int64
-	base   int64
-	cap    int64
 	jitter float64
+	// ticks: the lease and backoff in ticks (script); else the durations.
+	ticks               bool
+	lease, base, cap    int64
+	leaseD, baseD, capD time.Duration
+}
+
+// register adds the policy flags with def's values as defaults: the
+// daemon's (fairrelay.DaemonPolicy, ticks = ms) as durations for the relay
+// and the tools that act on its store, the article's
+// (fairrelay.ReferencePolicy) in ticks (ticks true) for script.
+func (p *policyFlags) register(cmd *cobra.Command, def fairrelay.Policy, ticks bool) {
+	f := cmd.Flags()
+	p.ticks = ticks
+	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule: seed (the article's) or fair (SPEC §7)")
+	f.Int64Var(&p.budget, "budget", def.Budget, "claims per round before a transient failure quarantines")
+	f.Float64Var(&p.jitter, "jitter", def.Jitter, "jitter j in [0,1): each delay d becomes a value in [d*(1-j), d]")
+	if p.ticks {
+		f.Int64Var(&p.lease, "lease", def.Lease, "lease length, in ticks (the SPEC's logical time)")
+		f.Int64Var(&p.base, "backoff-base", def.BackoffBase, "first retry delay, in ticks")
+		f.Int64Var(&p.cap, "backoff-cap", def.BackoffCap, "largest retry delay, in ticks")
+		return
+	}
+	p.leaseD, p.baseD, p.capD = ticksToDuration(def.Lease), ticksToDuration(def.BackoffBase), ticksToDuration(def.BackoffCap)
+	f.Var(durationFlag{&p.leaseD}, "lease", "lease length, a duration (a whole number of milliseconds, the daemon's tick)")
+	f.Var(durationFlag{&p.baseD}, "backoff-base", "first retry delay, a duration")
+	f.Var(durationFlag{&p.capD}, "backoff-cap", "largest retry delay, a duration")
+}
+
+func (p *policyFlags) policy() (fairrelay.Policy, error) {
+	e, err := fairrelay.ParseEntry(p.entry)
+	if err != nil {
+		return fairrelay.Policy{}, err
+	}
+	if !p.ticks {
+		for _, d := range []struct {
+			name string
+			d    time.Duration
+			to   *int64
+		}{{"lease", p.leaseD, &p.lease}, {"backoff-base", p.baseD, &p.base}, {"backoff-cap", p.capD, &p.cap}} {
+			if d.d%time.Millisecond != 0 {
+				return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: d.name, Message: fmt.Sprintf("must be a whole number of milliseconds (the daemon's tick), got %s", d.d)}
+			}
+			*d.to = d.d.Milliseconds()
+		}
+	}
+	pol := fairrelay.Policy{Entry: e, Lease: p.lease, Budget: p.budget, BackoffBase: p.base, BackoffCap: p.cap, Jitter: p.jitter}
+	// A zero here is a typed 0, not "the default" as in the library.
+	for name, v := range map[string]int64{"lease": p.lease, "budget": p.budget, "backoff-base": p.base, "backoff-cap": p.cap} {
+		if v < 1 {
+			unit := ""
+			if !p.ticks && name != "budget" {
+				unit = "ms"
+			}
+			return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: fmt.Sprintf("must be at least 1%s, got %d%s", unit, v, unit)}
+		}
+	}
+	return pol, pol.Validate()
+}
+
+// ticksToDuration reads a daemon tick count as the time it stands for.
+func ticksToDuration(ticks int64) time.Duration { return time.Duration(ticks) * time.Millisecond }
+
+// durationFlag is a duration flag ("30s", "1500ms") that explains a bare
+// number instead of guessing its unit: the policy flags were in
+// milliseconds once.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0s"
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Type() string { return "duration" }
+
+func (f durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseInt(s, 10, 64); nerr == nil {
+			return fmt.Errorf("%q has no unit: give a duration such as 30s, 5m or 1500ms", s)
+		}
+		return err
+	}
+	*f.d = d
+	return nil
 }
 
 // secretEnv names the environment variable that relay and receive read the
@@ -47,35 +135,6 @@ func atFlag(cmd *cobra.Command, at int64) int64 {
 		return at
 	}
 	return fairrelay.AtStored
-}
-
-// register adds the policy flags with def's values as defaults: the
-// daemon's (fairrelay.DaemonPolicy, ticks = ms) for the relay and the tools
-// that act on its store, the article's (fairrelay.ReferencePolicy) for
-// script.
-func (p *policyFlags) register(cmd *cobra.Command, def fairrelay.Policy) {
-	f := cmd.Flags()
-	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule: seed (the article's) or fair (SPEC §7)")
-	f.Int64Var(&p.lease, "lease", def.Lease, "lease length, in ticks (the relay's tick is 1 ms)")
-	f.Int64Var(&p.budget, "budget", def.Budget, "claims per round before a transient failure quarantines")
-	f.Int64Var(&p.base, "backoff-base", def.BackoffBase, "first retry delay, in ticks")
-	f.Int64Var(&p.cap, "backoff-cap", def.BackoffCap, "largest retry delay, in ticks")
-	f.Float64Var(&p.jitter, "jitter", def.Jitter, "jitter j in [0,1): each delay d becomes a value in [d*(1-j), d]")
-}
-
-func (p *policyFlags) policy() (fairrelay.Policy, error) {
-	e, err := fairrelay.ParseEntry(p.entry)
-	if err != nil {
-		return fairrelay.Policy{}, err
-	}
-	pol := fairrelay.Policy{Entry: e, Lease: p.lease, Budget: p.budget, BackoffBase: p.base, BackoffCap: p.cap, Jitter: p.jitter}
-	// A zero here is a typed 0, not "the default" as in the library.
-	for name, v := range map[string]int64{"lease": p.lease, "budget": p.budget, "backoff-base": p.base, "backoff-cap": p.cap} {
-		if v < 1 {
-			return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: fmt.Sprintf("must be at least 1, got %d", v)}
-		}
-	}
-	return pol, pol.Validate()
 }
 
 func openQueue(ctx context.Context, dsn string, pol fairrelay.Policy) (*fairrelay.Queue, error) {

@@ -195,7 +195,7 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 	}
 	metrics := freeAddr(t)
 	rel := startCLI(t, "relay", "--queue", queue, "--sink", "http://"+addr+"/", "--secret", secret, "--workers", "4",
-		"--metrics-addr", metrics, "--backoff-base", "50", "--backoff-cap", "200")
+		"--metrics-addr", metrics, "--backoff-base", "50ms", "--backoff-cap", "200ms")
 	waitFor(t, queue, "20 acked and A1 quarantined", func(s *fairrelay.Snapshot) bool {
 		return countState(s, fairrelay.StateAcked) == 20 && countState(s, fairrelay.StateQuarantined) == 1
 	})
@@ -245,7 +245,7 @@ func TestRelayRestartAfterKill(t *testing.T) {
 		t.Fatalf("enqueue: %s", errOut)
 	}
 	args := []string{"relay", "--queue", queue, "--sink", "http://" + addr + "/", "--workers", "4",
-		"--lease", "1500", "--timeout", "500ms", "--lease-margin", "200ms"}
+		"--lease", "1500ms", "--timeout", "500ms", "--lease-margin", "200ms"}
 	first := startCLI(t, args...)
 	waitFor(t, queue, "30 acked", func(s *fairrelay.Snapshot) bool { return countState(s, fairrelay.StateAcked) >= 30 })
 	if code := first.signal(t, syscall.SIGKILL); code == 0 {
@@ -266,7 +266,7 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--lease", "5000", "--timeout", "10s"}, "lease"},
+		{[]string{"--lease", "5s", "--timeout", "10s"}, "lease"},
 		{[]string{"--workers", "0"}, "workers"},
 		{[]string{"--permanent-status", "503"}, "permanent_status"},
 		{[]string{"--secret", "whsec_!!"}, "secret"},

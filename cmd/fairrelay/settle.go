@@ -62,6 +62,6 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 	f.Int64Var(&gen, "generation", 0, "generation of the claim (its fencing token)")
 	f.StringVar(&outcome, "outcome", "", "what the receiver answered")
 	f.Int64Var(&at, "at", 0, atUsage)
-	pf.register(cmd, fairrelay.DaemonPolicy())
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
 }
