@@ -112,6 +112,11 @@ in --permanent-status.`,
 			}
 			r, err := relay.New(ctx, cfg)
 			if err != nil {
+				if ctx.Err() != nil {
+					// A signal during start-up: a stop, not a failure.
+					log.Info("relay: stopped before it started")
+					return nil
+				}
 				return err
 			}
 			if secret == "" {

@@ -28,8 +28,7 @@ func TestDaemonsNameTheirStoresAndSayWhenCreated(t *testing.T) {
 	sinkURL := strings.Replace(sink.URL, "http://", "http://relay:hunter2@", 1) + "/?token=s3cret"
 	run := func(args ...string) string {
 		cmd, stderr, exited := startDaemon(t, args...)
-		waitStderr(t, stderr, "level=INFO")
-		waitStderr(t, stderr, map[bool]string{true: "relay: starting", false: "receive: listening"}[args[0] == "relay"])
+		waitStderr(t, stderr, map[bool]string{true: "relay: started", false: "receive: listening"}[args[0] == "relay"])
 		cmd.Process.Signal(syscall.SIGTERM)
 		if code := <-exited; code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
