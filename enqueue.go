@@ -13,11 +13,11 @@ import (
 // EnqueueParams is one event to enqueue in its own transaction, or in the
 // caller's (SPEC §2 enqueue).
 type EnqueueParams struct {
-	// ID is the event id: 1 to MaxIDBytes bytes of UTF-8 without control
-	// characters, unique in the store. The receiver deduplicates by it.
+	// ID is the event id, unique in the store, following CheckID's rule
+	// (1 to MaxIDBytes bytes of UTF-8, no control or format characters, no
+	// white space at either end). The receiver deduplicates by it.
 	ID string
-	// Flow is the ordering key: 1 to MaxIDBytes bytes of UTF-8 without
-	// control characters.
+	// Flow is the ordering key, following CheckID's rule.
 	Flow string
 	// Body is the immutable payload: 1 to Policy.MaxBodyBytes bytes, stored
 	// and delivered byte for byte.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairrelay/fairrelay/internal/fsfault"
 	"github.com/fairrelay/fairrelay/internal/sqlfile"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
@@ -106,6 +107,9 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 	default:
 		s, err = sqlitestore.Open(ctx, dsn, sqlitestore.Options{BusyTimeout: cfg.BusyTimeout, MustExist: cfg.MustExist,
 			Entry: string(pol.Entry), AdoptEntry: cfg.AdoptStoredEntry})
+		// Name a read-only or unwritable place, which the driver calls
+		// "unable to open database file".
+		err = fsfault.Explain(dsn, err)
 	}
 	if err != nil {
 		return nil, openError(err)

@@ -3,7 +3,6 @@ package fairrelay
 import (
 	"context"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -16,10 +15,13 @@ type RedriveParams struct {
 	// ExpectedGeneration must equal the event's current generation
 	// (optimistic concurrency, not authentication).
 	ExpectedGeneration int64
-	// Reason says why; it must be non-empty after trimming, at most
-	// MaxReasonBytes bytes of UTF-8. It is kept in the audit row.
+	// Reason says why; it must be non-empty after trimming (else the
+	// redrive is rejected, empty_reason) and follow CheckReason (at most
+	// MaxReasonBytes bytes of UTF-8, one line, no control characters). It
+	// is kept in the audit row.
 	Reason string
-	// Operator names who decided; optional, at most MaxIDBytes bytes.
+	// Operator names who decided; optional, and when given it follows
+	// CheckID's rule.
 	Operator string
 	// At is the tick of the write.
 	At int64
@@ -58,7 +60,8 @@ type RedriveResult struct {
 // body unchanged) and an audit row records the operator, the reason, the
 // quarantine reason it cleared and the new generation. Otherwise it answers
 // rejected and changes nothing, not even the tick. Errors (SPEC §2 order):
-// ErrClockRegressed; ErrInvalidInput naming at, id, operator or reason;
+// ErrClockRegressed; ErrInvalidInput naming at, id, operator (CheckID's
+// rule) or reason (CheckReason's: one line, no control characters);
 // ErrNotFound for an unknown id; ErrBusy; ErrDatabase (an audit insert that
 // fails rolls the whole redrive back).
 func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, error) {
@@ -68,18 +71,7 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 			if err := checkID("id", p.EventID); err != nil {
 				return err
 			}
-			if p.Operator != "" {
-				if err := checkID("operator", p.Operator); err != nil {
-					return err
-				}
-			}
-			if len(p.Reason) > MaxReasonBytes {
-				return invalid("reason", "%d bytes, more than the limit of %d", len(p.Reason), MaxReasonBytes)
-			}
-			if !utf8.ValidString(p.Reason) {
-				return invalid("reason", "not valid UTF-8")
-			}
-			return nil
+			return checkAudited(p.Operator, p.Reason)
 		}}
 	_, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		e := t.events[p.EventID]

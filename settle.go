@@ -169,8 +169,8 @@ func checkSettles(ps []Settlement) error {
 		if p.Token.EventID == "" {
 			return invalid("id", "empty")
 		}
-		if p.Token.Generation < 0 {
-			return invalid("generation", "must not be negative, got %d", p.Token.Generation)
+		if err := checkGeneration("generation", p.Token.Generation); err != nil {
+			return err
 		}
 		if p.NotBefore < 0 || p.NotBefore > 2*MaxTick {
 			return invalid("not_before", "must be a tick in [0, %d], got %d", int64(2*MaxTick), p.NotBefore)

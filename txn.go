@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
-	"github.com/fairrelay/fairrelay/internal/ident"
 	"github.com/fairrelay/fairrelay/internal/store"
 )
 
@@ -292,12 +291,3 @@ func placeHead(f *store.FlowRow, due, at int64) {
 func parkHead(f *store.FlowRow) { f.Runnable, f.WaitUntil = false, nil }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
-
-// checkID checks an identifier field (SPEC §2: an invalid id is an error
-// naming the field; internal/ident holds the rule).
-func checkID(field, v string) error {
-	if err := ident.Check(v); err != nil {
-		return invalid(field, "%s", err.Error())
-	}
-	return nil
-}

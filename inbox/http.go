@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/sink/webhook"
@@ -22,10 +24,22 @@ type HandlerOptions struct {
 	// MaxBodyBytes is the largest request body read, in bytes; a larger one
 	// answers 413. Defaults to 1 MiB (the queue's default body limit).
 	MaxBodyBytes int64
+	// MaxConcurrent bounds the requests handled at once, counted from their
+	// headers until the answer; one more is answered 503 with Retry-After:
+	// 1 at once (the relay retries it) instead of waiting, so slow or
+	// stalled clients cannot take every goroutine and connection. Defaults
+	// to DefaultMaxConcurrent. The server's read timeout is what cuts a
+	// client that trickles its body (fairrelay receive --read-timeout).
+	MaxConcurrent int
 	// Logger receives one debug line per delivery and errors. Defaults to
 	// discarding.
 	Logger *slog.Logger
 }
+
+// DefaultMaxConcurrent is HandlerOptions.MaxConcurrent's default: far above
+// what a relay sends at once (one request per worker), and far below what
+// exhausts a process.
+const DefaultMaxConcurrent = 64
 
 // Handler returns the inbox as an HTTP service (SPEC §3): it takes
 // deliveries as POST / from the webhook sink, checks the signature with
@@ -33,9 +47,13 @@ type HandlerOptions struct {
 // webhook sink's receiver contract) with an HTTP status that a
 // non-fairrelay client reads the same way: 200 accepted or duplicate, 409
 // gap, 422 a permanent outcome, 503 retry. Failures answer
-// {"error": code, "message": …}: 400 a malformed delivery, 401 a bad or
-// missing signature, 405 not POST, 413 too large, 503 busy, 500 a database
-// error; in every failure nothing is written.
+// {"error": code, "message": …}: 400 a malformed delivery (an id or flow
+// that breaks fairrelay.CheckID included), 401 a bad or missing signature
+// or Fairrelay-* headers that differ from the signed webhook-id (with a
+// "cause": webhook.Cause), 405 not POST, 408 a body slower than the
+// server's read timeout, 413 too large, 503 busy or over
+// opts.MaxConcurrent requests at once, 500 a database error; in every
+// failure nothing is written.
 func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
@@ -44,7 +62,19 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = DefaultMaxConcurrent
+	}
+	slots := make(chan struct{}, opts.MaxConcurrent)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("%d requests are in progress, the most this receiver takes at once; try again", opts.MaxConcurrent))
+			return
+		}
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "method", "deliveries are POST")
@@ -57,23 +87,49 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 				writeError(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("over %d bytes", opts.MaxBodyBytes))
 				return
 			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// The server's read timeout cut a body that came too
+				// slowly; the connection closes after this answer.
+				log.Info("inbox: the request's body did not arrive within the read timeout", "remote", r.RemoteAddr)
+				writeError(w, http.StatusRequestTimeout, "body", "did not arrive within the server's read timeout")
+				return
+			}
 			writeError(w, http.StatusBadRequest, "body", err.Error())
 			return
 		}
 		if opts.Verify != nil {
 			if err := opts.Verify(r.Header, body); err != nil {
 				log.Warn("inbox: rejected an unverified request", "remote", r.RemoteAddr, "err", err)
-				writeError(w, http.StatusUnauthorized, "unauthorized", err.Error())
+				writeUnauthorized(w, err)
 				return
 			}
 		}
 		d, err := DeliveryFromHeader(r.Header, body)
 		if err != nil {
+			if opts.Verify != nil && errors.Is(err, webhook.ErrMetadata) {
+				// Signed, but the headers say another flow or seq than the
+				// signature: a replay with changed metadata.
+				log.Warn("inbox: rejected a request whose headers differ from its signed webhook-id", "remote", r.RemoteAddr, "err", err)
+				writeUnauthorized(w, err)
+				return
+			}
 			writeError(w, http.StatusBadRequest, string(fairrelay.CodeInvalidInput), err.Error())
 			return
 		}
 		out, err := in.Receive(r.Context(), d)
 		if err != nil {
+			if errors.Is(err, fairrelay.ErrInvalidInput) {
+				writeError(w, http.StatusBadRequest, string(fairrelay.CodeInvalidInput), err.Error())
+				return
+			}
+			if r.Context().Err() != nil {
+				// The client went away before the commit: nothing was
+				// written, and nobody is left to answer. Not an error of
+				// this receiver; the relay delivers again.
+				log.Info("inbox: the client went away before the delivery was applied", "id", d.EventID, "remote", r.RemoteAddr, "err", err)
+				return
+			}
 			log.Error("inbox: receive failed", "id", d.EventID, "err", err)
 			if errors.Is(err, fairrelay.ErrBusy) {
 				w.Header().Set("Retry-After", "1")
@@ -88,31 +144,44 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 	})
 }
 
-// DeliveryFromHeader builds a Delivery from a webhook request: the event id
-// from webhook-id (covered by the signature), flow and seq from the
-// Fairrelay-Flow and Fairrelay-Seq headers. Errors: ErrInvalidInput naming
-// the header that is missing or malformed, or Fairrelay-Event-Id when it
-// disagrees with webhook-id.
+// DeliveryFromHeader builds a Delivery from a webhook request: the event
+// id, the flow and the seq from webhook-id (webhook.ParseMessageID), which
+// the signature covers — never from the unsigned Fairrelay-* headers. Those
+// may be present, but each must then equal its signed value. Errors:
+// ErrInvalidInput naming webhook-id when it is missing or not
+// webhook.MessageID's format, naming id or flow when the signed value breaks
+// fairrelay.CheckID's rule (a receiver stores only what a queue could have
+// sent), or naming the Fairrelay-* header that differs from the signed value
+// (then the error also wraps webhook.ErrMetadata; Handler answers 401 to it
+// when it checks signatures). Call it after verifying the signature.
 func DeliveryFromHeader(h http.Header, body []byte) (Delivery, error) {
-	bad := func(field, msg string) error {
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: msg}
+	bad := func(field, msg string, err error) error {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: msg, Err: err}
 	}
-	id := h.Get(webhook.HeaderID)
-	if id == "" {
-		return Delivery{}, bad(webhook.HeaderID, "missing")
+	msgID := h.Get(webhook.HeaderID)
+	if msgID == "" {
+		return Delivery{}, bad(webhook.HeaderID, "missing", nil)
 	}
-	if alt := h.Get(webhook.HeaderEventID); alt != "" && alt != id {
-		return Delivery{}, bad(webhook.HeaderEventID, "differs from "+webhook.HeaderID)
+	id, flow, seq, err := webhook.ParseMessageID(msgID)
+	if err != nil {
+		return Delivery{}, bad(webhook.HeaderID, "malformed", err)
 	}
-	flow := h.Get(webhook.HeaderFlow)
-	if flow == "" {
-		return Delivery{}, bad(webhook.HeaderFlow, "missing")
+	d := Delivery{EventID: id, Flow: flow, Seq: seq, Body: body}
+	if err := d.check(); err != nil {
+		return Delivery{}, err
 	}
-	seq, err := strconv.ParseInt(h.Get(webhook.HeaderSeq), 10, 64)
-	if err != nil || seq < 1 {
-		return Delivery{}, bad(webhook.HeaderSeq, "must be an integer >= 1")
+	for _, m := range []struct{ header, signed string }{
+		{webhook.HeaderEventID, id}, {webhook.HeaderFlow, flow}, {webhook.HeaderSeq, strconv.FormatInt(seq, 10)},
+	} {
+		vs := h.Values(m.header)
+		if len(vs) == 0 {
+			continue
+		}
+		if len(vs) > 1 || vs[0] != m.signed {
+			return Delivery{}, bad(m.header, fmt.Sprintf("%q differs from the signed %s, which says %q", strings.Join(vs, ", "), webhook.HeaderID, m.signed), webhook.ErrMetadata)
+		}
 	}
-	return Delivery{EventID: id, Flow: flow, Seq: seq, Body: body}, nil
+	return d, nil
 }
 
 // WriteOutcome answers a delivery with {"status": "<outcome>"} and the HTTP
@@ -129,6 +198,12 @@ func WriteOutcome(w http.ResponseWriter, o fairrelay.Outcome) {
 		code = http.StatusServiceUnavailable
 	}
 	writeJSON(w, code, map[string]string{"status": string(o)})
+}
+
+// writeUnauthorized answers 401 naming the cause (webhook.Cause), which the
+// webhook sink reports to the operator: a clock to fix, or a secret.
+func writeUnauthorized(w http.ResponseWriter, err error) {
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized", "cause": webhook.Cause(err), "message": err.Error()})
 }
 
 func writeError(w http.ResponseWriter, code int, errCode, msg string) {

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairrelay/fairrelay"
 
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/sink/webhook"
@@ -33,20 +36,38 @@ func newServer(t *testing.T, opts inbox.HandlerOptions) (*inbox.Inbox, *httptest
 // "" (unsigned).
 func post(t *testing.T, url, method, id, flow string, seq int, body, sign string) (int, map[string]string) {
 	t.Helper()
+	return send(t, url, method, header(id, flow, seq, body, sign, time.Now()), body)
+}
+
+// header builds the headers the webhook sink sends for one delivery, signed
+// as post's sign says.
+func header(id, flow string, seq int, body, sign string, now time.Time) http.Header {
+	h := http.Header{}
+	msgID := webhook.MessageID(id, flow, int64(seq))
+	h.Set(webhook.HeaderID, msgID)
+	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	h.Set(webhook.HeaderEventID, id)
+	h.Set(webhook.HeaderFlow, flow)
+	h.Set(webhook.HeaderSeq, strconv.Itoa(seq))
+	switch sign {
+	case "good":
+		h.Set(webhook.HeaderSignature, webhook.Sign(testKey, msgID, now, []byte(body)))
+	case "bad":
+		h.Set(webhook.HeaderSignature, webhook.Sign([]byte("not the key"), msgID, now, []byte(body)))
+	}
+	return h
+}
+
+// send posts body with exactly the headers h and returns the status and the
+// JSON answer.
+func send(t *testing.T, url, method string, h http.Header, body string) (int, map[string]string) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	req.Header.Set(webhook.HeaderID, id)
-	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set(webhook.HeaderFlow, flow)
-	req.Header.Set(webhook.HeaderSeq, strconv.Itoa(seq))
-	switch sign {
-	case "good":
-		req.Header.Set(webhook.HeaderSignature, webhook.Sign(testKey, id, now, []byte(body)))
-	case "bad":
-		req.Header.Set(webhook.HeaderSignature, webhook.Sign([]byte("not the key"), id, now, []byte(body)))
+	for k, vs := range h {
+		req.Header[k] = vs
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -124,5 +145,83 @@ func TestHandlerAnswers(t *testing.T) {
 	}
 	if n := receipts(t, in); n != 1 {
 		t.Fatalf("%d receipts, want only A1's", n)
+	}
+}
+
+// A captured signed request resent within the replay window with another
+// Fairrelay-Flow, Fairrelay-Seq or Fairrelay-Event-Id gets 401 and writes
+// nothing: the signed webhook-id binds the id, the flow and the seq, and
+// the receiver acts on those alone. The genuine request still applies to
+// its own flow afterwards (issue 15).
+func TestHandlerRefusesReplayWithChangedMetadata(t *testing.T) {
+	t.Parallel()
+	in, srv := newServer(t, inbox.HandlerOptions{Verify: webhook.NewVerifier(testKey).Verify})
+	body := `{"delta":1}`
+	genuine := header("E1", "A", 1, body, "good", time.Now())
+	for _, tc := range []struct{ header, value string }{
+		{webhook.HeaderFlow, "VICTIM"},
+		{webhook.HeaderSeq, "2"},
+		{webhook.HeaderEventID, "E2"},
+	} {
+		h := genuine.Clone()
+		h.Set(tc.header, tc.value)
+		code, m := send(t, srv.URL, http.MethodPost, h, body)
+		if code != http.StatusUnauthorized || m["cause"] != webhook.CauseMetadata || !strings.Contains(m["message"], tc.header) {
+			t.Errorf("replay with %s: %s: %d %v, want 401 naming the header", tc.header, tc.value, code, m)
+		}
+	}
+	// Nor does a webhook-id rewritten for the victim pass: it is signed.
+	h := genuine.Clone()
+	h.Set(webhook.HeaderID, webhook.MessageID("E1", "VICTIM", 1))
+	h.Set(webhook.HeaderFlow, "VICTIM")
+	if code, m := send(t, srv.URL, http.MethodPost, h, body); code != http.StatusUnauthorized || m["cause"] != webhook.CauseSignature {
+		t.Errorf("replay with a rewritten webhook-id: %d %v, want 401", code, m)
+	}
+	if n := receipts(t, in); n != 0 {
+		t.Fatalf("%d receipts written by replays", n)
+	}
+	// The headers are optional; the signed webhook-id is enough.
+	h = genuine.Clone()
+	h.Del(webhook.HeaderFlow)
+	h.Del(webhook.HeaderSeq)
+	h.Del(webhook.HeaderEventID)
+	if code, m := send(t, srv.URL, http.MethodPost, h, body); code != http.StatusOK || m["status"] != "accepted" {
+		t.Fatalf("the genuine request: %d %v", code, m)
+	}
+	s, err := in.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Receipts) != 1 || s.Receipts[0] != (inbox.Receipt{ID: "E1", Flow: "A", Seq: 1}) || len(s.Projection) != 1 || s.Projection[0].Flow != "A" {
+		t.Fatalf("inbox after the genuine request: %+v", s)
+	}
+}
+
+// The inbox stores no id or flow the queue would refuse (fairrelay.CheckID):
+// a signed request naming one gets 400 naming the field, and writes nothing;
+// Receive called directly refuses them too (issue 15).
+func TestInboxRefusesNamesTheQueueRefuses(t *testing.T) {
+	t.Parallel()
+	in, srv := newServer(t, inbox.HandlerOptions{Verify: webhook.NewVerifier(testKey).Verify})
+	for _, tc := range []struct{ id, flow, field string }{
+		{"S1\t", "S", "id"},
+		{"S\xff", "S", "id"},
+		{strings.Repeat("i", 300), "S", "id"},
+		{"S1 ", "S", "id"},
+		{"S1", " R", "flow"},
+		{"S1", "R\u0085", "flow"},
+	} {
+		code, m := send(t, srv.URL, http.MethodPost, header(tc.id, tc.flow, 1, `{"delta":1}`, "good", time.Now()), `{"delta":1}`)
+		if code != http.StatusBadRequest || m["error"] != "invalid_input" || !strings.HasPrefix(m["message"], tc.field+": ") {
+			t.Errorf("id %q flow %q: %d %v, want 400 naming %s", tc.id, tc.flow, code, m, tc.field)
+		}
+		_, err := in.Receive(t.Context(), inbox.Delivery{EventID: tc.id, Flow: tc.flow, Seq: 1, Body: []byte(`{"delta":1}`)})
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != tc.field {
+			t.Errorf("Receive id %q flow %q: %v, want invalid_input naming %s", tc.id, tc.flow, err, tc.field)
+		}
+	}
+	if n := receipts(t, in); n != 0 {
+		t.Fatalf("%d receipts written for names the queue refuses", n)
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
+	"github.com/fairrelay/fairrelay/internal/fsfault"
 	"github.com/fairrelay/fairrelay/internal/jsontext"
 	"github.com/fairrelay/fairrelay/internal/sqlfile"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -44,10 +45,28 @@ const MigrationTable = "fairrelay_inbox_migration"
 
 // Delivery is one event as the relay sends it.
 type Delivery struct {
+	// EventID and Flow follow fairrelay.CheckID's rule.
 	EventID string
 	Flow    string
-	Seq     int64
-	Body    []byte
+	// Seq is the event's place in its flow, >= 1.
+	Seq  int64
+	Body []byte
+}
+
+// check applies the queue's rule to what a delivery names, so the inbox
+// stores no id or flow a queue could not have sent (a TAB, invalid UTF-8,
+// 300 bytes).
+func (d Delivery) check() error {
+	if err := fairrelay.CheckID("id", d.EventID); err != nil {
+		return err
+	}
+	if err := fairrelay.CheckID("flow", d.Flow); err != nil {
+		return err
+	}
+	if d.Seq < 1 {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq", Message: fmt.Sprintf("must be at least 1, got %d", d.Seq)}
+	}
+	return nil
 }
 
 // Options configure an Inbox.
@@ -58,6 +77,11 @@ type Options struct {
 	// BusyTimeout is how long a receive waits for another process's write
 	// lock (SQLite). Defaults to 5s.
 	BusyTimeout time.Duration
+	// MustExist makes Open fail with ErrInvalidInput (field "inbox"),
+	// creating nothing, when there is no inbox yet — a missing SQLite file,
+	// a PostgreSQL schema without one — instead of creating an empty one:
+	// for tools that only read, where a typo must not pass silently.
+	MustExist bool
 }
 
 // NoDeltaLimit is the MaxDelta of an inbox that supports every delta.
@@ -73,6 +97,10 @@ type Inbox struct {
 	lock        string
 	maxDelta    atomic.Int64
 	unavailable atomic.Bool
+	// commitHook, when set (by tests), commits in place of tx.Commit: it
+	// lets a test cancel the request at the commit or fail a commit that
+	// applied. ctx is Receive's.
+	commitHook func(ctx context.Context, tx *sql.Tx) error
 }
 
 // backend is another backend's opener and its error translation, registered
@@ -128,6 +156,11 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "directory " + filepath.Dir(abs) + " does not exist"}
 	}
+	if opts.MustExist {
+		if _, err := os.Stat(abs); err != nil {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " does not exist (create it with fairrelay migrate --inbox or receive)"}
+		}
+	}
 	db, err := sql.Open("sqlite", sqlitestore.DSN(abs, opts.BusyTimeout, true))
 	if err != nil {
 		return nil, err
@@ -135,7 +168,7 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 	db.SetMaxOpenConns(1)
 	if err := sqlitestore.RefuseForeign(ctx, db, "fairrelay_migration", "a fairrelay queue store, not an inbox"); err != nil {
 		db.Close()
-		return nil, dbError("open inbox", err)
+		return nil, openSQLiteError(abs, err)
 	}
 	migs, err := sqlfile.Migrations(migrationsFS, "migrations/sqlite")
 	if err != nil {
@@ -144,9 +177,20 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 	}
 	if _, err := sqlfile.ApplyNamed(ctx, db, MigrationTable, migs, ""); err != nil {
 		db.Close()
-		return nil, dbError("open inbox", sqlitestore.Translate(err))
+		return nil, openSQLiteError(abs, sqlitestore.Translate(err))
 	}
 	return db, nil
+}
+
+// openSQLiteError classifies a failure to open the SQLite inbox at path: a
+// place that is read-only or not writable is ErrInvalidInput naming
+// "inbox", with the cause (the driver says only "unable to open database
+// file"); anything else as dbError.
+func openSQLiteError(path string, err error) error {
+	if err := fsfault.Explain(path, err); errors.Is(err, fsfault.ErrNotWritable) {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "cannot open", Err: err}
+	}
+	return dbError("open inbox", err)
 }
 
 // DB returns the inbox's database, for receivers that keep more of their own
@@ -209,13 +253,30 @@ func Delta(body []byte) (delta int64, ok, tooLarge bool) {
 // seq <= the flow's projected seq → sequence_conflict; seq beyond the next →
 // gap; a body that is not a ledger body → invalid_body; delta over
 // MaxDelta → unsupported_delta; otherwise the receipt and the effect commit
-// together → accepted. Errors (database, busy) reach the caller and nothing
-// is written; they are never turned into an outcome.
+// together → accepted. Errors reach the caller and nothing is written; they
+// are never turned into an outcome: ErrInvalidInput naming id or flow (they
+// break fairrelay.CheckID's rule) or seq (below 1), checked first; database
+// errors and ErrBusy.
+//
+// ctx bounds the reads and writes; once they are done the commit runs to
+// its end whatever happens to ctx (a client that hangs up mid-commit does
+// not turn a committed receipt into an error), and Receive never reports
+// an error for an effect that is applied: when the commit itself reports
+// one, it reads the receipt back and answers accepted if it is there.
 func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, error) {
+	if err := d.check(); err != nil {
+		return "", err
+	}
 	if in.unavailable.Load() {
 		return fairrelay.OutcomeRetry, nil
 	}
-	tx, err := in.db.BeginTx(ctx, nil)
+	// database/sql (and pgx under it) commits on the context the
+	// transaction began with, and rolls back when that context is done:
+	// begun on ctx, a request cancelled while COMMIT was in flight reported
+	// "context canceled" (answered 500) for a receipt the server had
+	// committed. The statements below still run on ctx, so a request
+	// cancelled before the commit changes nothing.
+	tx, err := in.db.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return "", dbError("receive: begin transaction", in.translate(err))
 	}
@@ -228,11 +289,40 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 		return out, nil
 	}
 	faultpoint.Hit(faultpoint.BeforeReceiptCommit)
-	if err := tx.Commit(); err != nil {
+	commit := func() error { return tx.Commit() }
+	if in.commitHook != nil {
+		commit = func() error { return in.commitHook(ctx, tx) }
+	}
+	if err := commit(); err != nil {
+		// A failed commit does not prove that nothing was written: a
+		// connection lost after the server committed looks the same.
+		if applied, rerr := in.applied(context.WithoutCancel(ctx), d); rerr == nil && applied {
+			faultpoint.Hit(faultpoint.AfterReceiptCommit)
+			return out, nil
+		}
 		return "", dbError("receive: commit", in.translate(err))
 	}
 	faultpoint.Hit(faultpoint.AfterReceiptCommit)
 	return out, nil
+}
+
+// applied reports whether d's receipt is stored, with its flow, seq and
+// body: the effect of d is in the projection, whatever a commit answered.
+// It reads on a fresh connection, bounded to 10 seconds.
+func (in *Inbox) applied(ctx context.Context, d Delivery) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var flow string
+	var seq int64
+	var body []byte
+	err := in.db.QueryRowContext(ctx, q["ReceiptGet"], d.EventID).Scan(&flow, &seq, &body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return flow == d.Flow && seq == d.Seq && bytes.Equal(body, d.Body), nil
 }
 
 func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay.Outcome, error) {
@@ -316,6 +406,58 @@ func (s *Snapshot) ByFlow() map[string]Projection {
 		m[p.Flow] = p
 	}
 	return m
+}
+
+// Receipts lists up to limit receipts in (flow, seq) order, starting after
+// the receipt of flow afterFlow at seq afterSeq ("" and 0: from the first),
+// in one read: for paging through an inbox of any size. Errors:
+// ErrInvalidInput (field "limit") for limit < 1; database errors.
+func (in *Inbox) Receipts(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
+	if limit < 1 {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+	}
+	rows, err := in.db.QueryContext(ctx, q["ReceiptPage"], afterFlow, afterSeq, limit)
+	if err != nil {
+		return nil, dbError("inbox receipts", in.translate(err))
+	}
+	defer rows.Close()
+	out := []Receipt{}
+	for rows.Next() {
+		var r Receipt
+		if err := rows.Scan(&r.ID, &r.Flow, &r.Seq); err != nil {
+			return nil, dbError("inbox receipts", in.translate(err))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbError("inbox receipts", in.translate(err))
+	}
+	return out, nil
+}
+
+// Projections lists up to limit flows' ledgers in flow order, starting
+// after the flow afterFlow ("": from the first). Errors as Receipts.
+func (in *Inbox) Projections(ctx context.Context, afterFlow string, limit int) ([]Projection, error) {
+	if limit < 1 {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+	}
+	rows, err := in.db.QueryContext(ctx, q["ProjectionPage"], afterFlow, limit)
+	if err != nil {
+		return nil, dbError("inbox projection", in.translate(err))
+	}
+	defer rows.Close()
+	out := []Projection{}
+	for rows.Next() {
+		var p Projection
+		if err := rows.Scan(&p.Flow, &p.Seq, &p.Total); err != nil {
+			return nil, dbError("inbox projection", in.translate(err))
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbError("inbox projection", in.translate(err))
+	}
+	return out, nil
 }
 
 // Snapshot reads receipts and projection in one read transaction. Errors:

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/fairrelay/fairrelay"
+
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
@@ -62,6 +64,16 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error
 			err = fmt.Errorf("%w: schema %s holds a fairrelay queue store, not an inbox", store.ErrNotDatabase, schema)
 		}
 		return nil, err
+	}
+	if opts.MustExist {
+		// Before Migrate, which would create the schema and the tables.
+		if found, err := pgstore.HoldsTable(ctx, db, "receipt"); err != nil || !found {
+			db.Close()
+			if err == nil {
+				err = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: fmt.Sprintf("schema %s holds no inbox (create it with fairrelay migrate --inbox or receive)", schema)}
+			}
+			return nil, err
+		}
 	}
 	if _, err := pgstore.Migrate(ctx, db, schema, postgresMigrations, "migrations/postgres", "receipt"); err != nil {
 		db.Close()

@@ -19,3 +19,11 @@ SELECT event_id, flow_id, seq FROM receipt ORDER BY flow_id, seq;
 
 -- name: ProjectionList
 SELECT flow_id, seq, total FROM projection ORDER BY flow_id;
+
+-- name: ReceiptPage
+SELECT event_id, flow_id, seq FROM receipt
+WHERE flow_id > $1 OR (flow_id = $1 AND seq > $2)
+ORDER BY flow_id, seq LIMIT $3;
+
+-- name: ProjectionPage
+SELECT flow_id, seq, total FROM projection WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;

@@ -89,7 +89,7 @@ func newHarnessOn(t *testing.T, pol fairrelay.Policy, queueDSN, inboxDSN string)
 	t.Cleanup(func() { h.in.Close() })
 	handler := h.in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(h.key).Verify})
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d := delivery{id: r.Header.Get(webhook.HeaderID), flow: r.Header.Get(webhook.HeaderFlow), seq: r.Header.Get(webhook.HeaderSeq)}
+		d := delivery{id: r.Header.Get(webhook.HeaderEventID), flow: r.Header.Get(webhook.HeaderFlow), seq: r.Header.Get(webhook.HeaderSeq)}
 		// Read the body first: only then does the server notice a client
 		// that gave up (r.Context() is cancelled).
 		body, err := io.ReadAll(r.Body)

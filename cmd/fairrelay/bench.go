@@ -88,7 +88,7 @@ the peak of the whole run, all stores open.`,
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	def := fairrelay.ReferencePolicy()
 	def.Entry = fairrelay.EntryFair
-	pf.register(cmd, def)
+	pf.register(cmd, def, true) // the benchmark runs on explicit ticks
 	return cmd
 }
 

@@ -34,13 +34,16 @@ func newClaimCmd() *cobra.Command {
 			}
 			c := res.First()
 			if c == nil {
-				return printJSON(cmd.OutOrStdout(), script.Result{"status": "idle"})
+				if err := printJSON(cmd.OutOrStdout(), script.Result{"status": "idle"}); err != nil {
+					return err
+				}
+				return notApplied("claim: idle: no head is eligible; nothing was claimed")
 			}
 			return printJSON(cmd.OutOrStdout(), script.ClaimResult(*c))
 		},
 	}
 	cmd.Flags().StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	cmd.Flags().Int64Var(&at, "at", 0, atUsage)
-	pf.register(cmd, fairrelay.DaemonPolicy())
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
 }

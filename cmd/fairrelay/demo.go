@@ -146,7 +146,7 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 	handler := flaky(in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(key).Verify, Logger: quiet}), o.flakyPer)
 	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- serveUntilDone(srvCtx, ln, handler, quiet) }()
+	go func() { srvDone <- serveUntilDone(srvCtx, ln, handler, defaultLimits, quiet) }()
 	defer func() { stopSrv(); <-srvDone }()
 
 	// The relay: a webhook sink to that receiver.

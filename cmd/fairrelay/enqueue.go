@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -24,8 +23,15 @@ func newEnqueueCmd() *cobra.Command {
 existing or conflict, like the script op.
 
 Without --id it reads JSON lines {"id": …, "flow": …, "body": …} (or "delta")
-from stdin and answers one JSON line each, in batched transactions, at --at or
-by default at the stored tick (so it can run beside a relay).`,
+from stdin and answers one JSON line each, at --at or by default at the stored
+tick (so it can run beside a relay). The lines already waiting go in one
+transaction (up to 500); when the input pauses, what came is committed and
+answered at once (tail -f events | fairrelay enqueue). Once a line of a flow
+fails or conflicts, that flow's later lines are refused, so a rerun of the
+fixed input keeps each flow's order.
+
+Exit codes: 0 applied (created or existing), 1 nothing applied (conflict, or
+a bulk line failed or was refused), 2 an error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pol, err := pf.policy()
@@ -60,7 +66,7 @@ by default at the stored tick (so it can run beside a relay).`,
 				return err
 			}
 			if r.Status == fairrelay.EnqueueConflict {
-				return &exitError{code: 1, err: fmt.Errorf("enqueue: id %q is stored with another flow or body (conflict); nothing was written", id)}
+				return notApplied("enqueue: id %q is stored with another flow or body (conflict); nothing was written", id)
 			}
 			return nil
 		},
@@ -72,6 +78,6 @@ by default at the stored tick (so it can run beside a relay).`,
 	f.StringVar(&body, "body", "", "event body, JSON")
 	f.StringVar(&delta, "delta", "", `shorthand for --body '{"delta":N}', N a positive integer`)
 	f.Int64Var(&at, "at", 0, atUsage)
-	pf.register(cmd, fairrelay.DaemonPolicy())
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/cmd/fairrelay/internal/script"
+	"github.com/fairrelay/fairrelay/internal/jsontext"
 )
 
 // runBulkEnqueue is enqueue without --id: JSON lines from stdin. at is
@@ -28,96 +29,341 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *
 		return err
 	}
 	defer q.Close()
-	failed, total, err := bulkEnqueue(cmd.Context(), q, cmd.InOrStdin(), cmd.OutOrStdout(), at)
+	rep, err := bulkEnqueue(cmd.Context(), q, cmd.InOrStdin(), cmd.OutOrStdout(), at)
 	if err != nil {
 		return err
 	}
-	if failed > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("enqueue: %d of %d lines failed or conflicted (see their answers)", failed, total)}
+	if rep.failed > 0 {
+		return notApplied("enqueue: %d of %d lines failed, conflicted or were refused (see their answers)", rep.failed, rep.total)
 	}
 	return nil
 }
 
-// bulkBatch is how many lines share one transaction (one fsync).
+// bulkBatch is the most lines one transaction (one fsync) takes.
 const bulkBatch = 500
 
+// codeRefused is the error code of a line refused because an earlier line
+// of its flow failed.
+const codeRefused fairrelay.Code = "refused"
+
+// inputLine is one line of stdin as the reader hands it over.
+type inputLine struct {
+	no      int
+	text    []byte
+	tooLong bool
+}
+
+// readLines sends the lines of r to the channel it returns, numbered from
+// 1, and closes it at the end of r; a read error other than EOF is sent on
+// errc. It runs until r ends: stdin has no deadline to stop a read.
+func readLines(r io.Reader) (<-chan inputLine, <-chan error) {
+	lines, errc := make(chan inputLine, bulkBatch), make(chan error, 1)
+	go func() {
+		defer close(lines)
+		br := bufio.NewReaderSize(r, 64<<10)
+		for no := 1; ; no++ {
+			b, tooLong, err := script.ReadLine(br, script.MaxLineBytes)
+			if err != nil && err != io.EOF {
+				errc <- fmt.Errorf("read stdin: %w", err)
+				return
+			}
+			if tooLong || len(bytes.TrimSpace(b)) > 0 {
+				lines <- inputLine{no: no, text: bytes.Clone(bytes.TrimSpace(b)), tooLong: tooLong}
+			}
+			if err == io.EOF {
+				return
+			}
+		}
+	}()
+	return lines, errc
+}
+
 // bulkEnqueue reads JSON lines {"id", "flow", "body" | "delta"} from r and
-// enqueues them in batched transactions, printing one JSON answer per
-// non-blank line, in order, each with its "line" number and "id": the
-// enqueue answer, or {"error": code, "field", "message"} for a line that
-// cannot be enqueued (the others go on). It returns how many lines failed
-// and how many it read; a database error stops the run and is returned.
-func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writer, at int64) (failed, total int, err error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+// enqueues them, printing one JSON answer per non-blank line, in order,
+// each with its "line" number and "id": the enqueue answer, or
+// {"error": code, "field", "message"} for a line that cannot be enqueued
+// (the others go on). It reports how many lines it read, how many failed
+// and how many transactions it wrote; a database error stops the run and
+// is returned.
+//
+// Order: once a line of a flow fails (an error or a conflict), every later
+// line of that flow is refused (code "refused", naming the failed line), so
+// that a rerun of the fixed input stores the flow in the input's order (the
+// lines already stored answer existing). A line whose flow cannot be read
+// at all refuses every later line.
+//
+// Batching: the lines that are already there go in one transaction (up to
+// bulkBatch); as soon as no further line is waiting, the batch is
+// committed and answered, so `tail -f events | fairrelay enqueue` commits
+// each line within milliseconds while a file streams in large batches.
+func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writer, at int64) (bulkReport, error) {
 	out := bufio.NewWriter(w)
 	defer out.Flush()
-	type pending struct {
-		line   int
-		id     string
-		answer script.Result // nil: filled from the batch
+	b := &bulk{q: q, at: at, out: out, failedFlows: map[string]int{}, maxBody: q.Policy().MaxBodyBytes}
+	lines, errc := readLines(r)
+	for {
+		// Wait for the first line of a batch…
+		var l inputLine
+		var ok bool
+		select {
+		case l, ok = <-lines:
+		case <-ctx.Done():
+			return b.bulkReport, ctx.Err()
+		}
+		if !ok {
+			break
+		}
+		b.add(l)
+		// …then take what is already there, without waiting.
+	more:
+		for len(b.answers) < bulkBatch {
+			select {
+			case l, ok = <-lines:
+				if !ok {
+					break more
+				}
+				b.add(l)
+			default:
+				break more
+			}
+		}
+		if err := b.flush(ctx); err != nil {
+			return b.bulkReport, err
+		}
+		if !ok {
+			break
+		}
 	}
-	var (
-		batch   []fairrelay.NewEvent
-		answers []pending
-	)
-	flush := func() error {
-		rs, err := enqueueBatch(ctx, q, batch, at)
-		if err != nil {
+	select {
+	case err := <-errc:
+		return b.bulkReport, err
+	default:
+	}
+	return b.bulkReport, b.flush(ctx)
+}
+
+// bulkReport counts what a bulk enqueue did.
+type bulkReport struct {
+	total        int // non-blank lines read
+	failed       int // lines that failed, conflicted or were refused
+	transactions int // EnqueueMany calls
+}
+
+// bulk is the state of one bulk enqueue.
+type bulk struct {
+	q       *fairrelay.Queue
+	at      int64
+	out     *bufio.Writer
+	maxBody int
+	// failedFlows maps a flow to the line of its first failure; unknownAt
+	// is the first line whose flow could not be read (0: none).
+	failedFlows map[string]int
+	unknownAt   int
+	// The batch: answers in input order, items to enqueue.
+	answers []*bulkAnswer
+	bulkReport
+}
+
+// bulkAnswer is one line's answer; item is set for a line to enqueue.
+type bulkAnswer struct {
+	line   int
+	id     string
+	flow   string
+	item   *fairrelay.EnqueueParams
+	answer script.Result
+}
+
+// add parses one line into the batch: an item to enqueue, or its answer.
+func (b *bulk) add(l inputLine) {
+	b.total++
+	a := &bulkAnswer{line: l.no}
+	b.answers = append(b.answers, a)
+	if l.tooLong {
+		a.answer = script.ErrorResult(&fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "line", Message: fmt.Sprintf("longer than %d bytes; skipped", script.MaxLineBytes)})
+		b.fail(a, false)
+		return
+	}
+	flow, flowKnown := lineFlow(l.text)
+	a.flow = flow
+	p, err := parseBulkLine(l.text)
+	a.id = p.ID
+	switch {
+	case b.unknownAt != 0:
+		a.answer = refusal("line", fmt.Sprintf("line %d could not be read, so its flow is unknown and every later line is refused (a flow's later line must not overtake it): fix line %d and run the whole input again (lines already stored answer existing)", b.unknownAt, b.unknownAt))
+		b.failed++
+		return
+	case flowKnown && b.failedFlows[flow] != 0:
+		n := b.failedFlows[flow]
+		a.answer = refusal("flow", fmt.Sprintf("line %d of flow %q failed, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, flow, n))
+		b.failed++
+		return
+	}
+	if err == nil {
+		err = b.check(p)
+	}
+	if err != nil {
+		a.answer = script.ErrorResult(err)
+		b.fail(a, flowKnown)
+		return
+	}
+	a.item = &p
+}
+
+// check applies what Queue.EnqueueMany would refuse of one item, so that
+// one bad line never fails the batch of the others.
+func (b *bulk) check(p fairrelay.EnqueueParams) error {
+	if err := fairrelay.CheckID("id", p.ID); err != nil {
+		return err
+	}
+	if err := fairrelay.CheckID("flow", p.Flow); err != nil {
+		return err
+	}
+	if len(p.Body) > b.maxBody {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "body", Message: fmt.Sprintf("%d bytes, more than the limit of %d", len(p.Body), b.maxBody)}
+	}
+	return nil
+}
+
+// fail counts a failed line and makes its flow's later lines refused — or
+// every later line, when its flow is unknown.
+func (b *bulk) fail(a *bulkAnswer, flowKnown bool) {
+	b.failed++
+	switch {
+	case !flowKnown:
+		if b.unknownAt == 0 {
+			b.unknownAt = a.line
+		}
+	case b.failedFlows[a.flow] == 0:
+		b.failedFlows[a.flow] = a.line
+	}
+}
+
+func refusal(field, msg string) script.Result {
+	return script.ErrorResult(&fairrelay.Error{Code: codeRefused, Field: field, Message: msg})
+}
+
+// flush enqueues the batch's items in one transaction and prints every
+// answer of the batch in input order.
+func (b *bulk) flush(ctx context.Context) error {
+	if len(b.answers) == 0 {
+		return nil
+	}
+	if err := b.predictConflicts(ctx); err != nil {
+		return err
+	}
+	var items []fairrelay.EnqueueParams
+	for _, a := range b.answers {
+		if a.item != nil {
+			items = append(items, *a.item)
+		}
+	}
+	rs, err := enqueueBatch(ctx, b.q, items, b.at)
+	if err != nil {
+		return err
+	}
+	if len(items) > 0 {
+		b.transactions++
+	}
+	k := 0
+	for _, a := range b.answers {
+		if a.item != nil {
+			a.answer, k = rs[k], k+1
+			if _, bad := a.answer["error"]; bad || a.answer["status"] == string(fairrelay.EnqueueConflict) {
+				b.fail(a, true)
+			} else if n := b.failedFlows[a.flow]; n != 0 && n < a.line {
+				// Only a writer beside this one gets here: line n looked
+				// safe when the batch was built, then conflicted in it.
+				a.answer["warning"] = fmt.Sprintf("stored after line %d of this flow conflicted in the same transaction (another writer stored its id meanwhile): fix line %d and check this flow's order", n, n)
+				b.failed++
+			}
+		}
+		a.answer["line"] = a.line
+		if a.id != "" {
+			a.answer["id"] = a.id
+		}
+		if err := printJSON(b.out, a.answer); err != nil {
 			return err
 		}
-		k := 0
-		for _, a := range answers {
-			if a.answer == nil {
-				a.answer, k = rs[k], k+1
-			}
-			if _, bad := a.answer["error"]; bad || a.answer["status"] == string(fairrelay.EnqueueConflict) {
-				failed++
-			}
-			a.answer["line"] = a.line
-			if a.id != "" {
-				a.answer["id"] = a.id
-			}
-			if err := printJSON(out, a.answer); err != nil {
+	}
+	b.answers = b.answers[:0]
+	return b.out.Flush()
+}
+
+// predictConflicts finds, before the batch is written, the items that will
+// answer conflict while a later item of their flow is in the same batch —
+// one transaction, where the later item would be stored although its
+// flow's earlier line failed. It reads the stored event of each such id
+// (and looks at the batch's own earlier items); a predicted conflict fails
+// its flow, and the later items of the flow are refused instead of written.
+func (b *bulk) predictConflicts(ctx context.Context) error {
+	last := map[string]int{} // flow → index of its last item in the batch
+	for i, a := range b.answers {
+		if a.item != nil {
+			last[a.flow] = i
+		}
+	}
+	earlier := map[string]*fairrelay.EnqueueParams{} // id → its first item in the batch
+	for i, a := range b.answers {
+		if a.item == nil {
+			continue
+		}
+		if n := b.failedFlows[a.flow]; n != 0 && n < a.line {
+			a.item = nil
+			a.answer = refusal("flow", fmt.Sprintf("line %d of flow %q conflicts, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, a.flow, n))
+			b.failed++
+			continue
+		}
+		p := a.item
+		first, seen := earlier[p.ID]
+		if !seen {
+			earlier[p.ID] = p
+		}
+		if last[a.flow] == i {
+			continue // no later item of its flow in this batch
+		}
+		conflict := seen && (first.Flow != p.Flow || !bytes.Equal(first.Body, p.Body))
+		if !seen {
+			e, err := b.q.Event(ctx, p.ID)
+			switch {
+			case errors.Is(err, fairrelay.ErrNotFound):
+			case err != nil:
 				return err
+			default:
+				conflict = e.Flow != p.Flow || !bytes.Equal(e.Body, p.Body)
 			}
 		}
-		batch, answers = batch[:0], answers[:0]
-		return out.Flush()
-	}
-	for line := 1; ; line++ {
-		b, tooLong, rerr := script.ReadLine(br, script.MaxLineBytes)
-		if rerr != nil && rerr != io.EOF {
-			return failed, total, fmt.Errorf("read stdin: %w", rerr)
-		}
-		switch {
-		case tooLong:
-			total++
-			answers = append(answers, pending{line: line, answer: script.ErrorResult(&fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "line", Message: fmt.Sprintf("longer than %d bytes; skipped", script.MaxLineBytes)})})
-		case len(bytes.TrimSpace(b)) > 0:
-			total++
-			p, err := parseBulkLine(bytes.TrimSpace(b))
-			if err != nil {
-				answers = append(answers, pending{line: line, id: p.ID, answer: script.ErrorResult(err)})
-			} else {
-				batch = append(batch, p)
-				answers = append(answers, pending{line: line, id: p.ID})
-			}
-		}
-		if len(answers) >= bulkBatch || rerr == io.EOF {
-			if err := flush(); err != nil {
-				return failed, total, err
-			}
-		}
-		if rerr == io.EOF {
-			return failed, total, nil
+		if conflict {
+			b.failedFlows[a.flow] = a.line // its own answer, conflict, comes from the batch
 		}
 	}
+	return nil
+}
+
+// lineFlow returns the flow a line names, when it is one JSON object with
+// one "flow" member holding a string of valid text — also when the line
+// fails for another reason.
+func lineFlow(line []byte) (string, bool) {
+	members, err := jsontext.Object(line)
+	if err != nil {
+		return "", false
+	}
+	for _, m := range members {
+		if m.Key != "flow" {
+			continue
+		}
+		var flow string
+		if !jsontext.ValidText(m.Value) || json.Unmarshal(m.Value, &flow) != nil {
+			return "", false
+		}
+		return flow, true
+	}
+	return "", false
 }
 
 // parseBulkLine reads one line as strictly as a script line: exact field
 // names (id, flow, body, delta), no duplicates, no nulls, valid text.
-func parseBulkLine(b []byte) (fairrelay.NewEvent, error) {
-	var p fairrelay.NewEvent
+func parseBulkLine(b []byte) (fairrelay.EnqueueParams, error) {
+	var p fairrelay.EnqueueParams
 	members, err := script.Members(b)
 	if err != nil {
 		return p, err
@@ -150,14 +396,20 @@ func parseBulkLine(b []byte) (fairrelay.NewEvent, error) {
 }
 
 // enqueueBatch enqueues ps in one transaction and answers each. When the
-// batch fails on one bad item, every item is enqueued on its own so the bad
-// ones answer an error and the others still go in.
-func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.NewEvent, at int64) ([]script.Result, error) {
+// batch fails on bad input (which bulk.check leaves to the tick), every
+// item is enqueued on its own, in order, so the bad ones answer an error
+// and the others still go in — except the later items of a flow whose item
+// failed, which are refused.
+func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.EnqueueParams, at int64) ([]script.Result, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
 	out := make([]script.Result, len(ps))
-	rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: ps})
+	evs := make([]fairrelay.NewEvent, len(ps))
+	for i, p := range ps {
+		evs[i] = fairrelay.NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body}
+	}
+	rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: evs})
 	if err == nil {
 		for i, r := range rs {
 			out[i] = script.EnqueueResult(r)
@@ -167,13 +419,23 @@ func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.NewEve
 	if !errors.Is(err, fairrelay.ErrInvalidInput) {
 		return nil, err
 	}
+	failedFlows := map[string]bool{}
 	for i, p := range ps {
-		r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: p.ID, Flow: p.Flow, Body: p.Body, At: at})
+		if failedFlows[p.Flow] {
+			out[i] = refusal("flow", fmt.Sprintf("an earlier line of flow %q failed, and a flow's later line must not overtake it", p.Flow))
+			continue
+		}
+		p.At = at
+		r, err := q.Enqueue(ctx, p)
 		switch {
 		case err == nil:
 			out[i] = script.EnqueueResult(r)
+			if r.Status == fairrelay.EnqueueConflict {
+				failedFlows[p.Flow] = true
+			}
 		case errors.Is(err, fairrelay.ErrInvalidInput):
 			out[i] = script.ErrorResult(err)
+			failedFlows[p.Flow] = true
 		default:
 			return nil, err
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -112,7 +111,7 @@ breaks its SPEC claim (the document is still written).`,
 			rep := experiment.Report{Results: results}
 			if !rep.OK() {
 				rep.Write(cmd.ErrOrStderr())
-				return &exitError{code: 1, err: errors.New("experiment run: some scenarios failed")}
+				return notApplied("experiment run: some scenarios failed")
 			}
 			return nil
 		},
@@ -154,7 +153,7 @@ the crash matrix; exits 1 on any broken claim or difference.`,
 				return err
 			}
 			if !rep.OK() {
-				return &exitError{code: 1, err: errors.New("experiment check: results differ from " + frozenPath)}
+				return notApplied("experiment check: results differ from %s", frozenPath)
 			}
 			return nil
 		},

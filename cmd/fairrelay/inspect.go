@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -15,29 +16,53 @@ import (
 func init() { rootCmd.AddCommand(newInspectCmd()) }
 
 func newInspectCmd() *cobra.Command {
-	var queue, after string
+	var queue, inboxDSN, after string
 	var asJSON bool
 	var limit int
-	var afterNo int64
+	var afterNo, afterSeq int64
 	cmd := &cobra.Command{
-		Use:   "inspect --queue Q [flows|heads|quarantined|audit|clock] [--json]",
-		Short: "Show flows, heads, quarantined events, the audit log or the clock",
+		Use:   "inspect (--queue Q [flows|heads|quarantined|audit|clock] | --inbox I [receipts|projection]) [--json]",
+		Short: "Show a queue store's flows, heads, quarantined events, audit log or clock, or an inbox's receipts and projection",
 		Long: `Read-only views of a queue store:
   flows        each flow with its last seq and served ticket
   heads        each flow with its head event (the default)
   quarantined  the quarantined heads, with the generation a redrive needs
   audit        the redrive decisions, as written
   clock        the stored tick and the last ticket
-A readable table by default; --json prints one JSON object per line.`,
+and of an inbox (--inbox, the receiver's store):
+  receipts     each receipt: event id, flow, seq (the default), by flow and seq
+  projection   each flow's ledger: the last seq applied and the total
+Both refuse a store that does not exist. --limit rows at a time; a full page
+says on stderr how to ask for the next (--after FLOW, and --after-seq N for
+receipts). A readable table by default; --json prints one JSON object per line. Stored
+text is data: a table shows a value with control or format characters
+Go-quoted ("a\tb"), and JSON escapes them (\u001b), so nothing a store holds
+can forge lines or drive the terminal.`,
 		Args:      cobra.MaximumNArgs(1),
 		ValidArgs: []string{"flows", "heads", "quarantined", "audit", "clock"},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+			}
+			if inboxDSN != "" {
+				if queue != "" {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "give --queue or --inbox, not both"}
+				}
+				view := "receipts"
+				if len(args) == 1 {
+					view = args[0]
+				}
+				if afterNo != 0 {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: "pages the queue's audit view only"}
+				}
+				return inspectInbox(cmd, inboxDSN, view, asJSON, inboxPage{limit: limit, afterFlow: after, afterSeq: afterSeq})
+			}
+			if afterSeq != 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the inbox's receipts view only"}
+			}
 			view := "heads"
 			if len(args) == 1 {
 				view = args[0]
-			}
-			if limit < 1 {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
 			}
 			// Each view pages its own way; a paging flag it does not take
 			// is refused rather than ignored.
@@ -86,18 +111,18 @@ A readable table by default; --json prints one JSON object per line.`,
 					if view == "flows" {
 						fmt.Fprintln(w, "FLOW\tSEQ\tSERVED")
 						for _, h := range hs {
-							fmt.Fprintf(w, "%s\t%d\t%d\n", h.Flow, h.Seq, h.Served)
+							fmt.Fprintf(w, "%s\t%d\t%d\n", cell(h.Flow), h.Seq, h.Served)
 						}
 						return
 					}
 					fmt.Fprintln(w, "FLOW\tSEQ\tSERVED\tHEAD\tHEAD SEQ\tSTATE\tGEN\tATTEMPTS\tDUE\tREASON")
 					for _, h := range hs {
 						if h.Head == nil {
-							fmt.Fprintf(w, "%s\t%d\t%d\t-\t-\t(all acked)\t\t\t\t\n", h.Flow, h.Seq, h.Served)
+							fmt.Fprintf(w, "%s\t%d\t%d\t-\t-\t(all acked)\t\t\t\t\n", cell(h.Flow), h.Seq, h.Served)
 							continue
 						}
 						e := h.Head
-						fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", h.Flow, h.Seq, h.Served, e.ID, e.Seq, e.State, e.Generation, e.Attempts, due(*e), deref(e.Reason))
+						fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", cell(h.Flow), h.Seq, h.Served, cell(e.ID), e.Seq, e.State, e.Generation, e.Attempts, due(*e), cell(deref(e.Reason)))
 					}
 				}
 			case "quarantined":
@@ -108,13 +133,11 @@ A readable table by default; --json prints one JSON object per line.`,
 				if len(es) > 0 {
 					next = "--after " + shellQuote(es[len(es)-1].Flow)
 				}
-				for _, e := range es {
-					rows = append(rows, e)
-				}
+				rows = anyRows(es)
 				table = func(w io.Writer) {
 					fmt.Fprintln(w, "ID\tFLOW\tSEQ\tGENERATION\tATTEMPTS\tLIFETIME\tREASON")
 					for _, e := range es {
-						fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", e.ID, e.Flow, e.Seq, e.Generation, e.Attempts, e.LifetimeAttempts, deref(e.Reason))
+						fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", cell(e.ID), cell(e.Flow), e.Seq, e.Generation, e.Attempts, e.LifetimeAttempts, cell(deref(e.Reason)))
 					}
 				}
 			case "clock":
@@ -135,41 +158,48 @@ A readable table by default; --json prints one JSON object per line.`,
 				if len(as) > 0 {
 					next = "--after-no " + strconv.FormatInt(as[len(as)-1].No, 10)
 				}
-				for _, a := range as {
-					rows = append(rows, a)
-				}
+				rows = anyRows(as)
 				table = func(w io.Writer) {
 					fmt.Fprintln(w, "NO\tAT\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
 					for _, a := range as {
-						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", a.No, a.At, a.ID, a.Action, a.Generation, deref(a.Operator), deref(a.PreviousReason), a.Reason)
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", a.No, a.At, cell(a.ID), cell(a.Action), a.Generation, cell(deref(a.Operator)), cell(deref(a.PreviousReason)), cell(a.Reason))
 					}
 				}
 			}
-			if len(rows) == limit && next != "" {
-				// A full page: say so, on stderr (stdout stays the rows).
-				fmt.Fprintf(cmd.ErrOrStderr(), "inspect: a full page (--limit %d); more may follow: ask again with %s\n", limit, next)
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				for _, r := range rows {
-					if err := printJSON(out, r); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			table(tw)
-			return tw.Flush()
+			return printView(cmd, rows, table, asJSON, limit, next)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&inboxDSN, "inbox", "", "inbox store (instead of --queue): a SQLite file path or a postgres:// URL")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per line instead of a table")
 	f.IntVar(&limit, "limit", 1000, "at most this many rows")
-	f.StringVar(&after, "after", "", "flows, heads and quarantined: start after this flow id (paging)")
+	f.StringVar(&after, "after", "", "flows, heads, quarantined, receipts and projection: start after this flow id (paging)")
 	f.Int64Var(&afterNo, "after-no", 0, "audit: start after the row numbered this (the NO column; paging)")
+	f.Int64Var(&afterSeq, "after-seq", 0, "receipts, with --after: start after this seq of that flow (paging)")
 	return cmd
+}
+
+// printView prints a view's rows: as a table, or one JSON object per line
+// with asJSON. A full page (limit rows) says on stderr how to ask for the
+// next one (next: the paging flags).
+func printView(cmd *cobra.Command, rows []any, table func(w io.Writer), asJSON bool, limit int, next string) error {
+	if len(rows) == limit && next != "" {
+		// A full page: say so, on stderr (stdout stays the rows).
+		fmt.Fprintf(cmd.ErrOrStderr(), "inspect: a full page (--limit %d); more may follow: ask again with %s\n", limit, next)
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		for _, r := range rows {
+			if err := printJSON(out, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
 }
 
 func deref(s *string) string {
@@ -193,11 +223,35 @@ func due(e fairrelay.EventState) string {
 
 // shellQuote returns s as one shell word: as it is when it needs no
 // quoting, else in single quotes (a paging hint must paste back as given).
+// A value with characters a terminal would act on, or invalid UTF-8, is
+// written in ANSI-C quotes ($'…', bash and zsh) with those bytes as \xNN,
+// so the hint never carries them raw.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@%+=,", r))
 	}) < 0 {
 		return s
 	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	if utf8.ValidString(s) && strings.IndexFunc(s, unsafe) < 0 {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case (r == utf8.RuneError && size == 1) || unsafe(r):
+			for _, c := range []byte(s[i : i+size]) {
+				fmt.Fprintf(&b, `\x%02x`, c)
+			}
+		case r == '\'' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	b.WriteString("'")
+	return b.String()
 }

@@ -25,6 +25,24 @@ var rootCmd = &cobra.Command{
 	SilenceErrors: true,
 }
 
+// The exit codes, one meaning each across every command (README "Exit
+// codes"), so a script can tell "applied" from "answered, but nothing
+// applied" from "failed".
+const (
+	// exitApplied: the command did what it was asked, or found it already
+	// done (enqueue answering existing).
+	exitApplied = 0
+	// exitNotApplied: the command answered on stdout, and nothing was
+	// applied: enqueue conflict, a bulk line that failed or was refused,
+	// claim idle, settle stale or expired, redrive rejected or nothing to
+	// redrive, an experiment that differs.
+	exitNotApplied = 1
+	// exitFailed: an error (one line on stderr naming the code and the
+	// field): bad input, a store that cannot be used, a database error.
+	// Nothing changed.
+	exitFailed = 2
+)
+
 // exitError carries an exit code chosen by a subcommand.
 type exitError struct {
 	code int
@@ -33,9 +51,21 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 
+// notApplied is the error of a command that printed its answer and applied
+// nothing: exit code exitNotApplied, with msg on stderr.
+func notApplied(format string, args ...any) error {
+	return &exitError{code: exitNotApplied, err: fmt.Errorf(format, args...)}
+}
+
 func main() {
+	// The first SIGINT or SIGTERM cancels ctx: daemons stop claiming and let
+	// in-flight work finish (up to their shutdown timeouts). A second one
+	// stops the process at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go exitOnSecondSignal(sigs)
 	err := rootCmd.ExecuteContext(ctx)
 	if err == nil {
 		return
@@ -45,16 +75,36 @@ func main() {
 	if errors.As(err, &ee) {
 		os.Exit(ee.code)
 	}
-	os.Exit(1)
+	os.Exit(exitFailed)
 }
 
 // errorLine renders an error as one line that names the code and field;
-// line breaks inside driver messages are folded so the line stays one.
+// line breaks inside driver messages are folded so the line stays one, and
+// any other character a terminal would act on is escaped (\u001b): an
+// error may quote what a user or a store gave.
 func errorLine(err error) string {
 	msg := err.Error()
 	var fe *fairrelay.Error
 	if errors.As(err, &fe) {
 		msg = fmt.Sprintf("%s: %s", fe.Code, fe.Error())
 	}
-	return strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
+	return string(escapeUnsafe([]byte(strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " "))))
+}
+
+// exitOnSecondSignal waits for a first signal (which cancels the command's
+// context), says that a second one stops at once, and exits with 128 + the
+// signal's number when it comes: an operator who pressed Ctrl-C twice means
+// now, not after the in-flight deliveries or requests (a lease that was not
+// settled runs out and its head is delivered again; SQLite and PostgreSQL
+// keep every committed write).
+func exitOnSecondSignal(sigs <-chan os.Signal) {
+	first := <-sigs
+	fmt.Fprintf(os.Stderr, "fairrelay: %s: stopping gracefully; send it again to stop at once\n", first)
+	second := <-sigs
+	fmt.Fprintf(os.Stderr, "fairrelay: %s again: stopping at once\n", second)
+	code := exitFailed
+	if n, ok := second.(syscall.Signal); ok {
+		code = 128 + int(n)
+	}
+	os.Exit(code)
 }

@@ -20,11 +20,18 @@ import (
 // stdout, stderr and exit codes — without a separate build.
 func TestMain(m *testing.M) {
 	if os.Getenv("FAIRRELAY_TEST_AS_CLI") == "1" {
+		if beforeCLI != nil {
+			beforeCLI()
+		}
 		main()
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
+
+// beforeCLI, when set (by a platform's test file), runs in the child before
+// the CLI: it sets up what the child's environment asks for.
+var beforeCLI func()
 
 // cli runs the CLI with args and stdin in a child process.
 func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
@@ -157,29 +164,40 @@ func TestOneShotCommands(t *testing.T) {
 	steps := []struct {
 		args []string
 		want string
+		code int // README "Exit codes": 0 applied, 1 answered but nothing applied
 	}{
-		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "10", "--at", "0"}, `{"seq":1,"status":"created"}`},
-		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", `{"note":"x", "delta":1}`, "--at", "0"}, `{"seq":2,"status":"created"}`},
-		{[]string{"claim", "--queue", q, "--at", "0"}, `{"attempts":1,"flow":"A","generation":1,"id":"A1","lease_until":30000,"seq":1,"status":"claimed","ticket":1}`},
-		{[]string{"claim", "--queue", q, "--at", "1"}, `{"status":"idle"}`},
-		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "unsupported_delta", "--at", "1"}, `{"status":"quarantined"}`},
-		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"generation":2,"status":"ready"}`},
-		{[]string{"inspect", "--queue", q, "audit", "--json"}, `{"id":"A1","action":"redrive","reason":"fixed","operator":"ops","previous_reason":"unsupported_delta","generation":2,"at":2}`},
+		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "10", "--at", "0"}, `{"seq":1,"status":"created"}`, 0},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", `{"note":"x", "delta":1}`, "--at", "0"}, `{"seq":2,"status":"created"}`, 0},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", `{"delta":1,"note":"x"}`, "--at", "0"}, `{"seq":2,"status":"existing"}`, 0},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "B", "--delta", "1", "--at", "0"}, `{"status":"conflict"}`, 1},
+		{[]string{"claim", "--queue", q, "--at", "0"}, `{"attempts":1,"flow":"A","generation":1,"id":"A1","lease_until":30000,"seq":1,"status":"claimed","ticket":1}`, 0},
+		{[]string{"claim", "--queue", q, "--at", "1"}, `{"status":"idle"}`, 1},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "7", "--outcome", "accepted", "--at", "1"}, `{"status":"stale"}`, 1},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "unsupported_delta", "--at", "1"}, `{"status":"quarantined"}`, 0},
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "7", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"reason":"generation_mismatch","status":"rejected"}`, 1},
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"generation":2,"status":"ready"}`, 0},
+		{[]string{"inspect", "--queue", q, "audit", "--json"}, `{"id":"A1","action":"redrive","reason":"fixed","operator":"ops","previous_reason":"unsupported_delta","generation":2,"at":2}`, 0},
+		{[]string{"redrive", "--queue", q, "--all", "--reason", "again", "--operator", "ops", "--at", "2"}, ``, 1},
+		{[]string{"claim", "--queue", q, "--at", "3"}, `{"attempts":1,"flow":"A","generation":3,"id":"A1","lease_until":30003,"seq":1,"status":"claimed","ticket":2}`, 0},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "3", "--outcome", "accepted", "--at", "30003"}, `{"status":"expired"}`, 1},
 	}
 	for _, s := range steps {
 		out, errOut, code := cli(t, "", s.args...)
-		if code != 0 || strings.TrimSpace(out) != s.want {
-			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want %s", s.args, code, out, errOut, s.want)
+		if code != s.code || strings.TrimSpace(out) != s.want {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want exit %d and %s", s.args, code, out, errOut, s.code, s.want)
+		}
+		if code != 0 && strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%v: stderr %q, want one line saying nothing was applied", s.args, errOut)
 		}
 	}
 	out, _, _ := cli(t, "", "inspect", "--queue", q)
-	if !strings.Contains(out, "A1") || !strings.Contains(out, "ready") {
+	if !strings.Contains(out, "A1") || !strings.Contains(out, "inflight") {
 		t.Fatalf("heads table:\n%s", out)
 	}
 }
 
-// TestCLIErrorsNameTheField checks that bad input exits non-zero with one
-// stderr line naming the field, and changes nothing.
+// TestCLIErrorsNameTheField checks that bad input exits 2 (exitFailed) with
+// one stderr line naming the field, and changes nothing.
 func TestCLIErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -200,7 +218,11 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "", "--flow", "A", "--delta", "1", "--at", "5"}, "id: empty"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "0", "--at", "5"}, "delta: must be a positive integer"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--at", "5"}, "body: missing"},
-		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--lease", "0"}, "lease: must be at least 1"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--lease", "0s"}, "lease: must be at least 1ms"},
+		// The daemon's policy flags are durations; a bare number (they were
+		// milliseconds once) is refused with the way to write it.
+		{[]string{"claim", "--queue", q, "--lease", "30000"}, `"30000" has no unit: give a duration such as 30s`},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "retry", "--backoff-base", "1.5ms"}, "backoff-base: must be a whole number of milliseconds"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--at", "4"}, "clock_regressed"},
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "acepted", "--at", "5"}, `outcome: unknown outcome "acepted"`},
 		{[]string{"settle", "--queue", q, "--id", "NOPE", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "not_found"},
@@ -216,14 +238,27 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "B", "--delta", "1"}, `id "A1" is stored with another flow or body (conflict)`},
 		{[]string{"redrive", "--queue", q, "--all", "--reason-is", "unsuported_delta", "--reason", "x"}, `reason-is: "unsuported_delta" is not a quarantine reason`},
 		{[]string{"migrate", "--inbox", q}, "holds a fairrelay queue store, not an inbox"},
+		// Issue 15: names HTTP would mangle, operator text that would forge
+		// audit lines or drive a terminal, a negative token generation.
+		{[]string{"enqueue", "--queue", q, "--id", "S1 ", "--flow", "S", "--delta", "1"}, "id: ends with white space"},
+		{[]string{"enqueue", "--queue", q, "--id", "S1", "--flow", "S\u0085", "--delta", "1"}, "flow: control character U+0085"},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "-1", "--outcome", "accepted"}, "generation: must not be negative"},
+		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--read-timeout", "0s"}, "read-timeout: must be a positive duration"},
+		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--max-requests", "0"}, "max-requests: must be at least 1"},
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed\n2\t0\tA1\tredrive", "--operator", "me"}, "reason: control character U+000A"},
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "me\x1b[2J"}, "operator: control character U+001B"},
 	}
 	for _, c := range cases {
 		out, errOut, code := cli(t, "", c.args...)
 		if strings.Contains(out, `"status":"conflict"`) {
 			out = "" // a conflict prints its answer, then fails
 		}
-		if code == 0 || out != "" || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
-			t.Errorf("%v: exit %d stdout %q stderr %q; want non-zero exit and one stderr line containing %q", c.args, code, out, errOut, c.want)
+		want := exitFailed
+		if strings.Contains(c.want, "(conflict)") {
+			want = exitNotApplied // an answer, not an error
+		}
+		if code != want || out != "" || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%v: exit %d stdout %q stderr %q; want exit %d and one stderr line containing %q", c.args, code, out, errOut, want, c.want)
 		}
 	}
 	out, _, _ := cli(t, "", "inspect", "--queue", q, "heads", "--json")
@@ -232,6 +267,9 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "typo.db")); err == nil {
 		t.Fatal("inspect of a mistyped path created the file")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "never.db")); err == nil {
+		t.Fatal("a refused receive created its inbox")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "both.db")); err == nil {
 		t.Fatal("migrate of one file as queue and inbox created it")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 
@@ -67,16 +66,4 @@ func statusVerb(dsn string) string {
 		return "created"
 	}
 	return "schema up to date"
-}
-
-// redactDSN hides the password of a postgres:// URL, for output.
-func redactDSN(dsn string) string {
-	if !strings.Contains(dsn, "://") {
-		return dsn
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "(a URL that does not parse)"
-	}
-	return u.Redacted()
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,16 +17,110 @@ import (
 	"github.com/fairrelay/fairrelay/inbox"
 )
 
-// policyFlags are the protocol numbers every queue command accepts.
+// policyFlags are the protocol numbers every queue command accepts. Times
+// are durations (30s, 5m) for the commands that work on a daemon's store,
+// where 1 tick = 1 ms, and ticks for script, whose logical time is the
+// SPEC's.
 type policyFlags struct {
 	// set reports whether the user gave --policy (set by register).
 	set    func() bool
 	entry  string
-	lease  int64
 	budget int64
-	base   int64
-	cap    int64
 	jitter float64
+	// ticks: the lease, backoff and tick jump in ticks (script); else the
+	// durations.
+	ticks                      bool
+	lease, base, cap, jump     int64
+	leaseD, baseD, capD, jumpD time.Duration
+}
+
+// register adds the policy flags with def's values as defaults: the
+// daemon's (fairrelay.DaemonPolicy, ticks = ms) as durations for the relay
+// and the tools that act on its store, the article's
+// (fairrelay.ReferencePolicy) in ticks (ticks true) for script.
+func (p *policyFlags) register(cmd *cobra.Command, def fairrelay.Policy, ticks bool) {
+	f := cmd.Flags()
+	p.ticks = ticks
+	p.set = func() bool { return f.Changed("policy") }
+	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule: seed (the article's) or fair (SPEC §7); an existing store keeps the rule it records unless this is given")
+	f.Int64Var(&p.budget, "budget", def.Budget, "claims per round before a transient failure quarantines")
+	f.Float64Var(&p.jitter, "jitter", def.Jitter, "jitter j in [0,1): each delay d becomes a value in [d*(1-j), d]")
+	if p.ticks {
+		f.Int64Var(&p.lease, "lease", def.Lease, "lease length, in ticks (the SPEC's logical time)")
+		f.Int64Var(&p.base, "backoff-base", def.BackoffBase, "first retry delay, in ticks")
+		f.Int64Var(&p.cap, "backoff-cap", def.BackoffCap, "largest retry delay, in ticks")
+		f.Int64Var(&p.jump, "max-tick-jump", def.MaxTickJump, "refuse a write whose tick lies more than this many ticks ahead of the stored tick (0: no limit; SPEC §7)")
+		return
+	}
+	p.leaseD, p.baseD, p.capD = ticksToDuration(def.Lease), ticksToDuration(def.BackoffBase), ticksToDuration(def.BackoffCap)
+	p.jumpD = ticksToDuration(def.MaxTickJump)
+	f.Var(durationFlag{&p.jumpD}, "max-tick-jump", "refuse a write whose tick lies further ahead of the stored tick than this, a duration (0: no limit; SPEC §7)")
+	f.Var(durationFlag{&p.leaseD}, "lease", "lease length, a duration (a whole number of milliseconds, the daemon's tick)")
+	f.Var(durationFlag{&p.baseD}, "backoff-base", "first retry delay, a duration")
+	f.Var(durationFlag{&p.capD}, "backoff-cap", "largest retry delay, a duration")
+}
+
+func (p *policyFlags) policy() (fairrelay.Policy, error) {
+	e, err := fairrelay.ParseEntry(p.entry)
+	if err != nil {
+		return fairrelay.Policy{}, err
+	}
+	if !p.ticks {
+		for _, d := range []struct {
+			name string
+			d    time.Duration
+			to   *int64
+		}{{"lease", p.leaseD, &p.lease}, {"backoff-base", p.baseD, &p.base}, {"backoff-cap", p.capD, &p.cap}, {"max-tick-jump", p.jumpD, &p.jump}} {
+			if d.d%time.Millisecond != 0 {
+				return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: d.name, Message: fmt.Sprintf("must be a whole number of milliseconds (the daemon's tick), got %s", d.d)}
+			}
+			*d.to = d.d.Milliseconds()
+		}
+	}
+	if p.jump < 0 {
+		return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-tick-jump", Message: fmt.Sprintf("must not be negative, got %d", p.jump)}
+	}
+	pol := fairrelay.Policy{Entry: e, Lease: p.lease, Budget: p.budget, BackoffBase: p.base, BackoffCap: p.cap, Jitter: p.jitter, MaxTickJump: p.jump}
+	// A zero here is a typed 0, not "the default" as in the library.
+	for name, v := range map[string]int64{"lease": p.lease, "budget": p.budget, "backoff-base": p.base, "backoff-cap": p.cap} {
+		if v < 1 {
+			unit := ""
+			if !p.ticks && name != "budget" {
+				unit = "ms"
+			}
+			return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: fmt.Sprintf("must be at least 1%s, got %d%s", unit, v, unit)}
+		}
+	}
+	return pol, pol.Validate()
+}
+
+// ticksToDuration reads a daemon tick count as the time it stands for.
+func ticksToDuration(ticks int64) time.Duration { return time.Duration(ticks) * time.Millisecond }
+
+// durationFlag is a duration flag ("30s", "1500ms") that explains a bare
+// number instead of guessing its unit: the policy flags were in
+// milliseconds once.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0s"
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Type() string { return "duration" }
+
+func (f durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseInt(s, 10, 64); nerr == nil {
+			return fmt.Errorf("%q has no unit: give a duration such as 30s, 5m or 1500ms", s)
+		}
+		return err
+	}
+	*f.d = d
+	return nil
 }
 
 // secretEnv names the environment variable that relay and receive read the
@@ -48,36 +145,6 @@ func atFlag(cmd *cobra.Command, at int64) int64 {
 		return at
 	}
 	return fairrelay.AtStored
-}
-
-// register adds the policy flags with def's values as defaults: the
-// daemon's (fairrelay.DaemonPolicy, ticks = ms) for the relay and the tools
-// that act on its store, the article's (fairrelay.ReferencePolicy) for
-// script.
-func (p *policyFlags) register(cmd *cobra.Command, def fairrelay.Policy) {
-	f := cmd.Flags()
-	p.set = func() bool { return f.Changed("policy") }
-	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule: seed (the article's) or fair (SPEC §7); an existing store keeps the rule it records unless this is given")
-	f.Int64Var(&p.lease, "lease", def.Lease, "lease length, in ticks (the relay's tick is 1 ms)")
-	f.Int64Var(&p.budget, "budget", def.Budget, "claims per round before a transient failure quarantines")
-	f.Int64Var(&p.base, "backoff-base", def.BackoffBase, "first retry delay, in ticks")
-	f.Int64Var(&p.cap, "backoff-cap", def.BackoffCap, "largest retry delay, in ticks")
-	f.Float64Var(&p.jitter, "jitter", def.Jitter, "jitter j in [0,1): each delay d becomes a value in [d*(1-j), d]")
-}
-
-func (p *policyFlags) policy() (fairrelay.Policy, error) {
-	e, err := fairrelay.ParseEntry(p.entry)
-	if err != nil {
-		return fairrelay.Policy{}, err
-	}
-	pol := fairrelay.Policy{Entry: e, Lease: p.lease, Budget: p.budget, BackoffBase: p.base, BackoffCap: p.cap, Jitter: p.jitter}
-	// A zero here is a typed 0, not "the default" as in the library.
-	for name, v := range map[string]int64{"lease": p.lease, "budget": p.budget, "backoff-base": p.base, "backoff-cap": p.cap} {
-		if v < 1 {
-			return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: fmt.Sprintf("must be at least 1, got %d", v)}
-		}
-	}
-	return pol, pol.Validate()
 }
 
 // adopt reports whether an existing store keeps the entry rule it records
@@ -149,4 +216,64 @@ func sameStore(a, b string) bool {
 	sa, err1 := os.Stat(a)
 	sb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// openQueueCreating opens a daemon's queue store, creating it when it does
+// not exist yet, and reports whether it did: a misspelt --queue then starts
+// an empty store, and the daemon says so instead of idling in silence.
+func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags) (q *fairrelay.Queue, created bool, err error) {
+	q, err = openExistingQueue(ctx, dsn, pol, pf)
+	if err == nil || !missingStore(err, "queue") {
+		return q, false, err
+	}
+	// Missing (or refused for another reason about the path, which the
+	// second open reports the same way).
+	q, err = openQueue(ctx, dsn, pol, pf)
+	return q, err == nil, err
+}
+
+// openInboxCreating is openQueueCreating for an inbox.
+func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options) (in *inbox.Inbox, created bool, err error) {
+	opts.MustExist = true
+	in, err = openInbox(ctx, dsn, opts)
+	if err == nil || !missingStore(err, "inbox") {
+		return in, false, err
+	}
+	opts.MustExist = false
+	in, err = openInbox(ctx, dsn, opts)
+	return in, err == nil, err
+}
+
+// missingStore reports whether err is Open's refusal, under MustExist, of
+// the store named by field ("queue" or "inbox").
+func missingStore(err error, field string) bool {
+	var fe *fairrelay.Error
+	return errors.As(err, &fe) && fe.Code == fairrelay.CodeInvalidInput && fe.Field == field
+}
+
+// redactDSN hides the secrets of a postgres:// or http(s):// URL for logs
+// and output: the password of its user, and the value of every query
+// parameter whose name says it holds one (password, secret, token, key,
+// sig…). A file path is returned as it is.
+func redactDSN(dsn string) string {
+	if !strings.Contains(dsn, "://") {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			lk := strings.ToLower(k)
+			for _, s := range []string{"pass", "secret", "token", "key", "sig", "auth"} {
+				if strings.Contains(lk, s) {
+					q.Set(k, "xxxxx")
+				}
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }

@@ -23,14 +23,16 @@ func newReceiveCmd() *cobra.Command {
 		inboxDSN, addr, secret, logLevel string
 		maxDelta                         int64
 		tolerance                        time.Duration
+		limits                           serverLimits
 	)
 	cmd := &cobra.Command{
 		Use:   "receive --inbox I --addr HOST:PORT [--secret S] [--max-delta N]",
 		Short: "Run the inbox as an HTTP receiver (SPEC §3) for the relay's deliveries",
 		Long: `Takes deliveries as POST / and answers {"status": "<outcome>"}: accepted,
 duplicate, id_conflict, sequence_conflict, gap, unsupported_delta, invalid_body
-or retry. With --secret, a request without a valid Standard Webhooks signature
-gets 401 and nothing is written. Prints {"status":"listening","addr":...} on
+or retry. With --secret, a request without a valid Standard Webhooks signature,
+or whose Fairrelay-* headers differ from its signed webhook-id (which binds the
+event id, flow and seq), gets 401 and nothing is written. Prints {"status":"listening","addr":...} on
 stdout once it listens (--addr 127.0.0.1:0 picks a free port); stops on
 SIGINT or SIGTERM.`,
 		Args: cobra.NoArgs,
@@ -44,7 +46,10 @@ SIGINT or SIGTERM.`,
 			if maxDelta < 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-delta", Message: "must not be negative (0: no limit)"}
 			}
-			opts := inbox.HandlerOptions{Logger: log}
+			if err := limits.check(); err != nil {
+				return err
+			}
+			opts := inbox.HandlerOptions{Logger: log, MaxConcurrent: limits.maxRequests}
 			if secret != "" {
 				key, err := webhook.ParseSecret(secret)
 				if err != nil {
@@ -56,11 +61,14 @@ SIGINT or SIGTERM.`,
 			} else {
 				log.Warn("receive: no --secret: unsigned requests are accepted")
 			}
-			in, err := openInbox(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
+			in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
 			if err != nil {
 				return err
 			}
 			defer in.Close()
+			if created {
+				log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
+			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: err.Error()}
@@ -69,8 +77,8 @@ SIGINT or SIGTERM.`,
 				ln.Close()
 				return err
 			}
-			log.Info("receive: listening", "addr", ln.Addr().String(), "max_delta", maxDelta)
-			return serveUntilDone(ctx, ln, in.Handler(opts), log)
+			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", maxDelta)
+			return serveUntilDone(ctx, ln, in.Handler(opts), limits, log)
 		},
 	}
 	f := cmd.Flags()
@@ -80,13 +88,43 @@ SIGINT or SIGTERM.`,
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	f.DurationVar(&limits.read, "read-timeout", defaultLimits.read, "longest time to read one request, headers and body: a client sending slower is cut off (408)")
+	f.DurationVar(&limits.write, "write-timeout", defaultLimits.write, "longest time from a request's headers to the end of its answer, the inbox transaction included")
+	f.DurationVar(&limits.idle, "idle-timeout", defaultLimits.idle, "how long a kept-alive connection may wait for its next request (longer than the relay's 90 s, so the relay closes first)")
+	f.IntVar(&limits.maxRequests, "max-requests", defaultLimits.maxRequests, "requests handled at once; one more is answered 503 with Retry-After: 1 (the relay retries it)")
 	return cmd
 }
 
+// serverLimits are receive's defences against slow and numerous clients.
+type serverLimits struct {
+	read, write, idle time.Duration
+	maxRequests       int
+}
+
+// defaultLimits are receive's defaults: a relay sends a body at once and
+// gives up on an answer after its --timeout (10s), so a request that takes
+// longer to arrive is not a relay's.
+var defaultLimits = serverLimits{read: 10 * time.Second, write: 30 * time.Second, idle: 2 * time.Minute, maxRequests: inbox.DefaultMaxConcurrent}
+
+func (l serverLimits) check() error {
+	for name, d := range map[string]time.Duration{"read-timeout": l.read, "write-timeout": l.write, "idle-timeout": l.idle} {
+		if d <= 0 {
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: fmt.Sprintf("must be a positive duration such as 10s, got %s", d)}
+		}
+	}
+	if l.maxRequests < 1 {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-requests", Message: fmt.Sprintf("must be at least 1, got %d", l.maxRequests)}
+	}
+	return nil
+}
+
 // serveUntilDone serves h on ln until ctx is done, then lets in-flight
-// requests finish (up to 10s) and returns nil.
-func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+// requests finish (up to 10s) and returns nil. The limits bound how long a
+// client may take to send a request (headers within the read timeout too),
+// how long an answer may take, and how long an idle connection is kept.
+func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, l serverLimits, log *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: min(l.read, 10*time.Second), ReadTimeout: l.read, WriteTimeout: l.write, IdleTimeout: l.idle,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -71,7 +71,7 @@ alone.`,
 				return err
 			}
 			if r.Status == fairrelay.RedriveRejected {
-				return &exitError{code: 1, err: fmt.Errorf("redrive %s: rejected (%s); nothing changed", id, r.RejectReason)}
+				return notApplied("redrive %s: rejected (%s); nothing changed", id, r.RejectReason)
 			}
 			return nil
 		},
@@ -86,7 +86,7 @@ alone.`,
 	f.BoolVar(&all, "all", false, "redrive every quarantined head (narrow with --flow and --reason-is)")
 	f.StringVar(&flow, "flow", "", "with --all: only this flow")
 	f.StringVar(&reasonIs, "reason-is", "", "with --all: only heads quarantined for this reason (e.g. budget_exhausted)")
-	pf.register(cmd, fairrelay.DaemonPolicy())
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
 }
 
@@ -126,10 +126,10 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 		fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: redrive: looked at the first %d quarantined heads; run again for more\n", page)
 	}
 	if n == 0 {
-		fmt.Fprintln(cmd.ErrOrStderr(), "fairrelay: redrive: no quarantined head matched")
+		return notApplied("redrive: no quarantined head matched; nothing changed")
 	}
 	if rejected > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("redrive: %d of %d rejected (changed meanwhile); nothing changed for them", rejected, n)}
+		return notApplied("redrive: %d of %d rejected (changed meanwhile); nothing changed for them", rejected, n)
 	}
 	return nil
 }

@@ -36,7 +36,8 @@ func newRelayCmd() *cobra.Command {
 		Long: `Runs until SIGINT or SIGTERM. Claims heads, POSTs them to --sink signed
 with --secret (Standard Webhooks), --workers at once, and settles the answers,
 many to a transaction. Time is the daemon
-clock of SPEC §7: 1 tick = 1 ms, so --lease and the backoff flags are in ms.
+clock of SPEC §7: 1 tick = 1 ms; --lease and the backoff flags are durations
+(30s, 5m), whole milliseconds.
 On a signal the relay stops claiming, lets in-flight deliveries finish (up to
 --shutdown-timeout), never settles after a lease ran out, and exits 0.
 
@@ -83,11 +84,16 @@ in --permanent-status.`,
 				return err
 			}
 			defer s.Close()
-			q, err := openQueue(ctx, queue, pol, &pf)
+			q, created, err := openQueueCreating(ctx, queue, pol, &pf)
 			if err != nil {
 				return err
 			}
 			defer q.Close()
+			// Name what it works on, so a typo shows at once.
+			log.Info("relay: starting", "queue", redactDSN(queue), "sink", redactDSN(sinkURL), "workers", workers, "policy", pol.Entry)
+			if created {
+				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
+			}
 			cfg := relay.Config{Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
 				ShutdownTimeout: shutdown, Logger: log}
 			if metricsAddr != "" {
@@ -106,6 +112,11 @@ in --permanent-status.`,
 			}
 			r, err := relay.New(ctx, cfg)
 			if err != nil {
+				if ctx.Err() != nil {
+					// A signal during start-up: a stop, not a failure.
+					log.Info("relay: stopped before it started")
+					return nil
+				}
 				return err
 			}
 			if secret == "" {
@@ -125,7 +136,7 @@ in --permanent-status.`,
 	f.StringVar(&permanent, "permanent-status", "", "comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
-	pf.register(cmd, fairrelay.DaemonPolicy())
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
 }
 

@@ -195,7 +195,7 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 	}
 	metrics := freeAddr(t)
 	rel := startCLI(t, "relay", "--queue", queue, "--sink", "http://"+addr+"/", "--secret", secret, "--workers", "4",
-		"--metrics-addr", metrics, "--backoff-base", "50", "--backoff-cap", "200")
+		"--metrics-addr", metrics, "--backoff-base", "50ms", "--backoff-cap", "200ms")
 	waitFor(t, queue, "20 acked and A1 quarantined", func(s *fairrelay.Snapshot) bool {
 		return countState(s, fairrelay.StateAcked) == 20 && countState(s, fairrelay.StateQuarantined) == 1
 	})
@@ -245,7 +245,7 @@ func TestRelayRestartAfterKill(t *testing.T) {
 		t.Fatalf("enqueue: %s", errOut)
 	}
 	args := []string{"relay", "--queue", queue, "--sink", "http://" + addr + "/", "--workers", "4",
-		"--lease", "1500", "--timeout", "500ms", "--lease-margin", "200ms"}
+		"--lease", "1500ms", "--timeout", "500ms", "--lease-margin", "200ms"}
 	first := startCLI(t, args...)
 	waitFor(t, queue, "30 acked", func(s *fairrelay.Snapshot) bool { return countState(s, fairrelay.StateAcked) >= 30 })
 	if code := first.signal(t, syscall.SIGKILL); code == 0 {
@@ -266,7 +266,7 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--lease", "5000", "--timeout", "10s"}, "lease"},
+		{[]string{"--lease", "5s", "--timeout", "10s"}, "lease"},
 		{[]string{"--workers", "0"}, "workers"},
 		{[]string{"--permanent-status", "503"}, "permanent_status"},
 		{[]string{"--secret", "whsec_!!"}, "secret"},
@@ -286,40 +286,44 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 }
 
 // Bulk enqueue answers one line per input line, in order, and a bad line
-// changes nothing while the others go in.
+// changes nothing while the lines of other flows go in; a later line of a
+// flow whose line failed is refused, and so is every line after one whose
+// flow cannot be read.
 func TestBulkEnqueueAnswersEachLine(t *testing.T) {
 	t.Parallel()
 	queue := filepath.Join(t.TempDir(), "queue.db")
 	in := strings.Join([]string{
 		`{"id":"A1","flow":"A","delta":10}`,
 		`{"id":"A2","flow":"A","body":{"x":"y","delta":1}}`,
-		`not json`,
 		`{"id":"","flow":"B","delta":1}`,
 		`{"id":"A1","flow":"A","delta":10}`,
-		`{"id":"A1","flow":"B","delta":10}`,
-		`{"id":"B1","flow":"B","delta":1,"body":{"delta":1}}`,
+		`{"id":"A1","flow":"C","delta":10}`,
+		`{"id":"D1","flow":"D","delta":1,"body":{"delta":1}}`,
 		`{"id":"B1","flow":"B","delta":1}`,
 		``,
-		`{"id":"C1","Flow":"C","delta":1}`,
-		`{"id":"C1","flow":"C","body":null}`,
-		`{"id":"C1","flow":"C","delta":1,"extra":1}`,
+		`{"id":"E1","flow":"E","body":null}`,
+		`{"id":"E2","flow":"E","delta":1,"extra":1}`,
+		`{"id":"F1","Flow":"F","delta":1}`,
+		`not json`,
+		`{"id":"G1","flow":"G","delta":1}`,
 	}, "\n")
 	out, errOut, code := cli(t, in, "enqueue", "--queue", queue)
-	if code == 0 || !strings.Contains(errOut, "7 of 11 lines failed or conflicted") {
-		t.Fatalf("exit %d, stderr %q: want non-zero and a count of failed lines", code, errOut)
+	if code != exitNotApplied || !strings.Contains(errOut, "9 of 12 lines failed, conflicted or were refused") {
+		t.Fatalf("exit %d, stderr %q: want 1 and a count of failed lines", code, errOut)
 	}
 	want := []string{
 		`{"id":"A1","line":1,"seq":1,"status":"created"}`,
 		`{"id":"A2","line":2,"seq":2,"status":"created"}`,
-		`"error":"invalid_json"`,
-		`"field":"id"`,
-		`{"id":"A1","line":5,"seq":1,"status":"existing"}`,
-		`{"id":"A1","line":6,"status":"conflict"}`,
+		`"error":"invalid_input","field":"id"`,
+		`{"id":"A1","line":4,"seq":1,"status":"existing"}`,
+		`{"id":"A1","line":5,"status":"conflict"}`,
 		`"field":"delta"`,
-		`{"id":"B1","line":8,"seq":1,"status":"created"}`,
-		`"field":"Flow"`,
+		`{"error":"refused","field":"flow","id":"B1","line":7,"message":"flow: line 3 of flow \"B\" failed`,
 		`"field":"body"`,
-		`"field":"extra"`,
+		`"error":"refused","field":"flow","id":"E2","line":10`,
+		`"field":"Flow"`,
+		`"error":"refused","field":"line","line":12,"message":"line: line 11 could not be read`,
+		`"error":"refused","field":"line","id":"G1","line":13`,
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != len(want) {
@@ -327,11 +331,11 @@ func TestBulkEnqueueAnswersEachLine(t *testing.T) {
 	}
 	for i, w := range want {
 		if !strings.Contains(lines[i], w) {
-			t.Errorf("line %d: %s, want %s", i+1, lines[i], w)
+			t.Errorf("answer %d: %s, want %s", i+1, lines[i], w)
 		}
 	}
-	out, _, _ = cli(t, "", "inspect", "--queue", queue, "heads", "--json")
-	if !strings.Contains(out, `{"flow":"A","seq":2,`) || !strings.Contains(out, `{"flow":"B","seq":1,`) {
+	out, _, _ = cli(t, "", "inspect", "--queue", queue, "flows", "--json")
+	if strings.TrimSpace(out) != `{"flow":"A","seq":2,"served":0}` {
 		t.Errorf("flows after bulk enqueue: %s", out)
 	}
 }

@@ -45,6 +45,6 @@ the exit code is non-zero only when the script cannot be read.`,
 	}
 	cmd.Flags().StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	cmd.Flags().StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
-	pf.register(cmd, fairrelay.ReferencePolicy())
+	pf.register(cmd, fairrelay.ReferencePolicy(), true)
 	return cmd
 }

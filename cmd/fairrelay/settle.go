@@ -44,7 +44,16 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), script.SettleResult(r))
+			if err := printJSON(cmd.OutOrStdout(), script.SettleResult(r)); err != nil {
+				return err
+			}
+			switch r.Status {
+			case fairrelay.SettleStale:
+				return notApplied("settle %s: stale: the event is not inflight at generation %d; nothing was settled", id, gen)
+			case fairrelay.SettleExpired:
+				return notApplied("settle %s: expired: the lease ran out; nothing was settled", id)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -53,6 +62,6 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 	f.Int64Var(&gen, "generation", 0, "generation of the claim (its fencing token)")
 	f.StringVar(&outcome, "outcome", "", "what the receiver answered")
 	f.Int64Var(&at, "at", 0, atUsage)
-	pf.register(cmd, fairrelay.DaemonPolicy())
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
 }

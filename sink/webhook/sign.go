@@ -16,8 +16,9 @@ import (
 
 // The Standard Webhooks headers (https://www.standardwebhooks.com/).
 const (
-	// HeaderID is the message id: the event id, the same on every retry, so
-	// receivers can deduplicate by it. It is covered by the signature.
+	// HeaderID is the message id, covered by the signature: MessageID of the
+	// event's id, flow and seq, the same on every retry (receivers may
+	// deduplicate by it). ParseMessageID reads the three back.
 	HeaderID = "webhook-id"
 	// HeaderTimestamp is the send time in Unix seconds, covered by the
 	// signature; receivers reject it outside their tolerance (replay guard).
@@ -26,20 +27,26 @@ const (
 	HeaderSignature = "webhook-signature"
 )
 
-// The fairrelay headers: where the event sits in its flow. They are not
-// covered by the Standard Webhooks signature (which signs id, timestamp and
-// body only); a receiver that must trust them over an untrusted network puts
-// them in the body as well.
+// The fairrelay headers, for reading. The Standard Webhooks signature does
+// not cover them (it signs webhook-id, webhook-timestamp and the body): the
+// event id, flow and seq are repeated here in plain text, and their signed
+// copy is the webhook-id (MessageID). A receiver acts on the signed copy —
+// ParseMessageID, or inbox.DeliveryFromHeader, which also refuses a request
+// whose headers differ from it. Generation and attempt are not signed:
+// they label a delivery for logs and must not decide anything.
 const (
-	// HeaderEventID repeats the event id (equal to webhook-id).
+	// HeaderEventID is the event id (signed within webhook-id).
 	HeaderEventID = "Fairrelay-Event-Id"
-	// HeaderFlow is the flow id.
+	// HeaderFlow is the flow id (signed within webhook-id).
 	HeaderFlow = "Fairrelay-Flow"
-	// HeaderSeq is the event's seq in its flow, a decimal integer >= 1.
+	// HeaderSeq is the event's seq in its flow, a decimal integer >= 1
+	// (signed within webhook-id).
 	HeaderSeq = "Fairrelay-Seq"
 	// HeaderGeneration is the claim's generation (fencing token), decimal.
+	// Not signed.
 	HeaderGeneration = "Fairrelay-Generation"
-	// HeaderAttempt is the claim count of the current round, decimal, 1-based.
+	// HeaderAttempt is the claim count of the current round, decimal,
+	// 1-based. Not signed.
 	HeaderAttempt = "Fairrelay-Attempt"
 )
 
@@ -89,7 +96,40 @@ var (
 	ErrTimestamp = errors.New("webhook: timestamp outside the tolerance")
 	// ErrSignature: no v1 signature matches.
 	ErrSignature = errors.New("webhook: no matching signature")
+	// ErrMetadata: a Fairrelay-Event-Id, Fairrelay-Flow or Fairrelay-Seq
+	// header differs from what the signed webhook-id binds (a replay with
+	// changed metadata, or a proxy that rewrote headers). Returned by
+	// inbox.DeliveryFromHeader, not by Verify.
+	ErrMetadata = errors.New("webhook: a Fairrelay-* header differs from the signed webhook-id")
 )
+
+// The causes a receiver names in the "cause" member of its 401 answer
+// ({"error": "unauthorized", "cause": …, "message": …}), so that the sink
+// reports what to fix: a clock, a secret, or something that rewrites
+// headers (inbox.Handler answers so).
+const (
+	CauseUnsigned  = "unsigned"  // a Standard Webhooks header is missing
+	CauseTimestamp = "timestamp" // webhook-timestamp outside the tolerance: clock skew
+	CauseSignature = "signature" // no signature matches: another secret
+	CauseMetadata  = "metadata"  // ErrMetadata
+)
+
+// Cause names the cause of a verification error (Verify's, or ErrMetadata)
+// as a receiver reports it: one of the Cause… constants, "" for another
+// error.
+func Cause(err error) string {
+	switch {
+	case errors.Is(err, ErrUnsigned):
+		return CauseUnsigned
+	case errors.Is(err, ErrTimestamp):
+		return CauseTimestamp
+	case errors.Is(err, ErrSignature):
+		return CauseSignature
+	case errors.Is(err, ErrMetadata):
+		return CauseMetadata
+	}
+	return ""
+}
 
 // DefaultTolerance is how far a timestamp may be from the receiver's clock
 // before Verify rejects it, as in the Standard Webhooks libraries.

@@ -4,6 +4,12 @@
 // with the event's flow, seq and generation in Fairrelay-* headers. It also
 // holds the Verifier a receiver uses to check those signatures.
 //
+// The signature covers the event id, the flow and the seq: the webhook-id
+// binds all three (MessageID), so a receiver that verifies with any
+// Standard Webhooks library and reads them back with ParseMessageID acts on
+// signed values only. The Fairrelay-* headers repeat them unsigned, for
+// reading; a receiver must not trust them over the webhook-id.
+//
 // The receiver contract: a JSON answer {"status": "<outcome>"} naming a
 // fairrelay outcome (SPEC §2–§3) is taken as that outcome when the HTTP
 // status agrees with it (an ack with a 2xx, a permanent outcome with a
@@ -155,10 +161,12 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 	}
 	h.Set("User-Agent", "fairrelay")
 	ts := s.now()
-	h.Set(HeaderID, d.EventID)
+	// The signed webhook-id binds the id, the flow and the seq (MessageID).
+	msgID := MessageID(d.EventID, d.Flow, d.Seq)
+	h.Set(HeaderID, msgID)
 	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
 	if s.key != nil {
-		h.Set(HeaderSignature, Sign(s.key, d.EventID, ts, d.Body))
+		h.Set(HeaderSignature, Sign(s.key, msgID, ts, d.Body))
 	}
 	h.Set(HeaderEventID, d.EventID)
 	h.Set(HeaderFlow, d.Flow)
@@ -176,21 +184,30 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 	if err != nil {
 		return sink.Result{}, fmt.Errorf("webhook: read answer to %s: %w", d.EventID, err)
 	}
-	return s.classify(resp.StatusCode, resp.Header, body), nil
+	return s.classify(resp.StatusCode, resp.Header, body, ts), nil
 }
 
-// classify maps one HTTP answer to a result (package doc).
-func (s *Sink) classify(status int, h http.Header, body []byte) sink.Result {
+// skewWorthNaming is the smallest distance between the receiver's clock
+// (its Date header) and the relay's that a refusal blames on clock skew.
+// Standard Webhooks receivers refuse a timestamp 5 minutes away by default;
+// a minute already points at a clock that is not synchronised.
+const skewWorthNaming = time.Minute
+
+// classify maps one HTTP answer to a result (package doc). sent is the
+// request's webhook-timestamp.
+func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) sink.Result {
 	res := sink.Result{Detail: strconv.Itoa(status) + " " + http.StatusText(status)}
-	if status == http.StatusUnauthorized || status == http.StatusForbidden {
-		// The usual cause, which otherwise ends every head in
-		// budget_exhausted: the two sides hold different secrets.
-		res.Detail += ": the receiver refused the request; check that the relay's --secret matches the receiver's"
-	}
 	var answer struct {
 		Status string `json:"status"`
+		Cause  string `json:"cause"`
 	}
-	if json.Unmarshal(body, &answer) == nil && answer.Status != "" {
+	isJSON := json.Unmarshal(body, &answer) == nil
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		// Say what to fix: otherwise every head ends in budget_exhausted
+		// while the operator looks at the wrong thing.
+		res.Detail += ": the receiver refused the request: " + refusal(answer.Cause, h.Get("Date"), sent)
+	}
+	if isJSON && answer.Status != "" {
 		if o, err := fairrelay.ParseOutcome(answer.Status); err == nil && consistent(o, status) {
 			res.Outcome = o
 		}
@@ -211,6 +228,38 @@ func (s *Sink) classify(status int, h http.Header, body []byte) sink.Result {
 		res.RetryAfter = s.retryAfter(h.Get("Retry-After"))
 	}
 	return res
+}
+
+// refusal explains a 401 or 403: by the cause a fairrelay receiver names
+// (inbox.Handler), else by the receiver's Date header when its clock is far
+// from ours, else as the usual suspect, the secret.
+func refusal(cause, date string, sent time.Time) string {
+	skew := time.Duration(0)
+	if t, err := http.ParseTime(date); err == nil {
+		skew = t.Sub(sent.Truncate(time.Second))
+	}
+	clocks := func() string {
+		if skew == 0 {
+			return "clock skew: the receiver's clock and the relay's differ by more than its tolerance; synchronise them (NTP), or widen the receiver's tolerance (receive --tolerance)"
+		}
+		dir := "ahead of"
+		if skew < 0 {
+			dir, skew = "behind", -skew
+		}
+		return fmt.Sprintf("clock skew: the receiver's clock is %s %s the relay's (its Date header), beyond its tolerance for webhook-timestamp; synchronise the clocks (NTP)", skew, dir)
+	}
+	switch cause {
+	case CauseTimestamp:
+		return clocks()
+	case CauseSignature, CauseUnsigned:
+		return "check that the relay's --secret matches the receiver's"
+	case CauseMetadata:
+		return "its Fairrelay-* headers differ from the signed webhook-id; something between the relay and the receiver rewrote them"
+	}
+	if skew >= skewWorthNaming || skew <= -skewWorthNaming {
+		return clocks()
+	}
+	return "check that the relay's --secret matches the receiver's (and that their clocks agree)"
 }
 
 // consistent reports whether a JSON outcome may be taken at this HTTP status:

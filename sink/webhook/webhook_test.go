@@ -238,7 +238,7 @@ func TestHeaders(t *testing.T) {
 	}
 	r := <-got
 	for h, want := range map[string]string{
-		webhook.HeaderID: "e-9", webhook.HeaderEventID: "e-9", webhook.HeaderFlow: "flow/é", webhook.HeaderSeq: "12",
+		webhook.HeaderID: "fr1:e-9:flow%2F%C3%A9:12", webhook.HeaderEventID: "e-9", webhook.HeaderFlow: "flow/é", webhook.HeaderSeq: "12",
 		webhook.HeaderGeneration: "3", webhook.HeaderAttempt: "2", "Content-Type": "application/json", webhook.HeaderSignature: "",
 	} {
 		if v := r.Header.Get(h); v != want {
@@ -316,5 +316,81 @@ func TestConnectionReuseAndBoundedRead(t *testing.T) {
 	}
 	if n := conns.Load(); n > 2 {
 		t.Errorf("%d connections for 6 sequential deliveries, want reuse", n)
+	}
+}
+
+// MessageID writes what its doc says, and ParseMessageID reads exactly that
+// back and nothing else.
+func TestMessageID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		id, flow string
+		seq      int64
+		want     string
+	}{
+		{"A1", "A", 1, "fr1:A1:A:1"},
+		{"order.7", "shop/é", 12, "fr1:order%2E7:shop%2F%C3%A9:12"},
+		{"a:b", "50%", 9223372036854775807, "fr1:a%3Ab:50%25:9223372036854775807"},
+	} {
+		got := webhook.MessageID(tc.id, tc.flow, tc.seq)
+		if got != tc.want {
+			t.Errorf("MessageID(%q, %q, %d) = %q, want %q", tc.id, tc.flow, tc.seq, got, tc.want)
+		}
+		id, flow, seq, err := webhook.ParseMessageID(got)
+		if err != nil || id != tc.id || flow != tc.flow || seq != tc.seq {
+			t.Errorf("ParseMessageID(%q) = %q %q %d %v", got, id, flow, seq, err)
+		}
+	}
+	for _, bad := range []string{
+		"A1", "fr1:A1:A", "fr1:A1:A:1:2", "fr1::A:1", "fr1:A1::1", "fr1:A1:A:0", "fr1:A1:A:01", "fr1:A1:A:+1",
+		"fr1:A1:A:-1", "fr1:A%2e1:A:1", "fr1:A%41:A:1", "fr1:A.1:A:1", "fr1:A%4:A:1", "fr1:A 1:A:1", "fr2:A1:A:1",
+	} {
+		if _, _, _, err := webhook.ParseMessageID(bad); !errors.Is(err, webhook.ErrMessageID) {
+			t.Errorf("ParseMessageID(%q): %v, want ErrMessageID", bad, err)
+		}
+	}
+}
+
+// A refused delivery says what to fix: a clock skew is reported as skew —
+// named by the receiver's cause, or seen in a plain receiver's Date header —
+// and only a signature failure blames the secret (issue 15).
+func TestRefusalNamesTheCause(t *testing.T) {
+	t.Parallel()
+	k := key(t)
+	in, err := inbox.Open(t.Context(), t.TempDir()+"/inbox.db", inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	skewed := webhook.NewVerifier(k)
+	skewed.Now = func() time.Time { return time.Now().Add(10 * time.Minute) }
+	plain := func(date time.Time) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Date", date.UTC().Format(http.TimeFormat))
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		})
+	}
+	for _, tc := range []struct {
+		name      string
+		h         http.Handler
+		key       []byte
+		want, not string
+	}{
+		{"fairrelay receiver, skewed clock", in.Handler(inbox.HandlerOptions{Verify: skewed.Verify}), k, "clock skew", "--secret"},
+		{"fairrelay receiver, another secret", in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(k).Verify}), []byte("another"), "--secret", "clock"},
+		{"plain receiver 10 minutes ahead", plain(time.Now().Add(10 * time.Minute)), k, "ahead of the relay's", "--secret"},
+		{"plain receiver 10 minutes behind", plain(time.Now().Add(-10 * time.Minute)), k, "behind the relay's", "--secret"},
+		{"plain receiver on time", plain(time.Now()), k, "--secret", "clock skew"},
+	} {
+		srv := httptest.NewServer(tc.h)
+		s := newSink(t, webhook.Options{URL: srv.URL, Key: tc.key})
+		res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "E1", Flow: "A", Seq: 1, Generation: 1, Attempt: 1, Body: []byte(`{"delta":1}`)})
+		srv.Close()
+		if err != nil || res.Outcome != fairrelay.OutcomeRetry {
+			t.Fatalf("%s: %v %v", tc.name, res, err)
+		}
+		if !strings.Contains(res.Detail, tc.want) || strings.Contains(res.Detail, tc.not) {
+			t.Errorf("%s: %q, want it to say %q and not %q", tc.name, res.Detail, tc.want, tc.not)
+		}
 	}
 }

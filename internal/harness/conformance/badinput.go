@@ -34,6 +34,42 @@ func runBadInput(t *testing.T, b Backend) {
 		{"non-UTF-8 flow", "flow", func() error { return enq(x, "Z1", "\xc3\x28", `{"delta":1}`, 3) }},
 		{"empty body", "body", func() error { return enq(x, "Z1", "Z", ``, 3) }},
 		{"body over the limit", "body", func() error { return enq(x, "Z1", "Z", `{"delta":1,"pad":"`+strings.Repeat("p", 64)+`"}`, 3) }},
+		// Names that HTTP headers, logs or terminals would not carry intact
+		// (internal/ident): white space at an end, which HTTP trims, and
+		// control, format and separator characters anywhere (issue 15).
+		{"ideographic space starting an id", "id", func() error { return enq(x, "\u3000S1", "S", `{"delta":1}`, 3) }},
+		{"TAB in flow", "flow", func() error { return enq(x, "S1", "R\tX", `{"delta":1}`, 3) }},
+		{"DEL in id", "id", func() error { return enq(x, "S\x7f1", "S", `{"delta":1}`, 3) }},
+		{"right-to-left override in id", "id", func() error { return enq(x, "S\u202e1", "S", `{"delta":1}`, 3) }},
+		{"byte order mark in id", "id", func() error { return enq(x, "\ufeffS1", "S", `{"delta":1}`, 3) }},
+		{"paragraph separator in id", "id", func() error { return enq(x, "S\u20291", "S", `{"delta":1}`, 3) }},
+		{"tag character in id", "id", func() error { return enq(x, "S\U000E00411", "S", `{"delta":1}`, 3) }},
+		// Operator text goes into the audit log and onto terminals: one
+		// line, no escape sequences.
+		{"redrive reason with a line feed", "reason", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "fixed\n2 A1 redrive forged", At: 3})
+			return err
+		}},
+		{"redrive reason with a terminal escape", "reason", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "fixed \x1b[2J", At: 3})
+			return err
+		}},
+		{"redrive reason with a C1 CSI", "reason", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "fixed \u009b2J", At: 3})
+			return err
+		}},
+		{"redrive operator with a line feed", "operator", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "r", Operator: "me\nroot", At: 3})
+			return err
+		}},
+		{"redrive operator with a trailing space", "operator", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", Reason: "r", Operator: "me ", At: 3})
+			return err
+		}},
+		{"settle negative generation", "generation", func() error {
+			_, err := x.Queue.Settle(bg, fairrelay.SettleParams{Token: fairrelay.Token{EventID: "A1", Generation: -1}, Outcome: fairrelay.OutcomeAccepted, At: 3})
+			return err
+		}},
 		{"white space at the end of an id", "id", func() error { return enq(x, "S1 ", "S", `{"delta":1}`, 3) }},
 		{"white space at the start of a flow", "flow", func() error { return enq(x, "S1", " R", `{"delta":1}`, 3) }},
 		{"NEL (C1 control) in an id", "id", func() error { return enq(x, "S\u00851", "S", `{"delta":1}`, 3) }},

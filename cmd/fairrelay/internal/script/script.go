@@ -195,9 +195,9 @@ func parseOp(line []byte) (op, error) {
 }
 
 // Members splits one input line into its fields, strictly: the line must be
-// one JSON object without duplicate keys (invalid_json otherwise, naming
-// the duplicated field), and no value may be null or hold invalid text
-// (invalid_input naming the field).
+// one JSON object without duplicate keys or an empty key (invalid_json
+// otherwise, naming a duplicated field), and no value may be null or hold
+// invalid text (invalid_input naming the field).
 // Script lines and bulk enqueue lines share it.
 func Members(line []byte) ([]jsontext.Member, error) {
 	members, err := jsontext.Object(line)
@@ -209,6 +209,11 @@ func Members(line []byte) ([]jsontext.Member, error) {
 		return nil, e
 	}
 	for _, m := range members {
+		if m.Key == "" {
+			// No field of any line has an empty name, and an error could
+			// not name it: refuse the line as malformed.
+			return nil, &fairrelay.Error{Code: "invalid_json", Message: `a member with an empty name ("")`}
+		}
 		if !jsontext.ValidText(m.Value) {
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: jsontext.ErrNotText.Error()}
 		}

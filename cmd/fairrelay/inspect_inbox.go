@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+)
+
+// inboxPage is where an inbox view starts and how many rows it shows.
+type inboxPage struct {
+	limit     int
+	afterFlow string
+	afterSeq  int64
+}
+
+// inspectInbox prints an inbox's receipts or projection, a page at a time,
+// from a store that must exist.
+func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage) error {
+	switch view {
+	case "receipts", "projection":
+	default:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown inbox view %q: receipts or projection", view)}
+	}
+	if p.afterSeq < 0 {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "must not be negative"}
+	}
+	if view == "projection" && p.afterSeq != 0 {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the receipts view only (projection pages with --after)"}
+	}
+	ctx := cmd.Context()
+	in, err := openInbox(ctx, dsn, inbox.Options{MustExist: true})
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	var rows []any
+	var table func(w io.Writer)
+	next := ""
+	if view == "receipts" {
+		rs, err := in.Receipts(ctx, p.afterFlow, p.afterSeq, p.limit)
+		if err != nil {
+			return err
+		}
+		if len(rs) > 0 {
+			last := rs[len(rs)-1]
+			next = "--after " + shellQuote(last.Flow) + " --after-seq " + strconv.FormatInt(last.Seq, 10)
+		}
+		rows = anyRows(rs)
+		table = func(w io.Writer) {
+			fmt.Fprintln(w, "ID\tFLOW\tSEQ")
+			for _, r := range rs {
+				fmt.Fprintf(w, "%s\t%s\t%d\n", cell(r.ID), cell(r.Flow), r.Seq)
+			}
+		}
+	} else {
+		ps, err := in.Projections(ctx, p.afterFlow, p.limit)
+		if err != nil {
+			return err
+		}
+		if len(ps) > 0 {
+			next = "--after " + shellQuote(ps[len(ps)-1].Flow)
+		}
+		rows = anyRows(ps)
+		table = func(w io.Writer) {
+			fmt.Fprintln(w, "FLOW\tSEQ\tTOTAL")
+			for _, r := range ps {
+				fmt.Fprintf(w, "%s\t%d\t%d\n", cell(r.Flow), r.Seq, r.Total)
+			}
+		}
+	}
+	return printView(cmd, rows, table, asJSON, p.limit, next)
+}
+
+// anyRows returns xs as the rows printView takes.
+func anyRows[T any](xs []T) []any {
+	rows := make([]any, len(xs))
+	for i, x := range xs {
+		rows[i] = x
+	}
+	return rows
+}

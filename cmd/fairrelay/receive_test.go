@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairrelay/fairrelay/sink/webhook"
+)
+
+// trickle opens a TCP connection to addr and sends the headers of a POST
+// whose body is n bytes, then nothing more: a client that has started a
+// request and is slow to finish it. The caller closes the connection.
+func trickle(t *testing.T, addr string, n int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s: %s\r\n\r\n",
+		addr, n, webhook.HeaderID, webhook.MessageID("T1", "T", 1))
+	return conn
+}
+
+// A client that sends its body one byte at a time is cut off once the
+// request has taken --read-timeout, well before the body is complete, and
+// nothing is written (issue 15: one byte a second held a connection for
+// 25 s and more). The test measures the server: it writes a byte every
+// 20 ms until the server answers or closes the connection.
+func TestReceiveCutsOffATricklingClient(t *testing.T) {
+	t.Parallel()
+	inboxPath := filepath.Join(t.TempDir(), "inbox.db")
+	_, addr := startReceiver(t, inboxPath, "--read-timeout", "500ms")
+	body := `{"delta":1,"pad":"` + strings.Repeat("x", 2000) + `"}`
+	conn := trickle(t, addr, len(body))
+	answered := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(conn) // until the server closes the connection
+		answered <- string(b)
+	}()
+	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(15 * time.Second)
+	sent := 0
+	for {
+		select {
+		case ans := <-answered:
+			if sent >= len(body) {
+				t.Fatalf("the server read the whole body first (%s)", time.Since(start))
+			}
+			if ans != "" && !strings.HasPrefix(ans, "HTTP/1.1 408 ") {
+				t.Fatalf("answer to a trickling client: %q, want 408 or a closed connection", ans)
+			}
+			t.Logf("cut off after %s, %d of %d body bytes sent", time.Since(start).Round(time.Millisecond), sent, len(body))
+			if _, n := inboxLedger(t, inboxPath); n != 0 {
+				t.Fatalf("%d receipts written", n)
+			}
+			return
+		case <-tick.C:
+			if sent < len(body) {
+				conn.Write([]byte{body[sent]}) // an error here means the server cut it: read on
+				sent++
+			}
+		case <-deadline:
+			t.Fatalf("still connected after 15s (%d bytes sent) with --read-timeout 500ms", sent)
+		}
+	}
+}
+
+// More requests at once than --max-requests are answered 503 with
+// Retry-After at once instead of piling up; once the slow ones are gone,
+// requests are served again.
+func TestReceiveLimitsConcurrentRequests(t *testing.T) {
+	t.Parallel()
+	_, addr := startReceiver(t, filepath.Join(t.TempDir(), "inbox.db"), "--max-requests", "2", "--read-timeout", "1m")
+	slow := []net.Conn{trickle(t, addr, 100), trickle(t, addr, 100)}
+	probe := func() (int, string) {
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	// The two slow requests reach the handler a moment after their headers
+	// are sent; poll until the third is refused.
+	waitStatus := func(want int) string {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			code, after := probe()
+			if code == want {
+				return after
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a request beside %d slow ones: %d, want %d", len(slow), code, want)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the server's state
+		}
+	}
+	if after := waitStatus(http.StatusServiceUnavailable); after != "1" {
+		t.Errorf("Retry-After %q, want 1", after)
+	}
+	for _, c := range slow {
+		c.Close()
+	}
+	waitStatus(http.StatusMethodNotAllowed) // a GET reaches the handler again
+}

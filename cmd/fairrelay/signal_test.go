@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer a child process writes while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startDaemon runs the CLI in the background with its stderr readable
+// while it runs; the returned channel yields its exit code.
+func startDaemon(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, <-chan int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited, done := make(chan int, 1), make(chan struct{})
+	go func() {
+		cmd.Wait()
+		exited <- cmd.ProcessState.ExitCode()
+		close(done)
+	}()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	return cmd, &stderr, exited
+}
+
+// waitStderr polls a child's stderr until it contains want (the child's
+// doing, which nothing here can signal), failing after 15s.
+func waitStderr(t *testing.T, stderr *lockedBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stderr never said %q:\n%s", want, stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling another process's output
+	}
+}
+
+// secondSignalStops sends SIGINT once — the daemon starts its graceful stop,
+// held up by work in flight — then again, and requires the process gone
+// within 5s (its graceful stop would take 20s or more) with code 130.
+func secondSignalStops(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited <-chan int) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waitStderr(t, stderr, "send it again to stop at once")
+	select {
+	case code := <-exited:
+		t.Fatalf("exited %d on the first signal, with work in flight: %s", code, stderr.String())
+	default:
+	}
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exited:
+		if code != 130 {
+			t.Fatalf("exit %d after a second SIGINT, want 130: %s", code, stderr.String())
+		}
+		t.Logf("stopped %s after the second SIGINT", time.Since(sent).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatalf("still running 5s after a second SIGINT:\n%s", stderr.String())
+	}
+}
+
+// A relay whose delivery hangs stops at the second Ctrl-C, not after its
+// shutdown timeout (issue 15).
+func TestRelayStopsAtASecondSignal(t *testing.T) {
+	t.Parallel()
+	delivering := make(chan struct{}, 1)
+	release := make(chan struct{})
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case delivering <- struct{}{}:
+		default:
+		}
+		select { // hang until the test ends or the relay gives up
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); sink.Close() })
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != 0 {
+		t.Fatal(e)
+	}
+	cmd, stderr, exited := startDaemon(t, "relay", "--queue", queue, "--sink", sink.URL, "--timeout", "20s", "--shutdown-timeout", "20s")
+	select {
+	case <-delivering:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the relay did not deliver within 15s:\n%s", stderr.String())
+	}
+	secondSignalStops(t, cmd, stderr, exited)
+}
+
+// A receiver with a request in flight stops at the second Ctrl-C, not
+// after waiting for that request (issue 15).
+func TestReceiveStopsAtASecondSignal(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	cmd, stderr, exited := startDaemon(t, "receive", "--inbox", filepath.Join(t.TempDir(), "inbox.db"), "--addr", addr, "--read-timeout", "1m", "--max-requests", "1")
+	waitStderr(t, stderr, "receive: listening")
+	// A request that has begun and will not finish: Shutdown waits for it.
+	// It is in the handler once it holds the one slot: another request
+	// then gets 503.
+	trickle(t, addr, 100)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow request never reached the handler")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's state
+	}
+	secondSignalStops(t, cmd, stderr, exited)
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+)
+
+// relay and receive name the store and the sink they work on when they
+// start, without passwords, and say when they have just created the store:
+// `relay --queue queeu.db` no longer idles in silence on an empty store
+// (issue 15).
+func TestDaemonsNameTheirStoresAndSayWhenCreated(t *testing.T) {
+	t.Parallel()
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(sink.Close)
+	dir := t.TempDir()
+	queue := filepath.Join(dir, "queeu.db")
+	sinkURL := strings.Replace(sink.URL, "http://", "http://relay:hunter2@", 1) + "/?token=s3cret"
+	run := func(args ...string) string {
+		cmd, stderr, exited := startDaemon(t, args...)
+		waitStderr(t, stderr, map[bool]string{true: "relay: started", false: "receive: listening"}[args[0] == "relay"])
+		cmd.Process.Signal(syscall.SIGTERM)
+		if code := <-exited; code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+		}
+		return stderr.String()
+	}
+	for _, first := range []bool{true, false} {
+		logs := run("relay", "--queue", queue, "--sink", sinkURL)
+		if !strings.Contains(logs, "queue="+queue) || !strings.Contains(logs, "sink=") || !strings.Contains(logs, "relay:xxxxx@") ||
+			strings.Contains(logs, "hunter2") || strings.Contains(logs, "s3cret") {
+			t.Errorf("relay's start logs do not name the queue and the redacted sink:\n%s", logs)
+		}
+		if created := strings.Contains(logs, "did not exist and was created empty"); created != first {
+			t.Errorf("run %d: said created=%v:\n%s", map[bool]int{true: 1, false: 2}[first], created, logs)
+		}
+		inboxPath := filepath.Join(dir, "inbx.db")
+		logs = run("receive", "--inbox", inboxPath, "--addr", "127.0.0.1:0")
+		if !strings.Contains(logs, "inbox="+inboxPath) {
+			t.Errorf("receive's start logs do not name the inbox:\n%s", logs)
+		}
+		if created := strings.Contains(logs, "did not exist and was created empty"); created != first {
+			t.Errorf("receive run: said created=%v:\n%s", created, logs)
+		}
+	}
+}
+
+// Secrets stay out of logs and output: a URL's password and its secret
+// query parameters are redacted; a path is shown as it is.
+func TestRedactDSN(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"queue.db": "queue.db",
+		"postgres://app:pw@db:5432/shop?sslmode=require&schema=relay": "postgres://app:xxxxx@db:5432/shop?schema=relay&sslmode=require",
+		"postgres://app@db/shop?password=pw&schema=relay":             "postgres://app@db/shop?password=xxxxx&schema=relay",
+		"https://hooks.example/in?token=abc&x=1":                      "https://hooks.example/in?token=xxxxx&x=1",
+		"http://127.0.0.1:8080/":                                      "http://127.0.0.1:8080/",
+	} {
+		if got := redactDSN(in); got != want {
+			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// inspect --inbox shows an inbox's receipts and projection, a page at a
+// time, on SQLite and PostgreSQL, and refuses a store that does not exist
+// without creating it (issue 15: the only way to read an inbox was script,
+// which creates missing files).
+func TestInspectInbox(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			dsn, missing := filepath.Join(dir, "inbox.db"), filepath.Join(dir, "inbx.db")
+			if backend == "postgres" {
+				dsn, missing = pgtest.Schema(t, "frinspect"), pgtest.Schema(t, "frinspectmissing")
+			}
+			in, err := inbox.Open(t.Context(), dsn, inbox.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []inbox.Delivery{{EventID: "A1", Flow: "A", Seq: 1}, {EventID: "A2", Flow: "A", Seq: 2}, {EventID: "B1", Flow: "B", Seq: 1}} {
+				d.Body = []byte(`{"delta":2}`)
+				if _, err := in.Receive(t.Context(), d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			in.Close()
+
+			out, errOut, code := cli(t, "", "inspect", "--inbox", dsn, "--json")
+			if code != 0 || out != `{"id":"A1","flow":"A","seq":1}`+"\n"+`{"id":"A2","flow":"A","seq":2}`+"\n"+`{"id":"B1","flow":"B","seq":1}`+"\n" {
+				t.Fatalf("receipts: exit %d, %q %q", code, out, errOut)
+			}
+			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "projection")
+			if !strings.Contains(out, "FLOW  SEQ  TOTAL") || !strings.Contains(out, "A     2    4") || !strings.Contains(out, "B     1    2") {
+				t.Fatalf("projection table:\n%s", out)
+			}
+			// Paging: a full page says how to ask for the next.
+			out, errOut, _ = cli(t, "", "inspect", "--inbox", dsn, "--limit", "2", "--json")
+			if strings.Count(out, "\n") != 2 || !strings.Contains(errOut, "--after A --after-seq 2") {
+				t.Fatalf("first page: %q, stderr %q", out, errOut)
+			}
+			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "--limit", "2", "--json", "--after", "A", "--after-seq", "2")
+			if out != `{"id":"B1","flow":"B","seq":1}`+"\n" {
+				t.Fatalf("second page: %q", out)
+			}
+			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "projection", "--json", "--after", "A")
+			if out != `{"flow":"B","seq":1,"total":2}`+"\n" {
+				t.Fatalf("projection after A: %q", out)
+			}
+			// A missing inbox is refused and not created.
+			out, errOut, code = cli(t, "", "inspect", "--inbox", missing)
+			if code != exitFailed || out != "" || !strings.Contains(errOut, "invalid_input: inbox: ") {
+				t.Fatalf("missing inbox: exit %d, %q %q", code, out, errOut)
+			}
+			if backend == "sqlite" {
+				if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+					t.Fatalf("inspect created the missing inbox: %v", err)
+				}
+			} else if _, errOut, code := cli(t, "", "inspect", "--inbox", missing); code != exitFailed || !strings.Contains(errOut, "holds no inbox") {
+				t.Fatalf("missing inbox, asked twice: it was created by the first: exit %d %s", code, errOut)
+			}
+			for _, args := range [][]string{
+				{"inspect", "--inbox", dsn, "heads"},
+				{"inspect", "--inbox", dsn, "--queue", filepath.Join(dir, "q.db")},
+				{"inspect", "--inbox", dsn, "projection", "--after-seq", "1"},
+			} {
+				if _, errOut, code := cli(t, "", args...); code != exitFailed || !strings.Contains(errOut, "invalid_input") {
+					t.Errorf("%v: exit %d %s", args, code, errOut)
+				}
+			}
+		})
+	}
+}
