@@ -1,0 +1,216 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// claimLoop is the claimer: it claims heads for the free delivery slots,
+// starts their deliveries, and (combine) settles the answers with its
+// claims, until claimCtx is done.
+func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pipeline, deliveries *sync.WaitGroup) error {
+	wait := r.cfg.PollInterval
+	idle := false
+	var batchUntil time.Time
+	var held heldStreak
+	for claimCtx.Err() == nil {
+		p.mu.Lock()
+		k := r.cfg.Workers - p.delivering
+		if !p.combine && len(p.answers) >= 2*r.cfg.Workers {
+			k = 0 // the settler is behind: let it catch up first
+		}
+		if k > 0 && p.delivering > 0 {
+			// Deliveries are under way: wait a moment for more of them to
+			// end, to claim their slots (and, combine, settle their
+			// answers) in one transaction.
+			if batchUntil.IsZero() {
+				batchUntil = time.Now().Add(batchWait)
+			}
+			if d := time.Until(batchUntil); d > 0 {
+				p.mu.Unlock()
+				r.idle(claimCtx, p, d)
+				continue
+			}
+		}
+		batchUntil = time.Time{}
+		var ans []answer
+		if p.combine {
+			ans = p.takeAnswers()
+		}
+		p.mu.Unlock()
+		if k == 0 && len(ans) == 0 {
+			r.idle(claimCtx, p, r.cfg.MaxPollInterval)
+			continue
+		}
+		if idle && len(ans) == 0 {
+			// Idle: ask, with a read, whether anything can be claimed before
+			// running a claim, which is a write (it advances the stored
+			// tick) and would cost an fsync on every poll of an idle relay.
+			stored, due, ok, err := r.q.NextDue(claimCtx)
+			if claimCtx.Err() != nil {
+				break // stopping: no claim after the signal
+			}
+			if err == nil {
+				// Another process may have written a later tick: the clock
+				// never stays below the stored tick (SPEC §7).
+				r.clock.Observe(stored)
+			}
+			// A relay's clock moves while it only reads, and another relay
+			// that starts now starts at the stored tick: its leases would
+			// look expired to this one early. So an idle relay whose clock
+			// ran a heartbeat ahead of the stored tick writes it (a claim,
+			// which claims whatever is due): the clocks of the relays on
+			// one store stay within a heartbeat of each other.
+			behind := err == nil && r.clock.Now()-stored >= r.heartbeat
+			if err == nil && !behind && (!ok || due > r.clock.Now()) {
+				d := wait
+				if ok {
+					d = min(wait, time.Duration(due-r.clock.Now())*time.Millisecond)
+				}
+				r.idle(claimCtx, p, d)
+				wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
+				continue
+			}
+			// Due now, the heartbeat, or the read failed: the claim decides
+			// (and reports a database error the way it always does).
+		}
+		var cs []fairrelay.Claim
+		var settled []Settled
+		kind := ""
+		// The claim itself runs on settleCtx: a signal arriving mid-claim
+		// must not leave us unsure whether it committed.
+		ran, err := r.write(settleCtx, func(at int64) (int64, error) {
+			var ps []fairrelay.Settlement
+			ps, settled = settleParams(at, ans)
+			switch {
+			case len(ps) > 0:
+				// A settle does not wait for a flow an outbox transaction
+				// holds: the other answers of its batch would wait with it.
+				res, err := r.q.SettleMany(settleCtx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, ClaimLimit: k})
+				if err != nil {
+					return at, err
+				}
+				kind, cs = txSettleAndClaim, res.Claims
+				setResults(settled, res.Results)
+				return res.Tick, nil
+			case k > 0:
+				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: k, Floor: true})
+				if err != nil {
+					return at, err
+				}
+				kind, cs = txClaim, res.Claims
+				return res.Tick, nil
+			}
+			cs = nil // every answer's lease ran out: nothing to write
+			return at, nil
+		})
+		if errors.Is(err, fairrelay.ErrBusy) {
+			r.log.Warn("relay: claim: database busy; retrying", "err", err, "answers", len(ans))
+			if len(ans) > 0 {
+				p.mu.Lock()
+				p.answers = append(ans, p.answers...)
+				p.mu.Unlock()
+			}
+			r.idle(claimCtx, p, wait)
+			wait = min(2*wait, r.cfg.MaxPollInterval)
+			continue
+		}
+		if err != nil {
+			if len(ans) > 0 {
+				r.log.Warn("relay: answers not settled; their events wait out their leases", "count", len(ans))
+			}
+			return fmt.Errorf("claim: %w", err)
+		}
+		if kind != "" {
+			r.cfg.Metrics.transaction(kind)
+		}
+		var heldAns []answer
+		heldAns, settled = r.reportSettles(ans, settled, ran)
+		p.mu.Lock()
+		p.recycle(ans)
+		p.answers = append(p.answers, heldAns...)
+		if !r.serial {
+			p.combine = combineNext(p.combine, settled, k, cs, len(p.answers)+p.settling)
+			if !p.combine {
+				kick(p.settleKick)
+			}
+		}
+		p.delivering += len(cs)
+		p.mu.Unlock()
+		heldOnly := len(heldAns) > 0 && len(settled) == 0 && len(cs) == 0
+		if len(heldAns) == 0 {
+			held = heldStreak{}
+		}
+		for _, cl := range cs {
+			r.startDelivery(deliverCtx, p, deliveries, cl)
+		}
+		switch {
+		case heldOnly:
+			// Only held flows' answers came back (and no claim): wait
+			// before asking again — this pause instead of the idle one.
+			if k > 0 {
+				r.cfg.Metrics.idle()
+			}
+			r.idle(claimCtx, p, r.heldPause(&held, heldAns))
+		case k > 0 && len(cs) == 0:
+			r.cfg.Metrics.idle()
+			idle = true
+			r.idle(claimCtx, p, wait)
+			wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
+		case len(cs) > 0:
+			idle = false
+			wait = r.cfg.PollInterval
+			if len(cs) < k {
+				// Nothing else is eligible now: more becomes so with an
+				// ack, an enqueue (Wake) or time (a backoff, a lease).
+				r.idle(claimCtx, p, wait)
+			}
+		}
+	}
+	return nil
+}
+
+// combineNext returns whether the claimer settles the answers with its
+// claims from now on (pipeline.combine, on a store with concurrent
+// writers), after a write that settled settled (none for a plain claim) and
+// claimed cs of the k heads it asked for, with waiting answers waiting for
+// or in the settler's transaction:
+//   - a plain claim came back short while answers wait: the heads it did
+//     not find may be the events behind them, eligible once they are acked
+//     (ordered traffic), so the claimer settles them with its next claim;
+//   - a SettleAndClaim took all k heads, most of them of flows it did not
+//     just ack: the claims did not need those settles, so the settler
+//     settles beside the claims again;
+//   - otherwise, as before.
+func combineNext(combine bool, settled []Settled, k int, cs []fairrelay.Claim, waiting int) bool {
+	switch {
+	case len(settled) == 0 && len(cs) < k && waiting > 0:
+		return true
+	case len(settled) > 0 && k > 0 && len(cs) == k && 2*behind(settled, cs) < len(cs):
+		return false
+	}
+	return combine
+}
+
+// behind counts the claims of flows whose answers settled says were acked:
+// heads that waited for those acks.
+func behind(settled []Settled, cs []fairrelay.Claim) int {
+	acked := make(map[string]bool, len(settled))
+	for _, s := range settled {
+		if s.Result.Status == fairrelay.SettleAcked {
+			acked[s.Claim.Flow] = true
+		}
+	}
+	n := 0
+	for _, c := range cs {
+		if acked[c.Flow] {
+			n++
+		}
+	}
+	return n
+}
