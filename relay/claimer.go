@@ -134,11 +134,8 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		p.mu.Lock()
 		p.recycle(ans)
 		p.answers = append(p.answers, heldAns...)
-		if !r.serial {
-			p.combine = combineNext(p.combine, settled, k, cs, len(p.answers)+p.settling)
-			if !p.combine {
-				kick(p.settleKick)
-			}
+		if p.combine = r.mode.next(p.combine, settled, k, cs, len(p.answers)+p.settling); !p.combine {
+			kick(p.settleKick)
 		}
 		p.delivering += len(cs)
 		p.mu.Unlock()
@@ -173,44 +170,4 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		}
 	}
 	return nil
-}
-
-// combineNext returns whether the claimer settles the answers with its
-// claims from now on (pipeline.combine, on a store with concurrent
-// writers), after a write that settled settled (none for a plain claim) and
-// claimed cs of the k heads it asked for, with waiting answers waiting for
-// or in the settler's transaction:
-//   - a plain claim came back short while answers wait: the heads it did
-//     not find may be the events behind them, eligible once they are acked
-//     (ordered traffic), so the claimer settles them with its next claim;
-//   - a SettleAndClaim took all k heads, most of them of flows it did not
-//     just ack: the claims did not need those settles, so the settler
-//     settles beside the claims again;
-//   - otherwise, as before.
-func combineNext(combine bool, settled []Settled, k int, cs []fairrelay.Claim, waiting int) bool {
-	switch {
-	case len(settled) == 0 && len(cs) < k && waiting > 0:
-		return true
-	case len(settled) > 0 && k > 0 && len(cs) == k && 2*behind(settled, cs) < len(cs):
-		return false
-	}
-	return combine
-}
-
-// behind counts the claims of flows whose answers settled says were acked:
-// heads that waited for those acks.
-func behind(settled []Settled, cs []fairrelay.Claim) int {
-	acked := make(map[string]bool, len(settled))
-	for _, s := range settled {
-		if s.Result.Status == fairrelay.SettleAcked {
-			acked[s.Claim.Flow] = true
-		}
-	}
-	n := 0
-	for _, c := range cs {
-		if acked[c.Flow] {
-			n++
-		}
-	}
-	return n
 }

@@ -9,17 +9,18 @@ import (
 // pipeline is what one Run's claimer, deliveries and settler share. The
 // claimer claims as many heads as there are free delivery slots and starts
 // a delivery for each; every answer waits in answers until a settle takes
-// it. Who settles depends on the store and the traffic:
+// it. Who settles depends on the store and the traffic (settleMode):
 //   - beside the claims: the settler settles every answer waiting in one
 //     transaction (SettleMany) while the claimer claims, like River's
 //     completer beside its producer. Only on a store with concurrent
 //     writers; the default there.
 //   - with the claims (combine): the claimer settles the answers waiting
-//     with its next claim, in one transaction (SettleMany with a ClaimLimit). Always on a
-//     one-writer store (SQLite); on the others while the heads the claims
-//     need wait for those very settles (a claim came back short while
-//     settles were waiting), which is ordered traffic: the claims then see
-//     the acks at once instead of one transaction later.
+//     with its next claim, in one transaction (SettleMany with a
+//     ClaimLimit). Always on a one-writer store (SQLite); on the others
+//     while the heads the claims need wait for those very settles (a claim
+//     came back short while settles were waiting), which is ordered
+//     traffic: the claims then see the acks at once instead of one
+//     transaction later.
 //
 // mu guards every field but the channels.
 type pipeline struct {

@@ -130,7 +130,7 @@ func TestSettleSkipsAnswersPastTheirLease(t *testing.T) {
 	}
 }
 
-// combineNext: a short plain claim while answers wait turns combine on; a
+// besideClaims.next: a short plain claim while answers wait turns combine on; a
 // SettleAndClaim that filled k mostly with flows it did not ack turns it
 // off; anything else keeps it.
 func TestCombineNext(t *testing.T) {
@@ -167,7 +167,7 @@ func TestCombineNext(t *testing.T) {
 		{"settle and claim came back short", true, acked("A", "B"), 4, claims("C"), 0, true},
 		{"settle only", true, acked("A"), 0, nil, 0, true},
 	} {
-		if got := combineNext(c.combine, c.settled, c.k, c.cs, c.waiting); got != c.want {
+		if got := (besideClaims{}).next(c.combine, c.settled, c.k, c.cs, c.waiting); got != c.want {
 			t.Errorf("%s: combine %v, want %v", c.name, got, c.want)
 		}
 	}

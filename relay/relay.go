@@ -189,7 +189,8 @@ type Relay struct {
 	q      *fairrelay.Queue
 	clock  *Clock
 	log    *slog.Logger
-	serial bool // the store has one writer at a time (see write)
+	serial bool       // the store has one writer at a time (see write)
+	mode   settleMode // who settles the answers (pipeline)
 	// heartbeat (ticks) is how far an idle relay's clock may run ahead of
 	// the stored tick before it writes it: half the lease's slack over a
 	// delivery, so that a lease another relay grants at a clock that far
@@ -212,11 +213,15 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: read the stored tick: %w", err)
 	}
-	return &Relay{
+	r := &Relay{
 		cfg: cfg, q: cfg.Queue, clock: NewClock(cfg.Source, c.Tick), log: cfg.Logger,
-		serial: !cfg.Queue.ConcurrentWriters(), wake: make(chan struct{}, 1),
+		serial: !cfg.Queue.ConcurrentWriters(), mode: besideClaims{}, wake: make(chan struct{}, 1),
 		heartbeat: max(1, (cfg.Queue.Policy().Lease-(cfg.DeliveryTimeout+cfg.LeaseMargin).Milliseconds())/2),
-	}, nil
+	}
+	if r.serial {
+		r.mode = withClaims{}
+	}
+	return r, nil
 }
 
 // Now returns the daemon clock's current tick.
@@ -305,10 +310,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			stopClaiming()
 		})
 	}
-	p := &pipeline{combine: r.serial, claimKick: make(chan struct{}, 1), settleKick: make(chan struct{}, 1)}
+	p := &pipeline{combine: r.mode.start(), claimKick: make(chan struct{}, 1), settleKick: make(chan struct{}, 1)}
 	r.log.Info("relay: started", "workers", r.cfg.Workers, "tick", r.clock.Now(),
 		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry,
-		"settler", !r.serial)
+		"settles", r.mode)
 	var deliveries sync.WaitGroup
 	claimerDone, settlerDone := make(chan struct{}), make(chan struct{})
 	go func() {
