@@ -16,7 +16,8 @@ import (
 func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pipeline, deliveries *sync.WaitGroup) error {
 	wait := r.cfg.PollInterval
 	idle := false
-	var batchUntil time.Time
+	var batch batchWindow
+	defer batch.reset()
 	var held heldStreak
 	for claimCtx.Err() == nil {
 		p.mu.Lock()
@@ -24,20 +25,17 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		if !p.combine && len(p.answers) >= 2*r.cfg.Workers {
 			k = 0 // the settler is behind: let it catch up first
 		}
-		if k > 0 && p.delivering > 0 {
+		if k > 0 && p.delivering > 0 && batch.open() {
 			// Deliveries are under way: wait a moment for more of them to
 			// end, to claim their slots (and, combine, settle their
 			// answers) in one transaction.
-			if batchUntil.IsZero() {
-				batchUntil = time.Now().Add(batchWait)
+			p.mu.Unlock()
+			if r.wait(claimCtx, p, batch.timer.C) {
+				batch.closed = true
 			}
-			if d := time.Until(batchUntil); d > 0 {
-				p.mu.Unlock()
-				r.idle(claimCtx, p, d)
-				continue
-			}
+			continue
 		}
-		batchUntil = time.Time{}
+		batch.reset()
 		var ans []answer
 		if p.combine {
 			ans = p.takeAnswers()

@@ -54,7 +54,7 @@ func (r *Relay) deliver(deliverCtx context.Context, cl *fairrelay.Claim) answer 
 	// for the settle.
 	left := time.Duration(cl.LeaseUntil-r.clock.Now())*time.Millisecond - r.cfg.LeaseMargin
 	timeout := min(r.cfg.DeliveryTimeout, left)
-	start := time.Now()
+	start := r.cfg.Source.Elapsed()
 	var res sink.Result
 	var err error
 	if timeout > 0 {
@@ -67,7 +67,7 @@ func (r *Relay) deliver(deliverCtx context.Context, cl *fairrelay.Claim) answer 
 	} else {
 		err = errors.New("no time left in the lease to deliver")
 	}
-	latency := time.Since(start)
+	latency := r.cfg.Source.Elapsed() - start
 	outcome, detail := res.Outcome, res.Detail
 	switch {
 	case err != nil:

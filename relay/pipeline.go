@@ -66,15 +66,50 @@ func kick(c chan struct{}) {
 // transaction claims or settles many events (group commit).
 const batchWait = time.Millisecond
 
+// batchWindow is one such wait of batchWait: it opens at the first wait
+// and closes when its timer fires, however many wake-ups came in between.
+// A timer rather than a reading of the time: every reading goes through
+// Config.Source, which a test may hold still. The zero value is ready to
+// open.
+type batchWindow struct {
+	timer  *time.Timer
+	closed bool
+}
+
+// open reports whether the window is open, opening it at the first call
+// after a reset; wait on timer.C and call close when it fires.
+func (w *batchWindow) open() bool {
+	if w.timer == nil && !w.closed {
+		w.timer = time.NewTimer(batchWait)
+	}
+	return !w.closed
+}
+
+// reset ends the window, so the next open opens a new one.
+func (w *batchWindow) reset() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	*w = batchWindow{}
+}
+
 // idle waits d, or until a wake token (Wake), a kick of the pipeline or ctx
 // is done — never a busy poll.
 func (r *Relay) idle(ctx context.Context, p *pipeline, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	r.wait(ctx, p, t.C)
+}
+
+// wait waits for c, a wake token (Wake), a kick of the pipeline or ctx, and
+// reports whether c fired.
+func (r *Relay) wait(ctx context.Context, p *pipeline, c <-chan time.Time) bool {
 	select {
 	case <-ctx.Done():
 	case <-r.wake:
 	case <-p.claimKick:
-	case <-t.C:
+	case <-c:
+		return true
 	}
+	return false
 }

@@ -66,6 +66,11 @@ type fixedTime struct{}
 
 func (*fixedTime) Elapsed() time.Duration { return 0 }
 
+// stepTime is a Monotonic source a test moves by hand (one goroutine).
+type stepTime struct{ d time.Duration }
+
+func (s *stepTime) Elapsed() time.Duration { return s.d }
+
 // The settler takes every answer waiting into one transaction: 16 answers,
 // one SettleBatch, 16 acks.
 func TestSettlerSettlesEveryWaitingAnswerInOneTransaction(t *testing.T) {
@@ -188,7 +193,8 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 // claimer that also waited out idle polls used to warn ~9 s late).
 func TestHeldPauseDoublesAndWarnsOnceAfterASecond(t *testing.T) {
 	var logged bytes.Buffer
-	r := &Relay{log: slog.New(slog.NewTextHandler(&logged, nil))}
+	src := &stepTime{}
+	r := &Relay{log: slog.New(slog.NewTextHandler(&logged, nil)), cfg: Config{Source: src}}
 	held := []answer{{s: Settled{Claim: fairrelay.Claim{Flow: "A"}}}}
 	var h heldStreak
 	var pauses []time.Duration
@@ -201,7 +207,7 @@ func TestHeldPauseDoublesAndWarnsOnceAfterASecond(t *testing.T) {
 	if logged.Len() != 0 {
 		t.Fatalf("warned at the start of a streak: %s", logged.String())
 	}
-	h.since = h.since.Add(-time.Second) // a second into the streak
+	src.d += time.Second // a second into the streak
 	r.heldPause(&h, held)
 	r.heldPause(&h, held)
 	if n := strings.Count(logged.String(), "settles wait for flows another transaction holds"); n != 1 || !strings.Contains(logged.String(), "flows=[A]") {

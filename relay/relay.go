@@ -73,8 +73,11 @@ type Config struct {
 	PollInterval time.Duration
 	// MaxPollInterval caps the idle wait. Defaults to 1s.
 	MaxPollInterval time.Duration
-	// Source is the monotonic time source of the daemon clock. Defaults to
-	// SystemMonotonic().
+	// Source is the relay's time source: the daemon clock's ticks, the
+	// delivery latency and how long settles have waited for a held flow
+	// are all read from it, so a test that advances it by hand controls
+	// them. (Waits — poll intervals, timeouts, the pauses between tries —
+	// are timers of the runtime.) Defaults to SystemMonotonic().
 	Source Monotonic
 	// Logger receives the relay's logs. Defaults to discarding.
 	Logger *slog.Logger
@@ -179,7 +182,8 @@ type Settled struct {
 	LeaseLost bool
 	// At is the tick of the settle.
 	At int64
-	// Latency is the delivery's wall time.
+	// Latency is the delivery's duration, from send to answer, as
+	// Config.Source measures it.
 	Latency time.Duration
 }
 

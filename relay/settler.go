@@ -49,7 +49,8 @@ func setResults(out []Settled, rs []fairrelay.SettleResult) {
 // tries again until cutoff is done (the shutdown deadline), then leaves
 // their events to their leases.
 func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
-	var batchUntil time.Time
+	var batch batchWindow
+	defer batch.reset()
 	var heldRun heldStreak
 	for {
 		p.mu.Lock()
@@ -62,24 +63,18 @@ func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 			<-p.settleKick
 			continue
 		}
-		if p.delivering > 0 {
+		if p.delivering > 0 && batch.open() {
 			// More answers are coming: wait a moment for them, to settle
 			// them along.
-			if batchUntil.IsZero() {
-				batchUntil = time.Now().Add(batchWait)
+			p.mu.Unlock()
+			select {
+			case <-p.settleKick:
+			case <-batch.timer.C:
+				batch.closed = true
 			}
-			if d := time.Until(batchUntil); d > 0 {
-				p.mu.Unlock()
-				t := time.NewTimer(d)
-				select {
-				case <-p.settleKick:
-				case <-t.C:
-				}
-				t.Stop()
-				continue
-			}
+			continue
 		}
-		batchUntil = time.Time{}
+		batch.reset()
 		as := p.takeAnswers()
 		p.settling = len(as)
 		p.mu.Unlock()
@@ -133,8 +128,8 @@ const (
 // transaction holds, while nothing else is settled: the pause doubles from
 // minHeldWait to maxHeldWait. The zero value starts a streak.
 type heldStreak struct {
-	wait   time.Duration
-	since  time.Time // the streak's first pause
+	wait   time.Duration // the next pause; 0 before the streak's first
+	since  time.Duration // Config.Source's reading at the first pause
 	warned bool
 }
 
@@ -142,10 +137,11 @@ type heldStreak struct {
 // second into the streak, that those flows have been held for a while (an
 // outbox transaction left open?).
 func (r *Relay) heldPause(h *heldStreak, held []answer) time.Duration {
-	if h.since.IsZero() {
-		h.since, h.wait = time.Now(), minHeldWait
+	now := r.cfg.Source.Elapsed()
+	if h.wait == 0 {
+		h.since, h.wait = now, minHeldWait
 	}
-	if !h.warned && time.Since(h.since) >= time.Second {
+	if !h.warned && now-h.since >= time.Second {
 		h.warned = true
 		flows := make([]string, 0, min(len(held), 5))
 		for _, a := range held[:min(len(held), 5)] {
