@@ -19,13 +19,38 @@ type answer struct {
 // startDelivery starts the delivery of cl, counted in deliveries; its
 // answer joins p.answers, and the claimer and the settler are woken when
 // they act on it. The caller has counted it in p.delivering.
+//
+// A claim of a flow this relay is still delivering waits for that delivery
+// to end before it is delivered (then only while its lease allows: see
+// deliver), so that a flow never has two deliveries at once, whatever the
+// clock says. The store grants such a claim only when the first lease looks
+// expired at the claim's tick: this relay's clock jumped (it follows the
+// stored tick, which another process may have written far ahead), or the
+// delivery outlived its lease. The first delivery's settle is then skipped
+// or answered stale, and the second delivery is the one that settles.
 func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliveries *sync.WaitGroup, cl fairrelay.Claim) {
 	r.cfg.Metrics.claim()
 	deliveries.Add(1)
+	done := make(chan struct{})
+	p.mu.Lock()
+	after := p.inDelivery[cl.Flow]
+	p.inDelivery[cl.Flow] = done
+	p.mu.Unlock()
+	if after != nil {
+		r.log.Warn("relay: claimed a flow still in delivery (its lease looked expired: did the stored tick jump ahead?); delivering the new claim once the first delivery ends",
+			"flow", cl.Flow, "id", cl.Token.EventID, "generation", cl.Token.Generation, "lease_until", cl.LeaseUntil)
+	}
 	go func() {
 		defer deliveries.Done()
+		if after != nil {
+			<-after
+		}
 		a := r.deliver(deliverCtx, &cl)
 		p.mu.Lock()
+		close(done)
+		if p.inDelivery[cl.Flow] == done {
+			delete(p.inDelivery, cl.Flow)
+		}
 		full := p.delivering == r.cfg.Workers
 		p.delivering--
 		first := len(p.answers) == 0

@@ -25,7 +25,10 @@ import (
 // mu guards every field but the channels.
 type pipeline struct {
 	mu         sync.Mutex
-	delivering int      // deliveries under way (at most Workers)
+	delivering int // deliveries under way (at most Workers)
+	// inDelivery maps each flow with a delivery under way (or waiting for
+	// one: startDelivery) to a channel closed when the last of them ends.
+	inDelivery map[string]chan struct{}
 	answers    []answer // answered, waiting for a settle
 	spare      []answer // an emptied answers slice, for the next batch
 	settling   int      // answers in the settler's transaction under way

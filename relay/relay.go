@@ -25,6 +25,15 @@
 // starts at the stored tick, and the leases it grants must not look
 // expired to this one.
 //
+// A relay never runs two deliveries of one flow at once, whatever its clock
+// says. The store grants a new claim of a flow whose lease looks expired at
+// the claim's tick; if this relay is still delivering that flow (its clock
+// jumped ahead with a stored tick another process wrote far ahead, or a
+// delivery outlived its lease), the new claim waits for the first delivery
+// to end and is delivered then, while its own lease allows. The first
+// delivery's settle is skipped (its lease ran out) or answered stale; the
+// receiver deduplicates by event id.
+//
 // Shutdown (Run's ctx done) stops claiming at once, lets in-flight
 // deliveries finish up to Config.ShutdownTimeout, settles them while their
 // leases hold, and returns nil. A settle is never sent after its lease ran
@@ -314,7 +323,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			stopClaiming()
 		})
 	}
-	p := &pipeline{combine: r.mode.start(), claimKick: make(chan struct{}, 1), settleKick: make(chan struct{}, 1)}
+	p := &pipeline{combine: r.mode.start(), inDelivery: map[string]chan struct{}{}, claimKick: make(chan struct{}, 1), settleKick: make(chan struct{}, 1)}
 	r.log.Info("relay: started", "workers", r.cfg.Workers, "tick", r.clock.Now(),
 		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry,
 		"settles", r.mode)
