@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,10 +11,13 @@ import (
 
 // claimLoop is the claimer: it claims heads for the free delivery slots,
 // starts their deliveries, and (combine) settles the answers with its
-// claims, until claimCtx is done.
+// claims, until claimCtx is done. A failed round trip is tried again after
+// a pause (retryWait), the answers it held kept for the next try; only an
+// error the relay does not ride out (retryable) ends the loop early.
 func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pipeline, deliveries *sync.WaitGroup) error {
 	wait := r.cfg.PollInterval
 	idle := false
+	fails := 0 // failed writes in a row
 	var batch batchWindow
 	defer batch.reset()
 	var held heldStreak
@@ -45,18 +47,23 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			r.idle(claimCtx, p, r.cfg.MaxPollInterval)
 			continue
 		}
-		if idle && len(ans) == 0 {
+		if idle && len(ans) == 0 && !r.health.failing() {
 			// Idle: ask, with a read, whether anything can be claimed before
 			// running a claim, which is a write (it advances the stored
 			// tick) and would cost an fsync on every poll of an idle relay.
+			// Not during an error streak: only a write tells that the store
+			// takes writes again (a full disk still serves reads).
 			stored, due, ok, err := r.q.NextDue(claimCtx)
 			if claimCtx.Err() != nil {
 				break // stopping: no claim after the signal
 			}
 			if err == nil {
+				r.health.read()
 				// Another process may have written a later tick: the clock
 				// never stays below the stored tick (SPEC §7).
 				r.clock.Observe(stored)
+			} else {
+				r.health.failed("next_due", err)
 			}
 			// A relay's clock moves while it only reads, and another relay
 			// that starts now starts at the stored tick: its leases would
@@ -74,8 +81,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
 				continue
 			}
-			// Due now, the heartbeat, or the read failed: the claim decides
-			// (and reports a database error the way it always does).
+			// Due now, the heartbeat, or the read failed: the claim decides.
 		}
 		var cs []fairrelay.Claim
 		var settled []Settled
@@ -107,15 +113,19 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			cs = nil // every answer's lease ran out: nothing to write
 			return at, nil
 		})
-		if errors.Is(err, fairrelay.ErrBusy) {
-			r.log.Warn("relay: claim: database busy; retrying", "err", err, "answers", len(ans))
+		if err != nil && retryable(err) {
+			// Nothing of the write is known to have committed: its answers
+			// wait for the next try (settleParams drops each once its lease
+			// ran out), and its claims, if it committed after all, wait out
+			// their leases.
+			r.health.failed("claim", err)
 			if len(ans) > 0 {
 				p.mu.Lock()
 				p.answers = append(ans, p.answers...)
 				p.mu.Unlock()
 			}
-			r.idle(claimCtx, p, wait)
-			wait = min(2*wait, r.cfg.MaxPollInterval)
+			fails++
+			pause(claimCtx, r.retryWait(fails))
 			continue
 		}
 		if err != nil {
@@ -124,7 +134,9 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			}
 			return fmt.Errorf("claim: %w", err)
 		}
+		fails = 0
 		if kind != "" {
+			r.health.wrote()
 			r.cfg.Metrics.transaction(kind)
 		}
 		var heldAns []answer

@@ -26,6 +26,8 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *relay.Config) { c.Sink = nil }, "sink"},
 		{func(c *relay.Config) { c.Queue = nil }, "queue"},
 		{func(c *relay.Config) { c.MaxPollInterval = time.Microsecond }, "poll_interval"},
+		{func(c *relay.Config) { c.MaxRetryWait = time.Microsecond }, "retry_wait"},
+		{func(c *relay.Config) { c.RetryWait = -time.Second }, "retry_wait"},
 	} {
 		cfg := h.config(t)
 		tc.change(&cfg)

@@ -2,37 +2,61 @@
 // claims heads from a queue store, delivers them through a sink.Sink without
 // holding any transaction, and settles the answers, with up to
 // Config.Workers deliveries at once. Time is the daemon clock of SPEC §7
-// (1 tick = 1 ms, see Clock).
+// (1 tick = 1 ms, see Clock), read from Config.Source.
 //
 // One claimer claims as many heads as there are free delivery slots, in one
-// transaction (Queue.Claim with a Limit), and starts a delivery for each; answers
-// are settled many to a transaction. On PostgreSQL (concurrent writers) a
-// settler settles them beside the claims (Queue.SettleMany), the way
-// River's completer runs beside its producer, except while the claims wait
-// for those very settles (ordered traffic: the heads claimed next are the
-// events behind the ones just delivered); then, and always on SQLite (one
-// writer), the claimer settles them with its next claim
-// (Queue.SettleMany with a ClaimLimit). While deliveries are under way the claimer and
-// the settler wait up to a millisecond for more of them to end, so that one
-// transaction takes many.
+// transaction (Queue.Claim with a Limit), and starts a delivery for each;
+// answers are settled many to a transaction. On PostgreSQL (concurrent
+// writers) a settler settles them beside the claims (Queue.SettleMany), the
+// way River's completer runs beside its producer, except while the claims
+// wait for those very settles (ordered traffic: the heads claimed next are
+// the events behind the ones just delivered); then, and always on SQLite
+// (one writer), the claimer settles them with its next claim
+// (Queue.SettleMany with a ClaimLimit). While deliveries are under way the
+// claimer and the settler wait up to a millisecond for more of them to
+// end, so that one transaction takes many.
 //
-// Several relays may dispatch one store (on PostgreSQL, from many
-// machines). Their writes set Floor (fairrelay.ClaimParams.Floor): a write that
-// waited for a lock while another relay stored a later tick runs at that
-// tick, and the clock follows. An idle relay only reads, except that it
-// writes its clock (a claim) once it runs (lease - DeliveryTimeout -
-// LeaseMargin) / 2 ahead of the stored tick: a relay started beside it
-// starts at the stored tick, and the leases it grants must not look
-// expired to this one.
+// Several relays may dispatch one store: on PostgreSQL from many machines,
+// on SQLite from processes of one machine (they take the file's write lock
+// in turn, so they add no throughput). They share nothing but the store.
+// The rotation is the store's (each claim takes the next ticket, SPEC §2),
+// the same however many relays claim. Their writes set Floor
+// (fairrelay.ClaimParams.Floor): a write that waited for a lock while
+// another relay stored a later tick runs at that tick, and the clock
+// follows. An idle relay only reads, except that it writes its clock (a
+// claim) once it runs (lease - DeliveryTimeout - LeaseMargin) / 2 ahead of
+// the stored tick: a relay started beside it starts at the stored tick,
+// and the leases it grants must not look expired to this one. Between
+// relays the lease is the only guard: a relay that stalls past a lease (a
+// paused process) may still be delivering an event when another relay,
+// seeing the lease run out, claims and delivers it again. The receiver's
+// deduplication by event id and its sequence check keep the effect once
+// and in order, and the stalled relay's settle is skipped or answered
+// stale.
 //
-// A relay never runs two deliveries of one flow at once, whatever its clock
-// says. The store grants a new claim of a flow whose lease looks expired at
-// the claim's tick; if this relay is still delivering that flow (its clock
-// jumped ahead with a stored tick another process wrote far ahead, or a
-// delivery outlived its lease), the new claim waits for the first delivery
-// to end and is delivered then, while its own lease allows. The first
-// delivery's settle is skipped (its lease ran out) or answered stale; the
-// receiver deduplicates by event id.
+// Within one relay, a flow never has two deliveries at once, whatever the
+// clock says. The store grants a new claim of a flow whose lease looks
+// expired at the claim's tick; if this relay is still delivering that flow
+// (its clock jumped ahead with a stored tick another process wrote far
+// ahead, or a delivery outlived its lease), the new claim waits for the
+// first delivery to end and is delivered then, while its own lease allows.
+// The first delivery's settle is skipped (its lease ran out) or answered
+// stale.
+//
+// The relay rides out a store that fails — a full disk, a PostgreSQL
+// restart, dropped connections, a lock held past the busy timeout: each
+// failed round trip is tried again after a pause that doubles from
+// Config.RetryWait up to Config.MaxRetryWait, with jitter, and the relay
+// resumes by itself once the store answers. Answers whose settles fail are
+// kept and settled later, while their leases hold. A write whose commit the
+// relay never heard of (a connection dropped during the commit) counts as
+// failed: its claims, if they committed, wait out their leases and are
+// delivered by a later claim; its settles are sent again, and answer stale
+// if they had committed. The first failure of an error streak is logged,
+// and so is the write that ends it (a read does not: a full disk still
+// serves reads), nothing in between; Relay.Health and Relay.Ready report
+// it (the CLI serves Ready at /readyz). Run returns early only for
+// ErrInvalidInput from the store, which waiting does not cure.
 //
 // Shutdown (Run's ctx done) stops claiming at once, lets in-flight
 // deliveries finish up to Config.ShutdownTimeout, settles them while their
@@ -82,6 +106,14 @@ type Config struct {
 	PollInterval time.Duration
 	// MaxPollInterval caps the idle wait. Defaults to 1s.
 	MaxPollInterval time.Duration
+	// RetryWait is the first pause after a store round trip failed (the
+	// database unreachable, restarting, busy or out of space): the relay
+	// rides such errors out, trying again after a pause that doubles with
+	// each failure in a row up to MaxRetryWait, drawn at random between
+	// half and all of it. Defaults to 10ms.
+	RetryWait time.Duration
+	// MaxRetryWait caps that pause. Defaults to 5s.
+	MaxRetryWait time.Duration
 	// Source is the relay's time source: the daemon clock's ticks, the
 	// delivery latency and how long settles have waited for a held flow
 	// are all read from it, so a test that advances it by hand controls
@@ -123,6 +155,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxPollInterval == 0 {
 		c.MaxPollInterval = time.Second
 	}
+	if c.RetryWait == 0 {
+		c.RetryWait = 10 * time.Millisecond
+	}
+	if c.MaxRetryWait == 0 {
+		c.MaxRetryWait = 5 * time.Second
+	}
 	if c.Source == nil {
 		c.Source = SystemMonotonic()
 	}
@@ -138,8 +176,8 @@ func invalid(field, format string, args ...any) error {
 
 // Validate reports the first field out of range as ErrInvalidInput naming
 // it: "queue", "sink", "workers", "timeout", "lease_margin",
-// "shutdown_timeout", "poll_interval", or "lease" when the policy's lease
-// (ms) does not exceed DeliveryTimeout + LeaseMargin.
+// "shutdown_timeout", "poll_interval", "retry_wait", or "lease" when the
+// policy's lease (ms) does not exceed DeliveryTimeout + LeaseMargin.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
@@ -157,6 +195,8 @@ func (c Config) Validate() error {
 		return invalid("shutdown_timeout", "must not be negative, got %s", c.ShutdownTimeout)
 	case c.PollInterval < 0 || c.MaxPollInterval < c.PollInterval:
 		return invalid("poll_interval", "need 0 <= poll interval (%s) <= max poll interval (%s)", c.PollInterval, c.MaxPollInterval)
+	case c.RetryWait <= 0 || c.MaxRetryWait < c.RetryWait:
+		return invalid("retry_wait", "need 0 < retry wait (%s) <= max retry wait (%s)", c.RetryWait, c.MaxRetryWait)
 	}
 	return CheckLease(c.Queue.Policy().Lease, c.DeliveryTimeout, c.LeaseMargin)
 }
@@ -185,9 +225,10 @@ type Settled struct {
 	// Result is settle's answer; zero when LeaseLost, but for Held.
 	Result fairrelay.SettleResult
 	// LeaseLost: the settle was not made and the event is left to its
-	// lease: the lease ran out before the settle could be sent, the
-	// database stayed busy, or at the shutdown deadline another transaction
-	// still held the event's flow (Result.Held is then set).
+	// lease: the lease ran out before the settle could be sent (tried
+	// again while the store failed), or at the shutdown deadline the store
+	// still failed or another transaction still held the event's flow
+	// (Result.Held is then set).
 	LeaseLost bool
 	// At is the tick of the settle.
 	At int64
@@ -212,11 +253,14 @@ type Relay struct {
 	writeMu   sync.Mutex    // orders this process's writes by tick when serial
 	wake      chan struct{} // a token that ends the claimer's idle wait
 	running   atomic.Bool
+	phase     atomic.Int32 // phaseNew … phaseStopped, for Ready
+	health    *health      // the store round trips: error streaks, readiness
 }
 
 // New validates cfg and starts the daemon clock at the queue's stored tick
 // (SPEC §7). Errors: ErrInvalidInput naming the field (see
-// Config.Validate); ErrBusy or ErrDatabase reading the clock.
+// Config.Validate); ErrBusy or ErrDatabase reading the clock (New does not
+// retry: a store that cannot be read at start may as well be misnamed).
 func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -230,6 +274,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		cfg: cfg, q: cfg.Queue, clock: NewClock(cfg.Source, c.Tick), log: cfg.Logger,
 		serial: !cfg.Queue.ConcurrentWriters(), mode: besideClaims{}, wake: make(chan struct{}, 1),
 		heartbeat: max(1, (cfg.Queue.Policy().Lease-(cfg.DeliveryTimeout+cfg.LeaseMargin).Milliseconds())/2),
+		health:    newHealth(cfg.Source, cfg.Logger, cfg.Metrics),
 	}
 	if r.serial {
 		r.mode = withClaims{}
@@ -297,14 +342,20 @@ func (r *Relay) write(ctx context.Context, fn func(at int64) (ran int64, err err
 const clockRetries = 10
 
 // Run dispatches until ctx is done, then shuts down gracefully (package
-// doc) and returns nil. It returns early with an error only for a database
-// error other than ErrBusy (which is retried), after the same graceful
-// shutdown; database errors are never taken for idle or for an outcome.
-// Run may be called once.
+// doc) and returns nil. It rides out store errors (the database
+// unreachable, restarting, busy or out of space): each failed round trip is
+// tried again after a pause (Config.RetryWait), and the relay resumes by
+// itself once the store answers (Health, Ready). It returns early, after
+// the same graceful shutdown, only for ErrInvalidInput from the store,
+// which waiting does not cure (a configuration the store refuses, or a
+// stored tick beyond the range of ticks). Store errors are never taken
+// for idle or for an outcome. Run may be called once.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("relay: Run called twice")
 	}
+	r.phase.Store(phaseRunning)
+	defer r.phase.Store(phaseStopped)
 	// Settles must outlive ctx: in-flight work is finished after a signal.
 	settleCtx := context.WithoutCancel(ctx)
 	deliverCtx, cutDeliveries := context.WithCancel(settleCtx)
@@ -346,6 +397,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}()
 	<-claimCtx.Done()
+	r.phase.Store(phaseStopping)
 	r.log.Info("relay: stopping: no new claims; waiting for in-flight deliveries", "deadline", r.cfg.ShutdownTimeout)
 	done := make(chan struct{})
 	go func() {
@@ -365,7 +417,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	if n := len(p.answers); n > 0 {
-		// Only after a database error stopped the settler.
+		// Only after an error the relay does not ride out stopped the
+		// settler.
 		r.log.Warn("relay: answers not settled; their events wait out their leases", "count", n)
 	}
 	p.mu.Unlock()

@@ -27,6 +27,8 @@ func (r *Relay) report(s Settled) {
 	switch {
 	case s.LeaseLost && s.Result.Held:
 		level, msg = slog.LevelWarn, "relay: another transaction held the flow until the shutdown deadline; not settled"
+	case s.LeaseLost && s.At < s.Claim.LeaseUntil:
+		level, msg = slog.LevelWarn, "relay: the store still failed at the shutdown deadline; not settled"
 	case s.LeaseLost:
 		level, msg = slog.LevelWarn, "relay: lease ran out before the settle; not settled"
 	case s.Result.Status == fairrelay.SettleQuarantined:

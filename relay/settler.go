@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -45,13 +44,16 @@ func setResults(out []Settled, rs []fairrelay.SettleResult) {
 // settleLoop is the settler: it settles the answers waiting, all in one
 // transaction, whenever the claimer does not (pipeline). After the claimer
 // stopped, it settles what is left and returns once no delivery is under
-// way and no answer waits. Answers whose flows another transaction holds it
-// tries again until cutoff is done (the shutdown deadline), then leaves
-// their events to their leases.
+// way and no answer waits. Answers whose flows another transaction holds,
+// and answers whose settle failed (after a pause: retryWait), it tries
+// again while their leases hold, until cutoff is done (the shutdown
+// deadline), then leaves their events to their leases. Only an error the
+// relay does not ride out (retryable) ends it early.
 func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 	var batch batchWindow
 	defer batch.reset()
 	var heldRun heldStreak
+	fails := 0 // failed settles in a row
 	for {
 		p.mu.Lock()
 		if p.claimDone && p.delivering == 0 && len(p.answers) == 0 {
@@ -78,40 +80,65 @@ func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 		as := p.takeAnswers()
 		p.settling = len(as)
 		p.mu.Unlock()
-		held, err := r.settle(ctx, as)
-		if len(held) > 0 && cutoff.Err() != nil {
-			// Past the shutdown deadline: no more waiting for those flows.
-			// Reported as not settled, as when the database stays busy.
-			r.log.Warn("relay: shutdown deadline: answers of flows another transaction holds not settled; their events wait out their leases", "count", len(held))
-			for _, a := range held {
+		again, wrote, err := r.settle(ctx, as)
+		if err != nil && !retryable(err) {
+			r.log.Warn("relay: answers not settled; their events wait out their leases", "count", len(as))
+			p.mu.Lock()
+			p.settling = 0
+			p.mu.Unlock()
+			return err
+		}
+		failed := err != nil
+		switch {
+		case failed:
+			r.health.failed("settle", err)
+		case wrote:
+			r.health.wrote()
+		}
+		if len(again) > 0 && cutoff.Err() != nil {
+			// Past the shutdown deadline: no more waiting for those flows,
+			// or for the store. Reported as not settled.
+			why := "answers of flows another transaction holds not settled"
+			if failed {
+				why = "answers not settled: the store still fails"
+			}
+			r.log.Warn("relay: shutdown deadline: "+why+"; their events wait out their leases", "count", len(again))
+			for _, a := range again {
 				s := a.s
-				s.LeaseLost, s.Result, s.At = true, fairrelay.SettleResult{Held: true}, r.clock.Now()
+				s.LeaseLost, s.Result, s.At = true, fairrelay.SettleResult{Held: !failed}, r.clock.Now()
 				r.report(s)
 			}
-			held = nil
+			again = nil
 		}
 		p.mu.Lock()
 		p.settling = 0
-		p.recycle(as)
-		p.answers = append(p.answers, held...)
+		if failed && again != nil {
+			p.answers = append(as, p.answers...) // the oldest first, as before
+		} else {
+			p.recycle(as)
+			p.answers = append(p.answers, again...)
+		}
 		p.mu.Unlock()
 		kick(p.claimKick) // the acks may have made heads eligible
-		if err != nil {
-			return err
-		}
-		if len(held) == len(as) {
+		switch {
+		case failed:
+			fails++
+			pause(cutoff, r.retryWait(fails))
+			continue
+		case len(again) == len(as):
 			// Only held flows' answers: wait before asking again, unless
 			// new answers arrive.
-			t := time.NewTimer(r.heldPause(&heldRun, held))
+			t := time.NewTimer(r.heldPause(&heldRun, again))
 			select {
 			case <-p.settleKick:
 			case <-t.C:
 			case <-cutoff.Done():
 			}
 			t.Stop()
-		} else {
+		default:
 			heldRun = heldStreak{}
 		}
+		fails = 0
 	}
 }
 
@@ -171,51 +198,33 @@ func heldBack(as []answer, settled []Settled) (held []answer, reports []Settled)
 	return held, reports
 }
 
-// busyRetries bounds the settle attempts on a busy database; after them
-// the events are left to their leases.
-const busyRetries = 20
-
-// settle settles as in one transaction (SettleMany) and reports each,
-// but for the answers it returns: those whose flows another transaction
-// held (SettleManyParams.SkipHeld), to settle again later. ErrBusy is retried with
-// a growing pause, busyRetries times; any other error is returned, and the
-// events are left to their leases.
-func (r *Relay) settle(ctx context.Context, as []answer) (held []answer, err error) {
+// settle settles as in one transaction (SettleMany) and reports each, but
+// for the answers it returns to settle again later (again): those whose
+// flows another transaction held (SettleManyParams.SkipHeld), or all of as
+// when the transaction failed (err is then set, and nothing is reported:
+// settleParams reports each answer as not settled once its lease ran out).
+// wrote says whether a transaction committed (none when every answer's
+// lease had run out).
+func (r *Relay) settle(ctx context.Context, as []answer) (again []answer, wrote bool, err error) {
 	var settled []Settled
-	var ran int64
-	for attempt := 1; ; attempt++ {
-		ran, err = r.write(ctx, func(at int64) (int64, error) {
-			var ps []fairrelay.Settlement
-			ps, settled = settleParams(at, as)
-			if len(ps) == 0 {
-				return at, nil
-			}
-			res, err := r.q.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps}) // as the claimer's
-			if err != nil {
-				return at, err
-			}
-			setResults(settled, res.Results)
-			r.cfg.Metrics.transaction(txSettle)
-			return res.Tick, nil
-		})
-		if errors.Is(err, fairrelay.ErrBusy) && attempt < busyRetries {
-			t := time.NewTimer(time.Duration(attempt) * 10 * time.Millisecond)
-			<-t.C
-			continue
+	ran, err := r.write(ctx, func(at int64) (int64, error) {
+		var ps []fairrelay.Settlement
+		ps, settled = settleParams(at, as)
+		if len(ps) == 0 {
+			return at, nil
 		}
-		if errors.Is(err, fairrelay.ErrBusy) {
-			r.log.Warn("relay: settle: database busy; leaving the events to their leases", "count", len(as), "err", err)
-			for i := range settled {
-				settled[i].LeaseLost = true
-			}
-			break
-		}
+		res, err := r.q.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps}) // as the claimer's
 		if err != nil {
-			r.log.Warn("relay: answers not settled; their events wait out their leases", "count", len(as))
-			return nil, fmt.Errorf("settle: %w", err)
+			return at, err
 		}
-		break
+		setResults(settled, res.Results)
+		r.cfg.Metrics.transaction(txSettle)
+		wrote = true
+		return res.Tick, nil
+	})
+	if err != nil {
+		return as, false, fmt.Errorf("settle: %w", err)
 	}
-	held, _ = r.reportSettles(as, settled, ran)
-	return held, nil
+	again, _ = r.reportSettles(as, settled, ran)
+	return again, wrote, nil
 }
