@@ -7,9 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,8 +40,19 @@ func newRelayCmd() *cobra.Command {
 with --secret (Standard Webhooks), --workers at once, and settles the answers,
 many to a transaction. Time is the daemon
 clock of SPEC §7: 1 tick = 1 ms, so --lease and the backoff flags are in ms.
-On a signal the relay stops claiming, lets in-flight deliveries finish (up to
---shutdown-timeout), never settles after a lease ran out, and exits 0.
+On a signal (SIGINT or SIGTERM) the relay stops claiming, lets in-flight
+deliveries finish (up to --shutdown-timeout), never settles after a lease ran
+out, and exits 0; a second signal stops it at once, with exit code 130 after
+SIGINT, 143 after SIGTERM (128 + the signal's number), leaving the deliveries
+in flight to their leases.
+
+Store errors (a full disk, a PostgreSQL restart, dropped connections) do not
+stop it: it retries with backoff, logs once when they start and once when they
+end, and resumes by itself. It exits 1 only on what waiting cannot cure: a bad
+configuration, a store it cannot open at start, a stored tick beyond the range
+of ticks. With --metrics-addr, /healthz answers
+200 while the process runs, and /readyz 200 while the relay dispatches with
+its store answering, 503 (saying why) otherwise.
 
 Receiver contract: a JSON answer {"status": "<outcome>"} is that outcome when
 the HTTP status agrees (an ack needs a 2xx, a permanent outcome a 4xx other
@@ -83,6 +97,8 @@ in --permanent-status.`,
 				return err
 			}
 			defer s.Close()
+			// The one line that says what this relay dispatches, where to.
+			log.Info("relay: starting", "queue", hidePassword(queue), "sink", hidePassword(sinkURL))
 			q, err := openQueue(ctx, queue, pol)
 			if err != nil {
 				return err
@@ -90,27 +106,32 @@ in --permanent-status.`,
 			defer q.Close()
 			cfg := relay.Config{Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
 				ShutdownTimeout: shutdown, Logger: log}
+			var reg *prometheus.Registry
 			if metricsAddr != "" {
-				reg := prometheus.NewRegistry()
+				reg = prometheus.NewRegistry()
 				if cfg.Metrics, err = relay.NewMetrics(reg); err != nil {
 					return err
 				}
 				if err := relay.RegisterQueueGauges(reg, q); err != nil {
 					return err
 				}
-				stop, err := serveMetrics(metricsAddr, reg, log)
-				if err != nil {
-					return err
-				}
-				defer stop()
 			}
 			r, err := relay.New(ctx, cfg)
 			if err != nil {
 				return err
 			}
+			if reg != nil {
+				stop, err := serveMetrics(metricsAddr, reg, r.Ready, log)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			if secret == "" {
 				log.Warn("relay: no --secret: deliveries are unsigned")
 			}
+			stopAtOnce := exitOnSecondSignal(log)
+			defer stopAtOnce()
 			return r.Run(ctx)
 		},
 	}
@@ -123,7 +144,7 @@ in --permanent-status.`,
 	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")
 	f.DurationVar(&shutdown, "shutdown-timeout", 0, "how long in-flight deliveries may run after a signal (default: --timeout)")
 	f.StringVar(&permanent, "permanent-status", "", "comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	pf.register(cmd, fairrelay.DaemonPolicy())
 	return cmd
@@ -152,14 +173,30 @@ func parseStatuses(s string) ([]int, error) {
 	return out, nil
 }
 
-// serveMetrics serves reg at /metrics on addr until stop is called.
-func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+// serveMetrics serves, on addr until stop is called, reg at /metrics and
+// two probes: /healthz answers 200 while the process serves HTTP at all,
+// /readyz 200 when ready returns nil, else 503 with its error (within 5 s).
+// Errors: ErrInvalidInput naming metrics-addr when addr cannot be listened
+// on.
+func serveMetrics(addr string, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "metrics-addr", Message: err.Error()}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -172,4 +209,53 @@ func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop
 		defer cancel()
 		srv.Shutdown(ctx)
 	}, nil
+}
+
+// exitOnSecondSignal exits the process at once on the second SIGINT or
+// SIGTERM, with 128 + the signal's number (130 after SIGINT): the first one
+// cancelled the command's context (main), and an operator who sends another
+// means now, not after the deliveries in flight. Their leases run out and
+// their events are delivered again later; the store keeps every committed
+// write. stop ends the watch.
+func exitOnSecondSignal(log *slog.Logger) (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+		case <-done:
+			return
+		}
+		log.Info("relay: stopping gracefully; a second signal stops at once")
+		select {
+		case sig := <-sigs:
+			log.Warn("relay: second signal: exiting at once; deliveries in flight are left to their leases", "signal", sig)
+			code := 1
+			if n, ok := sig.(syscall.Signal); ok {
+				code = 128 + int(n)
+			}
+			os.Exit(code)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
+}
+
+// hidePassword returns a queue or sink argument fit for a log: a URL with
+// its password (in the user info, or a password parameter, which pgx also
+// reads) replaced by xxxxx; anything else (a file path) as it is.
+func hidePassword(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return s
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
