@@ -52,7 +52,8 @@ type ClaimParams struct {
 	// for locks while other processes commit later ticks (several relays on
 	// one PostgreSQL queue), where a retry at a fresher tick would lose the
 	// same race again. ClaimResult.Tick says the tick it ran at. Scripts and
-	// tests that give explicit ticks leave it false.
+	// tests that give explicit ticks leave it false. A floor write is a
+	// daemon clock's, so Policy.MaxTickJump does not apply to it.
 	Floor bool
 }
 

@@ -61,7 +61,9 @@ type Policy struct {
 	// this many ticks ahead of the stored tick: ErrInvalidInput naming "at",
 	// and nothing changes (SPEC §7), so that a typo cannot poison a store's
 	// clock. 0 (the default, and the reference policy's) sets no limit; the
-	// daemon's policy sets one hour (3 600 000 ticks).
+	// daemon's policy sets one hour (3 600 000 ticks). A write with Floor
+	// set (a daemon clock's, as the relay's) is not checked: that clock
+	// moves only by the time that passed, also across a long outage.
 	MaxTickJump int64
 }
 

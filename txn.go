@@ -90,7 +90,10 @@ var errUnchanged = errors.New("answer changes nothing")
 // requested tick is at runs at, given the stored tick. AtStored runs at the
 // stored tick; a tick below it fails with ErrClockRegressed, or under floor
 // runs at the stored tick; a tick further ahead than the policy's
-// MaxTickJump, or beyond MaxTick, is invalid input naming "at".
+// MaxTickJump, or beyond MaxTick, is invalid input naming "at". A floor
+// write comes from a daemon clock (SPEC §7), which moves only by the
+// monotonic time that passed: the jump check, there to stop a typed tick,
+// would refuse a relay's first write after an outage longer than the limit.
 func (q *Queue) resolveTick(op string, at int64, floor bool, stored int64) (int64, error) {
 	switch {
 	case at == AtStored:
@@ -99,7 +102,7 @@ func (q *Queue) resolveTick(op string, at int64, floor bool, stored int64) (int6
 		return stored, nil
 	case at < stored:
 		return 0, &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, stored)}
-	case q.policy.MaxTickJump > 0 && at-stored > q.policy.MaxTickJump:
+	case !floor && q.policy.MaxTickJump > 0 && at-stored > q.policy.MaxTickJump:
 		return 0, invalid("at", "tick %d is %d ticks ahead of the stored tick %d, more than the policy's max_tick_jump of %d (a typo would poison the store's clock)",
 			at, at-stored, stored, q.policy.MaxTickJump)
 	case at > MaxTick:

@@ -19,6 +19,7 @@ type Metrics struct {
 	held      prometheus.Counter
 	latency   prometheus.Histogram
 	txs       *prometheus.CounterVec
+	storeErrs prometheus.Counter
 }
 
 // NewMetrics creates the relay's metrics and registers them on reg:
@@ -38,7 +39,10 @@ type Metrics struct {
 //   - fairrelay_transactions_total{kind}: write transactions the relay
 //     committed, by kind: claim (Claim), settle (SettleMany) or
 //     settle_and_claim (SettleMany with a ClaimLimit). Claims and settles per
-//     transaction are the group commit's batch sizes.
+//     transaction are the group commit's batch sizes;
+//   - fairrelay_store_errors_total: store round trips (reads and writes)
+//     that failed and were tried again after a pause (the database
+//     unreachable, restarting, busy or out of space; see Relay.Health).
 //
 // Errors: reg's registration error (for example a duplicate).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -60,8 +64,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		txs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairrelay_transactions_total", Help: "Write transactions the relay committed, by kind (claim, settle, settle_and_claim)."},
 			[]string{"kind"}),
+		storeErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairrelay_store_errors_total", Help: "Store round trips that failed and were tried again after a pause."}),
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.held, m.latency, m.txs} {
+	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.held, m.latency, m.txs, m.storeErrs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -91,6 +97,12 @@ func (m *Metrics) transaction(kind string) {
 func (m *Metrics) heldSettles(n int) {
 	if m != nil && n > 0 {
 		m.held.Add(float64(n))
+	}
+}
+
+func (m *Metrics) storeError() {
+	if m != nil {
+		m.storeErrs.Inc()
 	}
 }
 

@@ -38,8 +38,19 @@ with --secret (Standard Webhooks), --workers at once, and settles the answers,
 many to a transaction. Time is the daemon
 clock of SPEC §7: 1 tick = 1 ms; --lease and the backoff flags are durations
 (30s, 5m), whole milliseconds.
-On a signal the relay stops claiming, lets in-flight deliveries finish (up to
---shutdown-timeout), never settles after a lease ran out, and exits 0.
+On a signal (SIGINT or SIGTERM) the relay stops claiming, lets in-flight
+deliveries finish (up to --shutdown-timeout), never settles after a lease ran
+out, and exits 0; a second signal stops it at once, with exit code 130 after
+SIGINT, 143 after SIGTERM (128 + the signal's number), leaving the deliveries
+in flight to their leases.
+
+Store errors (a full disk, a PostgreSQL restart, dropped connections) do not
+stop it: it retries with backoff, logs once when they start and once when they
+end, and resumes by itself. It exits 1 only on what waiting cannot cure: a bad
+configuration, a store it cannot open at start, a stored tick beyond the range
+of ticks. With --metrics-addr, /healthz answers
+200 while the process runs, and /readyz 200 while the relay dispatches with
+its store answering, 503 (saying why) otherwise.
 
 Receiver contract: a JSON answer {"status": "<outcome>"} is that outcome when
 the HTTP status agrees (an ack needs a 2xx, a permanent outcome a 4xx other
@@ -96,19 +107,15 @@ in --permanent-status.`,
 			}
 			cfg := relay.Config{Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
 				ShutdownTimeout: shutdown, Logger: log}
+			var reg *prometheus.Registry
 			if metricsAddr != "" {
-				reg := prometheus.NewRegistry()
+				reg = prometheus.NewRegistry()
 				if cfg.Metrics, err = relay.NewMetrics(reg); err != nil {
 					return err
 				}
 				if err := relay.RegisterQueueGauges(reg, q); err != nil {
 					return err
 				}
-				stop, err := serveMetrics(metricsAddr, reg, log)
-				if err != nil {
-					return err
-				}
-				defer stop()
 			}
 			r, err := relay.New(ctx, cfg)
 			if err != nil {
@@ -119,9 +126,17 @@ in --permanent-status.`,
 				}
 				return err
 			}
+			if reg != nil {
+				stop, err := serveMetrics(metricsAddr, reg, r.Ready, log)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			if secret == "" {
 				log.Warn("relay: no --secret: deliveries are unsigned")
 			}
+			// A second signal stops the process at once (main).
 			return r.Run(ctx)
 		},
 	}
@@ -134,7 +149,7 @@ in --permanent-status.`,
 	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")
 	f.DurationVar(&shutdown, "shutdown-timeout", 0, "how long in-flight deliveries may run after a signal (default: --timeout)")
 	f.StringVar(&permanent, "permanent-status", "", "comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
@@ -163,14 +178,30 @@ func parseStatuses(s string) ([]int, error) {
 	return out, nil
 }
 
-// serveMetrics serves reg at /metrics on addr until stop is called.
-func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+// serveMetrics serves, on addr until stop is called, reg at /metrics and
+// two probes: /healthz answers 200 while the process serves HTTP at all,
+// /readyz 200 when ready returns nil, else 503 with its error (within 5 s).
+// Errors: ErrInvalidInput naming metrics-addr when addr cannot be listened
+// on.
+func serveMetrics(addr string, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "metrics-addr", Message: err.Error()}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +9,12 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,48 +23,70 @@ import (
 	"github.com/fairrelay/fairrelay/inbox"
 )
 
-// daemon is the CLI running in the background as a child process.
+// daemon is the CLI running in the background as a child process, whose
+// stderr lines the test may read while it runs.
 type daemon struct {
 	cmd       *exec.Cmd
-	stderr    bytes.Buffer
-	firstLine chan []byte // its first stdout line (nil at EOF)
-	done      chan struct{}
-	code      int
+	firstLine chan []byte   // its first stdout line (nil at EOF)
+	exited    chan struct{} // closed once it exited
+	code      int           // its exit code, once exited is closed
+
+	mu    sync.Mutex
+	lines []string      // its stderr so far
+	grew  chan struct{} // a token when lines grew
 }
 
 func startCLI(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(os.Args[0], args...), firstLine: make(chan []byte, 1), done: make(chan struct{})}
+	d := &daemon{cmd: exec.Command(os.Args[0], args...), firstLine: make(chan []byte, 1),
+		exited: make(chan struct{}), grew: make(chan struct{}, 1)}
 	d.cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
-	d.cmd.Stderr = &d.stderr
 	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errOut, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	stdoutRead := make(chan struct{})
 	go func() {
+		defer close(stdoutRead)
 		r := bufio.NewReader(out)
 		line, _ := r.ReadBytes('\n')
 		d.firstLine <- line
 		io.Copy(io.Discard, r) // never block the child on a full pipe
 	}()
-	t.Cleanup(func() { d.cmd.Process.Kill(); d.wait() })
+	go func() {
+		s := bufio.NewScanner(errOut)
+		s.Buffer(nil, 1<<20)
+		for s.Scan() {
+			d.mu.Lock()
+			d.lines = append(d.lines, s.Text())
+			d.mu.Unlock()
+			select {
+			case d.grew <- struct{}{}:
+			default:
+			}
+		}
+		<-stdoutRead // Wait closes the pipes: only once both are read
+		d.cmd.Wait()
+		d.code = d.cmd.ProcessState.ExitCode()
+		close(d.exited)
+	}()
+	t.Cleanup(func() {
+		d.cmd.Process.Kill()
+		d.wait()
+	})
 	return d
 }
 
+// wait waits for the child to exit and returns its exit code.
 func (d *daemon) wait() int {
-	select {
-	case <-d.done:
-	default:
-		err := d.cmd.Wait()
-		d.code = 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			d.code = ee.ExitCode()
-		}
-		close(d.done)
-	}
+	<-d.exited
 	return d.code
 }
 
@@ -76,6 +99,42 @@ func (d *daemon) signal(t *testing.T, sig os.Signal) int {
 	return d.wait()
 }
 
+// stderr returns what the child wrote to stderr so far.
+func (d *daemon) stderr() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return strings.Join(d.lines, "\n")
+}
+
+// line returns the first stderr line so far that contains want, or "".
+func (d *daemon) line(want string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, l := range d.lines {
+		if strings.Contains(l, want) {
+			return l
+		}
+	}
+	return ""
+}
+
+// waitLine returns the first stderr line that contains want, waiting for
+// it up to 30 s.
+func (d *daemon) waitLine(t *testing.T, want string) string {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		if l := d.line(want); l != "" {
+			return l
+		}
+		select {
+		case <-d.grew:
+		case <-deadline:
+			t.Fatalf("no stderr line with %q within 30 s:\n%s", want, d.stderr())
+		}
+	}
+}
+
 // startReceiver runs `fairrelay receive` on a free loopback port and
 // returns it with its address, read from its first stdout line.
 func startReceiver(t *testing.T, inboxPath string, args ...string) (*daemon, string) {
@@ -84,7 +143,7 @@ func startReceiver(t *testing.T, inboxPath string, args ...string) (*daemon, str
 	line := <-d.firstLine
 	var l struct{ Status, Addr string }
 	if err := json.Unmarshal(line, &l); err != nil || l.Status != "listening" {
-		t.Fatalf("receive printed %q, not its address; stderr: %s", line, d.stderr.String())
+		t.Fatalf("receive printed %q, not its address; stderr: %s", line, d.stderr())
 	}
 	return d, l.Addr
 }
@@ -223,10 +282,10 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 	}
 
 	if code := rel.signal(t, syscall.SIGTERM); code != 0 {
-		t.Errorf("relay exit %d on SIGTERM: %s", code, rel.stderr.String())
+		t.Errorf("relay exit %d on SIGTERM: %s", code, rel.stderr())
 	}
 	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
-		t.Errorf("receive exit %d on SIGTERM: %s", code, recv.stderr.String())
+		t.Errorf("receive exit %d on SIGTERM: %s", code, recv.stderr())
 	}
 	led := wantLedger(t, inboxPath, 4, 5)
 	if _, ok := led["A"]; ok {
@@ -254,7 +313,7 @@ func TestRelayRestartAfterKill(t *testing.T) {
 	second := startCLI(t, args...)
 	waitFor(t, queue, "all acked", func(s *fairrelay.Snapshot) bool { return countState(s, fairrelay.StateAcked) == 100 })
 	if code := second.signal(t, syscall.SIGTERM); code != 0 {
-		t.Errorf("relay exit %d: %s", code, second.stderr.String())
+		t.Errorf("relay exit %d: %s", code, second.stderr())
 	}
 	wantLedger(t, inboxPath, 5, 20)
 }
@@ -337,5 +396,106 @@ func TestBulkEnqueueAnswersEachLine(t *testing.T) {
 	out, _, _ = cli(t, "", "inspect", "--queue", queue, "flows", "--json")
 	if strings.TrimSpace(out) != `{"flow":"A","seq":2,"served":0}` {
 		t.Errorf("flows after bulk enqueue: %s", out)
+	}
+}
+
+// A relay stopping on a first SIGINT waits for its in-flight delivery (up
+// to --shutdown-timeout, an hour here); a second SIGINT stops it at once,
+// with exit code 130 (128 + SIGINT). Meanwhile /healthz answers 200 and
+// /readyz 200 while it dispatches, 503 once it is stopping. The start line
+// names the queue and the sink, the sink's password hidden.
+func TestRelaySecondInterruptStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	if _, errOut, code := cli(t, `{"id":"A1","flow":"A","delta":1}`+"\n", "enqueue", "--queue", queue); code != 0 {
+		t.Fatalf("enqueue: %s", errOut)
+	}
+	arrived, hang := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select { // a receiver that never answers
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(hang) // before srv.Close, which waits for the handlers
+	sinkURL := strings.Replace(srv.URL, "http://", "http://hook:hunter2@", 1)
+	metrics := freeAddr(t)
+	rel := startCLI(t, "relay", "--queue", queue, "--sink", sinkURL, "--metrics-addr", metrics,
+		"--timeout", "30s", "--lease", "60s", "--shutdown-timeout", "1h")
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no delivery within 30 s; stderr:\n%s", rel.stderr())
+	}
+	if code, body := get(t, "http://"+metrics+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while dispatching: %d %s", code, body)
+	}
+	if code, body := get(t, "http://"+metrics+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz while dispatching: %d %s", code, body)
+	}
+	if err := rel.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	rel.waitLine(t, "relay: stopping")
+	if code, body := get(t, "http://"+metrics+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "stopping") {
+		t.Errorf("/readyz while stopping: %d %s, want 503 saying stopping", code, body)
+	}
+	if code, body := get(t, "http://"+metrics+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while stopping: %d %s", code, body)
+	}
+	select {
+	case <-rel.exited:
+		t.Fatalf("exited %d on the first SIGINT with a delivery in flight, want it to wait", rel.code)
+	default:
+	}
+	if err := rel.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rel.exited:
+		if rel.code != 130 {
+			t.Errorf("exit %d on the second SIGINT, want 130", rel.code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10 s after a second SIGINT; stderr:\n%s", rel.stderr())
+	}
+	start := rel.line("relay: starting")
+	if !strings.Contains(start, "queue="+queue) || !strings.Contains(start, "hook:xxxxx@127.0.0.1") || strings.Contains(start, "hunter2") {
+		t.Errorf("start line %q: want the queue and the sink, without its password", start)
+	}
+}
+
+// get fetches url and returns the status and the body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// The start line's queue and sink: a password in a URL, in the user info or
+// a parameter, never reaches the log; paths are kept as they are.
+func TestStartLineHidesPasswords(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"queue.db":                            "queue.db",
+		"/var/lib/q.db":                       "/var/lib/q.db",
+		"http://127.0.0.1:8080/":              "http://127.0.0.1:8080/",
+		"https://hook:hunter2@example.com/in": "https://hook:xxxxx@example.com/in",
+		"postgres://app:s3cret@db:5432/shop?schema=relay":        "postgres://app:xxxxx@db:5432/shop?schema=relay",
+		"postgres://app@db/shop?password=s3cret&sslmode=require": "postgres://app@db/shop?password=xxxxx&sslmode=require",
+	} {
+		if got := redactDSN(in); got != want {
+			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -217,7 +217,8 @@ type EnqueueParams struct {
 	// tick instead of failing.
 	Floor bool
 	// MaxTickJump, when positive, refuses an At further than this many
-	// ticks ahead of the stored tick (an *InvalidError naming "at").
+	// ticks ahead of the stored tick (an *InvalidError naming "at"); not
+	// with Floor, a daemon clock's write.
 	MaxTickJump int64
 	// MaxBodyBytes is the largest body accepted, in bytes.
 	MaxBodyBytes int

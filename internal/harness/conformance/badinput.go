@@ -139,3 +139,39 @@ func enq(x h, id, flow, body string, at int64) error {
 	_, err := x.Queue.Enqueue(bg, fairrelay.EnqueueParams{ID: id, Flow: flow, Body: []byte(body), At: at})
 	return err
 }
+
+// runTickJump: under a policy with MaxTickJump, a write further ahead of the
+// stored tick is invalid input naming at and changes nothing, on every
+// write; a daemon clock's write (Floor) is not checked (SPEC §7).
+func runTickJump(t *testing.T, b Backend) {
+	pol := fairrelay.ReferencePolicy()
+	pol.MaxTickJump = 100
+	x := h{t: t, Env: Open(t, b, pol)}
+	x.enqueue("A1", "A", 1, 10)
+	far := int64(10 + 101)
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"enqueue", func() error { return enq(x, "B1", "B", `{"delta":1}`, far) }},
+		{"claim", func() error { _, err := x.Queue.Claim(bg, fairrelay.ClaimParams{At: far}); return err }},
+		{"settle", func() error {
+			_, err := x.Queue.Settle(bg, fairrelay.SettleParams{Token: fairrelay.Token{EventID: "A1", Generation: 1}, Outcome: fairrelay.OutcomeAccepted, At: far})
+			return err
+		}},
+		{"redrive", func() error {
+			_, err := x.Queue.Redrive(bg, fairrelay.RedriveParams{EventID: "A1", ExpectedGeneration: 0, Reason: "r", At: far})
+			return err
+		}},
+		{"poisoning tick", func() error { return enq(x, "B1", "B", `{"delta":1}`, fairrelay.MaxTick) }},
+	} {
+		x.unchanged(tc.name, false, func() { wantCode(t, tc.name, tc.call(), fairrelay.CodeInvalidInput, "at") })
+	}
+	// At the limit it goes; with Floor (a relay's clock) beyond it too.
+	if err := enq(x, "B1", "B", `{"delta":1}`, 110); err != nil {
+		t.Fatalf("enqueue at the limit: %v", err)
+	}
+	if r, err := x.Queue.Claim(bg, fairrelay.ClaimParams{At: 5000, Floor: true}); err != nil || r.Tick != 5000 {
+		t.Fatalf("claim with the floor far ahead: %+v %v, want it to run at 5000", r, err)
+	}
+}

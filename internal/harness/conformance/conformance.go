@@ -38,6 +38,7 @@ const VectorDir = "../../../testdata/vectors"
 func Run(t *testing.T, b Backend) {
 	t.Run("rules", func(t *testing.T) { t.Parallel(); runRules(t, b) })
 	t.Run("bad_input", func(t *testing.T) { t.Parallel(); runBadInput(t, b) })
+	t.Run("tick_jump", func(t *testing.T) { t.Parallel(); runTickJump(t, b) })
 	t.Run("triggers", func(t *testing.T) { t.Parallel(); runTriggers(t, b) })
 	t.Run("concurrency", func(t *testing.T) { t.Parallel(); runConcurrency(t, b) })
 }

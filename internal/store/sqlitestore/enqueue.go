@@ -87,7 +87,7 @@ func resolveTick(p store.EnqueueParams, stored int64) (int64, error) {
 		return stored, nil
 	case at < stored:
 		return 0, &store.ClockRegressedError{At: at, Stored: stored}
-	case p.MaxTickJump > 0 && at-stored > p.MaxTickJump:
+	case !p.Floor && p.MaxTickJump > 0 && at-stored > p.MaxTickJump:
 		return 0, &store.InvalidError{Field: "at", Message: fmt.Sprintf("tick %d is %d ticks ahead of the stored tick %d, more than the policy's max_tick_jump of %d (a typo would poison the store's clock)",
 			at, at-stored, stored, p.MaxTickJump)}
 	case at > store.MaxTick:

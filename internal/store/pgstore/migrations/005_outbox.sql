@@ -79,7 +79,7 @@ $$;
 --   floor: a tick below the store's runs at the store's tick instead of
 --     failing.
 --   max_tick_jump: when positive, an at further ahead of the store's tick
---     is refused.
+--     is refused (not with floor: a daemon clock's tick, SPEC §7).
 --   max_body_bytes: the largest body accepted.
 -- Errors (SQLSTATE): FR001 clock_regressed; FR002 invalid_input, the field
 -- in DETAIL (at, id, flow, body). Checked in SPEC §2's order: the clock,
@@ -123,7 +123,7 @@ BEGIN
     ELSIF v_at < stored THEN
         RAISE EXCEPTION USING ERRCODE = 'FR001', DETAIL = format('%s %s', v_at, stored),
             MESSAGE = format('enqueue at tick %s: the store is at tick %s', v_at, stored);
-    ELSIF p_max_tick_jump > 0 AND v_at - stored > p_max_tick_jump THEN
+    ELSIF NOT p_floor AND p_max_tick_jump > 0 AND v_at - stored > p_max_tick_jump THEN
         RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'at',
             MESSAGE = format('tick %s is %s ticks ahead of the stored tick %s, more than the policy''s max_tick_jump of %s (a typo would poison the store''s clock)',
                              v_at, v_at - stored, stored, p_max_tick_jump);

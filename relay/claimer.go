@@ -1,0 +1,183 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// claimLoop is the claimer: it claims heads for the free delivery slots,
+// starts their deliveries, and (combine) settles the answers with its
+// claims, until claimCtx is done. A failed round trip is tried again after
+// a pause (retryWait), the answers it held kept for the next try; only an
+// error the relay does not ride out (retryable) ends the loop early.
+func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pipeline, deliveries *sync.WaitGroup) error {
+	wait := r.cfg.PollInterval
+	idle := false
+	fails := 0 // failed writes in a row
+	var batch batchWindow
+	defer batch.reset()
+	var held heldStreak
+	for claimCtx.Err() == nil {
+		p.mu.Lock()
+		k := r.cfg.Workers - p.delivering
+		if !p.combine && len(p.answers) >= 2*r.cfg.Workers {
+			k = 0 // the settler is behind: let it catch up first
+		}
+		if k > 0 && p.delivering > 0 && batch.open() {
+			// Deliveries are under way: wait a moment for more of them to
+			// end, to claim their slots (and, combine, settle their
+			// answers) in one transaction.
+			p.mu.Unlock()
+			if r.wait(claimCtx, p, batch.timer.C) {
+				batch.closed = true
+			}
+			continue
+		}
+		batch.reset()
+		var ans []answer
+		if p.combine {
+			ans = p.takeAnswers()
+		}
+		p.mu.Unlock()
+		if k == 0 && len(ans) == 0 {
+			r.idle(claimCtx, p, r.cfg.MaxPollInterval)
+			continue
+		}
+		if idle && len(ans) == 0 && !r.health.failing() {
+			// Idle: ask, with a read, whether anything can be claimed before
+			// running a claim, which is a write (it advances the stored
+			// tick) and would cost an fsync on every poll of an idle relay.
+			// Not during an error streak: only a write tells that the store
+			// takes writes again (a full disk still serves reads).
+			stored, due, ok, err := r.q.NextDue(claimCtx)
+			if claimCtx.Err() != nil {
+				break // stopping: no claim after the signal
+			}
+			if err == nil {
+				r.health.read()
+				// Another process may have written a later tick: the clock
+				// never stays below the stored tick (SPEC §7).
+				r.clock.Observe(stored)
+			} else {
+				r.health.failed("next_due", err)
+			}
+			// A relay's clock moves while it only reads, and another relay
+			// that starts now starts at the stored tick: its leases would
+			// look expired to this one early. So an idle relay whose clock
+			// ran a heartbeat ahead of the stored tick writes it (a claim,
+			// which claims whatever is due): the clocks of the relays on
+			// one store stay within a heartbeat of each other.
+			behind := err == nil && r.clock.Now()-stored >= r.heartbeat
+			if err == nil && !behind && (!ok || due > r.clock.Now()) {
+				d := wait
+				if ok {
+					d = min(wait, time.Duration(due-r.clock.Now())*time.Millisecond)
+				}
+				r.idle(claimCtx, p, d)
+				wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
+				continue
+			}
+			// Due now, the heartbeat, or the read failed: the claim decides.
+		}
+		var cs []fairrelay.Claim
+		var settled []Settled
+		kind := ""
+		// The claim itself runs on settleCtx: a signal arriving mid-claim
+		// must not leave us unsure whether it committed.
+		ran, err := r.write(settleCtx, func(at int64) (int64, error) {
+			var ps []fairrelay.Settlement
+			ps, settled = settleParams(at, ans)
+			switch {
+			case len(ps) > 0:
+				// A settle does not wait for a flow an outbox transaction
+				// holds: the other answers of its batch would wait with it.
+				res, err := r.q.SettleMany(settleCtx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, ClaimLimit: k})
+				if err != nil {
+					return at, err
+				}
+				kind, cs = txSettleAndClaim, res.Claims
+				setResults(settled, res.Results)
+				return res.Tick, nil
+			case k > 0:
+				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: k, Floor: true})
+				if err != nil {
+					return at, err
+				}
+				kind, cs = txClaim, res.Claims
+				return res.Tick, nil
+			}
+			cs = nil // every answer's lease ran out: nothing to write
+			return at, nil
+		})
+		if err != nil && retryable(err) {
+			// Nothing of the write is known to have committed: its answers
+			// wait for the next try (settleParams drops each once its lease
+			// ran out), and its claims, if it committed after all, wait out
+			// their leases.
+			r.health.failed("claim", err)
+			if len(ans) > 0 {
+				p.mu.Lock()
+				p.answers = append(ans, p.answers...)
+				p.mu.Unlock()
+			}
+			fails++
+			pause(claimCtx, r.retryWait(fails))
+			continue
+		}
+		if err != nil {
+			if len(ans) > 0 {
+				r.log.Warn("relay: answers not settled; their events wait out their leases", "count", len(ans))
+			}
+			return fmt.Errorf("claim: %w", err)
+		}
+		fails = 0
+		if kind != "" {
+			r.health.wrote()
+			r.cfg.Metrics.transaction(kind)
+		}
+		var heldAns []answer
+		heldAns, settled = r.reportSettles(ans, settled, ran)
+		p.mu.Lock()
+		p.recycle(ans)
+		p.answers = append(p.answers, heldAns...)
+		if p.combine = r.mode.next(p.combine, settled, k, cs, len(p.answers)+p.settling); !p.combine {
+			kick(p.settleKick)
+		}
+		p.delivering += len(cs)
+		p.mu.Unlock()
+		heldOnly := len(heldAns) > 0 && len(settled) == 0 && len(cs) == 0
+		if len(heldAns) == 0 {
+			held = heldStreak{}
+		}
+		for _, cl := range cs {
+			r.startDelivery(deliverCtx, p, deliveries, cl)
+		}
+		switch {
+		case heldOnly:
+			// Only held flows' answers came back (and no claim): wait
+			// before asking again — this pause instead of the idle one.
+			if k > 0 {
+				r.cfg.Metrics.idle()
+			}
+			r.idle(claimCtx, p, r.heldPause(&held, heldAns))
+		case k > 0 && len(cs) == 0:
+			r.cfg.Metrics.idle()
+			idle = true
+			r.idle(claimCtx, p, wait)
+			wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
+		case len(cs) > 0:
+			idle = false
+			wait = r.cfg.PollInterval
+			if len(cs) < k {
+				// Nothing else is eligible now: more becomes so with an
+				// ack, an enqueue (Wake) or time (a backoff, a lease).
+				r.idle(claimCtx, p, wait)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,189 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// Health is a snapshot of the relay's store round trips (Relay.Health).
+// Durations are measured on Config.Source.
+type Health struct {
+	// Failures counts the failed store round trips (reads and writes, each
+	// try of each) of the error streak under way; 0 when none is. A streak
+	// starts at a failed round trip and ends at the next write that
+	// succeeds: a read alone does not end it, since on a full disk reads
+	// succeed while writes fail.
+	Failures int
+	// Failing is how long the streak under way has lasted; 0 with none.
+	Failing time.Duration
+	// Err is the last error of the streak under way; nil with none.
+	Err error
+	// SinceOK is how long ago the last store round trip succeeded (New's
+	// read of the stored tick is the first).
+	SinceOK time.Duration
+	// Streaks counts the error streaks since New, the one under way
+	// included.
+	Streaks int
+}
+
+// health keeps the relay's record of its store round trips: the claimer
+// and the settler report each, Ready and Health read it. It logs once when
+// a streak starts and once when it ends, never per try. Safe for
+// concurrent use.
+type health struct {
+	src     Monotonic
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu       sync.Mutex
+	lastOK   time.Duration // src's reading at the last round trip that succeeded
+	failures int           // failed round trips in the streak under way; 0: none
+	since    time.Duration // src's reading at the streak's first failure
+	err      error         // the streak's last error
+	streaks  int
+}
+
+func newHealth(src Monotonic, log *slog.Logger, m *Metrics) *health {
+	return &health{src: src, log: log, metrics: m, lastOK: src.Elapsed()}
+}
+
+// failed records a failed round trip of op ("claim", "settle", "next_due").
+func (h *health) failed(op string, err error) {
+	h.mu.Lock()
+	first := h.failures == 0
+	h.failures++
+	h.err = err
+	if first {
+		h.since = h.src.Elapsed()
+		h.streaks++
+	}
+	h.mu.Unlock()
+	h.metrics.storeError()
+	if first {
+		h.log.Warn("relay: store round trip failed; retrying with backoff until a write succeeds (logged once per streak)",
+			"op", op, "err", err)
+	}
+}
+
+// read records a read that succeeded; it does not end a streak.
+func (h *health) read() {
+	h.mu.Lock()
+	h.lastOK = h.src.Elapsed()
+	h.mu.Unlock()
+}
+
+// wrote records a write that succeeded, which ends the streak under way.
+func (h *health) wrote() {
+	h.mu.Lock()
+	now := h.src.Elapsed()
+	h.lastOK = now
+	n, lasted := h.failures, now-h.since
+	h.failures, h.err = 0, nil
+	h.mu.Unlock()
+	if n > 0 {
+		h.log.Info("relay: store available again", "failed_round_trips", n, "after", lasted)
+	}
+}
+
+// failing reports whether a streak is under way.
+func (h *health) failing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.failures > 0
+}
+
+func (h *health) snapshot() Health {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.src.Elapsed()
+	s := Health{Failures: h.failures, Err: h.err, SinceOK: now - h.lastOK, Streaks: h.streaks}
+	if h.failures > 0 {
+		s.Failing = now - h.since
+	}
+	return s
+}
+
+// Health returns a snapshot of the relay's store round trips.
+func (r *Relay) Health() Health { return r.health.snapshot() }
+
+// readyProbeAfter is how old the last successful store round trip may be
+// before Ready makes one of its own: an idle relay reads at least every
+// MaxPollInterval, a busy one writes with every claim and settle, but one
+// whose delivery slots are all held by slow deliveries may not touch the
+// store for a whole delivery timeout.
+const readyProbeAfter = 2 * time.Second
+
+// Ready returns nil when the relay is ready: Run is dispatching (not yet
+// stopping), no error streak is under way (see Health), and the last store
+// round trip succeeded within the last 2 s — or, when it is older, a read of
+// the store's clock made now succeeds. Otherwise its error says why. It is
+// meant for a readiness probe (the CLI serves it at /readyz); ctx bounds
+// that read.
+func (r *Relay) Ready(ctx context.Context) error {
+	switch r.phase.Load() {
+	case phaseNew:
+		return errors.New("not running yet")
+	case phaseStopping:
+		return errors.New("stopping: no new claims")
+	case phaseStopped:
+		return errors.New("stopped")
+	}
+	s := r.health.snapshot()
+	if s.Failures > 0 {
+		return fmt.Errorf("store round trips failing for %s (%d failed): %w", s.Failing.Round(time.Millisecond), s.Failures, s.Err)
+	}
+	if s.SinceOK <= readyProbeAfter {
+		return nil
+	}
+	if _, err := r.q.Clock(ctx); err != nil {
+		return fmt.Errorf("no store round trip for %s, and a read of the store's clock failed: %w", s.SinceOK.Round(time.Millisecond), err)
+	}
+	r.health.read()
+	return nil
+}
+
+// Run's phases, for Ready.
+const (
+	phaseNew int32 = iota
+	phaseRunning
+	phaseStopping
+	phaseStopped
+)
+
+// retryable reports whether the relay rides out err, the error of a store
+// round trip — the database unreachable, restarting, busy, out of space —
+// by trying again after a pause, rather than stopping: every error but
+// ErrInvalidInput, which waiting does not cure (a configuration the store
+// refuses, or a stored tick beyond the range of ticks).
+func retryable(err error) bool { return !errors.Is(err, fairrelay.ErrInvalidInput) }
+
+// retryWait returns the pause before the next try after n failed round
+// trips in a row (n >= 1): Config.RetryWait doubled n-1 times, at most
+// Config.MaxRetryWait, drawn at random between half and all of it, so
+// that the relays of one store do not retry in step.
+func (r *Relay) retryWait(n int) time.Duration {
+	d := r.cfg.RetryWait
+	for i := 1; i < n && d < r.cfg.MaxRetryWait; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.MaxRetryWait)
+	return d/2 + rand.N(d/2+1)
+}
+
+// pause waits d, or until ctx is done. Unlike idle, nothing else ends it:
+// the answers that keep arriving must not turn a backoff into a busy loop.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,62 @@
+package relay
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A streak starts at a failed round trip and ends at the next write that
+// succeeds, not at a read (a full disk still serves reads); each is logged
+// once, however many tries the streak took.
+func TestHealthLogsOncePerStreak(t *testing.T) {
+	t.Parallel()
+	var logged bytes.Buffer
+	src := &stepTime{}
+	h := newHealth(src, slog.New(slog.NewTextHandler(&logged, nil)), nil)
+	disk := errors.New("database or disk is full")
+	h.failed("claim", disk)
+	src.d += time.Second
+	h.failed("claim", disk)
+	h.read()
+	h.failed("claim", disk)
+	if s := h.snapshot(); s.Failures != 3 || s.Streaks != 1 || s.Failing != time.Second || s.Err != disk || s.SinceOK != 0 {
+		t.Fatalf("in the streak: %+v, want 3 failures for 1 s, the read 0 s ago", s)
+	}
+	h.wrote()
+	if s := h.snapshot(); s.Failures != 0 || s.Streaks != 1 || s.Err != nil {
+		t.Fatalf("after a write: %+v, want the streak over", s)
+	}
+	h.failed("settle", disk)
+	h.wrote()
+	if n := strings.Count(logged.String(), "store round trip failed"); n != 2 {
+		t.Errorf("%d start lines for 2 streaks of 3 and 1 failures, want 2:\n%s", n, logged.String())
+	}
+	if n := strings.Count(logged.String(), "store available again"); n != 2 || !strings.Contains(logged.String(), "failed_round_trips=3") {
+		t.Errorf("%d end lines, want 2, the first counting 3 failures:\n%s", n, logged.String())
+	}
+}
+
+// The pause after n failures in a row doubles from RetryWait up to
+// MaxRetryWait, drawn between half and all of it.
+func TestRetryWaitIsBoundedWithJitter(t *testing.T) {
+	t.Parallel()
+	r := &Relay{cfg: Config{RetryWait: 10 * time.Millisecond, MaxRetryWait: 5 * time.Second}}
+	for n := 1; n <= 40; n++ {
+		full := min(10*time.Millisecond<<min(n-1, 20), 5*time.Second)
+		seen := map[time.Duration]bool{}
+		for range 50 {
+			d := r.retryWait(n)
+			if d < full/2 || d > full {
+				t.Fatalf("after %d failures: %s, want within [%s, %s]", n, d, full/2, full)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 2 {
+			t.Fatalf("after %d failures: always %v: no jitter", n, seen)
+		}
+	}
+}

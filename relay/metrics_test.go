@@ -1,0 +1,110 @@
+package relay_test
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairrelay/fairrelay/relay"
+)
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, patientPolicy())
+	h.in.SetMaxDelta(5)
+	h.enqueue(t, "A", 10, 1)
+	h.enqueue(t, "B", 1, 2)
+	reg := prometheus.NewRegistry()
+	m, err := relay.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.RegisterQueueGauges(reg, h.q); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.patient(t)
+	cfg.Metrics = m
+	_, stop := h.start(t, cfg)
+	h.until(t, func(all []relay.Settled) bool { return len(all) == 3 })
+	stop()
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range mt.GetLabel() {
+				name += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case mt.Counter != nil:
+				got[name] = mt.GetCounter().GetValue()
+			case mt.Gauge != nil:
+				got[name] = mt.GetGauge().GetValue()
+			case mt.Histogram != nil:
+				got[name] = float64(mt.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"fairrelay_claims_total":                                               3,
+		"fairrelay_settles_total,outcome=accepted,status=acked":                2,
+		"fairrelay_settles_total,outcome=unsupported_delta,status=quarantined": 1,
+		"fairrelay_delivery_seconds":                                           3,
+		"fairrelay_events,state=quarantined":                                   1,
+		"fairrelay_events,state=ready":                                         1,
+		"fairrelay_events,state=inflight":                                      0,
+		"fairrelay_flows":                                                      2,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+}
+
+// metricValue reads one counter of reg by name and label pairs, 0 when it
+// has no such series yet.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || (l.GetName() == labels[i] && l.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// counterValue returns the value of the unlabelled counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
+}

@@ -1,0 +1,59 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// reportSettles reports the settles of a transaction that ran at tick ran
+// (settled[i] reports as[i]), but for those that came back Held, whose
+// answers it returns to settle again later (heldBack); reports are the
+// settles it reported.
+func (r *Relay) reportSettles(as []answer, settled []Settled, ran int64) (held []answer, reports []Settled) {
+	held, reports = heldBack(as, settled)
+	r.cfg.Metrics.heldSettles(len(held))
+	for _, s := range reports {
+		s.At = ran // the floor may have raised the tick
+		r.report(s)
+	}
+	return held, reports
+}
+
+func (r *Relay) report(s Settled) {
+	r.cfg.Metrics.settled(s)
+	level, msg := slog.LevelDebug, "relay: settled"
+	switch {
+	case s.LeaseLost && s.Result.Held:
+		level, msg = slog.LevelWarn, "relay: another transaction held the flow until the shutdown deadline; not settled"
+	case s.LeaseLost && s.At < s.Claim.LeaseUntil:
+		level, msg = slog.LevelWarn, "relay: the store still failed at the shutdown deadline; not settled"
+	case s.LeaseLost:
+		level, msg = slog.LevelWarn, "relay: lease ran out before the settle; not settled"
+	case s.Result.Status == fairrelay.SettleQuarantined:
+		level, msg = slog.LevelWarn, "relay: quarantined"
+	case s.Result.Status == fairrelay.SettleReady:
+		// A failed delivery is worth an operator's eye: repeated, it ends in
+		// budget_exhausted.
+		level, msg = slog.LevelWarn, "relay: delivery failed; will retry"
+	}
+	// The attributes are built only for a record the logger keeps: the
+	// acks of a busy relay are not logged at the default level.
+	if r.log.Enabled(context.Background(), level) {
+		attrs := []any{"id", s.Claim.Token.EventID, "flow", s.Claim.Flow, "seq", s.Claim.Seq,
+			"generation", s.Claim.Token.Generation, "attempt", s.Claim.Attempts, "outcome", s.Outcome,
+			"detail", s.Detail, "tick", s.At, "latency", s.Latency}
+		switch {
+		case s.LeaseLost, s.Result.Status == fairrelay.SettleQuarantined:
+		case s.Result.Status == fairrelay.SettleReady:
+			attrs = append(attrs, "next_at", s.Result.NextAt)
+		default:
+			attrs = append(attrs, "status", s.Result.Status)
+		}
+		r.log.Log(context.Background(), level, msg, attrs...)
+	}
+	if r.cfg.OnSettle != nil {
+		r.cfg.OnSettle(s)
+	}
+}
