@@ -10,6 +10,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/consume"
+	"github.com/fairrelay/fairrelay/relay"
 	"github.com/fairrelay/fairrelay/sink"
 )
 
@@ -94,19 +95,29 @@ func SlowFlows(t *testing.T, newRig NewRig) {
 }
 
 // Outage runs 600 events over 12 flows through a relay, the broker and a
-// consumer into an inbox: after 200 acks it calls interrupt (which takes the
-// broker away and brings it back), after 400 it restarts the consumer. Every
-// event must end acked in the queue and applied once, in order, in the
-// inbox, and nothing is quarantined.
-func Outage(t *testing.T, newRig NewRig, interrupt func(t *testing.T, r *Relay)) {
+// consumer into an inbox. 300 are enqueued; after 200 acks it calls stop
+// (which takes the broker away, or cuts the clients off) and enqueues the
+// other 300, so that the relay has work after the interruption. With a
+// start, it waits until a delivery failed and calls start (which brings the
+// broker back). After 400 acks it restarts the consumer. Every event must end
+// acked in the queue and applied once, in order, in the inbox, and nothing
+// is quarantined.
+func Outage(t *testing.T, newRig NewRig, stop, start func(t *testing.T)) {
 	rig := newRig(t)
 	in := OpenInbox(t)
 	c := StartConsumer(t, rig, consumerOptions(in, nil))
 	r := StartRelay(t, rig.Sink, 8)
 	evs := Ledger(600, 12)
-	r.Enqueue(t, evs)
+	r.Enqueue(t, evs[:300])
 	r.WaitAcked(t, 200, 60*time.Second)
-	interrupt(t, r)
+	failed := r.Failures()
+	stop(t)
+	r.Enqueue(t, evs[300:])
+	if start != nil {
+		r.WaitSettled(t, "a failed delivery while the broker is down", 30*time.Second,
+			func([]relay.Settled) bool { return r.Failures() > failed })
+		start(t)
+	}
 	r.WaitAcked(t, 400, 120*time.Second)
 	if err := c.Stop(); err != nil {
 		t.Fatalf("consumer: %v", err)

@@ -89,18 +89,8 @@ func TestSlowFlowsDoNotHoldUpAnOrderedFlow(t *testing.T) {
 func TestServerRestartedMidRun(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.StartNATS(t, "")
-	brokertest.Outage(t, rigOn(func(testing.TB) string { return srv.URL() }), func(t *testing.T, r *brokertest.Relay) {
-		before := r.Failures()
-		srv.Stop(t)
-		deadline := time.Now().Add(30 * time.Second)
-		for r.Failures() == before {
-			if time.Now().After(deadline) {
-				t.Fatal("no delivery failed in 30s while the server was down")
-			}
-			time.Sleep(20 * time.Millisecond) // polling the relay's counter, not synchronising
-		}
-		srv.Start(t)
-	})
+	brokertest.Outage(t, rigOn(func(testing.TB) string { return srv.URL() }),
+		func(t *testing.T) { srv.Stop(t) }, func(t *testing.T) { srv.Start(t) })
 }
 
 // No stream captures the subject: the head is quarantined after one
