@@ -106,7 +106,8 @@ type Envelope interface {
 	Ack() error
 	// Redeliver asks the broker to deliver the message again after delay
 	// (at least; the broker may take longer, for example after a
-	// restart).
+	// restart). Run hands back the messages it has not applied when it
+	// stops with delay 0: as soon as another consumer can take them.
 	Redeliver(delay time.Duration) error
 	// Reject tells the broker never to deliver the message again (it may
 	// dead-letter it).

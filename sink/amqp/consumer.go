@@ -35,6 +35,9 @@ type ConsumerOptions struct {
 	// Logger receives a line when the connection is lost or back. Defaults
 	// to discarding.
 	Logger *slog.Logger
+	// Ready, when set, is called once the queue is declared and bound and
+	// the consumer registered, before the first message is read.
+	Ready func()
 }
 
 // Consume reads opts.Queue and applies every message through apply.Inbox
@@ -71,6 +74,9 @@ func Consume(ctx context.Context, opts ConsumerOptions, apply consume.Options) e
 			return nil
 		}
 		return err
+	}
+	if opts.Ready != nil {
+		opts.Ready()
 	}
 	err := consume.Run(ctx, src, apply)
 	if ctx.Err() != nil {

@@ -34,6 +34,9 @@ type ConsumerOptions struct {
 	// MaxAckPending bounds the messages delivered and not acked yet.
 	// Defaults to 1024.
 	MaxAckPending int
+	// Ready, when set, is called once the stream and the durable consumer
+	// exist, before the first message is read.
+	Ready func()
 }
 
 // Consume reads the durable consumer opts.Durable of opts.Stream and applies
@@ -90,12 +93,29 @@ func consumeStream(ctx context.Context, opts ConsumerOptions, apply consume.Opti
 	if err != nil {
 		return fmt.Errorf("jetstream: consumer %s on %s: %w", opts.Durable, opts.Stream, err)
 	}
-	it, err := cons.Messages(js.PullMaxMessages(min(opts.MaxAckPending, 500)))
+	it, err := cons.Messages(js.PullMaxMessages(min(opts.MaxAckPending, 500)), js.PullExpiry(pullExpiry), js.PullHeartbeat(pullExpiry/3))
 	if err != nil {
 		return fmt.Errorf("jetstream: consume %s: %w", opts.Durable, err)
 	}
-	defer it.Stop()
-	return consume.Run(ctx, source{it}, apply)
+	if opts.Ready != nil {
+		opts.Ready()
+	}
+	err = consume.Run(ctx, source{it}, apply)
+	// The messages pulled into the client's buffer and not handed out are
+	// pending on the server: nak them, or they would wait for AckWait
+	// before another consumer gets them (and their flows behind them).
+	it.Drain()
+	for {
+		m, nerr := it.Next(js.NextMaxWait(time.Second))
+		if nerr != nil {
+			break
+		}
+		envelope{m}.Redeliver(0)
+	}
+	// Naks are published without waiting: send them before the caller
+	// closes the connection.
+	opts.Conn.FlushTimeout(2 * time.Second)
+	return err
 }
 
 // source adapts a pull iterator to consume.Source.
@@ -123,11 +143,19 @@ func (e envelope) Message() (consume.Message, error) {
 
 func (e envelope) Ack() error { return e.m.Ack() }
 
+// Redeliver naks the message with delay. Delay 0 — a message handed back
+// by a consumer that stops — waits pullExpiry: the stopped consumer's last
+// pull request stays open on the server until it expires, and a message
+// redelivered before would go to that dead request and wait for AckWait.
 func (e envelope) Redeliver(delay time.Duration) error {
 	if delay <= 0 {
-		return e.m.Nak()
+		delay = pullExpiry
 	}
 	return e.m.NakWithDelay(delay)
 }
+
+// pullExpiry is how long a pull request stays open on the server: the most
+// a stopped consumer's requests outlive it.
+const pullExpiry = 3 * time.Second
 
 func (e envelope) Reject() error { return e.m.Term() }
