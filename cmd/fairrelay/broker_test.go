@@ -129,3 +129,24 @@ func deleteQueue(t *testing.T, server, name string) {
 		t.Errorf("delete queue %s: %v", name, err)
 	}
 }
+
+// demo --sink nats and --sink amqp run the article's sample over the
+// broker: A1 held by the consumer until the limit is raised, every event
+// applied once in the end.
+func TestDemoOverBrokers(t *testing.T) {
+	t.Setenv(brokerUserEnv, brokerUserEnvValue(t))
+	t.Setenv(brokerPasswordEnv, brokertest.AMQPPassword)
+	for _, b := range []struct{ name, reach string }{{"nats", brokertest.NATS(t)}, {"amqp", brokertest.AMQP(t)}} {
+		t.Run(b.name, func(t *testing.T) {
+			out, errOut, code := cli(t, "", "demo", "--sink", b.reach, "--flows", "5", "--events", "50")
+			if code != 0 {
+				t.Fatalf("demo --sink %s: exit %d\n%s%s", b.reach, code, out, errOut)
+			}
+			for _, want := range []string{"answered unsupported_delta to A1", "58 receipts for 58 events", "A: seq 2, total 11"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the demo's output lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
