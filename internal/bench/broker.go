@@ -65,6 +65,11 @@ type BrokerReport struct {
 	// The relay's rate over each plain rate.
 	RatioToLoop       float64 `json:"relay_to_plain_loop"`
 	RatioToConcurrent float64 `json:"relay_to_plain_concurrent"`
+	// The CPU time this process used per event in each measurement, in
+	// microseconds (user and system; the broker's own is not counted).
+	PlainLoopCPU       float64 `json:"plain_loop_cpu_us_per_event"`
+	PlainConcurrentCPU float64 `json:"plain_concurrent_cpu_us_per_event"`
+	RelayCPU           float64 `json:"relay_cpu_us_per_event"`
 }
 
 // brokerRig is one broker's part of the benchmark.
@@ -116,30 +121,34 @@ func RunBroker(ctx context.Context, opts BrokerOptions) (*BrokerReport, error) {
 
 	n := opts.Events / opts.Rounds
 	rep.Events = n * opts.Rounds
-	var loop, conc, rel time.Duration
+	var loop, conc, rel, loopCPU, concCPU, relCPU time.Duration
 	for round := range opts.Rounds {
 		phase(fmt.Sprintf("round %d of %d: plain publisher loop", round+1, opts.Rounds))
-		start := time.Now()
+		start, cpu := time.Now(), processCPU()
 		for i := range n {
 			if err := rig.publish(ctx, fmt.Sprintf("loop-%d-%d", round, i)); err != nil {
 				return nil, fmt.Errorf("bench: plain publish: %w", err)
 			}
 		}
-		loop += time.Since(start)
+		loop, loopCPU = loop+time.Since(start), loopCPU+processCPU()-cpu
 
 		phase(fmt.Sprintf("round %d of %d: %d plain publishers", round+1, opts.Rounds, opts.Workers))
+		cpu = processCPU()
 		d, err := concurrentPublish(ctx, rig, opts.Workers, n, fmt.Sprintf("conc-%d-", round))
 		if err != nil {
 			return nil, err
 		}
-		conc += d
+		conc, concCPU = conc+d, concCPU+processCPU()-cpu
 
 		phase(fmt.Sprintf("round %d of %d: relay", round+1, opts.Rounds))
-		if d, err = relayRun(ctx, opts, rig.sink, n, round); err != nil {
+		d, cpuUsed, err := relayRun(ctx, opts, rig.sink, n, round)
+		if err != nil {
 			return nil, err
 		}
-		rel += d
+		rel, relCPU = rel+d, relCPU+cpuUsed
 	}
+	perEvent := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rep.Events) }
+	rep.PlainLoopCPU, rep.PlainConcurrentCPU, rep.RelayCPU = perEvent(loopCPU), perEvent(concCPU), perEvent(relCPU)
 	rep.PlainLoop = perSecond(rep.Events, loop)
 	rep.PlainConcurrent = perSecond(rep.Events, conc)
 	rep.Relay = perSecond(rep.Events, rel)
@@ -174,13 +183,14 @@ func concurrentPublish(ctx context.Context, rig *brokerRig, workers, n int, pref
 }
 
 // relayRun loads n events, each its own flow, into a fresh queue store and
-// times a relay from its start to the last ack.
-func relayRun(ctx context.Context, opts BrokerOptions, s sink.Sink, n, round int) (time.Duration, error) {
+// times a relay from its start to the last ack; it returns the wall time
+// and the process's CPU time in between.
+func relayRun(ctx context.Context, opts BrokerOptions, s sink.Sink, n, round int) (time.Duration, time.Duration, error) {
 	path := filepath.Join(opts.Dir, fmt.Sprintf("broker-bench-%d.db", round))
 	defer removeDB(path)
 	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer q.Close()
 	// Event ids differ between rounds: JetStream would answer duplicate.
@@ -189,7 +199,7 @@ func relayRun(ctx context.Context, opts BrokerOptions, s sink.Sink, n, round int
 		ps = append(ps, fairrelay.EnqueueParams{ID: fmt.Sprintf("relay-%d-%d", round, i), Flow: FlowID(i), Body: []byte(`{"delta":1}`)})
 		if len(ps) == cap(ps) || i == n-1 {
 			if _, err := q.EnqueueBatch(ctx, 0, ps); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			ps = ps[:0]
 		}
@@ -210,25 +220,25 @@ func relayRun(ctx context.Context, opts BrokerOptions, s sink.Sink, n, round int
 		}
 	}})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	ran := make(chan error, 1)
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	go func() { ran <- r.Run(rctx) }()
 	select {
 	case <-done:
 	case st := <-failed:
-		return 0, fmt.Errorf("bench: the relay settled %s %q (%s), not an ack", st.Claim.Token.EventID, st.Outcome, st.Detail)
+		return 0, 0, fmt.Errorf("bench: the relay settled %s %q (%s), not an ack", st.Claim.Token.EventID, st.Outcome, st.Detail)
 	case err := <-ran:
-		return 0, fmt.Errorf("bench: the relay stopped: %v", err)
+		return 0, 0, fmt.Errorf("bench: the relay stopped: %v", err)
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	}
-	d := time.Since(start)
+	d, cpuUsed := time.Since(start), processCPU()-cpu
 	stop()
-	return d, <-ran
+	return d, cpuUsed, <-ran
 }
 
 func natsRig(ctx context.Context, opts BrokerOptions, tag string) (*brokerRig, error) {
@@ -385,5 +395,7 @@ func WriteBrokerTable(w io.Writer, rep *BrokerReport) error {
 	fmt.Fprintf(tw, "relay (SQLite queue → sink → broker)\t%.0f events/s\t\n", rep.Relay)
 	fmt.Fprintf(tw, "relay / plain loop\t%.2f\t\n", rep.RatioToLoop)
 	fmt.Fprintf(tw, "relay / %d plain publishers\t%.2f\t\n", rep.Workers, rep.RatioToConcurrent)
+	fmt.Fprintf(tw, "CPU of this process per event: loop, %d publishers, relay\t%.0f, %.0f, %.0f µs\t\n",
+		rep.Workers, rep.PlainLoopCPU, rep.PlainConcurrentCPU, rep.RelayCPU)
 	return tw.Flush()
 }

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"net/url"
+	"strings"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -85,7 +86,8 @@ func (e Endpoint) String() string {
 	if e.Queue != "" {
 		q.Set("queue", e.Queue)
 	}
-	return e.Server + "?" + q.Encode()
+	// The placeholder stays readable: braces are fine in a log line.
+	return e.Server + "?" + strings.ReplaceAll(q.Encode(), "%7Bflow%7D", topic.Placeholder)
 }
 
 // BindingKey is the routing key template with the flow's token as '*': the

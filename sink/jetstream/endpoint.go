@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/fairrelay/fairrelay/sink/topic"
 )
 
 // Endpoint is a parsed nats:// URL of the command line:
@@ -86,7 +89,8 @@ func (e Endpoint) String() string {
 	if e.Durable != "" {
 		q.Set("durable", e.Durable)
 	}
-	return e.Server + "?" + q.Encode()
+	// The placeholder stays readable: braces are fine in a log line.
+	return e.Server + "?" + strings.ReplaceAll(q.Encode(), "%7Bflow%7D", topic.Placeholder)
 }
 
 // Credentials authenticate a connection; the zero value connects without.
