@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -20,7 +21,9 @@ import (
 // relay delivers a bulk-enqueued file, the consumer is stopped and started
 // again half-way, and every event ends applied once, in order.
 func TestRelayAndReceiveOverBrokers(t *testing.T) {
-	t.Setenv(brokerUserEnv, brokerUserEnvValue(t))
+	// RabbitMQ's guest; the shared NATS server has no authentication and
+	// ignores them.
+	t.Setenv(brokerUserEnv, brokertest.AMQPUser)
 	t.Setenv(brokerPasswordEnv, brokertest.AMQPPassword)
 	prefix := brokertest.Name("frcli")
 	t.Run("nats", func(t *testing.T) {
@@ -38,10 +41,6 @@ func TestRelayAndReceiveOverBrokers(t *testing.T) {
 		overBroker(t, base, base+"&queue="+queue)
 	})
 }
-
-// brokerUserEnvValue is the user name both brokers take here: RabbitMQ's
-// guest; the shared NATS server has no authentication and ignores it.
-func brokerUserEnvValue(testing.TB) string { return brokertest.AMQPUser }
 
 func overBroker(t *testing.T, sinkURL, fromURL string) {
 	dir := t.TempDir()
@@ -134,7 +133,7 @@ func deleteQueue(t *testing.T, server, name string) {
 // broker: A1 held by the consumer until the limit is raised, every event
 // applied once in the end.
 func TestDemoOverBrokers(t *testing.T) {
-	t.Setenv(brokerUserEnv, brokerUserEnvValue(t))
+	t.Setenv(brokerUserEnv, brokertest.AMQPUser)
 	t.Setenv(brokerPasswordEnv, brokertest.AMQPPassword)
 	for _, b := range []struct{ name, reach string }{{"nats", brokertest.NATS(t)}, {"amqp", brokertest.AMQP(t)}} {
 		t.Run(b.name, func(t *testing.T) {
@@ -148,5 +147,37 @@ func TestDemoOverBrokers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Bad broker URLs and webhook-only flags are input errors naming the field,
+// and nothing is created.
+func TestBrokerFlagErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queue, inboxPath := filepath.Join(dir, "queue.db"), filepath.Join(dir, "inbox.db")
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"relay", "--queue", queue, "--sink", "nats://user:pw@127.0.0.1:4222"}, "sink:"},
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222?subject=a.>"}, "subject:"},
+		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/?exchange=a%20b"}, "exchange:"},
+		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/", "--permanent-status", "404"}, "permanent-status:"},
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222", "--secret", "s"}, "secret:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S"}, "from:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/"}, "from:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "http://127.0.0.1:1/"}, "from:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D", "--addr", "127.0.0.1:0"}, "from:"},
+	} {
+		_, errOut, code := cli(t, "", tc.args...)
+		if code == 0 || !strings.Contains(errOut, "invalid_input: "+tc.field) {
+			t.Errorf("%v: exit %d, %s; want invalid_input naming %s", tc.args, code, errOut, tc.field)
+		}
+	}
+	for _, p := range []string{queue, inboxPath} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was created by a refused command", p)
+		}
 	}
 }

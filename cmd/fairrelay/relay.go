@@ -87,6 +87,11 @@ in --permanent-status.`,
 			var s sink.Sink
 			shown := redactedURL(sinkURL)
 			if isBroker(sinkURL) {
+				for _, name := range []string{"secret", "permanent-status"} {
+					if cmd.Flags().Changed(name) {
+						return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "is for the webhook sink (http:// or https://), not a broker"}
+					}
+				}
 				bs, u, closeSink, err := brokerSink(sinkURL, workers, timeout, log)
 				if err != nil {
 					return err

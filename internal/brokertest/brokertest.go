@@ -21,11 +21,13 @@ const (
 	// DefaultNATS is the NATS server with JetStream the tests use when
 	// NATSEnv is not set.
 	DefaultNATS = "nats://127.0.0.1:4222"
-	NATSEnv     = "FAIRRELAY_NATS_URL"
+	// NATSEnv names another NATS server (a nats:// URL).
+	NATSEnv = "FAIRRELAY_NATS_URL"
 	// DefaultAMQP is the RabbitMQ server the tests use when AMQPEnv is
 	// not set; its user is guest, password guest (AMQPUser, AMQPPassword).
 	DefaultAMQP = "amqp://127.0.0.1:5672/"
-	AMQPEnv     = "FAIRRELAY_AMQP_URL"
+	// AMQPEnv names another RabbitMQ (an amqp:// URL without credentials).
+	AMQPEnv = "FAIRRELAY_AMQP_URL"
 )
 
 // AMQPUser and AMQPPassword log in to the shared RabbitMQ (its default

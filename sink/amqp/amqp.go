@@ -47,7 +47,11 @@ import (
 
 // The defaults of Options.Exchange and Options.RoutingKey.
 const (
-	DefaultExchange   = "amq.topic"
+	// DefaultExchange is RabbitMQ's own topic exchange, which every
+	// RabbitMQ has.
+	DefaultExchange = "amq.topic"
+	// DefaultRoutingKey makes one topic word of the flow: bind a queue with
+	// "fairrelay.*" (or "fairrelay.#") to take every flow.
 	DefaultRoutingKey = "fairrelay." + topic.Placeholder
 )
 

@@ -289,3 +289,55 @@ func TestParseEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// A nack (here: a queue full with overflow reject-publish) is transient:
+// retry, the channel kept.
+func TestNackIsTransient(t *testing.T) {
+	t.Parallel()
+	exch, queue := brokertest.Name("fr-x-"), brokertest.Name("fr-q-")
+	exchange(t, exch)
+	ch := admin(t)
+	if _, err := ch.QueueDeclare(queue, false, false, false, false, amqp091.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	deleteQueueAtEnd(t, queue)
+	if err := ch.QueueBind(queue, "fr.#", exch, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, amqp.Options{Dial: dialer(t, "fairrelay-test"), Exchange: exch, RoutingKey: "fr.{flow}"})
+	for range 2 {
+		res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")})
+		if err != nil || res.Outcome != fairrelay.OutcomeRetry || !strings.Contains(res.Detail, "nack") {
+			t.Fatalf("full queue: %q (%s) %v, want retry after a nack", res.Outcome, res.Detail, err)
+		}
+	}
+}
+
+// A user without write access to the exchange: the broker closes the
+// channel with 403, and the head is rejected with the broker's words.
+func TestAccessRefusedIsPermanent(t *testing.T) {
+	t.Parallel()
+	user := brokertest.Name("fr-user-")
+	rabbitmqctl(t, "add_user", user, "pw")
+	t.Cleanup(func() { rabbitmqctl(t, "delete_user", user) })
+	rabbitmqctl(t, "set_permissions", "-p", "/", user, ".*", "^$", ".*") // configure and read, no write
+	e, err := amqp.ParseEndpoint("sink", brokertest.AMQP(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, amqp.Options{Dial: e.Dialer("fairrelay-test", amqp.Credentials{User: user, Password: "pw"})})
+	res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")})
+	if err != nil || res.Outcome != fairrelay.OutcomeRejected || !strings.Contains(res.Detail, "ACCESS_REFUSED") {
+		t.Fatalf("no write access: %q (%s) %v, want rejected with ACCESS_REFUSED", res.Outcome, res.Detail, err)
+	}
+}
+
+func rabbitmqctl(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("rabbitmqctl", args...).CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "true" {
+			t.Skipf("rabbitmqctl %v: %v\n%s", args, err, out)
+		}
+		t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
+	}
+}

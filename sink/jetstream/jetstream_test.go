@@ -292,3 +292,15 @@ func TestParseEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// A stream full under DiscardNew refuses the publish with an API error the
+// sink does not know as permanent: retry (the consumers may drain it).
+func TestFullStreamIsTransient(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, brokertest.NATS(t), jetstream.Credentials{})
+	name, prefix := brokertest.Name("FR_"), brokertest.Name("fr")
+	stream(t, nc, name, prefix, js.StreamConfig{MaxMsgs: 1, Discard: js.DiscardNew})
+	s := newSink(t, jetstream.Options{Conn: nc, Subject: prefix + ".{flow}"})
+	deliver(t, s, delivery("e1", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeAccepted, "")
+	deliver(t, s, delivery("e2", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeRetry, "maximum messages exceeded")
+}
