@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fairrelay/fairrelay"
@@ -12,6 +13,7 @@ import (
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/amqp"
 	"github.com/fairrelay/fairrelay/sink/jetstream"
+	"github.com/fairrelay/fairrelay/sink/topic"
 )
 
 // The environment variables relay and receive read a broker's credentials
@@ -106,6 +108,10 @@ func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx co
 	}
 	if e.Queue == "" {
 		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "an amqp:// URL to consume from names queue=NAME"}
+	}
+	if strings.Contains(e.Exchange, topic.Placeholder) {
+		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "exchange",
+			Message: "a consumer binds its queue to one exchange: " + topic.Placeholder + " in the exchange is for the relay's sink"}
 	}
 	return e.String(), func(ctx context.Context, opts consume.Options, ready func()) error {
 		return amqp.Consume(ctx, amqp.ConsumerOptions{Dial: e.Dialer("fairrelay receive", amqpCredentials()), Queue: e.Queue,
