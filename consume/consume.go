@@ -306,6 +306,9 @@ func (r *runner) report(a Applied) {
 	switch {
 	case a.Action == ActionReject:
 		log.Error("consume: not a fairrelay message, rejected", "err", a.Err)
+	case a.Action == ActionAck && a.Err != nil:
+		log.Warn("consume: applied, but the ack did not reach the broker: the message comes again and answers duplicate",
+			"outcome", a.Outcome, "err", a.Err)
 	case a.Err != nil:
 		log.Warn("consume: not applied, redelivered later", "outcome", a.Outcome, "after", a.Delay, "err", a.Err)
 	case a.Outcome.Class() == fairrelay.ClassPermanent:
