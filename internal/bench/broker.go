@@ -17,6 +17,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/consume"
 	"github.com/fairrelay/fairrelay/relay"
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/amqp"
@@ -286,10 +287,10 @@ func natsRig(ctx context.Context, opts BrokerOptions, tag string) (*brokerRig, e
 			// What the sink sends: its headers and Nats-Msg-Id.
 			m := nats.NewMsg(prefix + "." + id)
 			m.Data = body
-			m.Header.Set("Fairrelay-Flow", id)
-			m.Header.Set("Fairrelay-Seq", "1")
-			m.Header.Set("Fairrelay-Generation", "1")
-			m.Header.Set("Fairrelay-Attempt", "1")
+			m.Header.Set(consume.HeaderFlow, id)
+			m.Header.Set(consume.HeaderSeq, "1")
+			m.Header.Set(consume.HeaderGeneration, "1")
+			m.Header.Set(consume.HeaderAttempt, "1")
 			_, err := j.PublishMsg(ctx, m, js.WithMsgID(id), js.WithExpectStream(name))
 			return err
 		},
@@ -355,7 +356,7 @@ func amqpRig(ctx context.Context, opts BrokerOptions, tag string) (*brokerRig, e
 			}
 			dc, err := pc.PublishWithDeferredConfirmWithContext(ctx, e.Exchange, prefix+"."+id, true, false, amqp091.Publishing{
 				MessageId: id, DeliveryMode: amqp091.Persistent, ContentType: "application/json", Body: body,
-				Headers: amqp091.Table{"Fairrelay-Flow": id, "Fairrelay-Seq": "1", "Fairrelay-Generation": "1", "Fairrelay-Attempt": "1"},
+				Headers: amqp091.Table{consume.HeaderFlow: id, consume.HeaderSeq: "1", consume.HeaderGeneration: "1", consume.HeaderAttempt: "1"},
 			})
 			if err != nil {
 				return err
