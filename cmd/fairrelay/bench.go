@@ -19,9 +19,9 @@ func init() { rootCmd.AddCommand(newBenchCmd()) }
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the queue store on this machine's disk",
+		Short: "Measure the queue store on this machine's disk, and the relay to a broker",
 	}
-	cmd.AddCommand(newBenchClaimCmd())
+	cmd.AddCommand(newBenchClaimCmd(), newBenchBrokerCmd())
 	return cmd
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/relay"
+	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
@@ -38,6 +39,7 @@ type demoOptions struct {
 	workers   int
 	flakyPer  int // the receiver answers 503 to the first attempt of every flakyPer-th event (0: never)
 	timeout   time.Duration
+	sink      string // webhook, or a broker: nats[://HOST:PORT] or amqp[://HOST:PORT]
 }
 
 func newDemoCmd() *cobra.Command {
@@ -83,6 +85,9 @@ and ends with every event acked once (A: seq 2, total 11).`,
 					}
 				}
 			}
+			if o.sink != "webhook" {
+				return runBrokerDemo(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+			}
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},
 	}
@@ -93,6 +98,7 @@ and ends with every event acked once (A: seq 2, total 11).`,
 	f.IntVar(&o.workers, "workers", 8, "relay workers")
 	f.IntVar(&o.flakyPer, "flaky-every", 10, "the receiver answers 503 to the first attempt of every event whose seq in its flow is a multiple of N (0: never)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up when the demo has not finished by then")
+	f.StringVar(&o.sink, "sink", "webhook", "webhook (a receiver over HTTP), or a broker: nats (JetStream at 127.0.0.1:4222, or nats://HOST:PORT) or amqp (RabbitMQ at 127.0.0.1:5672, or amqp://HOST:PORT)")
 	return cmd
 }
 
@@ -117,18 +123,11 @@ func demoWorkload(flows, events int) []demoEvent {
 func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	// The daemon policy, with short delays so the demo's retries show: 1
-	// tick = 1 ms, lease 10 s, backoff 200 ms doubling to 2 s, jitter 0.2.
-	pol := fairrelay.Policy{Entry: fairrelay.EntryFair, Lease: 10_000, Budget: 5, BackoffBase: 200, BackoffCap: 2000, Jitter: 0.2}
-	q, err := fairrelay.Open(ctx, filepath.Join(o.dir, "queue.db"), fairrelay.Config{Policy: pol})
+	q, in, err := openDemoStores(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer q.Close()
-	in, err := inbox.Open(ctx, filepath.Join(o.dir, "inbox.db"), inbox.Options{MaxDelta: 5})
-	if err != nil {
-		return err
-	}
 	defer in.Close()
 
 	// The receiver: the inbox over HTTP on loopback, checking signatures.
@@ -155,24 +154,16 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 		return err
 	}
 	defer s.Close()
-	settled := make(chan relay.Settled, 1024)
-	r, err := relay.New(ctx, relay.Config{Queue: q, Sink: s, Workers: o.workers, DeliveryTimeout: 5 * time.Second,
-		Logger: quiet, OnSettle: func(s relay.Settled) { settled <- s }})
+	d, err := startDemoRelay(ctx, q, s, o.workers)
 	if err != nil {
 		return err
 	}
-	relayCtx, stopRelay := context.WithCancel(ctx)
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- r.Run(relayCtx) }()
-	defer func() { stopRelay(); <-relayDone }()
+	defer d.stop()
+	r, settled, relayDone, stopRelay := d.r, d.settled, d.done, d.cancel
 
 	work := demoWorkload(o.flows, o.events)
-	where := "files in " + o.dir
-	if o.temporary {
-		where += " (removed at the end; --dir DIR keeps them)"
-	}
 	fmt.Fprintf(out, "fairrelay demo: a receiver on http://%s (signed webhooks) and a relay with %d workers; %s\n\n",
-		ln.Addr(), o.workers, where)
+		ln.Addr(), o.workers, demoWhere(o))
 	fmt.Fprintf(out, "Enqueueing the article's sample (A1 delta 10 against a receiver that supports 5, A2, B1-B3, C1-C3)\n")
 	fmt.Fprintf(out, "and %d events over %d flows, while the relay runs.", o.events, o.flows)
 	if o.flakyPer > 0 {
@@ -193,20 +184,8 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 		progressbar.OptionShowCount(), progressbar.OptionSetDescription("acked"),
 		progressbar.OptionOnCompletion(endBar))
 	st := &demoStats{bar: bar}
-	// Enqueue in waves, through the relay so the ticks stay in order and
-	// idle workers wake at once.
-	for start := 0; start < len(work); start += 100 {
-		batch := make([]fairrelay.NewEvent, 0, 100)
-		for _, e := range work[start:min(start+100, len(work))] {
-			batch = append(batch, fairrelay.NewEvent{ID: e.id, Flow: e.flow, Body: fmt.Appendf(nil, `{"delta":%d}`, e.delta)})
-		}
-		if err := r.Do(ctx, func(at int64) error {
-			_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: batch})
-			return err
-		}); err != nil {
-			return err
-		}
-		st.drain(settled)
+	if err := enqueueDemo(ctx, r, q, work, func() { st.drain(settled) }); err != nil {
+		return err
 	}
 	// First pass: everything but A is acked, A1 is quarantined.
 	if err := st.until(ctx, settled, relayDone, func() bool { return st.acked == len(work)-2 && st.quarantined == 1 }); err != nil {
@@ -253,6 +232,77 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 		return err
 	}
 	return demoCheck(ctx, out, q, in, len(work))
+}
+
+// demoRelay is the demo's relay, running.
+type demoRelay struct {
+	r       *relay.Relay
+	settled chan relay.Settled // every settle, reported by the relay
+	done    chan error         // Run's result
+	cancel  context.CancelFunc // stops Run
+}
+
+// startDemoRelay runs a relay over s with a 5 s delivery timeout.
+func startDemoRelay(ctx context.Context, q *fairrelay.Queue, s sink.Sink, workers int) (*demoRelay, error) {
+	d := &demoRelay{settled: make(chan relay.Settled, 1024), done: make(chan error, 1)}
+	var err error
+	d.r, err = relay.New(ctx, relay.Config{Queue: q, Sink: s, Workers: workers, DeliveryTimeout: 5 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), OnSettle: func(s relay.Settled) { d.settled <- s }})
+	if err != nil {
+		return nil, err
+	}
+	var runCtx context.Context
+	runCtx, d.cancel = context.WithCancel(ctx)
+	go func() { d.done <- d.r.Run(runCtx) }()
+	return d, nil
+}
+
+// stop stops the relay and waits for it.
+func (d *demoRelay) stop() { d.cancel(); <-d.done }
+
+// demoWhere says where the demo's files are.
+func demoWhere(o demoOptions) string {
+	where := "files in " + o.dir
+	if o.temporary {
+		where += " (removed at the end; --dir DIR keeps them)"
+	}
+	return where
+}
+
+// openDemoStores opens the demo's queue store and its inbox (max delta 5).
+func openDemoStores(ctx context.Context, o demoOptions) (*fairrelay.Queue, *inbox.Inbox, error) {
+	// The daemon policy, with short delays so the demo's retries show: 1
+	// tick = 1 ms, lease 10 s, backoff 200 ms doubling to 2 s, jitter 0.2.
+	pol := fairrelay.Policy{Entry: fairrelay.EntryFair, Lease: 10_000, Budget: 5, BackoffBase: 200, BackoffCap: 2000, Jitter: 0.2}
+	q, err := fairrelay.Open(ctx, filepath.Join(o.dir, "queue.db"), fairrelay.Config{Policy: pol})
+	if err != nil {
+		return nil, nil, err
+	}
+	in, err := inbox.Open(ctx, filepath.Join(o.dir, "inbox.db"), inbox.Options{MaxDelta: 5})
+	if err != nil {
+		q.Close()
+		return nil, nil, err
+	}
+	return q, in, nil
+}
+
+// enqueueDemo enqueues the workload in waves of 100, through the relay so
+// the ticks stay in order and idle workers wake at once.
+func enqueueDemo(ctx context.Context, r *relay.Relay, q *fairrelay.Queue, work []demoEvent, between func()) error {
+	for start := 0; start < len(work); start += 100 {
+		batch := make([]fairrelay.NewEvent, 0, 100)
+		for _, e := range work[start:min(start+100, len(work))] {
+			batch = append(batch, fairrelay.NewEvent{ID: e.id, Flow: e.flow, Body: fmt.Appendf(nil, `{"delta":%d}`, e.delta)})
+		}
+		if err := r.Do(ctx, func(at int64) error {
+			_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: batch})
+			return err
+		}); err != nil {
+			return err
+		}
+		between()
+	}
+	return nil
 }
 
 // flaky answers 503 to the first attempt of every nth event (by seq), the

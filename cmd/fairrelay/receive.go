@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/consume"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
@@ -20,21 +21,37 @@ func init() { rootCmd.AddCommand(newReceiveCmd()) }
 
 func newReceiveCmd() *cobra.Command {
 	var (
-		inboxDSN, addr, secret, logLevel string
-		maxDelta                         int64
-		tolerance                        time.Duration
-		limits                           serverLimits
+		inboxDSN, addr, from, secret, logLevel string
+		maxDelta                               int64
+		tolerance                              time.Duration
+		limits                                 serverLimits
 	)
 	cmd := &cobra.Command{
-		Use:   "receive --inbox I --addr HOST:PORT [--secret S] [--max-delta N]",
-		Short: "Run the inbox as an HTTP receiver (SPEC §3) for the relay's deliveries",
+		Use:   "receive --inbox I (--addr HOST:PORT [--secret S] | --from URL) [--max-delta N]",
+		Short: "Run the inbox (SPEC §3) as an HTTP receiver, or as a consumer of a broker",
 		Long: `Takes deliveries as POST / and answers {"status": "<outcome>"}: accepted,
 duplicate, id_conflict, sequence_conflict, gap, unsupported_delta, invalid_body
 or retry. With --secret, a request without a valid Standard Webhooks signature,
 or whose Fairrelay-* headers differ from its signed webhook-id (which binds the
 event id, flow and seq), gets 401 and nothing is written. Prints {"status":"listening","addr":...} on
 stdout once it listens (--addr 127.0.0.1:0 picks a free port); stops on
-SIGINT or SIGTERM.`,
+SIGINT or SIGTERM.
+
+With --from, it consumes from a broker instead of listening, applies each
+message through the inbox and acks it only after the inbox committed
+(accepted, duplicate); gap, retry and errors are redelivered later, and a
+permanent answer holds its flow (redelivered every 30s, logged) until the
+cause is fixed. Prints {"status":"consuming","from":...} once the stream or queue
+exists.
+
+  nats://HOST[:PORT]?stream=NAME&durable=NAME[&subject=fairrelay.{flow}]
+      the durable consumer NAME of the JetStream stream (created, with the
+      subject's wildcard, when missing)
+  amqp://HOST[:PORT][/VHOST]?queue=NAME[&exchange=amq.topic][&routing_key=fairrelay.{flow}]
+      the queue NAME (declared durable when missing), bound to the exchange
+      with the routing key's wildcard
+
+Broker ` + brokerEnvHelp + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			secret := secretFlag(cmd, secret)
@@ -45,6 +62,15 @@ SIGINT or SIGTERM.`,
 			}
 			if maxDelta < 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-delta", Message: "must not be negative (0: no limit)"}
+			}
+			if from != "" {
+				if cmd.Flags().Changed("addr") || cmd.Flags().Changed("secret") {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "consumes from a broker: --addr and --secret are for HTTP"}
+				}
+				if !isBroker(from) {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: fmt.Sprintf("must be a nats:// or amqp:// URL, got %q", redactDSN(from))}
+				}
+				return receiveFromBroker(cmd, inboxDSN, from, maxDelta, log)
 			}
 			if err := limits.check(); err != nil {
 				return err
@@ -84,6 +110,7 @@ SIGINT or SIGTERM.`,
 	f := cmd.Flags()
 	f.StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "HOST:PORT to listen on")
+	f.StringVar(&from, "from", "", "consume from a broker instead: a nats:// or amqp:// URL (see above)")
 	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
@@ -115,6 +142,34 @@ func (l serverLimits) check() error {
 	if l.maxRequests < 1 {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-requests", Message: fmt.Sprintf("must be at least 1, got %d", l.maxRequests)}
 	}
+	return nil
+}
+
+// receiveFromBroker runs receive --from: the inbox as a broker consumer.
+func receiveFromBroker(cmd *cobra.Command, inboxDSN, from string, maxDelta int64, log *slog.Logger) error {
+	ctx := cmd.Context()
+	// Before the inbox is opened: a refused URL creates nothing.
+	shown, run, release, err := brokerConsumer(from, log)
+	if err != nil {
+		return err
+	}
+	defer release()
+	in, err := openInbox(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	var printErr error
+	err = run(ctx, consume.Options{Inbox: in, Logger: log}, func() {
+		// Once the stream or queue exists: a relay started after this line
+		// finds it.
+		printErr = printJSON(cmd.OutOrStdout(), map[string]string{"status": "consuming", "from": shown})
+		log.Info("receive: consuming", "from", shown, "max_delta", maxDelta)
+	})
+	if err = errors.Join(err, printErr); err != nil {
+		return err
+	}
+	log.Info("receive: stopped")
 	return nil
 }
 

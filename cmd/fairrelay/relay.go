@@ -18,6 +18,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/relay"
+	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
@@ -32,12 +33,26 @@ func newRelayCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "relay --queue Q --sink URL [--secret S] [--workers N] [--policy fair]",
-		Short: "Run the relay daemon: claim, deliver over HTTP (Standard Webhooks), settle",
-		Long: `Runs until SIGINT or SIGTERM. Claims heads, POSTs them to --sink signed
-with --secret (Standard Webhooks), --workers at once, and settles the answers,
-many to a transaction. Time is the daemon
-clock of SPEC §7: 1 tick = 1 ms; --lease and the backoff flags are durations
-(30s, 5m), whole milliseconds.
+		Short: "Run the relay daemon: claim, deliver (webhook, NATS JetStream, RabbitMQ), settle",
+		Long: `Runs until SIGINT or SIGTERM. Claims heads, delivers them to --sink,
+--workers at once, and settles the answers, many to a transaction. The sink
+is chosen by the URL's scheme:
+
+  http://, https://  POST, signed with --secret (Standard Webhooks)
+  nats://HOST[:PORT][?subject=fairrelay.{flow}][&stream=NAME]
+                     publish to NATS JetStream (ack: accepted, duplicate ack:
+                     duplicate; no stream, a message over the limits, a refused
+                     publish: rejected, quarantined)
+  amqp://HOST[:PORT][/VHOST][?exchange=amq.topic][&routing_key=fairrelay.{flow}]
+                     publish to RabbitMQ with confirms and mandatory (ack:
+                     accepted; unroutable, missing exchange: rejected; nack,
+                     lost connection: retried)
+
+{flow} is the flow's token: the flow id, with every byte but A-Z a-z 0-9 - _
+written %XX. Broker ` + brokerEnvHelp + `.
+
+Time is the daemon clock of SPEC §7: 1 tick = 1 ms; --lease and the backoff
+flags are durations (30s, 5m), whole milliseconds.
 On a signal (SIGINT or SIGTERM) the relay stops claiming, lets in-flight
 deliveries finish (up to --shutdown-timeout), never settles after a lease ran
 out, and exits 0; a second signal stops it at once, with exit code 130 after
@@ -52,7 +67,7 @@ of ticks. With --metrics-addr, /healthz answers
 200 while the process runs, and /readyz 200 while the relay dispatches with
 its store answering, 503 (saying why) otherwise.
 
-Receiver contract: a JSON answer {"status": "<outcome>"} is that outcome when
+Webhook receiver contract: a JSON answer {"status": "<outcome>"} is that outcome when
 the HTTP status agrees (an ack needs a 2xx, a permanent outcome a 4xx other
 than 408/425/429, retry and gap go with any status); otherwise 2xx is accepted, 408/425/429/5xx, timeouts and connection errors are
 retried (Retry-After sets a floor), any other status is retried unless listed
@@ -73,35 +88,55 @@ in --permanent-status.`,
 				// Checked here: the library reads 0 as "the default".
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "workers", Message: fmt.Sprintf("must be 1 to %d, got %d", relay.MaxWorkers, workers)}
 			}
-			codes, err := parseStatuses(permanent)
-			if err != nil {
-				return err
-			}
-			opts := webhook.Options{URL: sinkURL, Timeout: timeout, Permanent: codes, MaxConnsPerHost: workers}
 			if sinkURL == "" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: "missing: give --sink URL"}
-			}
-			if secret != "" {
-				if opts.Key, err = webhook.ParseSecret(secret); err != nil {
-					return err
-				}
 			}
 			// Before the store is opened: a refused run creates nothing.
 			if err := relay.CheckLease(pol.Lease, timeout, margin); err != nil {
 				return err
 			}
-			s, err := webhook.New(opts)
-			if err != nil {
-				return err
+			var s sink.Sink
+			shown := redactDSN(sinkURL)
+			if isBroker(sinkURL) {
+				for _, name := range []string{"secret", "permanent-status"} {
+					if cmd.Flags().Changed(name) {
+						return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "is for the webhook sink (http:// or https://), not a broker"}
+					}
+				}
+				bs, u, closeSink, err := brokerSink(sinkURL, workers, timeout, log)
+				if err != nil {
+					return err
+				}
+				defer closeSink()
+				s, shown = bs, u
+			} else {
+				codes, err := parseStatuses(permanent)
+				if err != nil {
+					return err
+				}
+				opts := webhook.Options{URL: sinkURL, Timeout: timeout, Permanent: codes, MaxConnsPerHost: workers}
+				if secret != "" {
+					if opts.Key, err = webhook.ParseSecret(secret); err != nil {
+						return err
+					}
+				}
+				ws, err := webhook.New(opts)
+				if err != nil {
+					return err
+				}
+				defer ws.Close()
+				s = ws
+				if secret == "" {
+					log.Warn("relay: no --secret: deliveries are unsigned")
+				}
 			}
-			defer s.Close()
 			q, created, err := openQueueCreating(ctx, queue, pol, &pf)
 			if err != nil {
 				return err
 			}
 			defer q.Close()
 			// Name what it works on, so a typo shows at once.
-			log.Info("relay: starting", "queue", redactDSN(queue), "sink", redactDSN(sinkURL), "workers", workers, "policy", pol.Entry)
+			log.Info("relay: starting", "queue", redactDSN(queue), "sink", shown, "workers", workers, "policy", pol.Entry)
 			if created {
 				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
 			}
@@ -133,22 +168,19 @@ in --permanent-status.`,
 				}
 				defer stop()
 			}
-			if secret == "" {
-				log.Warn("relay: no --secret: deliveries are unsigned")
-			}
 			// A second signal stops the process at once (main).
 			return r.Run(ctx)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
-	f.StringVar(&sinkURL, "sink", "", "receiver URL (http:// or https://) that takes deliveries as POST")
+	f.StringVar(&sinkURL, "sink", "", "where deliveries go: an http(s):// receiver, a nats:// JetStream server or an amqp:// RabbitMQ (see above)")
 	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
 	f.IntVar(&workers, "workers", 4, "concurrent deliveries")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-delivery timeout")
 	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")
 	f.DurationVar(&shutdown, "shutdown-timeout", 0, "how long in-flight deliveries may run after a signal (default: --timeout)")
-	f.StringVar(&permanent, "permanent-status", "", "comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
+	f.StringVar(&permanent, "permanent-status", "", "webhook sink: comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	pf.register(cmd, fairrelay.DaemonPolicy(), false)

@@ -263,7 +263,7 @@ func FlowID(i int) string { return fmt.Sprintf("f%07d", i) }
 // EventID names event seq (1-based) of flow i.
 func EventID(i, seq int) string { return fmt.Sprintf("f%07d.%08d", i, seq) }
 
-// loadChunk is how many events one EnqueueBatch transaction stores while
+// loadChunk is how many events one EnqueueMany transaction stores while
 // loading: large enough that the commit is noise, small enough to keep the
 // batch's memory a few MiB.
 const loadChunk = 10000
@@ -274,14 +274,14 @@ const loadBlock = 10
 
 // Load enqueues backlog events spread evenly over flows flows (the first
 // backlog%flows flows get one more) at tick 0, loadChunk events per
-// EnqueueBatch transaction, in passes over the flows of up to loadBlock
+// EnqueueMany transaction, in passes over the flows of up to loadBlock
 // events per flow — as a backlog that built up over time arrives, rather
 // than one flow's whole history at a time. The physical order matters to
 // what is measured: a claim rotation takes the flows' heads in turn, and
 // with whole histories stored flow after flow the heads of 1000 flows would
 // lie on 1000 distinct pages where arrival spreads them over a few dozen.
 // onLoad, when set, is called after each chunk. Errors: any error of
-// EnqueueBatch, or an answer other than created (the store was not empty).
+// EnqueueMany, or an answer other than created (the store was not empty).
 func Load(ctx context.Context, q *fairrelay.Queue, flows, backlog int, onLoad func(done, total int)) error {
 	body := []byte(`{"delta":1}`)
 	ps := make([]fairrelay.NewEvent, 0, loadChunk)

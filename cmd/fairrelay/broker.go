@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/consume"
+	"github.com/fairrelay/fairrelay/sink"
+	"github.com/fairrelay/fairrelay/sink/amqp"
+	"github.com/fairrelay/fairrelay/sink/jetstream"
+	"github.com/fairrelay/fairrelay/sink/topic"
+)
+
+// The environment variables relay and receive read a broker's credentials
+// from: a command line is visible to every user of the machine (ps), the
+// environment is not, so a URL with credentials in it is refused.
+const (
+	brokerUserEnv     = "FAIRRELAY_BROKER_USER"
+	brokerPasswordEnv = "FAIRRELAY_BROKER_PASSWORD"
+	brokerTokenEnv    = "FAIRRELAY_BROKER_TOKEN" // NATS token authentication
+	brokerCredsEnv    = "FAIRRELAY_BROKER_CREDS" // NATS: the path of a .creds file
+)
+
+// brokerEnvHelp is the flags' note on credentials.
+const brokerEnvHelp = "credentials from $" + brokerUserEnv + " and $" + brokerPasswordEnv + " (NATS also $" + brokerTokenEnv + " or $" + brokerCredsEnv + "), never in the URL"
+
+// schemeOf returns raw's URL scheme, "" when it has none.
+func schemeOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme
+}
+
+// isBroker reports whether a --sink or --from URL names a broker.
+func isBroker(raw string) bool {
+	switch schemeOf(raw) {
+	case "nats", "amqp", "amqps":
+		return true
+	}
+	return false
+}
+
+// brokerSink opens the sink of a nats:// or amqp(s):// --sink URL. shown is
+// the URL to log (it holds no credentials); closeSink releases the
+// connection.
+func brokerSink(raw string, workers int, timeout time.Duration, log *slog.Logger) (s sink.Sink, shown string, closeSink func(), err error) {
+	if schemeOf(raw) == "nats" {
+		e, err := jetstream.ParseEndpoint("sink", raw)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay relay", Credentials: natsCredentials(), Logger: log})
+		if err != nil {
+			return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: err.Error()}
+		}
+		js, err := jetstream.New(jetstream.Options{Conn: nc, Subject: e.Subject, Stream: e.Stream, Timeout: timeout})
+		if err != nil {
+			nc.Close()
+			return nil, "", nil, err
+		}
+		return js, e.String(), nc.Close, nil
+	}
+	e, err := amqp.ParseEndpoint("sink", raw)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	as, err := amqp.New(amqp.Options{Dial: e.Dialer("fairrelay relay", amqpCredentials()), Exchange: e.Exchange,
+		RoutingKey: e.RoutingKey, Timeout: timeout, Channels: workers, Logger: log})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return as, e.String(), func() { as.Close() }, nil
+}
+
+// brokerConsumer parses a nats:// or amqp(s):// --from URL and, for NATS,
+// connects. run then applies the messages through opts.Inbox until ctx is
+// done, calling ready once the stream or queue and the consumer exist;
+// shown is the URL to log; release closes the connection.
+func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx context.Context, opts consume.Options, ready func()) error, release func(), err error) {
+	if schemeOf(raw) == "nats" {
+		e, err := jetstream.ParseEndpoint("from", raw)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		if e.Stream == "" || e.Durable == "" {
+			return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "a nats:// URL to consume from names stream=NAME and durable=NAME"}
+		}
+		nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay receive", Credentials: natsCredentials(), Logger: log})
+		if err != nil {
+			return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: err.Error()}
+		}
+		subj, _ := jetstream.ParseSubject(e.Subject)
+		return e.String(), func(ctx context.Context, opts consume.Options, ready func()) error {
+			return jetstream.Consume(ctx, jetstream.ConsumerOptions{Conn: nc, Stream: e.Stream, Durable: e.Durable,
+				Subjects: []string{subj.Literal("*")}, Ready: ready}, opts)
+		}, nc.Close, nil
+	}
+	e, err := amqp.ParseEndpoint("from", raw)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if e.Queue == "" {
+		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "an amqp:// URL to consume from names queue=NAME"}
+	}
+	if strings.Contains(e.Exchange, topic.Placeholder) {
+		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "exchange",
+			Message: "a consumer binds its queue to one exchange: " + topic.Placeholder + " in the exchange is for the relay's sink"}
+	}
+	return e.String(), func(ctx context.Context, opts consume.Options, ready func()) error {
+		return amqp.Consume(ctx, amqp.ConsumerOptions{Dial: e.Dialer("fairrelay receive", amqpCredentials()), Queue: e.Queue,
+			Exchange: e.Exchange, BindingKey: e.BindingKey(), Logger: log, Ready: ready}, opts)
+	}, func() {}, nil
+}
+
+func natsCredentials() jetstream.Credentials {
+	return jetstream.Credentials{User: os.Getenv(brokerUserEnv), Password: os.Getenv(brokerPasswordEnv),
+		Token: os.Getenv(brokerTokenEnv), CredsFile: os.Getenv(brokerCredsEnv)}
+}
+
+func amqpCredentials() amqp.Credentials {
+	return amqp.Credentials{User: os.Getenv(brokerUserEnv), Password: os.Getenv(brokerPasswordEnv)}
+}
+

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/fairrelay/fairrelay/internal/harness/brokertest"
+)
+
+// relay --sink and receive --from, as processes, over each broker: the
+// relay delivers a bulk-enqueued file, the consumer is stopped and started
+// again half-way, and every event ends applied once, in order.
+func TestRelayAndReceiveOverBrokers(t *testing.T) {
+	// RabbitMQ's guest; the shared NATS server has no authentication and
+	// ignores them.
+	t.Setenv(brokerUserEnv, brokertest.AMQPUser)
+	t.Setenv(brokerPasswordEnv, brokertest.AMQPPassword)
+	prefix := brokertest.Name("frcli")
+	t.Run("nats", func(t *testing.T) {
+		server := brokertest.NATS(t)
+		stream := brokertest.Name("FRCLI_")
+		t.Cleanup(func() { deleteStream(t, server, stream) })
+		base := server + "?subject=" + prefix + ".nats.{flow}&stream=" + stream
+		overBroker(t, base, base+"&durable=ledger")
+	})
+	t.Run("amqp", func(t *testing.T) {
+		server := brokertest.AMQP(t)
+		queue := brokertest.Name("frcli-")
+		t.Cleanup(func() { deleteQueue(t, server, queue) })
+		base := server + "?routing_key=" + prefix + ".amqp.{flow}"
+		overBroker(t, base, base+"&queue="+queue)
+	})
+}
+
+func overBroker(t *testing.T, sinkURL, fromURL string) {
+	dir := t.TempDir()
+	queue, inboxPath := filepath.Join(dir, "queue.db"), filepath.Join(dir, "inbox.db")
+	out, errOut, code := cli(t, eventsFile(10, 20), "enqueue", "--queue", queue)
+	if code != 0 {
+		t.Fatalf("bulk enqueue: exit %d\n%s%s", code, out, errOut)
+	}
+	recv := startConsumerCLI(t, inboxPath, fromURL)
+	rel := startCLI(t, "relay", "--queue", queue, "--sink", sinkURL, "--workers", "8", "--backoff-base", "50ms", "--backoff-cap", "200ms")
+	waitReceipts(t, inboxPath, 100)
+	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("receive exited %d on SIGTERM: %s", code, recv.stderr())
+	}
+	recv = startConsumerCLI(t, inboxPath, fromURL)
+	waitReceipts(t, inboxPath, 200)
+	wantLedger(t, inboxPath, 10, 20)
+	if code := rel.signal(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("relay exited %d on SIGTERM: %s", code, rel.stderr())
+	}
+	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("receive exited %d on SIGTERM: %s", code, recv.stderr())
+	}
+	if logs := rel.stderr(); !strings.Contains(logs, "relay: starting") || strings.Contains(logs, brokertest.AMQPPassword+"@") {
+		t.Errorf("the relay's log does not show the sink URL without its password:\n%s", logs)
+	}
+}
+
+// startConsumerCLI runs receive --from and waits for its first line.
+func startConsumerCLI(t *testing.T, inboxPath, from string) *daemon {
+	t.Helper()
+	d := startCLI(t, "receive", "--inbox", inboxPath, "--from", from)
+	line := <-d.firstLine
+	var l struct{ Status, From string }
+	if err := json.Unmarshal(line, &l); err != nil || l.Status != "consuming" {
+		t.Fatalf("receive --from printed %q; stderr: %s", line, d.stderr())
+	}
+	return d
+}
+
+// waitReceipts polls the inbox, which the receive process writes, until
+// it holds n receipts or 60s pass.
+func waitReceipts(t *testing.T, inboxPath string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, got := inboxLedger(t, inboxPath); got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d receipts", n)
+		}
+		time.Sleep(50 * time.Millisecond) // polling another process's writes, not synchronising
+	}
+}
+
+func deleteStream(t *testing.T, server, name string) {
+	nc, err := nats.Connect(server)
+	if err != nil {
+		t.Errorf("delete stream %s: %v", name, err)
+		return
+	}
+	defer nc.Close()
+	j, _ := js.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := j.DeleteStream(ctx, name); err != nil {
+		t.Errorf("delete stream %s: %v", name, err)
+	}
+}
+
+func deleteQueue(t *testing.T, server, name string) {
+	conn, err := amqp091.DialConfig(server, amqp091.Config{SASL: []amqp091.Authentication{
+		&amqp091.PlainAuth{Username: brokertest.AMQPUser, Password: brokertest.AMQPPassword}}})
+	if err != nil {
+		t.Errorf("delete queue %s: %v", name, err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDelete(name, false, false, false)
+	}
+	if err != nil {
+		t.Errorf("delete queue %s: %v", name, err)
+	}
+}
+
+// demo --sink nats and --sink amqp run the article's sample over the
+// broker: A1 held by the consumer until the limit is raised, every event
+// applied once in the end.
+func TestDemoOverBrokers(t *testing.T) {
+	t.Setenv(brokerUserEnv, brokertest.AMQPUser)
+	t.Setenv(brokerPasswordEnv, brokertest.AMQPPassword)
+	for _, b := range []struct{ name, reach string }{{"nats", brokertest.NATS(t)}, {"amqp", brokertest.AMQP(t)}} {
+		t.Run(b.name, func(t *testing.T) {
+			out, errOut, code := cli(t, "", "demo", "--sink", b.reach, "--flows", "5", "--events", "50")
+			if code != 0 {
+				t.Fatalf("demo --sink %s: exit %d\n%s%s", b.reach, code, out, errOut)
+			}
+			for _, want := range []string{"answered unsupported_delta to A1", "58 receipts for 58 events", "A: seq 2, total 11"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the demo's output lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+// Bad broker URLs and webhook-only flags are input errors naming the field,
+// and nothing is created.
+func TestBrokerFlagErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queue, inboxPath := filepath.Join(dir, "queue.db"), filepath.Join(dir, "inbox.db")
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"relay", "--queue", queue, "--sink", "nats://user:pw@127.0.0.1:4222"}, "sink:"},
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222?subject=a.>"}, "subject:"},
+		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/?exchange=a%20b"}, "exchange:"},
+		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/", "--permanent-status", "404"}, "permanent-status:"},
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222", "--secret", "s"}, "secret:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S"}, "from:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/"}, "from:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "http://127.0.0.1:1/"}, "from:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/?queue=q&exchange=x.{flow}"}, "exchange:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D", "--addr", "127.0.0.1:0"}, "from:"},
+	} {
+		_, errOut, code := cli(t, "", tc.args...)
+		if code == 0 || !strings.Contains(errOut, "invalid_input: "+tc.field) {
+			t.Errorf("%v: exit %d, %s; want invalid_input naming %s", tc.args, code, errOut, tc.field)
+		}
+	}
+	for _, p := range []string{queue, inboxPath} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was created by a refused command", p)
+		}
+	}
+}

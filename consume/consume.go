@@ -1,0 +1,323 @@
+// Package consume is the receiving end of a broker sink: it takes the
+// messages sink/jetstream or sink/amqp published, applies each through an
+// inbox (SPEC §3) and acknowledges it to the broker only after the inbox
+// transaction committed. The broker-specific sources are in those packages
+// (jetstream.Consume, amqp.Consume); this package holds what they share.
+//
+// What the consumer does with the inbox's answer:
+//
+//	accepted, duplicate         ack: the effect is committed (now or before)
+//	gap, retry, database error  redeliver later, after min(base·2^(n-1), cap),
+//	                            n the broker's delivery count
+//	permanent outcome           redeliver later, after cap, and log an error
+//	not a fairrelay message     reject (never applied; a dead-letter exchange
+//	                            or the stream's advisories keep it)
+//
+// Exactly once, beyond the broker's deduplication: a broker delivers at
+// least once — JetStream's Nats-Msg-Id deduplication covers only the
+// stream's window (2 minutes by default), a RabbitMQ queue deduplicates
+// nothing, and any consumer that crashes between its effect and its ack gets
+// the message again. The inbox makes the effect happen once anyway: it keys
+// receipts by event id and writes the receipt and the effect in one
+// transaction, so a second copy answers duplicate and is acked without a
+// second effect, however late it comes. Its seq check keeps each flow's
+// effects in order even when the broker redelivers out of order: an event
+// whose predecessor is not applied yet answers gap and waits for its next
+// delivery. So a consumer acks only after Receive returned accepted or
+// duplicate, and never acks a message it could not apply.
+//
+// A permanent answer (unsupported_delta, invalid_body, id_conflict,
+// sequence_conflict) holds its flow at the consumer the way a quarantine
+// holds it in the queue: the message is redelivered every cap and logged,
+// and the events behind it answer gap, until the cause is fixed (for
+// unsupported_delta, a receiver restarted with a larger --max-delta). Nothing
+// skips it.
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/sink/webhook"
+)
+
+// The headers the broker sinks set beside the event id, the same as the
+// webhook sink's.
+const (
+	// HeaderFlow is the flow id, as enqueued (not encoded).
+	HeaderFlow = webhook.HeaderFlow
+	// HeaderSeq is the event's seq in its flow, a decimal integer >= 1.
+	HeaderSeq = webhook.HeaderSeq
+	// HeaderGeneration is the claim's generation, decimal: a label only.
+	HeaderGeneration = webhook.HeaderGeneration
+	// HeaderAttempt is the claim count of the current round, decimal.
+	HeaderAttempt = webhook.HeaderAttempt
+)
+
+// Message is one broker message carrying a fairrelay event.
+type Message struct {
+	// Delivery is what the inbox receives: event id, flow, seq and body
+	// byte for byte.
+	Delivery inbox.Delivery
+	// Generation is the relay's claim generation (HeaderGeneration), 0 when
+	// absent. It labels the copy; the inbox does not need it.
+	Generation int64
+	// Delivered is how many times the broker has delivered this message,
+	// this time included (1-based); 0 when the broker does not count.
+	Delivered int
+}
+
+// Decode builds a Message from a broker message: its event id (the broker's
+// message id), a header lookup and the body. Errors name the missing or
+// malformed header; such a message is not a fairrelay event.
+func Decode(eventID string, header func(string) string, body []byte, delivered int) (Message, error) {
+	if eventID == "" {
+		return Message{}, errors.New("consume: no message id (the event id)")
+	}
+	flow := header(HeaderFlow)
+	if flow == "" {
+		return Message{}, fmt.Errorf("consume: message %q: no %s header", eventID, HeaderFlow)
+	}
+	seq, err := strconv.ParseInt(header(HeaderSeq), 10, 64)
+	if err != nil || seq < 1 {
+		return Message{}, fmt.Errorf("consume: message %q: %s must be an integer >= 1, got %q", eventID, HeaderSeq, header(HeaderSeq))
+	}
+	gen, _ := strconv.ParseInt(header(HeaderGeneration), 10, 64)
+	return Message{Delivery: inbox.Delivery{EventID: eventID, Flow: flow, Seq: seq, Body: body},
+		Generation: gen, Delivered: delivered}, nil
+}
+
+// Envelope is one message as a broker source holds it: its content and the
+// handle to settle it with the broker. Exactly one of Ack, Redeliver and
+// Reject is called per Envelope.
+type Envelope interface {
+	// Message decodes the content (Decode); an error marks a message that
+	// is not a fairrelay event.
+	Message() (Message, error)
+	// Ack tells the broker the message is done with.
+	Ack() error
+	// Redeliver asks the broker to deliver the message again after delay
+	// (at least; the broker may take longer, for example after a
+	// restart). Run hands back the messages it has not applied when it
+	// stops with delay 0: as soon as another consumer can take them.
+	Redeliver(delay time.Duration) error
+	// Reject tells the broker never to deliver the message again (it may
+	// dead-letter it).
+	Reject() error
+}
+
+// Source yields broker messages in the order the broker delivers them.
+type Source interface {
+	// Next blocks until a message arrives or ctx is done. An error ends
+	// Run; a source that reconnects by itself returns none for a lost
+	// connection.
+	Next(ctx context.Context) (Envelope, error)
+}
+
+// Action is what the consumer did with a message.
+type Action string
+
+const (
+	// ActionAck: acknowledged; the broker drops it.
+	ActionAck Action = "ack"
+	// ActionRedeliver: handed back for a later delivery.
+	ActionRedeliver Action = "redeliver"
+	// ActionReject: refused for good (not a fairrelay message).
+	ActionReject Action = "reject"
+)
+
+// Applied reports one message to Options.OnApplied.
+type Applied struct {
+	// Message is the message; zero but for Delivered when it could not be
+	// decoded.
+	Message Message
+	// Outcome is the inbox's answer, "" when Receive failed or the
+	// message was not decoded.
+	Outcome fairrelay.Outcome
+	// Action is what was done with it, and Delay the wait asked for with
+	// ActionRedeliver.
+	Action Action
+	Delay  time.Duration
+	// Err is the decoding or inbox error, or the broker's refusal of the
+	// ack, redelivery or rejection; nil otherwise.
+	Err error
+}
+
+// Options configure Run.
+type Options struct {
+	// Inbox applies the messages. Required.
+	Inbox *inbox.Inbox
+	// Lanes is how many messages are applied at once. Messages of one flow
+	// always go to the same lane, in the order the broker delivered them.
+	// Defaults to 8.
+	Lanes int
+	// RedeliverBase is the first wait before a message the inbox did not
+	// take (gap, retry, error) comes again; it doubles with every delivery
+	// up to RedeliverCap. Defaults to 500ms.
+	RedeliverBase time.Duration
+	// RedeliverCap caps that wait, and is the wait after a permanent
+	// answer. Defaults to 30s.
+	RedeliverCap time.Duration
+	// Logger receives a line per permanent answer, error and rejected
+	// message (warn or error level), and per message at debug level.
+	// Defaults to discarding.
+	Logger *slog.Logger
+	// OnApplied, when set, is called after each message was settled with
+	// the broker, from the message's lane. It must not block for long.
+	OnApplied func(Applied)
+}
+
+// laneBuffer is how many messages wait for one lane before the source is
+// read no further: the broker's own prefetch bounds what is in flight.
+const laneBuffer = 64
+
+// receiveTimeout bounds one inbox transaction. It runs on a context that
+// shutdown does not cancel, so that a receive under way commits and is
+// acked instead of being rolled back and delivered again.
+const receiveTimeout = 30 * time.Second
+
+// Run takes messages from src until ctx is done and applies each through
+// opts.Inbox (see the package doc), then returns nil; messages still waiting
+// in a lane then are handed back for redelivery at once. Errors:
+// fairrelay.ErrInvalidInput for bad options; src's error otherwise.
+func Run(ctx context.Context, src Source, opts Options) error {
+	if opts.Inbox == nil {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "required"}
+	}
+	if opts.Lanes <= 0 {
+		opts.Lanes = 8
+	}
+	if opts.RedeliverBase <= 0 {
+		opts.RedeliverBase = 500 * time.Millisecond
+	}
+	if opts.RedeliverCap <= 0 {
+		opts.RedeliverCap = 30 * time.Second
+	}
+	if opts.RedeliverCap < opts.RedeliverBase {
+		opts.RedeliverCap = opts.RedeliverBase
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &runner{opts: opts, stop: ctx.Done()}
+	lanes := make([]chan item, opts.Lanes)
+	var wg sync.WaitGroup
+	for i := range lanes {
+		lanes[i] = make(chan item, laneBuffer)
+		wg.Go(func() { r.lane(lanes[i]) })
+	}
+	defer func() {
+		for _, l := range lanes {
+			close(l)
+		}
+		wg.Wait()
+	}()
+	for {
+		env, err := src.Next(ctx)
+		if ctx.Err() != nil {
+			if env != nil {
+				env.Redeliver(0)
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		m, err := env.Message()
+		if err != nil {
+			r.report(Applied{Message: m, Action: ActionReject, Err: errors.Join(err, env.Reject())})
+			continue
+		}
+		h := fnv.New32a()
+		h.Write([]byte(m.Delivery.Flow))
+		select {
+		case lanes[h.Sum32()%uint32(len(lanes))] <- item{env, m}:
+		case <-ctx.Done():
+			env.Redeliver(0)
+			return nil
+		}
+	}
+}
+
+type runner struct {
+	opts Options
+	stop <-chan struct{}
+}
+
+// item is a decoded message waiting for its lane.
+type item struct {
+	env Envelope
+	m   Message
+}
+
+func (r *runner) lane(ch <-chan item) {
+	for it := range ch {
+		select {
+		case <-r.stop:
+			// Shutting down: not applied, so back to the broker at once.
+			it.env.Redeliver(0)
+			continue
+		default:
+		}
+		r.apply(it.env, it.m)
+	}
+}
+
+// apply receives one message in the inbox and settles it with the broker.
+func (r *runner) apply(env Envelope, m Message) {
+	ctx, cancel := context.WithTimeout(context.Background(), receiveTimeout)
+	out, err := r.opts.Inbox.Receive(ctx, m.Delivery)
+	cancel()
+	a := Applied{Message: m, Outcome: out, Err: err}
+	switch {
+	case err == nil && out.Class() == fairrelay.ClassAck:
+		a.Action = ActionAck
+		a.Err = env.Ack()
+	case err == nil && out.Class() == fairrelay.ClassPermanent:
+		a.Action, a.Delay = ActionRedeliver, r.opts.RedeliverCap
+		a.Err = env.Redeliver(a.Delay)
+	default:
+		a.Action, a.Delay = ActionRedeliver, r.backoff(m.Delivered)
+		a.Err = errors.Join(err, env.Redeliver(a.Delay))
+	}
+	r.report(a)
+}
+
+// backoff is min(base·2^(n-1), cap) for the n-th delivery.
+func (r *runner) backoff(n int) time.Duration {
+	d := r.opts.RedeliverBase
+	for i := 1; i < n && d < r.opts.RedeliverCap; i++ {
+		d *= 2
+	}
+	return min(d, r.opts.RedeliverCap)
+}
+
+func (r *runner) report(a Applied) {
+	d := a.Message.Delivery
+	log := r.opts.Logger.With("id", d.EventID, "flow", d.Flow, "seq", d.Seq, "delivered", a.Message.Delivered)
+	switch {
+	case a.Action == ActionReject:
+		log.Error("consume: not a fairrelay message, rejected", "err", a.Err)
+	case a.Action == ActionAck && a.Err != nil:
+		log.Warn("consume: applied, but the ack did not reach the broker: the message comes again and answers duplicate",
+			"outcome", a.Outcome, "err", a.Err)
+	case a.Err != nil:
+		log.Warn("consume: not applied, redelivered later", "outcome", a.Outcome, "after", a.Delay, "err", a.Err)
+	case a.Outcome.Class() == fairrelay.ClassPermanent:
+		log.Error("consume: the inbox refused the event for good; its flow waits here until the cause is fixed",
+			"outcome", a.Outcome, "redelivered_every", a.Delay)
+	default:
+		log.Debug("consume: applied", "outcome", a.Outcome, "action", a.Action, "after", a.Delay)
+	}
+	if r.opts.OnApplied != nil {
+		r.opts.OnApplied(a)
+	}
+}

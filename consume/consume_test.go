@@ -1,0 +1,193 @@
+package consume_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/consume"
+	"github.com/fairrelay/fairrelay/inbox"
+)
+
+// fake is a broker in memory: a list of messages handed out in order, and
+// what the consumer did with each.
+type fake struct {
+	mu    sync.Mutex
+	queue []*msg
+	done  map[string][]string // event id → actions, in order
+}
+
+type msg struct {
+	f         *fake
+	id        string
+	headers   map[string]string
+	body      string
+	delivered int
+}
+
+func (f *fake) Next(ctx context.Context) (consume.Envelope, error) {
+	for {
+		f.mu.Lock()
+		if len(f.queue) > 0 {
+			m := f.queue[0]
+			f.queue = f.queue[1:]
+			f.mu.Unlock()
+			return m, nil
+		}
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond): // an idle broker's poll, not synchronisation
+		}
+	}
+}
+
+func (m *msg) Message() (consume.Message, error) {
+	return consume.Decode(m.id, func(k string) string { return m.headers[k] }, []byte(m.body), m.delivered)
+}
+
+func (m *msg) record(action string) error {
+	m.f.mu.Lock()
+	defer m.f.mu.Unlock()
+	m.f.done[m.id] = append(m.f.done[m.id], action)
+	return nil
+}
+
+func (m *msg) Ack() error    { return m.record("ack") }
+func (m *msg) Reject() error { return m.record("reject") }
+func (m *msg) Redeliver(d time.Duration) error {
+	return m.record(fmt.Sprintf("redeliver %s", d))
+}
+
+func ledger(f *fake, id, flow string, seq, delta, delivered int) *msg {
+	return &msg{f: f, id: id, delivered: delivered, body: fmt.Sprintf(`{"delta":%d}`, delta),
+		headers: map[string]string{consume.HeaderFlow: flow, consume.HeaderSeq: fmt.Sprint(seq)}}
+}
+
+// Each answer of the inbox leads to its action: acks after the commit,
+// redeliveries with the backoff of the delivery count, the cap after a
+// permanent answer, a rejection for what is not a fairrelay message.
+func TestRunActions(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{MaxDelta: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	f := &fake{done: map[string][]string{}}
+	noFlow := &msg{f: f, id: "X", headers: map[string]string{consume.HeaderSeq: "1"}, body: "{}"}
+	f.queue = []*msg{
+		ledger(f, "A1", "A", 1, 1, 1),
+		ledger(f, "A1", "A", 1, 1, 2), // a second copy
+		ledger(f, "A3", "A", 3, 1, 3), // ahead of A2, third delivery
+		ledger(f, "B1", "B", 1, 9, 1), // over the max delta
+		noFlow,
+	}
+	var mu sync.Mutex
+	var reports []consume.Applied
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 2, RedeliverBase: 100 * time.Millisecond, RedeliverCap: time.Second,
+			OnApplied: func(a consume.Applied) {
+				mu.Lock()
+				reports = append(reports, a)
+				if len(reports) == 5 {
+					cancel()
+				}
+				mu.Unlock()
+			}})
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"A1": {"ack", "ack"},
+		"A3": {"redeliver 400ms"}, // 100 ms doubled for the 2nd and 3rd delivery
+		"B1": {"redeliver 1s"},
+		"X":  {"reject"},
+	}
+	for id, w := range want {
+		if got := f.done[id]; fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("%s: %v, want %v", id, got, w)
+		}
+	}
+	outcomes := map[string][]fairrelay.Outcome{}
+	for _, a := range reports {
+		outcomes[a.Message.Delivery.EventID] = append(outcomes[a.Message.Delivery.EventID], a.Outcome)
+	}
+	if fmt.Sprint(outcomes["A1"]) != "[accepted duplicate]" || fmt.Sprint(outcomes["A3"]) != "[gap]" || fmt.Sprint(outcomes["B1"]) != "[unsupported_delta]" {
+		t.Errorf("outcomes %v", outcomes)
+	}
+}
+
+// Messages of one flow are applied in the order the broker delivered them,
+// whatever the lanes: 200 events over 10 flows all answer accepted.
+func TestRunKeepsFlowOrder(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	f := &fake{done: map[string][]string{}}
+	for i := range 200 {
+		f.queue = append(f.queue, ledger(f, fmt.Sprint("e", i), fmt.Sprint("f", i%10), i/10+1, 1, 1))
+	}
+	var mu sync.Mutex
+	n := 0
+	var bad []error
+	ctx, cancel := context.WithCancel(t.Context())
+	err = consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 3, OnApplied: func(a consume.Applied) {
+		mu.Lock()
+		defer mu.Unlock()
+		if a.Outcome != fairrelay.OutcomeAccepted || a.Err != nil {
+			bad = append(bad, fmt.Errorf("%s: %q %v", a.Message.Delivery.EventID, a.Outcome, a.Err))
+		}
+		if n++; n == 200 {
+			cancel()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(bad...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDecode(t *testing.T) {
+	t.Parallel()
+	h := map[string]string{consume.HeaderFlow: "A", consume.HeaderSeq: "2", consume.HeaderGeneration: "7"}
+	m, err := consume.Decode("A2", func(k string) string { return h[k] }, []byte("x"), 3)
+	d := m.Delivery
+	if err != nil || d.EventID != "A2" || d.Flow != "A" || d.Seq != 2 || string(d.Body) != "x" || m.Generation != 7 || m.Delivered != 3 {
+		t.Fatalf("decoded %+v, %v", m, err)
+	}
+	for name, h := range map[string]map[string]string{
+		"no flow": {consume.HeaderSeq: "1"},
+		"no seq":  {consume.HeaderFlow: "A"},
+		"seq 0":   {consume.HeaderFlow: "A", consume.HeaderSeq: "0"},
+	} {
+		if _, err := consume.Decode("id", func(k string) string { return h[k] }, nil, 1); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+	if _, err := consume.Decode("", func(string) string { return "1" }, nil, 1); err == nil {
+		t.Error("no id: decoded")
+	}
+}
+
+func TestRunNeedsAnInbox(t *testing.T) {
+	t.Parallel()
+	var fe *fairrelay.Error
+	if err := consume.Run(t.Context(), &fake{}, consume.Options{}); !errors.As(err, &fe) || fe.Field != "inbox" {
+		t.Fatalf("%v, want an error naming inbox", err)
+	}
+}

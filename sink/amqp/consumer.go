@@ -1,0 +1,238 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/fairrelay/fairrelay/consume"
+)
+
+// ConsumerOptions configure Consume.
+type ConsumerOptions struct {
+	// Dial opens the consumer's connection, at the start and again
+	// whenever it was lost. Required.
+	Dial Dialer
+	// Queue is the queue to read, declared durable (a classic queue) when
+	// it does not exist. Required.
+	Queue string
+	// Exchange, when set, is an exchange the queue is bound to with
+	// BindingKey. It is declared (durable, of ExchangeKind) unless its name
+	// starts with "amq.", RabbitMQ's own exchanges, which always exist.
+	Exchange string
+	// ExchangeKind is the kind of exchange declared. Defaults to "topic".
+	ExchangeKind string
+	// BindingKey binds the queue to Exchange (see Endpoint.BindingKey).
+	BindingKey string
+	// Prefetch bounds the messages delivered and not acked yet. Defaults
+	// to 256.
+	Prefetch int
+	// Logger receives a line when the connection is lost or back. Defaults
+	// to discarding.
+	Logger *slog.Logger
+	// Ready, when set, is called once the queue is declared and bound and
+	// the consumer registered, before the first message is read.
+	Ready func()
+}
+
+// Consume reads opts.Queue and applies every message through apply.Inbox
+// with consume.Run (ack after the inbox committed; gap, retry and errors
+// redelivered later: the message is held that long, then nacked with
+// requeue), until ctx is done; then it returns nil. A lost connection is
+// opened again (every second, logging each failure) and the consumer goes
+// on; the broker requeues what was unacked on the old one. Errors: bad
+// options, or a first connection or declaration that fails.
+func Consume(ctx context.Context, opts ConsumerOptions, apply consume.Options) error {
+	if opts.Dial == nil {
+		return invalid("dial", "required")
+	}
+	if opts.Queue == "" || len(opts.Queue) > MaxNameBytes {
+		return invalid("queue", "must be 1 to %d bytes, got %q", MaxNameBytes, opts.Queue)
+	}
+	if opts.Exchange != "" && opts.BindingKey == "" {
+		return invalid("binding_key", "required with an exchange")
+	}
+	if opts.ExchangeKind == "" {
+		opts.ExchangeKind = "topic"
+	}
+	if opts.Prefetch <= 0 {
+		opts.Prefetch = 256
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	src := &source{opts: opts, counts: map[string]int{}, timers: map[*time.Timer]struct{}{}}
+	defer src.close()
+	// The first connection fails loudly: a typo is not an outage.
+	if err := src.connect(); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if opts.Ready != nil {
+		opts.Ready()
+	}
+	err := consume.Run(ctx, src, apply)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// source reads deliveries, reconnecting when the connection is lost.
+type source struct {
+	opts       ConsumerOptions
+	conn       *amqp091.Connection
+	deliveries <-chan amqp091.Delivery
+
+	mu     sync.Mutex
+	counts map[string]int // deliveries per message id seen by this consumer, until acked
+	timers map[*time.Timer]struct{}
+}
+
+func (s *source) connect() error {
+	conn, err := s.opts.Dial()
+	if err != nil {
+		return fmt.Errorf("amqp: connect: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = s.declare(ch)
+	}
+	var ds <-chan amqp091.Delivery
+	if err == nil {
+		ds, err = ch.Consume(s.opts.Queue, "", false, false, false, false, nil)
+	}
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("amqp: consume %s: %w", s.opts.Queue, err)
+	}
+	s.conn, s.deliveries = conn, ds
+	s.mu.Lock()
+	clear(s.counts) // what the old connection held unacked is requeued: a fresh count keeps the map bounded
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *source) declare(ch *amqp091.Channel) error {
+	if err := ch.Qos(s.opts.Prefetch, 0, false); err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(s.opts.Queue, true, false, false, false, nil); err != nil {
+		return err
+	}
+	if s.opts.Exchange == "" {
+		return nil
+	}
+	if len(s.opts.Exchange) < 4 || s.opts.Exchange[:4] != "amq." {
+		if err := ch.ExchangeDeclare(s.opts.Exchange, s.opts.ExchangeKind, true, false, false, false, nil); err != nil {
+			return err
+		}
+	}
+	return ch.QueueBind(s.opts.Queue, s.opts.BindingKey, s.opts.Exchange, false, nil)
+}
+
+func (s *source) Next(ctx context.Context) (consume.Envelope, error) {
+	for {
+		if s.deliveries == nil {
+			if err := s.connect(); err != nil {
+				s.opts.Logger.Warn("amqp: consumer cannot connect; trying again in 1s", "err", err)
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			s.opts.Logger.Info("amqp: consumer reconnected", "queue", s.opts.Queue)
+		}
+		select {
+		case d, ok := <-s.deliveries:
+			if ok {
+				s.mu.Lock()
+				s.counts[d.MessageId]++
+				n := s.counts[d.MessageId]
+				s.mu.Unlock()
+				return &envelope{s: s, d: d, delivered: n}, nil
+			}
+			// The channel or connection is gone: the broker requeues
+			// what was unacked on it.
+			s.opts.Logger.Warn("amqp: consumer lost its connection; reconnecting", "queue", s.opts.Queue)
+			s.conn.Close()
+			s.deliveries = nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (s *source) close() {
+	s.mu.Lock()
+	for t := range s.timers {
+		t.Stop()
+	}
+	s.timers = nil
+	s.mu.Unlock()
+	if s.conn != nil {
+		s.conn.Close()
+	}
+}
+
+// envelope is one delivery.
+type envelope struct {
+	s         *source
+	d         amqp091.Delivery
+	delivered int
+}
+
+func (e *envelope) Message() (consume.Message, error) {
+	header := func(k string) string {
+		v, _ := e.d.Headers[k].(string)
+		return v
+	}
+	return consume.Decode(e.d.MessageId, header, e.d.Body, e.delivered)
+}
+
+func (e *envelope) Ack() error {
+	e.s.mu.Lock()
+	delete(e.s.counts, e.d.MessageId)
+	e.s.mu.Unlock()
+	return e.d.Ack(false)
+}
+
+// Redeliver holds the message for delay, then nacks it with requeue: AMQP
+// has no delayed nack, and a nack at once would come straight back.
+func (e *envelope) Redeliver(delay time.Duration) error {
+	if delay <= 0 {
+		return e.d.Nack(false, true)
+	}
+	e.s.mu.Lock()
+	defer e.s.mu.Unlock()
+	if e.s.timers == nil {
+		return errors.New("amqp: consumer stopped")
+	}
+	var t *time.Timer
+	t = time.AfterFunc(delay, func() {
+		e.s.mu.Lock()
+		delete(e.s.timers, t)
+		e.s.mu.Unlock()
+		// A failure means the channel is gone, and the broker requeued
+		// the message with it.
+		e.d.Nack(false, true)
+	})
+	e.s.timers[t] = struct{}{}
+	return nil
+}
+
+func (e *envelope) Reject() error {
+	e.s.mu.Lock()
+	delete(e.s.counts, e.d.MessageId)
+	e.s.mu.Unlock()
+	return e.d.Reject(false)
+}

@@ -1,0 +1,151 @@
+package jetstream
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fairrelay/fairrelay/sink/topic"
+)
+
+// Endpoint is a parsed nats:// URL of the command line:
+//
+//	nats://HOST[:PORT][?subject=TEMPLATE][&stream=NAME][&durable=NAME]
+//
+// subject and stream are the sink's Options (the relay's --sink); stream and
+// durable name the stream and the durable consumer to read (receive's
+// --from). Credentials never travel in the URL (it shows in ps): see
+// Credentials.
+type Endpoint struct {
+	// Server is the server's URL without query: nats://HOST:PORT (4222 when
+	// the URL gives no port).
+	Server string
+	// Subject is the subject template; DefaultSubject when the URL has none.
+	Subject string
+	// Stream and Durable are the values of those parameters, "" when absent.
+	Stream, Durable string
+}
+
+// ParseEndpoint parses raw. Errors: fairrelay.ErrInvalidInput naming field
+// (the flag the URL came from) for a URL that is not nats://HOST[:PORT], user
+// information in it, or an unknown or repeated parameter; naming "subject"
+// or "stream" for a bad value.
+func ParseEndpoint(field, raw string) (Endpoint, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "nats" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
+		return Endpoint{}, invalid(field, "must be nats://HOST[:PORT][?subject=…&stream=…], got %q", raw)
+	}
+	if u.User != nil {
+		return Endpoint{}, invalid(field, "no credentials in the URL (it shows in ps): set them in the environment")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return Endpoint{}, invalid(field, "query: %v", err)
+	}
+	e := Endpoint{Subject: DefaultSubject}
+	for k, v := range q {
+		if len(v) != 1 {
+			return Endpoint{}, invalid(field, "parameter %q given %d times", k, len(v))
+		}
+		switch k {
+		case "subject":
+			e.Subject = v[0]
+		case "stream":
+			e.Stream = v[0]
+		case "durable":
+			e.Durable = v[0]
+		default:
+			return Endpoint{}, invalid(field, "unknown parameter %q (nats:// takes subject, stream and durable)", k)
+		}
+	}
+	if _, err := ParseSubject(e.Subject); err != nil {
+		return Endpoint{}, err
+	}
+	if e.Stream != "" && !validStreamName(e.Stream) {
+		return Endpoint{}, invalid("stream", "%q is not a stream name (no spaces, '.', '*', '>', '/' or '\\')", e.Stream)
+	}
+	if e.Durable != "" && !validStreamName(e.Durable) {
+		return Endpoint{}, invalid("durable", "%q is not a consumer name (no spaces, '.', '*', '>', '/' or '\\')", e.Durable)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host += ":4222"
+	}
+	e.Server = (&url.URL{Scheme: "nats", Host: host}).String()
+	return e, nil
+}
+
+// String returns the endpoint as a URL with its parameters, for logs (it
+// never holds credentials).
+func (e Endpoint) String() string {
+	q := url.Values{"subject": {e.Subject}}
+	if e.Stream != "" {
+		q.Set("stream", e.Stream)
+	}
+	if e.Durable != "" {
+		q.Set("durable", e.Durable)
+	}
+	// The placeholder stays readable: braces are fine in a log line.
+	return e.Server + "?" + strings.ReplaceAll(q.Encode(), "%7Bflow%7D", topic.Placeholder)
+}
+
+// Credentials authenticate a connection; the zero value connects without.
+// The command line reads them from the environment.
+type Credentials struct {
+	// User and Password: user/password authentication.
+	User, Password string
+	// Token: token authentication.
+	Token string
+	// CredsFile: the path of a .creds file (a JWT and an NKey seed).
+	CredsFile string
+}
+
+// ConnectOptions configure Connect.
+type ConnectOptions struct {
+	// Name is the connection's name in the server's monitoring.
+	Name string
+	// Credentials authenticate the connection.
+	Credentials Credentials
+	// Logger receives a line when the connection drops (warn), comes back
+	// (info) or the server reports an asynchronous error (warn). Defaults
+	// to discarding.
+	Logger *slog.Logger
+}
+
+// Connect connects to e.Server, reconnecting every 250 ms for ever when the
+// connection drops (publishes made meanwhile wait in the client's buffer,
+// up to their timeout). It fails when the first connection cannot be made
+// within 5s.
+func Connect(e Endpoint, opts ConnectOptions) (*nats.Conn, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := opts.Credentials
+	nopts := []nats.Option{nats.Name(opts.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.Timeout(5 * time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("nats: disconnected; reconnecting", "server", e.Server, "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats: server error", "err", err) }),
+	}
+	if c.User != "" || c.Password != "" {
+		nopts = append(nopts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.Token != "" {
+		nopts = append(nopts, nats.Token(c.Token))
+	}
+	if c.CredsFile != "" {
+		nopts = append(nopts, nats.UserCredentials(c.CredsFile))
+	}
+	nc, err := nats.Connect(e.Server, nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: connect to %s: %w", e.Server, err)
+	}
+	return nc, nil
+}

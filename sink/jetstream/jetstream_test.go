@@ -1,0 +1,306 @@
+package jetstream_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/consume"
+	"github.com/fairrelay/fairrelay/internal/harness/brokertest"
+	"github.com/fairrelay/fairrelay/sink"
+	"github.com/fairrelay/fairrelay/sink/jetstream"
+)
+
+func connect(t testing.TB, server string, c jetstream.Credentials) *nats.Conn {
+	t.Helper()
+	nc, err := jetstream.Connect(jetstream.Endpoint{Server: server}, jetstream.ConnectOptions{Name: "fairrelay-test", Credentials: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// stream creates a stream capturing prefix.> and deletes it when the test
+// ends.
+func stream(t testing.TB, nc *nats.Conn, name, prefix string, cfg js.StreamConfig) {
+	t.Helper()
+	j, err := js.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name, cfg.Subjects = name, []string{prefix + ".>"}
+	if _, err := j.CreateStream(t.Context(), cfg); err != nil {
+		t.Fatalf("create stream %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := j.DeleteStream(ctx, name); err != nil && !errors.Is(err, js.ErrStreamNotFound) {
+			t.Errorf("delete stream %s: %v", name, err)
+		}
+	})
+}
+
+func newSink(t testing.TB, opts jetstream.Options) *jetstream.Sink {
+	t.Helper()
+	s, err := jetstream.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// rigOn makes fresh rigs on the server at url: a stream of their own
+// (duplicate window 100 ms, the server's least, so the conformance suite's
+// second copies reach the inbox soon), the sink publishing to it, and a
+// durable consumer of it.
+func rigOn(url func(t testing.TB) string) brokertest.NewRig {
+	return func(t *testing.T) brokertest.Rig {
+		nc := connect(t, url(t), jetstream.Credentials{})
+		name, prefix := brokertest.Name("FR_"), brokertest.Name("fr")
+		stream(t, nc, name, prefix, js.StreamConfig{Duplicates: 100 * time.Millisecond})
+		s := newSink(t, jetstream.Options{Conn: nc, Subject: prefix + ".{flow}", Stream: name, Timeout: 5 * time.Second})
+		return brokertest.Rig{Sink: s, DedupByID: true, Consume: func(ctx context.Context, opts consume.Options) error {
+			return jetstream.Consume(ctx, jetstream.ConsumerOptions{Conn: nc, Stream: name, Durable: "ledger", AckWait: 5 * time.Second}, opts)
+		}}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	brokertest.RunConformance(t, rigOn(brokertest.NATS))
+}
+
+func TestSlowFlowsDoNotHoldUpAnOrderedFlow(t *testing.T) {
+	t.Parallel()
+	brokertest.SlowFlows(t, rigOn(brokertest.NATS))
+}
+
+// The server the relay, the sink and the consumer talk to is stopped
+// mid-run, deliveries fail meanwhile, and it is started again on the same
+// port and store: the clients reconnect, and every event ends applied once.
+func TestServerRestartedMidRun(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t, "")
+	brokertest.Outage(t, rigOn(func(testing.TB) string { return srv.URL() }),
+		func(t *testing.T) { srv.Stop(t) }, func(t *testing.T) { srv.Start(t) })
+}
+
+// No stream captures the subject: the head is quarantined after one
+// delivery, not retried for ever.
+func TestNoStreamQuarantines(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, brokertest.NATS(t), jetstream.Credentials{})
+	s := newSink(t, jetstream.Options{Conn: nc, Subject: brokertest.Name("nostream") + ".{flow}"})
+	brokertest.Quarantines(t, s, "no stream for subject")
+}
+
+func delivery(id, flow string, body []byte) sink.Delivery {
+	return sink.Delivery{EventID: id, Flow: flow, Seq: 1, Generation: 3, Attempt: 2, Body: body}
+}
+
+func deliver(t *testing.T, s *jetstream.Sink, d sink.Delivery, want fairrelay.Outcome, detail string) {
+	t.Helper()
+	res, err := s.Deliver(t.Context(), d)
+	if err != nil {
+		t.Fatalf("deliver %s: %v", d.EventID, err)
+	}
+	if res.Outcome != want || !strings.Contains(res.Detail, detail) {
+		t.Fatalf("deliver %s: %q (%s), want %q with %q", d.EventID, res.Outcome, res.Detail, want, detail)
+	}
+}
+
+// What arrives: the subject with the flow's token, the body byte for byte,
+// the event id as Nats-Msg-Id and the Fairrelay-* headers; a second copy
+// within the window is acked as a duplicate and not stored.
+func TestMessageAndDuplicateAck(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, brokertest.NATS(t), jetstream.Credentials{})
+	name, prefix := brokertest.Name("FR_"), brokertest.Name("fr")
+	stream(t, nc, name, prefix, js.StreamConfig{})
+	s := newSink(t, jetstream.Options{Conn: nc, Subject: prefix + ".{flow}.v1"})
+	body := []byte("{ \"delta\": 1, \"x\": \"\u00e9\" }")
+	d := delivery("evt-1", "orders/eu.7", body)
+	deliver(t, s, d, fairrelay.OutcomeAccepted, "seq 1")
+	d.Generation, d.Attempt = 4, 1
+	deliver(t, s, d, fairrelay.OutcomeDuplicate, "duplicate")
+
+	j, _ := js.New(nc)
+	st, err := j.Stream(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("the stream holds %d messages, want 1", info.State.Msgs)
+	}
+	m, err := st.GetMsg(t.Context(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := prefix + ".orders%2Feu%2E7.v1"; m.Subject != want {
+		t.Errorf("subject %q, want %q", m.Subject, want)
+	}
+	if !bytes.Equal(m.Data, body) {
+		t.Errorf("body %q, want %q", m.Data, body)
+	}
+	for k, v := range map[string]string{"Nats-Msg-Id": "evt-1", "Fairrelay-Flow": "orders/eu.7", "Fairrelay-Seq": "1",
+		"Fairrelay-Generation": "3", "Fairrelay-Attempt": "2"} {
+		if got := m.Header.Get(k); got != v {
+			t.Errorf("header %s: %q, want %q", k, got, v)
+		}
+	}
+}
+
+// Bodies over the stream's max_msg_size or the server's max_payload, and a
+// subject captured by another stream than Options.Stream, are rejected with
+// the broker's words.
+func TestPermanentRefusals(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, brokertest.NATS(t), jetstream.Credentials{})
+	name, prefix := brokertest.Name("FR_"), brokertest.Name("fr")
+	// The stream's limit counts the headers too (about 150 bytes here).
+	stream(t, nc, name, prefix, js.StreamConfig{MaxMsgSize: 512})
+	s := newSink(t, jetstream.Options{Conn: nc, Subject: prefix + ".{flow}"})
+	deliver(t, s, delivery("small", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeAccepted, "")
+	deliver(t, s, delivery("big", "A", bytes.Repeat([]byte("x"), 1000)), fairrelay.OutcomeRejected, "message size exceeds maximum")
+	huge := bytes.Repeat([]byte("x"), int(nc.MaxPayload())+1)
+	deliver(t, s, delivery("huge", "A", huge), fairrelay.OutcomeRejected, "max_payload")
+	other := newSink(t, jetstream.Options{Conn: nc, Subject: prefix + ".{flow}", Stream: "SOME_OTHER_STREAM"})
+	deliver(t, other, delivery("elsewhere", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeRejected, "expected stream does not match")
+}
+
+// A publish the server's permissions refuse is rejected with the server's
+// words as soon as its -ERR arrives, not after the publish timeout.
+func TestPermissionRefused(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t, `
+authorization {
+  users = [
+    {user: relay, password: relay-pw, permissions: {
+      publish: {allow: ["allowed.>", "$JS.API.>"]},
+      subscribe: {allow: ["_INBOX.>"]}
+    }}
+  ]
+}
+`)
+	nc := connect(t, srv.URL(), jetstream.Credentials{User: "relay", Password: "relay-pw"})
+	j, _ := js.New(nc)
+	if _, err := j.CreateStream(t.Context(), js.StreamConfig{Name: "S", Subjects: []string{"allowed.>", "denied.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	ok := newSink(t, jetstream.Options{Conn: nc, Subject: "allowed.{flow}"})
+	deliver(t, ok, delivery("e1", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeAccepted, "")
+	denied := newSink(t, jetstream.Options{Conn: nc, Subject: "denied.{flow}", Timeout: 20 * time.Second})
+	start := time.Now()
+	deliver(t, denied, delivery("e2", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeRejected, `Permissions Violation for Publish to "denied.A"`)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the refusal took %s: it waited for the timeout", d)
+	}
+}
+
+// Without a server the publish fails with an error (transient), within the
+// sink's timeout. The client keeps it in its reconnect buffer and sends it
+// once the server is back, so the next copy may be acked as a duplicate.
+func TestServerDownIsTransient(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t, "")
+	nc := connect(t, srv.URL(), jetstream.Credentials{})
+	stream(t, nc, "S", "fr", js.StreamConfig{})
+	s := newSink(t, jetstream.Options{Conn: nc, Subject: "fr.{flow}", Timeout: time.Second})
+	deliver(t, s, delivery("e1", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeAccepted, "")
+	srv.Stop(t)
+	res, err := s.Deliver(t.Context(), delivery("e2", "A", []byte(`{"delta":1}`)))
+	if err == nil && res.Outcome.Class() != fairrelay.ClassTransient {
+		t.Fatalf("server down: %q (%s) with no error, want a transient answer", res.Outcome, res.Detail)
+	}
+	srv.Start(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := s.Deliver(t.Context(), delivery("e2", "A", []byte(`{"delta":1}`)))
+		if err == nil && res.Outcome.Class() == fairrelay.ClassAck {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart: %q %v", res.Outcome, err)
+		}
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	t.Parallel()
+	nc := &nats.Conn{}
+	for _, tc := range []struct {
+		opts  jetstream.Options
+		field string
+	}{
+		{jetstream.Options{}, "conn"},
+		{jetstream.Options{Conn: nc, Subject: "a.*.{flow}"}, "subject"},
+		{jetstream.Options{Conn: nc, Subject: "a..{flow}"}, "subject"},
+		{jetstream.Options{Conn: nc, Subject: "a.{flow}."}, "subject"},
+		{jetstream.Options{Conn: nc, Subject: "a b.{flow}"}, "subject"},
+		{jetstream.Options{Conn: nc, Subject: "a.{id}"}, "subject"},
+		{jetstream.Options{Conn: nc, Stream: "a.b"}, "stream"},
+		{jetstream.Options{Conn: nc, Timeout: -time.Second}, "timeout"},
+	} {
+		_, err := jetstream.New(tc.opts)
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%+v: %v, want an error naming %s", tc.opts, err, tc.field)
+		}
+	}
+}
+
+func TestParseEndpoint(t *testing.T) {
+	t.Parallel()
+	e, err := jetstream.ParseEndpoint("sink", "nats://127.0.0.1?subject=orders.{flow}&stream=ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Server != "nats://127.0.0.1:4222" || e.Subject != "orders.{flow}" || e.Stream != "ORDERS" {
+		t.Errorf("parsed %+v", e)
+	}
+	if e, _ := jetstream.ParseEndpoint("sink", "nats://h:1"); e.Subject != jetstream.DefaultSubject {
+		t.Errorf("default subject %q", e.Subject)
+	}
+	for raw, field := range map[string]string{
+		"http://h:1":                   "sink",
+		"nats://":                      "sink",
+		"nats://u:secret@h:1":          "sink",
+		"nats://token@h:1":             "sink",
+		"nats://h:1?subjet=x":          "sink",
+		"nats://h:1?stream=a&stream=b": "sink",
+		"nats://h:1/path":              "sink",
+		"nats://h:1?subject=a.>":       "subject",
+		"nats://h:1?stream=a.b":        "stream",
+		"nats://h:1?durable=a%20b":     "durable",
+	} {
+		_, err := jetstream.ParseEndpoint("sink", raw)
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("%s: %v, want an error naming %s", raw, err, field)
+		}
+	}
+}
+
+// A stream full under DiscardNew refuses the publish with an API error the
+// sink does not know as permanent: retry (the consumers may drain it).
+func TestFullStreamIsTransient(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, brokertest.NATS(t), jetstream.Credentials{})
+	name, prefix := brokertest.Name("FR_"), brokertest.Name("fr")
+	stream(t, nc, name, prefix, js.StreamConfig{MaxMsgs: 1, Discard: js.DiscardNew})
+	s := newSink(t, jetstream.Options{Conn: nc, Subject: prefix + ".{flow}"})
+	deliver(t, s, delivery("e1", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeAccepted, "")
+	deliver(t, s, delivery("e2", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeRetry, "maximum messages exceeded")
+}
