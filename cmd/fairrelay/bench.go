@@ -19,9 +19,9 @@ func init() { rootCmd.AddCommand(newBenchCmd()) }
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the queue store on this machine's disk",
+		Short: "Measure the queue store on this machine: claims on its disk, the outbox under concurrency",
 	}
-	cmd.AddCommand(newBenchClaimCmd())
+	cmd.AddCommand(newBenchClaimCmd(), newBenchOutboxCmd(), newBenchOutboxProducerCmd())
 	return cmd
 }
 
