@@ -120,7 +120,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		for _, x := range r.Txn {
 			if x.FirstError != "" {
-				fmt.Fprintf(&b, "\n%s, %s flows, %g ms, %d txns, first failure: %s\n", backendTitle(x.Backend), x.Flows, x.WorkMS, x.Txns, x.FirstError)
+				fmt.Fprintf(&b, "\n%s, flows %s, %g ms of work, %d txns, first failure: %s\n", backendTitle(x.Backend), x.Flows, x.WorkMS, x.Txns, x.FirstError)
 			}
 		}
 		b.WriteString("\n")
