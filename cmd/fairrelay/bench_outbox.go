@@ -37,7 +37,8 @@ or all on one flow (one). The event is written with EnqueueTx, and in the
 other variant as one row of a plain outbox table in the same transaction; the
 two variants run back to back on fresh tables, for --duration each after a
 short warm-up, and the table gives both rates (transactions committed per
-second) and their ratio.
+second) and their ratio. On PostgreSQL it then counts the statements and round
+trips of one EnqueueTx (a pgx tracer on the application's connection).
 
 latency: a relay (package relay, default poll intervals, --relay-workers
 deliveries at once) with a no-op sink runs on a fresh store; first its CPU
@@ -99,6 +100,14 @@ moves the absolute rates: compare the figures of one run with each other.`,
 			if slices.Contains(ps, "txn") {
 				if rep.Txn, err = outboxbench.RunTxn(ctx, to); err != nil {
 					return err
+				}
+				if to.PG != "" {
+					progress("postgres: statements per EnqueueTx")
+					c, err := outboxbench.CountStatements(ctx, to.PG, 200)
+					if err != nil {
+						return err
+					}
+					rep.Statements = &c
 				}
 			}
 			if slices.Contains(ps, "latency") {

@@ -45,8 +45,11 @@ func TestBenchOutboxSmoke(t *testing.T) {
 	if pgIdle := rep.Idle[0]; pgIdle.Backend != outboxbench.BackendPostgres || pgIdle.ServerCPUPercent == nil {
 		t.Errorf("idle %+v: want PostgreSQL first, with its server processes' CPU", pgIdle)
 	}
-	if len(rep.Targets) != 8 {
-		t.Errorf("%d targets, want 8", len(rep.Targets))
+	if c := rep.Statements; c == nil || c.Statements < 1 || c.RoundTrips < 1 {
+		t.Errorf("statements per EnqueueTx: %+v, want at least one of each", c)
+	}
+	if len(rep.Targets) != 9 {
+		t.Errorf("%d targets, want 9", len(rep.Targets))
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("the run left %d files in --dir", len(left))

@@ -173,12 +173,13 @@ type pgApp struct {
 	ob   *Outbox // nil: the plain outbox table
 }
 
-func openPgApp(ctx context.Context, appURL string, ob *Outbox, conns int) (*pgApp, error) {
+func openPgApp(ctx context.Context, appURL string, ob *Outbox, conns int, tracer pgx.QueryTracer) (*pgApp, error) {
 	cfg, err := pgxpool.ParseConfig(appURL)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = int32(conns)
+	cfg.ConnConfig.Tracer = tracer
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -19,11 +19,13 @@ import (
 type Report struct {
 	// Machine describes where and when it ran (free text: date, CPUs, load
 	// average, server version).
-	Machine []string        `json:"machine"`
-	Txn     []TxnResult     `json:"txn,omitempty"`
-	Latency []LatencyResult `json:"latency,omitempty"`
-	Idle    []IdleResult    `json:"idle,omitempty"`
-	Targets []Target        `json:"targets"`
+	Machine []string    `json:"machine"`
+	Txn     []TxnResult `json:"txn,omitempty"`
+	// Statements is what one EnqueueTx sends (PostgreSQL).
+	Statements *StatementCount `json:"statements,omitempty"`
+	Latency    []LatencyResult `json:"latency,omitempty"`
+	Idle       []IdleResult    `json:"idle,omitempty"`
+	Targets    []Target        `json:"targets"`
 }
 
 // Target is one of issue 14's targets beside what this run measured.
@@ -42,6 +44,7 @@ const (
 	TargetP99Slow     = 15  // ms, p99 at 2 events/s, both backends
 	TargetP99Fast     = 50  // ms, p99 at 500 events/s, both backends
 	TargetIdleCPU     = 2   // % of one core, the idle relay
+	TargetStatements  = 2   // statements per EnqueueTx (PostgreSQL)
 )
 
 // ComputeTargets fills r.Targets from its results.
@@ -66,6 +69,13 @@ func (r *Report) ComputeTargets() {
 		}
 		r.Targets = append(r.Targets, t)
 	}
+	t := Target{What: "PostgreSQL, one EnqueueTx: statements (one round trip where the driver allows it)",
+		Want: fmt.Sprintf("≤ %d", TargetStatements), Met: "not measured"}
+	if c := r.Statements; c != nil {
+		t.Measured = fmt.Sprintf("%.1f statements, %.1f round trips", c.Statements, c.RoundTrips)
+		t.Met = met(c.Statements <= TargetStatements)
+	}
+	r.Targets = append(r.Targets, t)
 	for _, backend := range []string{BackendPostgres, BackendSQLite} {
 		for _, c := range []struct {
 			rate float64
@@ -124,6 +134,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			}
 		}
 		b.WriteString("\n")
+	}
+	if c := r.Statements; c != nil {
+		fmt.Fprintf(&b, "One `EnqueueTx` on PostgreSQL (a pgx tracer on the application's connection, %d transactions after a warm-up, less the plain insert's one statement): "+
+			"%.1f statements, %.1f round trips, %.1f of them setting search_path.\n\n", c.Transactions, c.Statements, c.RoundTrips, c.SearchPathSets)
 	}
 	if len(r.Latency) > 0 {
 		b.WriteString("Enqueue-to-delivery latency of events committed by another OS process (the relay's no-op sink; wall clock):\n\n")

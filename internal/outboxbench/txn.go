@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Flow layouts of the concurrent transactions.
@@ -176,7 +178,10 @@ type txnBackend interface {
 	open(ctx context.Context, enqueue bool, conns int) (app, func(), error)
 }
 
-type pgTxn struct{ base string }
+type pgTxn struct {
+	base   string
+	tracer pgx.QueryTracer // nil, or traces the application's connections
+}
 
 func (pgTxn) name() string { return BackendPostgres }
 
@@ -200,7 +205,7 @@ func (b pgTxn) open(ctx context.Context, enqueue bool, conns int) (app, func(), 
 		}
 		dropQueue = func() { ob.Close(); drop() }
 	}
-	a, err := openPgApp(ctx, appURL, ob, conns)
+	a, err := openPgApp(ctx, appURL, ob, conns, b.tracer)
 	if err != nil {
 		dropQueue()
 		dropApp()
