@@ -39,6 +39,8 @@ two variants run back to back on fresh tables, for --duration each after a
 short warm-up, and the table gives both rates (transactions committed per
 second) and their ratio. On PostgreSQL it then counts the statements and round
 trips of one EnqueueTx (a pgx tracer on the application's connection).
+No relay runs unless --with-relay: then one dispatches the queue store during
+the EnqueueTx variant.
 
 latency: a relay (package relay, default poll intervals, --relay-workers
 deliveries at once) with a no-op sink runs on a fresh store; first its CPU
@@ -79,6 +81,7 @@ moves the absolute rates: compare the figures of one run with each other.`,
 			if lo.Rates, err = parseRates(rates); err != nil {
 				return err
 			}
+			to.RelayWorkers = lo.RelayWorkers
 			if slices.Contains(bs, outboxbench.BackendPostgres) {
 				to.PG, lo.PG = pg, pg
 			}
@@ -101,6 +104,7 @@ moves the absolute rates: compare the figures of one run with each other.`,
 				if rep.Txn, err = outboxbench.RunTxn(ctx, to); err != nil {
 					return err
 				}
+				rep.TxnWithRelay = to.WithRelay
 				if to.PG != "" {
 					progress("postgres: statements per EnqueueTx")
 					c, err := outboxbench.CountStatements(ctx, to.PG, 200)
@@ -142,6 +146,7 @@ moves the absolute rates: compare the figures of one run with each other.`,
 	f.StringVar(&work, "work", "0,20ms", "comma-separated durations each transaction stays open after its enqueue")
 	f.StringVar(&flows, "flows", "distinct,one", "comma-separated flow layouts: distinct (a flow per open transaction), one (all on one flow)")
 	f.DurationVar(&to.Duration, "duration", 3*time.Second, "measured time of each txn rate")
+	f.BoolVar(&to.WithRelay, "with-relay", false, "txn: run a relay (--relay-workers, no-op sink) on the queue store during the EnqueueTx variant")
 	f.StringVar(&rates, "rates", "2,500", "comma-separated producer rates, events per second")
 	f.DurationVar(&lo.Duration, "latency-duration", 5*time.Second, "how long the producer runs at each rate, at least")
 	f.IntVar(&lo.MinEvents, "min-events", 40, "events the producer sends at each rate, at least")

@@ -163,6 +163,8 @@ type app interface {
 	// with the body body() returns at that moment, keep the transaction
 	// open for work, commit.
 	order(ctx context.Context, id, flow string, body func() []byte, work time.Duration) error
+	// outbox is the queue store it enqueues to; nil for the plain table.
+	outbox() *Outbox
 	close()
 }
 
@@ -208,6 +210,8 @@ func (a *pgApp) order(ctx context.Context, id, flow string, body func() []byte, 
 	return tx.Commit(ctx)
 }
 
+func (a *pgApp) outbox() *Outbox { return a.ob }
+
 func (a *pgApp) close() { a.pool.Close() }
 
 // sqliteApp is an application on SQLite: a database/sql pool on the queue's
@@ -247,6 +251,8 @@ func (a *sqliteApp) order(ctx context.Context, id, flow string, body func() []by
 	sleep(ctx, work)
 	return tx.Commit()
 }
+
+func (a *sqliteApp) outbox() *Outbox { return a.ob }
 
 func (a *sqliteApp) close() { a.db.Close() }
 

@@ -21,6 +21,9 @@ type Report struct {
 	// average, server version).
 	Machine []string    `json:"machine"`
 	Txn     []TxnResult `json:"txn,omitempty"`
+	// TxnWithRelay: a relay dispatched the queue store during the
+	// EnqueueTx variant (TxnOptions.WithRelay).
+	TxnWithRelay bool `json:"txn_with_relay,omitempty"`
 	// Statements is what one EnqueueTx sends (PostgreSQL).
 	Statements *StatementCount `json:"statements,omitempty"`
 	Latency    []LatencyResult `json:"latency,omitempty"`
@@ -121,7 +124,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "Run: %s.\n\n", strings.Join(r.Machine, "; "))
 	}
 	if len(r.Txn) > 0 {
-		b.WriteString("Concurrent business transactions (insert an order, write its event, work, commit), committed per second:\n\n")
+		relay := "no relay running"
+		if r.TxnWithRelay {
+			relay = "a relay dispatching the queue store during the EnqueueTx variant"
+		}
+		fmt.Fprintf(&b, "Concurrent business transactions (insert an order, write its event, work, commit), committed per second; %s:\n\n", relay)
 		b.WriteString("| backend | flows | work | txns | plain insert txn/s | `EnqueueTx` txn/s | ratio | failed (plain, EnqueueTx) |\n")
 		b.WriteString("|---|---|---:|---:|---:|---:|---:|---|\n")
 		for _, x := range r.Txn {

@@ -45,6 +45,11 @@ type TxnOptions struct {
 	// (connections, prepared statements, the first rows). Defaults to a
 	// fifth of Duration, at most 500ms.
 	Warmup time.Duration
+	// WithRelay runs a relay (RelayWorkers deliveries at once, a no-op
+	// sink) on the queue store during the EnqueueTx variant, as in
+	// production; the plain variant has no consumer either way.
+	WithRelay    bool
+	RelayWorkers int
 	// Progress, when set, is told what runs next.
 	Progress func(string)
 }
@@ -64,6 +69,9 @@ func (o *TxnOptions) defaults() {
 	}
 	if o.Warmup == 0 {
 		o.Warmup = min(o.Duration/5, 500*time.Millisecond)
+	}
+	if o.RelayWorkers == 0 {
+		o.RelayWorkers = 8
 	}
 }
 
@@ -261,6 +269,17 @@ func runVariant(ctx context.Context, b txnBackend, enqueue bool, n int, flows st
 		return variantResult{}, err
 	}
 	defer cleanup()
+	if ob := a.outbox(); ob != nil && opts.WithRelay {
+		stop, err := ob.StartRelay(ctx, RelayOptions{Workers: opts.RelayWorkers})
+		if err != nil {
+			return variantResult{}, err
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "outboxbench: relay: %v\n", err)
+			}
+		}()
+	}
 	start := time.Now().Add(opts.Warmup)
 	end := start.Add(opts.Duration)
 	var (
