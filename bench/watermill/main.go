@@ -26,10 +26,10 @@
 // received; the workloads take turns for -rounds rounds and each reports
 // its median.
 //
-// It is a module of its own so that the main module does not depend on
-// Watermill:
+// It lives in the bench module, beside the River comparison, so that the
+// main module does not depend on Watermill:
 //
-//	cd bench/watermill && go run . -rounds 3
+//	cd bench && go run ./watermill -rounds 3
 //
 // Every workload runs in fresh schemas, dropped at the end.
 package main
