@@ -19,9 +19,9 @@ func init() { rootCmd.AddCommand(newBenchCmd()) }
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the queue store on this machine's disk, and the relay to a broker",
+		Short: "Measure on this machine: claims on its disk, the outbox under concurrency, the relay to a broker",
 	}
-	cmd.AddCommand(newBenchClaimCmd(), newBenchBrokerCmd())
+	cmd.AddCommand(newBenchClaimCmd(), newBenchOutboxCmd(), newBenchOutboxProducerCmd(), newBenchBrokerCmd())
 	return cmd
 }
 

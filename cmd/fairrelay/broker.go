@@ -127,4 +127,3 @@ func natsCredentials() jetstream.Credentials {
 func amqpCredentials() amqp.Credentials {
 	return amqp.Credentials{User: os.Getenv(brokerUserEnv), Password: os.Getenv(brokerPasswordEnv)}
 }
-
