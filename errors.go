@@ -79,9 +79,16 @@ func CodeOf(err error) Code {
 	return ""
 }
 
-func invalid(field, format string, args ...any) error {
+// InvalidInput returns an *Error with CodeInvalidInput naming field, its
+// message formatted from format and args: the one constructor of the
+// input errors every package of fairrelay returns (the relay's config, the
+// sinks' options), so that errors.Is(err, ErrInvalidInput) and Error.Field
+// work the same everywhere.
+func InvalidInput(field, format string, args ...any) error {
 	return &Error{Code: CodeInvalidInput, Field: field, Message: fmt.Sprintf(format, args...)}
 }
+
+func invalid(field, format string, args ...any) error { return InvalidInput(field, format, args...) }
 
 // dbError classifies a backend error under its code, keeping the chain.
 func dbError(op string, err error) error {

@@ -27,6 +27,7 @@ import (
 	"github.com/fairrelay/fairrelay/internal/jsontext"
 	"github.com/fairrelay/fairrelay/internal/sqlfile"
 	"github.com/fairrelay/fairrelay/internal/store"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
 )
 
@@ -103,16 +104,6 @@ type Inbox struct {
 	commitHook func(ctx context.Context, tx *sql.Tx) error
 }
 
-// backend is another backend's opener and its error translation, registered
-// by dsn prefix (PostgreSQL).
-type backend struct {
-	open      func(ctx context.Context, dsn string, opts Options) (*sql.DB, error)
-	translate func(error) error
-	lock      string // Inbox.lock
-}
-
-var openers = map[string]backend{}
-
 // Open opens (creating if missing) the inbox at dsn — a file path (SQLite) or
 // a postgres:// URL — and applies its migrations. Errors name the field
 // "inbox" for a bad path; database errors wrap the driver's.
@@ -124,18 +115,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "empty path"}
 	}
 	var db *sql.DB
+	var err error
 	translate, lock := sqlitestore.Translate, ""
-	for prefix, b := range openers {
-		if strings.HasPrefix(dsn, prefix) {
-			var err error
-			if db, err = b.open(ctx, dsn, opts); err != nil {
-				return nil, dbError("open inbox", err)
-			}
-			translate, lock = b.translate, b.lock
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		if db, err = openPostgres(ctx, dsn, opts); err != nil {
+			return nil, dbError("open inbox", err)
 		}
-	}
-	if db == nil {
-		var err error
+		translate, lock = pgstore.Translate, receiveLock
+	default:
 		if db, err = openSQLite(ctx, dsn, opts); err != nil {
 			return nil, err
 		}

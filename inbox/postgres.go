@@ -17,18 +17,6 @@ import (
 //go:embed migrations/postgres/*.sql
 var postgresMigrations embed.FS
 
-// The PostgreSQL inbox (SPEC §4: the same tables and answers as SQLite):
-// Open takes a postgres:// or postgresql:// URL; its schema=NAME query
-// parameter selects the schema (created on first use). Give the inbox a
-// schema of its own, apart from any queue store: Open fails when the schema
-// already holds another fairrelay store. Options.BusyTimeout bounds lock
-// waits (lock_timeout).
-func init() {
-	b := backend{open: openPostgres, translate: pgstore.Translate, lock: receiveLock}
-	openers["postgres://"] = b
-	openers["postgresql://"] = b
-}
-
 // receiveLock serialises the receives of one flow ($1) and of one event id
 // ($2) on transaction-scoped advisory locks of the inbox's schema, flow
 // first: READ COMMITTED alone let two deliveries of one event both miss the
@@ -41,6 +29,12 @@ func init() {
 const receiveLock = `SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':flow'), hashtext($1)),
        pg_advisory_xact_lock(hashtext(current_schema() || ':event'), hashtext($2))`
 
+// openPostgres opens the PostgreSQL inbox (SPEC §4: the same tables and
+// answers as SQLite) at a postgres:// or postgresql:// URL; its schema=NAME
+// query parameter selects the schema (created on first use). Give the
+// inbox a schema of its own, apart from any queue store: it fails when the
+// schema already holds another fairrelay store. Options.BusyTimeout bounds
+// lock waits (lock_timeout).
 func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
 	cfg, schema, err := pgstore.PoolConfig(dsn, opts.BusyTimeout)
 	if err != nil {

@@ -171,7 +171,7 @@ func (c Config) withDefaults() Config {
 }
 
 func invalid(field, format string, args ...any) error {
-	return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: fmt.Sprintf(format, args...)}
+	return fairrelay.InvalidInput(field, format, args...)
 }
 
 // Validate reports the first field out of range as ErrInvalidInput naming

@@ -112,7 +112,7 @@ type channel struct {
 }
 
 func invalid(field, format string, args ...any) error {
-	return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: fmt.Sprintf(format, args...)}
+	return fairrelay.InvalidInput(field, format, args...)
 }
 
 // New checks opts and returns a Sink; it connects at the first delivery.

@@ -79,7 +79,7 @@ type Sink struct {
 var _ sink.Sink = (*Sink)(nil)
 
 func invalid(field, format string, args ...any) error {
-	return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: fmt.Sprintf(format, args...)}
+	return fairrelay.InvalidInput(field, format, args...)
 }
 
 // New checks opts and returns a Sink with its own connection pool. Errors:

@@ -71,7 +71,7 @@ type Options struct {
 // holds reports whether table exists in the connection's schema.
 func holds(ctx context.Context, pool *pgxpool.Pool, table string) (bool, error) {
 	var found *string
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", table).Scan(&found); err != nil {
+	if err := pool.QueryRow(ctx, q["TableExists"], table).Scan(&found); err != nil {
 		return false, Translate(err)
 	}
 	return found != nil, nil
@@ -81,7 +81,7 @@ func holds(ctx context.Context, pool *pgxpool.Pool, table string) (bool, error) 
 // uses it to refuse a queue store's schema).
 func HoldsTable(ctx context.Context, db *sql.DB, table string) (bool, error) {
 	var found sql.NullString
-	if err := db.QueryRowContext(ctx, "SELECT to_regclass($1)::text", table).Scan(&found); err != nil {
+	if err := db.QueryRowContext(ctx, q["TableExists"], table).Scan(&found); err != nil {
 		return false, Translate(err)
 	}
 	return found.Valid, nil
@@ -188,7 +188,7 @@ func Migrate(ctx context.Context, db *sql.DB, schema string, fsys embed.FS, dir,
 		return v, Translate(err)
 	}
 	var found sql.NullString
-	if err := db.QueryRowContext(ctx, "SELECT to_regclass($1)::text", table).Scan(&found); err != nil {
+	if err := db.QueryRowContext(ctx, q["TableExists"], table).Scan(&found); err != nil {
 		return v, Translate(err)
 	}
 	if !found.Valid {

@@ -156,6 +156,10 @@ ORDER BY f.flow_id LIMIT $2;
 -- name: AuditList
 SELECT no, event_id, action, reason, operator, previous_reason, generation, at FROM audit WHERE no > $1 ORDER BY no LIMIT $2;
 
+-- name: TableExists
+-- The table's name when it exists in the connection's schema, else NULL.
+SELECT to_regclass($1)::text;
+
 -- name: CurrentSchema
 SELECT current_schema();
 
