@@ -192,6 +192,7 @@ func (t *txn) promoteDue(ctx context.Context, due []store.FlowHead) error {
 				return err
 			}
 			if head.State == store.StateInflight && head.Attempts >= t.q.policy.Budget {
+				t.leaseExpired(head)
 				head.State, head.Reason = store.StateQuarantined, ReasonBudgetExhausted
 				t.changedEvent(head)
 				parkHead(f)
@@ -213,6 +214,18 @@ func (t *txn) promoteDue(ctx context.Context, due []store.FlowHead) error {
 	}
 }
 
+// AttemptLeaseExpired is an attempt's Status when its lease ran out before a
+// settle (the event was claimed again, or quarantined for its budget).
+const AttemptLeaseExpired = "lease_expired"
+
+// leaseExpired records that e's current claim ended with its lease run out
+// unsettled. A settle recorded earlier for the same generation (one that
+// answered expired) is kept: the first word wins.
+func (t *txn) leaseExpired(e *store.EventRow) {
+	t.attempts = append(t.attempts, store.AttemptRow{EventID: e.ID, Generation: e.Generation, Flow: e.Flow,
+		LeaseUntil: e.LeaseUntil, ClaimedWall: e.ClaimedWall, Status: AttemptLeaseExpired})
+}
+
 // claimOne claims the head of f, a runnable flow picked in dispatch order;
 // nil when the head is not eligible at the transaction's tick after all.
 func (t *txn) claimOne(f *store.FlowRow) (*Claim, error) {
@@ -231,6 +244,9 @@ func (t *txn) claimOne(f *store.FlowRow) (*Claim, error) {
 		// tick than this claim's while it ran. A later claim takes it.
 		return nil, nil
 	}
+	if head.State == store.StateInflight {
+		t.leaseExpired(head) // the claim before this one ran out unsettled
+	}
 	// served moves at claim time, not at success: the claim spends the
 	// flow's turn whatever happens next (SPEC §2).
 	t.clock.Ticket++
@@ -242,6 +258,7 @@ func (t *txn) claimOne(f *store.FlowRow) (*Claim, error) {
 	head.Attempts++
 	head.LifetimeAttempts++
 	head.LeaseUntil = lease
+	head.ClaimedWall = t.wall
 	t.changedEvent(head)
 	t.changedFlow(f)
 	return &Claim{

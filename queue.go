@@ -58,6 +58,10 @@ type Config struct {
 	// records Policy.Entry. For tools that act on a store they did not
 	// create (inspect, settle, redrive) and whose user named no rule.
 	AdoptStoredEntry bool
+	// Now is the wall clock the queue stamps attempt and audit rows with
+	// (milliseconds since the Unix epoch, UTC): for display and retention
+	// of history only; the protocol runs on ticks. Defaults to time.Now.
+	Now func() time.Time
 }
 
 // Queue is the queue store of SPEC §2: enqueue, claim, settle, redrive and
@@ -68,6 +72,7 @@ type Queue struct {
 	store  store.Store
 	policy Policy
 	log    *slog.Logger
+	now    func() time.Time
 	txns   txnPool
 }
 
@@ -119,7 +124,11 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Queue{store: s, policy: pol, log: log}, nil
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Queue{store: s, policy: pol, log: log, now: now}, nil
 }
 
 // openError classifies an error of a backend's Open.

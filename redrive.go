@@ -99,11 +99,8 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 		// A quarantined event is always its flow's head.
 		placeHead(f, t.at, t.at)
 		t.changedFlow(f)
-		a := store.AuditRow{EventID: e.ID, Action: "redrive", Reason: p.Reason, PreviousReason: &previous, Generation: e.Generation, At: t.at}
-		if p.Operator != "" {
-			a.Operator = &p.Operator
-		}
-		t.audit = append(t.audit, a)
+		t.appendAudit(store.AuditRow{EventID: &e.ID, Flow: e.Flow, Action: actionRedrive, Reason: p.Reason,
+			PreviousReason: &previous, Generation: &e.Generation}, p.Operator)
 		res = RedriveResult{Status: RedriveReady, Generation: e.Generation}
 		return nil
 	})

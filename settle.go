@@ -3,6 +3,8 @@ package fairrelay
 import (
 	"context"
 	"fmt"
+	"time"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -52,15 +54,31 @@ type SettleParams struct {
 	// transient outcome within the budget (a receiver's Retry-After, as a
 	// tick). Zero leaves the SPEC's backoff unchanged.
 	NotBefore int64
+	// Detail and Duration describe the delivery for the attempt history
+	// (as Settlement's).
+	Detail   string
+	Duration time.Duration
+	// Relay names the process that delivered (as SettleManyParams.Relay).
+	Relay string
 	// At is the tick of the write; AtStored runs it at the store's tick.
 	At int64
 }
+
+// MaxDetailBytes is the longest Settlement.Detail accepted, in bytes.
+const MaxDetailBytes = 1024
 
 // Settlement is one settle of a SettleMany.
 type Settlement struct {
 	Token     Token
 	Outcome   Outcome
 	NotBefore int64 // as SettleParams.NotBefore
+	// Detail is what the receiver said beyond the outcome (an HTTP status
+	// line, a broker's error), kept in the attempt history for operators:
+	// valid UTF-8, at most MaxDetailBytes bytes; optional.
+	Detail string
+	// Duration is how long the delivery took (wall clock; kept in
+	// milliseconds); optional, not negative.
+	Duration time.Duration
 }
 
 // SettleManyParams settles many tokens at one tick in one transaction and,
@@ -89,6 +107,9 @@ type SettleManyParams struct {
 	// (one fsync) instead of two — a worker's loop step: settle the last
 	// events, take the next. The claims see the settles. At most MaxLimit.
 	ClaimLimit int
+	// Relay names the process that delivered, for the attempt history
+	// (CheckID's rule; optional).
+	Relay string
 }
 
 // SettleManyResult is the answer of SettleMany.
@@ -109,7 +130,8 @@ type SettleManyResult struct {
 // empty outcome or id, or a bad tick; ErrClockRegressed; ErrBusy;
 // ErrDatabase.
 func (q *Queue) Settle(ctx context.Context, p SettleParams) (SettleResult, error) {
-	r, err := q.SettleMany(ctx, SettleManyParams{At: p.At, Settles: []Settlement{{Token: p.Token, Outcome: p.Outcome, NotBefore: p.NotBefore}}})
+	r, err := q.SettleMany(ctx, SettleManyParams{At: p.At, Relay: p.Relay,
+		Settles: []Settlement{{Token: p.Token, Outcome: p.Outcome, NotBefore: p.NotBefore, Detail: p.Detail, Duration: p.Duration}}})
 	if err != nil {
 		return SettleResult{}, err
 	}
@@ -133,6 +155,11 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 			if err := checkSettles(p.Settles); err != nil {
 				return err
 			}
+			if p.Relay != "" {
+				if err := checkID("relay", p.Relay); err != nil {
+					return err
+				}
+			}
 			if k < 0 || k > MaxLimit {
 				return invalid("claim_limit", "must be 0 to %d, got %d", MaxLimit, k)
 			}
@@ -146,7 +173,7 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 	}
 	tick, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		var err error
-		if rs, err = t.settleMany(p.Settles, rr.Held); err != nil {
+		if rs, err = t.settleMany(p.Settles, p.Relay, rr.Held); err != nil {
 			return err
 		}
 		cs = nil
@@ -175,6 +202,12 @@ func checkSettles(ps []Settlement) error {
 		if p.NotBefore < 0 || p.NotBefore > 2*MaxTick {
 			return invalid("not_before", "must be a tick in [0, %d], got %d", int64(2*MaxTick), p.NotBefore)
 		}
+		if len(p.Detail) > MaxDetailBytes || !utf8.ValidString(p.Detail) {
+			return invalid("detail", "must be valid UTF-8 of at most %d bytes, got %d bytes", MaxDetailBytes, len(p.Detail))
+		}
+		if p.Duration < 0 {
+			return invalid("duration", "must not be negative, got %s", p.Duration)
+		}
 	}
 	return nil
 }
@@ -182,14 +215,14 @@ func checkSettles(ps []Settlement) error {
 // settleMany is the body of SettleMany inside a write transaction. A
 // token whose flow the read skipped (held: another transaction holds it)
 // is answered Held and not touched.
-func (t *txn) settleMany(ps []Settlement, held map[string]bool) ([]SettleResult, error) {
+func (t *txn) settleMany(ps []Settlement, relay string, held map[string]bool) ([]SettleResult, error) {
 	out := make([]SettleResult, 0, len(ps))
 	for _, p := range ps {
 		if held[p.Token.EventID] {
 			out = append(out, SettleResult{Held: true})
 			continue
 		}
-		r, err := t.settle(p)
+		r, err := t.settle(p, relay)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +231,7 @@ func (t *txn) settleMany(ps []Settlement, held map[string]bool) ([]SettleResult,
 	return out, nil
 }
 
-func (t *txn) settle(p Settlement) (SettleResult, error) {
+func (t *txn) settle(p Settlement, relay string) (SettleResult, error) {
 	at := t.at
 	e := t.events[p.Token.EventID]
 	if e == nil {
@@ -210,6 +243,7 @@ func (t *txn) settle(p Settlement) (SettleResult, error) {
 		return SettleResult{Status: SettleStale}, nil
 	}
 	if at >= e.LeaseUntil {
+		t.settled(e, p, relay, SettleExpired)
 		return SettleResult{Status: SettleExpired}, nil
 	}
 	f := t.flows[e.Flow]
@@ -220,6 +254,8 @@ func (t *txn) settle(p Settlement) (SettleResult, error) {
 	switch p.Outcome.Class() {
 	case ClassAck:
 		e.State = store.StateAcked
+		acked := at
+		e.AckedAt = &acked
 		f.HeadSeq++
 		if f.HeadSeq <= f.Seq {
 			// Events behind the head are untouched since enqueue: ready, with
@@ -248,9 +284,19 @@ func (t *txn) settle(p Settlement) (SettleResult, error) {
 			res.Status = SettleQuarantined
 		}
 	}
+	t.settled(e, p, relay, res.Status)
 	t.changedEvent(e)
 	t.changedFlow(f)
 	return res, nil
+}
+
+// settled records the attempt of e's current claim as p settled it, with the
+// answer (a token of the current generation: stale tokens record nothing).
+func (t *txn) settled(e *store.EventRow, p Settlement, relay string, status SettleStatus) {
+	at, wall := t.at, t.wall
+	t.attempts = append(t.attempts, store.AttemptRow{EventID: e.ID, Generation: e.Generation, Flow: e.Flow,
+		LeaseUntil: e.LeaseUntil, ClaimedWall: e.ClaimedWall, SettledAt: &at, SettledWall: &wall,
+		Outcome: string(p.Outcome), Status: string(status), Detail: p.Detail, DurationMs: p.Duration.Milliseconds(), Relay: relay})
 }
 
 // settleIDs returns the event ids of ps, in order.

@@ -24,11 +24,13 @@ type ClockState struct {
 	Ticket int64 `json:"ticket"`
 }
 
-// FlowState is one flow in a snapshot: its last seq and its served ticket.
+// FlowState is one flow in a snapshot: its last seq, its served ticket and
+// whether an operator paused it (SPEC §9).
 type FlowState struct {
 	Flow   string `json:"flow"`
 	Seq    int64  `json:"seq"`
 	Served int64  `json:"served"`
+	Paused bool   `json:"paused"`
 }
 
 // EventState is one event in a snapshot (SPEC §6). Reason is set only when
@@ -47,8 +49,12 @@ type EventState struct {
 	LeaseUntil       *int64  `json:"lease_until"`
 }
 
-// AuditEntry is one audit row: a redrive decision (SPEC §2). Generation is
-// the new generation; PreviousReason the quarantine reason it cleared.
+// AuditEntry is one audit row: an operator's decision (SPEC §2 redrive, §9
+// expedite, pause, resume). Action is the operation's name. ID is the event
+// (nil for pause and resume); Flow the flow acted on. Generation is the
+// event's new generation for redrive, its unchanged one for expedite, nil
+// for pause and resume. PreviousReason is the quarantine reason a redrive
+// cleared (nil for the others). Operator is nil when none was named.
 type AuditEntry struct {
 	// No numbers the row in the log, as Audit reads it: ascending in the
 	// order written, with gaps (on PostgreSQL a rolled-back redrive may use
@@ -56,13 +62,19 @@ type AuditEntry struct {
 	// JSON leaves it out and Snapshot leaves it 0 (backends may number
 	// differently).
 	No             int64   `json:"-"`
-	ID             string  `json:"id"`
+	ID             *string `json:"id"`
+	Flow           string  `json:"flow"`
 	Action         string  `json:"action"`
 	Reason         string  `json:"reason"`
 	Operator       *string `json:"operator"`
 	PreviousReason *string `json:"previous_reason"`
-	Generation     int64   `json:"generation"`
+	Generation     *int64  `json:"generation"`
 	At             int64   `json:"at"`
+	// Wall is when the row was written on the wall clock (Config.Now),
+	// in milliseconds since the Unix epoch, as Audit reads it. Not part of
+	// the SPEC §6 shape (a script's output must replay exactly): JSON
+	// leaves it out and Snapshot leaves it 0.
+	Wall int64 `json:"-"`
 }
 
 // Snapshot is the whole queue store read in one read transaction (SPEC §6
@@ -94,7 +106,7 @@ func eventState(e store.EventRow) EventState {
 }
 
 func auditEntry(a store.AuditRow) AuditEntry {
-	return AuditEntry{ID: a.EventID, Action: a.Action, Reason: a.Reason, Operator: a.Operator,
+	return AuditEntry{ID: a.EventID, Flow: a.Flow, Action: a.Action, Reason: a.Reason, Operator: a.Operator,
 		PreviousReason: a.PreviousReason, Generation: a.Generation, At: a.At}
 }
 
@@ -120,7 +132,7 @@ func (q *Queue) Snapshot(ctx context.Context) (*Snapshot, error) {
 			return nil, dbError("snapshot", err)
 		}
 		for _, f := range fs {
-			s.Flows = append(s.Flows, FlowState{Flow: f.Flow, Seq: f.Seq, Served: f.Served})
+			s.Flows = append(s.Flows, FlowState{Flow: f.Flow, Seq: f.Seq, Served: f.Served, Paused: f.Paused})
 		}
 		if len(fs) < pageSize {
 			break
@@ -259,7 +271,7 @@ func (q *Queue) Audit(ctx context.Context, after int64, limit int) ([]AuditEntry
 	out := make([]AuditEntry, 0, len(as))
 	for _, a := range as {
 		e := auditEntry(a)
-		e.No = a.No
+		e.No, e.Wall = a.No, a.Wall
 		out = append(out, e)
 	}
 	return out, nil

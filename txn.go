@@ -133,6 +133,10 @@ type txn struct {
 	flowDirty   map[*store.FlowRow]bool
 	eventDirty  map[*store.EventRow]bool
 	audit       []store.AuditRow
+	attempts    []store.AttemptRow
+	// wall is the wall-clock time of the transaction in milliseconds since
+	// the Unix epoch (Config.Now), for the attempt and audit rows.
+	wall int64
 	// Scratch of claim and writeSet.
 	cands []*store.FlowRow
 	seen  map[string]bool
@@ -168,6 +172,7 @@ func (p *txnPool) get(q *Queue, tx store.Tx, at int64, rr *store.ReadResult) *tx
 		}
 	}
 	t.q, t.tx, t.at, t.clock = q, tx, at, rr.Clock
+	t.wall = q.now().UnixMilli()
 	t.clock.Tick = at
 	for _, f := range rr.Flows {
 		t.addFlow(f)
@@ -202,6 +207,8 @@ func (p *txnPool) put(t *txn) {
 	t.dirtyFlows, t.dirtyEvents, t.cands = t.dirtyFlows[:0], t.dirtyEvents[:0], t.cands[:0]
 	t.ws = store.WriteSet{Flows: t.ws.Flows[:0], Events: t.ws.Events[:0]}
 	t.audit = nil
+	clear(t.attempts)
+	t.attempts = t.attempts[:0]
 	t.q, t.tx = nil, nil
 	p.mu.Lock()
 	if len(p.free) < 16 {
@@ -269,7 +276,7 @@ func (t *txn) head(f *store.FlowRow) (*store.EventRow, error) {
 // writeSet returns the transaction's writes.
 func (t *txn) writeSet() *store.WriteSet {
 	ws := &t.ws
-	ws.Clock, ws.Audit = t.clock, t.audit
+	ws.Clock, ws.Audit, ws.Attempts = t.clock, t.audit, t.attempts
 	for _, f := range t.dirtyFlows {
 		ws.Flows = append(ws.Flows, *f)
 	}
@@ -280,8 +287,14 @@ func (t *txn) writeSet() *store.WriteSet {
 }
 
 // placeHead files the flow's head in the runnable index when it is eligible
-// at tick at (due <= at), or in the due index until due otherwise.
+// at tick at (due <= at), or in the due index until due otherwise. A paused
+// flow is parked instead: its head is never eligible while paused (SPEC §9),
+// and Resume files it again.
 func placeHead(f *store.FlowRow, due, at int64) {
+	if f.Paused {
+		parkHead(f)
+		return
+	}
 	if due <= at {
 		f.Runnable, f.WaitUntil = true, nil
 		return
@@ -289,8 +302,8 @@ func placeHead(f *store.FlowRow, due, at int64) {
 	f.Runnable, f.WaitUntil = false, &due
 }
 
-// parkHead takes the flow out of both indexes: its head is quarantined, or
-// the flow has no head.
+// parkHead takes the flow out of both indexes: its head is quarantined, the
+// flow has no head, or it is paused.
 func parkHead(f *store.FlowRow) { f.Runnable, f.WaitUntil = false, nil }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }

@@ -435,6 +435,6 @@ func demoCheck(ctx context.Context, out io.Writer, q *fairrelay.Queue, in *inbox
 	}
 	a := audit[0]
 	fmt.Fprintf(out, "\n%d receipts for %d events: each applied once. A1: acked, lifetime_attempts %d.\n", len(is.Receipts), events, a1.LifetimeAttempts)
-	fmt.Fprintf(out, "Audit: %s of %s by %s at tick %d, cleared %q: %q.\n", a.Action, a.ID, deref(a.Operator), a.At, deref(a.PreviousReason), a.Reason)
+	fmt.Fprintf(out, "Audit: %s of %s by %s at tick %d, cleared %q: %q.\n", a.Action, deref(a.ID), deref(a.Operator), a.At, deref(a.PreviousReason), a.Reason)
 	return nil
 }

@@ -160,9 +160,14 @@ can forge lines or drive the terminal.`,
 				}
 				rows = anyRows(as)
 				table = func(w io.Writer) {
-					fmt.Fprintln(w, "NO\tAT\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
+					fmt.Fprintln(w, "NO\tAT\tFLOW\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
 					for _, a := range as {
-						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", a.No, a.At, cell(a.ID), cell(a.Action), a.Generation, cell(deref(a.Operator)), cell(deref(a.PreviousReason)), cell(a.Reason))
+						gen := "-"
+						if a.Generation != nil {
+							gen = strconv.FormatInt(*a.Generation, 10)
+						}
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.No, a.At, cell(a.Flow), cell(deref(a.ID)), cell(a.Action), gen,
+							cell(deref(a.Operator)), cell(deref(a.PreviousReason)), cell(a.Reason))
 					}
 				}
 			}

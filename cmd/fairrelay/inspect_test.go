@@ -30,8 +30,8 @@ func TestInspectEscapesStoredText(t *testing.T) {
 		"INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable) VALUES ('R\u202eX', 2, 1, 0, 1, 0)",
 		"INSERT INTO event (event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at)" +
 			" VALUES ('E\x1b]0;pwned\x07', 'R\u202eX', 1, '{}', 'quarantined', 1, 1, 1, 'rejected', 0, 0, 0)",
-		"INSERT INTO audit (event_id, action, reason, operator, previous_reason, generation, at)" +
-			" VALUES ('A1\u0085', 'redrive', 'fixed\n2\t0\tA9\tredrive\t1\tforged\x1b[2J', 'me\r', 'x\u2028y', 2, 0)",
+		"INSERT INTO audit (event_id, flow_id, action, reason, operator, previous_reason, generation, at)" +
+			" VALUES ('A1\u0085', 'R\u202eX', 'redrive', 'fixed\n2\t0\tA9\tredrive\t1\tforged\x1b[2J', 'me\r', 'x\u2028y', 2, 0)",
 	} {
 		if _, err := db.Exec(stmt); err != nil {
 			t.Fatal(err)

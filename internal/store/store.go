@@ -114,6 +114,12 @@ type FlowRow struct {
 	HeadSeq   int64
 	Runnable  bool
 	WaitUntil *int64
+	// Paused flows are in neither index (SPEC §9); PausedBy (may be empty),
+	// PausedReason and PausedAt (a tick) say who paused it, why and when.
+	Paused       bool
+	PausedBy     string
+	PausedReason string
+	PausedAt     int64
 }
 
 // EventRow is one row of the event table. NextAt is meaningful when State is
@@ -131,6 +137,11 @@ type EventRow struct {
 	NextAt           int64
 	LeaseUntil       int64
 	EnqueuedAt       int64
+	// ClaimedWall is the wall-clock time of the latest claim, in
+	// milliseconds since the Unix epoch (0: never claimed); AckedAt the
+	// tick it was acked at (nil unless acked).
+	ClaimedWall int64
+	AckedAt     *int64
 }
 
 // FlowHead is a flow with its head event (nil when the flow has none, or
@@ -140,16 +151,37 @@ type FlowHead struct {
 	Head *EventRow
 }
 
-// AuditRow is one row of the append-only audit table (SPEC §2 redrive).
+// AuditRow is one row of the append-only audit table (SPEC §2 redrive, §9).
+// EventID and Generation are nil for an action on a flow (pause, resume).
 type AuditRow struct {
 	No             int64 // position in the audit log, ascending; set by the store
-	EventID        string
+	EventID        *string
+	Flow           string
 	Action         string
 	Reason         string
 	Operator       *string
 	PreviousReason *string
-	Generation     int64
+	Generation     *int64
 	At             int64
+	Wall           int64 // milliseconds since the Unix epoch, UTC
+}
+
+// AttemptRow is one claim of an event (its generation) and what became of
+// it: the settle's outcome and answer, or "lease_expired" when its lease
+// ran out unsettled. Ticks and wall-clock milliseconds (Unix epoch, UTC).
+type AttemptRow struct {
+	EventID     string
+	Generation  int64
+	Flow        string
+	LeaseUntil  int64
+	ClaimedWall int64
+	SettledAt   *int64
+	SettledWall *int64
+	Outcome     string
+	Status      string
+	Detail      string
+	DurationMs  int64
+	Relay       string
 }
 
 // Order selects the tie-break of the runnable index (SPEC §2 step 3, §7).
@@ -261,6 +293,10 @@ type ReadSet struct {
 	Events   []string
 	Next     bool
 	SkipHeld bool
+	// Flows are flow ids an operator action names: they come back in
+	// ReadResult.Flows with their heads in ReadResult.Events, locked (an
+	// unknown flow is absent).
+	Flows []string
 	// PickLimit asks for the first PickLimit runnable flows in Order with
 	// their heads, locked; a flow another transaction holds is skipped.
 	PickLimit int
@@ -322,6 +358,9 @@ type WriteSet struct {
 	Events []EventRow
 	// Audit rows to append, in order.
 	Audit []AuditRow
+	// Attempts to record; one already recorded for the same event and
+	// generation is kept (the first word wins).
+	Attempts []AttemptRow
 	// Clock is the clock to record (the tick, and the ticket when the
 	// transaction holds LaneClaim).
 	Clock Clock
@@ -353,5 +392,7 @@ type ReadTx interface {
 	QuarantinedList(ctx context.Context, afterFlow string, limit int) ([]EventRow, error)
 	// AuditList lists audit rows as written, after the given row number.
 	AuditList(ctx context.Context, after int64, limit int) ([]AuditRow, error)
+	// Attempts lists an event's attempts by generation.
+	Attempts(ctx context.Context, eventID string) ([]AttemptRow, error)
 	Rollback(ctx context.Context) error
 }

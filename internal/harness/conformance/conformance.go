@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
@@ -64,7 +65,7 @@ func Open(t *testing.T, b Backend, pol fairrelay.Policy) *Env {
 	t.Helper()
 	qd, id := b.New(t)
 	ctx := context.Background()
-	q, err := fairrelay.Open(ctx, qd, fairrelay.Config{Policy: pol})
+	q, err := fairrelay.Open(ctx, qd, fairrelay.Config{Policy: pol, Now: Now})
 	if err != nil {
 		t.Fatalf("open queue: %v", err)
 	}
@@ -121,3 +122,7 @@ func Match(want, got any, path string) string {
 	}
 	return ""
 }
+
+// Now is the wall clock of every queue the suite opens: fixed, so attempt
+// and audit rows can be compared whole.
+func Now() time.Time { return time.UnixMilli(1_800_000_000_000) }

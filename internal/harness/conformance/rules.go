@@ -26,7 +26,7 @@ func fair() fairrelay.Policy {
 }
 
 func runRules(t *testing.T, b Backend) {
-	for _, r := range rules {
+	for _, r := range slices.Concat(rules, operatorRules) {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			r.fn(h{t: t, Env: Open(t, b, r.policy())})
@@ -401,8 +401,8 @@ var rules = []rule{
 			h.t.Fatalf("audit %+v, want one row", s.Audit)
 		}
 		a := s.Audit[0]
-		if a.ID != "A1" || a.Action != "redrive" || a.Reason != "receiver upgraded" || *a.Operator != "ops-1" ||
-			*a.PreviousReason != "unsupported_delta" || a.Generation != 2 || a.At != 2 {
+		if a.ID == nil || *a.ID != "A1" || a.Flow != "A" || a.Action != "redrive" || a.Reason != "receiver upgraded" || *a.Operator != "ops-1" ||
+			*a.PreviousReason != "unsupported_delta" || a.Generation == nil || *a.Generation != 2 || a.At != 2 {
 			h.t.Fatalf("audit row %+v", a)
 		}
 		e := h.event("A1")

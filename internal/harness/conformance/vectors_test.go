@@ -7,16 +7,25 @@ import (
 	"testing"
 )
 
-// sharedVectors is the project's shared vector folder, beside the checkout.
+// sharedVectors is the project's shared vector folder, beside the checkout;
+// sharedVectorSets are its folders whose vectors this build passes (SPEC §9's
+// joined with the operator actions).
 const sharedVectors = "../../../../shared/vectors"
 
+var sharedVectorSets = []string{sharedVectors, sharedVectors + "-s9"}
+
 // TestVectorCopiesMatchShared fails when the copies in testdata/vectors drift
-// from ../shared/vectors, where that folder exists (it is beside every
-// developer's and CI's checkout, not beside a user's clone).
+// from ../shared/vectors (and the sets in sharedVectorSets), where that
+// folder exists (it is beside every developer's and CI's checkout, not
+// beside a user's clone).
 func TestVectorCopiesMatchShared(t *testing.T) {
-	shared, err := filepath.Glob(filepath.Join(sharedVectors, "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
+	var shared []string
+	for _, dir := range sharedVectorSets {
+		fs, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared = append(shared, fs...)
 	}
 	if len(shared) == 0 {
 		// A user's clone has no ../shared; the project's checkouts and CI do.

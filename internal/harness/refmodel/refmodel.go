@@ -348,7 +348,8 @@ func (m *Model) Redrive(p fairrelay.RedriveParams) (fairrelay.RedriveResult, err
 	e.generation++
 	e.attempts = 0
 	e.nextAt = p.At
-	a := fairrelay.AuditEntry{ID: e.id, Action: "redrive", Reason: p.Reason, PreviousReason: &previous, Generation: e.generation, At: p.At}
+	id, gen := e.id, e.generation
+	a := fairrelay.AuditEntry{ID: &id, Flow: e.flow, Action: "redrive", Reason: p.Reason, PreviousReason: &previous, Generation: &gen, At: p.At}
 	if p.Operator != "" {
 		op := p.Operator
 		a.Operator = &op

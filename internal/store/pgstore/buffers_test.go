@@ -43,7 +43,7 @@ func TestBufferPoolEmptiesWhatItKeeps(t *testing.T) {
 	var p bufferPool
 	b := p.get()
 	b.ws.add(&store.WriteSet{Flows: []store.FlowRow{{Flow: "F"}}, Events: []store.EventRow{{ID: "E", Flow: "F", Seq: 1}},
-		Audit: []store.AuditRow{{EventID: "E"}}, Clock: store.Clock{Tick: 3}})
+		Audit: []store.AuditRow{{Flow: "F"}}, Clock: store.Clock{Tick: 3}})
 	b.arrays.int64Array(10)
 	p.put(b)
 	got := p.get()

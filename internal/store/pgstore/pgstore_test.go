@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -36,12 +37,12 @@ func TestSameAnswersAsSQLite(t *testing.T) {
 				pol := fairrelay.ReferencePolicy()
 				pol.Entry = entry
 				ctx := context.Background()
-				lite, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: pol})
+				lite, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: pol, Now: fixedNow})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer lite.Close()
-				pg, err := fairrelay.Open(ctx, pgtest.Schema(t, "frsame"), fairrelay.Config{Policy: pol})
+				pg, err := fairrelay.Open(ctx, pgtest.Schema(t, "frsame"), fairrelay.Config{Policy: pol, Now: fixedNow})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -186,3 +187,7 @@ func TestStoreSeam(t *testing.T) {
 		}
 	})
 }
+
+// fixedNow is the wall clock of both stores: audit rows record it, and the
+// two must compare equal.
+func fixedNow() time.Time { return time.UnixMilli(1_800_000_000_000) }

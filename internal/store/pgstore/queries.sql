@@ -67,9 +67,9 @@ ORDER BY flow_id FOR NO KEY UPDATE SKIP LOCKED;
 -- The events a settle or redrive names, with their flows (after
 -- FlowLockOfEvents) and, when $2, the event behind each (the flow's next
 -- head once it is acked; has_next is false when there is none).
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at,
-       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
-       n.event_id IS NOT NULL, n.event_id, n.flow_id, n.seq, n.body, n.state, n.generation, n.attempts, n.lifetime_attempts, n.reason, n.next_at, n.lease_until, n.enqueued_at
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at,
+       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+       n.event_id IS NOT NULL, n.event_id, n.flow_id, n.seq, n.body, n.state, n.generation, n.attempts, n.lifetime_attempts, n.reason, n.next_at, n.lease_until, n.enqueued_at, n.claimed_wall, n.acked_at
 FROM event_now e JOIN flow f ON f.flow_id = e.flow_id
 LEFT JOIN event_now n ON $2 AND n.flow_id = e.flow_id AND n.seq = e.seq + 1
 WHERE e.event_id = ANY ($1::text[]);
@@ -82,16 +82,16 @@ WHERE e.event_id = ANY ($1::text[]);
 -- skipped, never waited for. A runnable flow's head cannot change under the
 -- lock of another lane: only a claim (this lane, serialised) takes a
 -- runnable head, and an enqueue only appends behind it.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- name: PickFair
 -- PickSeed in the fair policy's order (SPEC §7).
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
@@ -101,8 +101,8 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 -- tick), after the key ($2, $3), with their heads, locked; a flow another
 -- transaction holds (a settle of its head, an enqueue) is skipped, never
 -- waited for, and is due again at the next claim.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.wait_until IS NOT NULL AND f.wait_until <= greatest($1, (SELECT tick FROM stored_clock))
   AND (f.wait_until, f.flow_id) > ($2, $3)
@@ -111,14 +111,14 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- name: PickSeedRead
 -- PickSeed of a read transaction: nothing is locked.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1;
 
 -- name: PickFairRead
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1;
 
@@ -126,35 +126,48 @@ WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1;
 SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL;
 
 -- name: FlowList
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq FROM flow
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq, paused, paused_by, paused_reason, paused_at FROM flow
 WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 
 -- name: EventGet
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
 FROM event_now WHERE event_id = $1;
 
 -- name: EventsAt
 -- Events by (flow_id, seq) pairs ($1, $2): the heads of listed flows.
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM unnest($1::text[], $2::bigint[]) AS k (flow_id, seq)
 JOIN event_now e ON e.flow_id = k.flow_id COLLATE "C" AND e.seq = k.seq
 WHERE e.flow_id = ANY ($1::text[]);
 
 -- name: EventList
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
 FROM event_now WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
 
 -- name: QuarantinedList
 -- Quarantined events are heads of parked flows (migration 002): read them
 -- through the partial index flow_parked_head, one per flow at most.
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
   AND e.state = 'quarantined' AND f.flow_id > $1
 ORDER BY f.flow_id LIMIT $2;
 
 -- name: AuditList
-SELECT no, event_id, action, reason, operator, previous_reason, generation, at FROM audit WHERE no > $1 ORDER BY no LIMIT $2;
+SELECT no, event_id, flow_id, action, reason, operator, previous_reason, generation, at, wall FROM audit WHERE no > $1 ORDER BY no LIMIT $2;
+
+-- name: AttemptList
+SELECT event_id, generation, flow_id, lease_until, claimed_wall, settled_at, settled_wall, outcome, status, detail, duration_ms, relay
+FROM attempt WHERE event_id = $1 ORDER BY generation;
+
+-- name: FlowsWithHeads
+-- The flows an operator action names ($1), locked in flow_id order, with
+-- their heads.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.flow_id = ANY ($1::text[]) ORDER BY f.flow_id
+FOR NO KEY UPDATE OF f;
 
 -- name: TableExists
 -- The table's name when it exists in the connection's schema, else NULL.
@@ -167,16 +180,24 @@ SELECT current_schema();
 -- row, sent with the commit (see writeSet).
 
 -- name: AuditInsert
-INSERT INTO audit (event_id, action, reason, operator, previous_reason, generation, at) VALUES ($1, $2, $3, $4, $5, $6, $7);
+INSERT INTO audit (event_id, flow_id, action, reason, operator, previous_reason, generation, at, wall) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: AttemptInsertMany
+-- The first word on an attempt wins: a settle's answer, or the lease found
+-- run out, whichever is recorded first.
+INSERT INTO attempt (event_id, generation, flow_id, lease_until, claimed_wall, settled_at, settled_wall, outcome, status, detail, duration_ms, relay)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::text[])
+ON CONFLICT (event_id, generation) DO NOTHING;
 
 -- name: FlowUpdateMany
 -- "flow_id = ANY" as well as the join: the planner then finds the rows
 -- through the primary key whatever it guesses of unnest's size (without it,
 -- it hashes a sequential scan of the whole table once the batch is large).
--- The head state (migration 004): $7.. are the columns of the event the
--- transaction keeps there, $7 its seq; where $7 is NULL the flow keeps the
+-- The head state (migration 004): $11.. are the columns of the event the
+-- transaction keeps there, $11 its seq; where $11 is NULL the flow keeps the
 -- head state it has. FlowFlushHeadState runs first.
 UPDATE flow SET seq = u.seq, served = u.served, head_seq = u.head_seq, runnable = u.runnable, wait_until = u.wait_until,
+    paused = u.paused, paused_by = u.paused_by, paused_reason = u.paused_reason, paused_at = u.paused_at,
     head_state_seq = CASE WHEN u.hs_seq IS NULL THEN flow.head_state_seq ELSE u.hs_seq END,
     head_state = CASE WHEN u.hs_seq IS NULL THEN flow.head_state ELSE u.hs_state END,
     head_generation = CASE WHEN u.hs_seq IS NULL THEN flow.head_generation ELSE u.hs_generation END,
@@ -184,11 +205,17 @@ UPDATE flow SET seq = u.seq, served = u.served, head_seq = u.head_seq, runnable 
     head_lifetime_attempts = CASE WHEN u.hs_seq IS NULL THEN flow.head_lifetime_attempts ELSE u.hs_lifetime_attempts END,
     head_reason = CASE WHEN u.hs_seq IS NULL THEN flow.head_reason ELSE u.hs_reason END,
     head_next_at = CASE WHEN u.hs_seq IS NULL THEN flow.head_next_at ELSE u.hs_next_at END,
-    head_lease_until = CASE WHEN u.hs_seq IS NULL THEN flow.head_lease_until ELSE u.hs_lease_until END
+    head_lease_until = CASE WHEN u.hs_seq IS NULL THEN flow.head_lease_until ELSE u.hs_lease_until END,
+    head_claimed_wall = CASE WHEN u.hs_seq IS NULL THEN flow.head_claimed_wall ELSE u.hs_claimed_wall END,
+    head_acked_at = CASE WHEN u.hs_seq IS NULL THEN flow.head_acked_at ELSE u.hs_acked_at END
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::boolean[], $6::bigint[],
-            $7::bigint[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[], $13::bigint[], $14::bigint[])
+            $7::boolean[], $8::text[], $9::text[], $10::bigint[],
+            $11::bigint[], $12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[],
+            $19::bigint[], $20::bigint[])
     AS u (flow_id, seq, served, head_seq, runnable, wait_until,
-          hs_seq, hs_state, hs_generation, hs_attempts, hs_lifetime_attempts, hs_reason, hs_next_at, hs_lease_until)
+          paused, paused_by, paused_reason, paused_at,
+          hs_seq, hs_state, hs_generation, hs_attempts, hs_lifetime_attempts, hs_reason, hs_next_at, hs_lease_until,
+          hs_claimed_wall, hs_acked_at)
 WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
 
 -- name: FlowFlushHeadState
@@ -197,7 +224,8 @@ WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
 -- 004), unless the transaction writes that row itself ($3: the events it
 -- writes to their rows, after this statement).
 UPDATE event SET own_state = f.head_state, generation = f.head_generation, attempts = f.head_attempts,
-    lifetime_attempts = f.head_lifetime_attempts, reason = f.head_reason, next_at = f.head_next_at, lease_until = f.head_lease_until
+    lifetime_attempts = f.head_lifetime_attempts, reason = f.head_reason, next_at = f.head_next_at, lease_until = f.head_lease_until,
+    claimed_wall = coalesce(f.head_claimed_wall, 0), acked_at = f.head_acked_at
 FROM flow f, unnest($1::text[], $2::bigint[]) AS u (flow_id, seq)
 WHERE f.flow_id = ANY ($1::text[]) AND f.flow_id = u.flow_id COLLATE "C"
   AND f.head_state_seq <> u.seq
@@ -214,7 +242,7 @@ WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C" A
 
 -- name: EventUpdateMany
 UPDATE event SET own_state = u.state, generation = u.generation, attempts = u.attempts, lifetime_attempts = u.lifetime_attempts,
-    reason = u.reason, next_at = u.next_at, lease_until = u.lease_until
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[])
-    AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until)
+    reason = u.reason, next_at = u.next_at, lease_until = u.lease_until, claimed_wall = u.claimed_wall, acked_at = u.acked_at
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+    AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, claimed_wall, acked_at)
 WHERE event.event_id = ANY ($1::text[]) AND event.event_id = u.event_id COLLATE "C";

@@ -47,11 +47,11 @@ func (t *ReadTx) Clock(ctx context.Context) (store.Clock, error) {
 func (t *ReadTx) FlowList(ctx context.Context, after string, limit int) ([]store.FlowRow, error) {
 	var out []store.FlowRow
 	err := t.query(ctx, "FlowList", func(r scanner) error {
-		var f store.FlowRow
-		var hs *int64
-		if err := r.Scan(&f.Flow, &f.Ord, &f.Seq, &f.Served, &f.HeadSeq, &f.Runnable, &f.WaitUntil, &hs); err != nil {
+		var fs flowScan
+		if err := r.Scan(fs.targets(nil)...); err != nil {
 			return err
 		}
+		f, _ := fs.row()
 		out = append(out, f)
 		return nil
 	}, after, limit)
@@ -85,11 +85,9 @@ func (t *ReadTx) NextWait(ctx context.Context) (int64, bool, error) {
 
 // scanEvent scans the event columns of event_now.
 func scanEvent(r scanner) (store.EventRow, error) {
-	var e store.EventRow
-	var reason *string
-	err := r.Scan(&e.ID, &e.Flow, &e.Seq, &e.Body, &e.State, &e.Generation, &e.Attempts, &e.LifetimeAttempts, &reason, &e.NextAt, &e.LeaseUntil, &e.EnqueuedAt)
-	e.Reason = deref(reason)
-	return e, err
+	var es eventScan
+	err := r.Scan(es.targets(nil)...)
+	return es.row(), err
 }
 
 // EventGet reads one event.
@@ -149,12 +147,27 @@ func (t *ReadTx) AuditList(ctx context.Context, after int64, limit int) ([]store
 	var out []store.AuditRow
 	err := t.query(ctx, "AuditList", func(r scanner) error {
 		var a store.AuditRow
-		if err := r.Scan(&a.No, &a.EventID, &a.Action, &a.Reason, &a.Operator, &a.PreviousReason, &a.Generation, &a.At); err != nil {
+		if err := r.Scan(&a.No, &a.EventID, &a.Flow, &a.Action, &a.Reason, &a.Operator, &a.PreviousReason, &a.Generation, &a.At, &a.Wall); err != nil {
 			return err
 		}
 		out = append(out, a)
 		return nil
 	}, after, limit)
+	return out, err
+}
+
+// Attempts lists an event's attempts by generation.
+func (t *ReadTx) Attempts(ctx context.Context, eventID string) ([]store.AttemptRow, error) {
+	var out []store.AttemptRow
+	err := t.query(ctx, "AttemptList", func(r scanner) error {
+		var a store.AttemptRow
+		if err := r.Scan(&a.EventID, &a.Generation, &a.Flow, &a.LeaseUntil, &a.ClaimedWall, &a.SettledAt, &a.SettledWall,
+			&a.Outcome, &a.Status, &a.Detail, &a.DurationMs, &a.Relay); err != nil {
+			return err
+		}
+		out = append(out, a)
+		return nil
+	}, eventID)
 	return out, err
 }
 

@@ -137,6 +137,21 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 			return nil
 		}, q["EventsWithFlows"], rs.Events, rs.Next)
 	}
+	if len(rs.Flows) > 0 {
+		if rr.Flows == nil {
+			rr.Flows, rr.Events = map[string]*store.FlowRow{}, map[string]*store.EventRow{}
+		}
+		var named []store.FlowHead
+		pc.queueRead("FlowsWithHeads", t.flowHeads(&named), q["FlowsWithHeads"], rs.Flows)
+		defer func() {
+			for i := range named {
+				rr.Flows[named[i].Flow.Flow] = &named[i].Flow
+				if h := named[i].Head; h != nil {
+					rr.Events[h.ID] = h
+				}
+			}
+		}()
+	}
 	if rs.PickLimit > 0 {
 		name := "PickFair"
 		if rs.Order == store.OrderFlowID {
@@ -228,15 +243,17 @@ type rowScan struct {
 	dest []any
 }
 
-// flowScan scans the columns of a flow row and its head_state_seq.
+// flowScan scans the columns of a flow row: the FlowRow's, with its
+// head_state_seq after WaitUntil.
 type flowScan struct {
-	f    store.FlowRow
-	wait pgtype.Int8
-	hs   pgtype.Int8
+	f                      store.FlowRow
+	wait, hs, pausedAt     pgtype.Int8
+	pausedBy, pausedReason pgtype.Text
 }
 
 func (s *flowScan) targets(dst []any) []any {
-	return append(dst, &s.f.Flow, &s.f.Ord, &s.f.Seq, &s.f.Served, &s.f.HeadSeq, &s.f.Runnable, &s.wait, &s.hs)
+	return append(dst, &s.f.Flow, &s.f.Ord, &s.f.Seq, &s.f.Served, &s.f.HeadSeq, &s.f.Runnable, &s.wait, &s.hs,
+		&s.f.Paused, &s.pausedBy, &s.pausedReason, &s.pausedAt)
 }
 
 func (s *flowScan) row() (store.FlowRow, headStateSeq) {
@@ -246,25 +263,32 @@ func (s *flowScan) row() (store.FlowRow, headStateSeq) {
 		v := s.wait.Int64
 		f.WaitUntil = &v
 	}
+	f.PausedBy, f.PausedReason, f.PausedAt = s.pausedBy.String, s.pausedReason.String, s.pausedAt.Int64
 	return f, headStateSeq{seq: s.hs.Int64, ok: s.hs.Valid}
 }
 
 // eventScan scans the twelve columns of event_now; every one may be NULL
 // (the outer join of a flow's head, or of the event behind one).
 type eventScan struct {
-	id, flow, state, reason                    pgtype.Text
-	seq, gen, att, life, next, lease, enqueued pgtype.Int8
-	body                                       []byte
+	id, flow, state, reason                                      pgtype.Text
+	seq, gen, att, life, next, lease, enqueued, claimed, ackedAt pgtype.Int8
+	body                                                         []byte
 }
 
 func (s *eventScan) targets(dst []any) []any {
-	return append(dst, &s.id, &s.flow, &s.seq, &s.body, &s.state, &s.gen, &s.att, &s.life, &s.reason, &s.next, &s.lease, &s.enqueued)
+	return append(dst, &s.id, &s.flow, &s.seq, &s.body, &s.state, &s.gen, &s.att, &s.life, &s.reason, &s.next, &s.lease, &s.enqueued,
+		&s.claimed, &s.ackedAt)
 }
 
 func (s *eventScan) row() store.EventRow {
-	return store.EventRow{ID: s.id.String, Flow: s.flow.String, Seq: s.seq.Int64, Body: s.body, State: s.state.String,
+	e := store.EventRow{ID: s.id.String, Flow: s.flow.String, Seq: s.seq.Int64, Body: s.body, State: s.state.String,
 		Generation: s.gen.Int64, Attempts: s.att.Int64, LifetimeAttempts: s.life.Int64, Reason: s.reason.String,
-		NextAt: s.next.Int64, LeaseUntil: s.lease.Int64, EnqueuedAt: s.enqueued.Int64}
+		NextAt: s.next.Int64, LeaseUntil: s.lease.Int64, EnqueuedAt: s.enqueued.Int64, ClaimedWall: s.claimed.Int64}
+	if s.ackedAt.Valid {
+		v := s.ackedAt.Int64
+		e.AckedAt = &v
+	}
+	return e
 }
 
 // scanFlowHead scans a row of flow columns, head_state_seq, has_head and

@@ -15,6 +15,7 @@ type writeSet struct {
 	flowIndex map[string]int // flow id → index in flowRows
 	eventRows []store.EventRow
 	audits    []store.AuditRow
+	attempts  []store.AttemptRow
 	clock     *store.Clock
 	// Scratch of stage, kept for the next call (txBuffers).
 	headState  map[string]int
@@ -33,6 +34,7 @@ func (w *writeSet) reset() {
 	w.flowIndex = resetMap(w.flowIndex)
 	w.eventRows = resetBuf(w.eventRows)
 	w.audits = resetBuf(w.audits)
+	w.attempts = resetBuf(w.attempts)
 	w.clock = nil
 	w.headState = resetMap(w.headState)
 	w.writtenSeq = resetMap(w.writtenSeq)
@@ -64,6 +66,7 @@ func (w *writeSet) add(ws *store.WriteSet) {
 	}
 	w.eventRows = append(w.eventRows, ws.Events...)
 	w.audits = append(w.audits, ws.Audit...)
+	w.attempts = append(w.attempts, ws.Attempts...)
 	c := ws.Clock
 	w.clock = &c
 }
@@ -141,27 +144,35 @@ func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]headStateSe
 	if n := len(w.flowRows); n > 0 {
 		ids, seq, served, head := a.stringArray(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
 		run, wait := a.boolArray(n), a.int64PArray(n)
+		paused, pausedBy, pausedReason, pausedAt := a.boolArray(n), a.stringPArray(n), a.stringPArray(n), a.int64PArray(n)
 		hsSeq, hsGen, hsAtt, hsLife, hsNext, hsLease := a.int64PArray(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
 		hsState, hsReason := a.stringArray(n), a.stringPArray(n)
+		hsClaimed, hsAcked := a.int64Array(n), a.int64PArray(n)
 		for i, f := range w.flowRows {
 			ids[i], seq[i], served[i], head[i], run[i], wait[i] = f.Flow, f.Seq, f.Served, f.HeadSeq, f.Runnable, f.WaitUntil
+			if f.Paused {
+				paused[i], pausedBy[i], pausedReason[i], pausedAt[i] = true, nullString(f.PausedBy), nullString(f.PausedReason), a.int64Ptr(f.PausedAt)
+			}
 			if h, ok := headState[f.Flow]; ok {
 				e := &w.eventRows[h]
 				hsSeq[i], hsState[i], hsGen[i], hsAtt[i], hsLife[i] = a.int64Ptr(e.Seq), e.State, e.Generation, e.Attempts, e.LifetimeAttempts
 				hsReason[i], hsNext[i], hsLease[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil
+				hsClaimed[i], hsAcked[i] = e.ClaimedWall, e.AckedAt
 			}
 		}
 		c.queue("FlowUpdate", q["FlowUpdateMany"], ids, seq, served, head, run, wait,
-			hsSeq, hsState, hsGen, hsAtt, hsLife, hsReason, hsNext, hsLease)
+			paused, pausedBy, pausedReason, pausedAt,
+			hsSeq, hsState, hsGen, hsAtt, hsLife, hsReason, hsNext, hsLease, hsClaimed, hsAcked)
 	}
 	if n := len(direct); n > 0 {
 		ids, states, reasons := a.stringArray(n), a.stringArray(n), a.stringPArray(n)
 		gen, att, life, next, lease := a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
+		claimed, acked := a.int64Array(n), a.int64PArray(n)
 		var clearFlows []string
 		var clearSeqs []int64
 		for i, e := range direct {
 			ids[i], states[i], gen[i], att[i], life[i] = e.ID, e.State, e.Generation, e.Attempts, e.LifetimeAttempts
-			reasons[i], next[i], lease[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil
+			reasons[i], next[i], lease[i], claimed[i], acked[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil, e.ClaimedWall, e.AckedAt
 			if _, ok := w.flowIndex[e.Flow]; !ok {
 				// The flow row is not written here: its head state, if it
 				// describes this event, must stop applying.
@@ -171,13 +182,24 @@ func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]headStateSe
 				}
 			}
 		}
-		c.queue("EventUpdate", q["EventUpdateMany"], ids, states, gen, att, life, reasons, next, lease)
+		c.queue("EventUpdate", q["EventUpdateMany"], ids, states, gen, att, life, reasons, next, lease, claimed, acked)
 		if len(clearFlows) > 0 {
 			c.queue("FlowClearHeadState", q["FlowClearHeadState"], clearFlows, clearSeqs)
 		}
 	}
 	for _, au := range w.audits {
-		c.queue("AuditInsert", q["AuditInsert"], au.EventID, au.Action, au.Reason, au.Operator, au.PreviousReason, au.Generation, au.At)
+		c.queue("AuditInsert", q["AuditInsert"], au.EventID, au.Flow, au.Action, au.Reason, au.Operator, au.PreviousReason, au.Generation, au.At, au.Wall)
+	}
+	if n := len(w.attempts); n > 0 {
+		ids, gen, flows, leaseUntil, claimedWall := a.stringArray(n), a.int64Array(n), a.stringArray(n), a.int64Array(n), a.int64Array(n)
+		settledAt, settledWall, dur := a.int64PArray(n), a.int64PArray(n), a.int64Array(n)
+		outcome, status, detail, relay := a.stringArray(n), a.stringArray(n), a.stringArray(n), a.stringArray(n)
+		for i, at := range w.attempts {
+			ids[i], gen[i], flows[i], leaseUntil[i], claimedWall[i] = at.EventID, at.Generation, at.Flow, at.LeaseUntil, at.ClaimedWall
+			settledAt[i], settledWall[i], dur[i] = at.SettledAt, at.SettledWall, at.DurationMs
+			outcome[i], status[i], detail[i], relay[i] = at.Outcome, at.Status, at.Detail, at.Relay
+		}
+		c.queue("AttemptInsert", q["AttemptInsertMany"], ids, gen, flows, leaseUntil, claimedWall, settledAt, settledWall, outcome, status, detail, dur, relay)
 	}
 	if w.clock != nil {
 		c.queue("ClockSet", q["ClockSet"], w.clock.Tick, w.clock.Ticket, laneRows(lanes))

@@ -58,7 +58,8 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	// Each flow is written once per batch (loading a backlog writes many
 	// events per flow).
 	for _, f := range b.dirty {
-		if err := c.exec(ctx, "FlowUpdate", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil, f.Flow); err != nil {
+		if err := c.exec(ctx, "FlowUpdate", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil,
+			boolInt(f.Paused), nullString(f.PausedBy), nullString(f.PausedReason), pausedAt(*f), f.Flow); err != nil {
 			return store.EnqueueResult{}, err
 		}
 	}
@@ -164,8 +165,10 @@ func (b *batch) enqueue(ctx context.Context, e store.NewEvent) (store.EnqueueAns
 		b.dirty = append(b.dirty, f)
 	}
 	f.Seq++
-	if f.HeadSeq == f.Seq {
-		// The new event is the head (the flow had none): eligible now.
+	if f.HeadSeq == f.Seq && !f.Paused {
+		// The new event is the head (the flow had none): eligible now,
+		// unless an operator paused the flow (SPEC §9: it stays in neither
+		// index until resumed).
 		f.Runnable, f.WaitUntil = true, nil
 	}
 	if err := b.c.exec(ctx, "EventInsert", e.ID, e.Flow, f.Seq, e.Body, store.StateReady, 0, 0, 0, nil, b.at, 0, b.at); err != nil {

@@ -393,35 +393,39 @@ type scanner interface{ Scan(dest ...any) error }
 
 // flowCols are scan targets for a flow row.
 type flowCols struct {
-	f        store.FlowRow
-	runnable int64
-	wait     sql.NullInt64
+	f                 store.FlowRow
+	runnable, paused  int64
+	wait, pausedAt    sql.NullInt64
+	pausedBy, pausedR sql.NullString
 }
 
 func (fc *flowCols) dest() []any {
-	return []any{&fc.f.Flow, &fc.f.Ord, &fc.f.Seq, &fc.f.Served, &fc.f.HeadSeq, &fc.runnable, &fc.wait}
+	return []any{&fc.f.Flow, &fc.f.Ord, &fc.f.Seq, &fc.f.Served, &fc.f.HeadSeq, &fc.runnable, &fc.wait,
+		&fc.paused, &fc.pausedBy, &fc.pausedR, &fc.pausedAt}
 }
 
 func (fc *flowCols) row() store.FlowRow {
 	f := fc.f
-	f.Runnable = fc.runnable != 0
+	f.Runnable, f.Paused = fc.runnable != 0, fc.paused != 0
 	if fc.wait.Valid {
 		v := fc.wait.Int64
 		f.WaitUntil = &v
 	}
+	f.PausedBy, f.PausedReason, f.PausedAt = fc.pausedBy.String, fc.pausedR.String, fc.pausedAt.Int64
 	return f
 }
 
 // eventCols are scan targets for an event row; nullable for the outer join
 // of a flow's head.
 type eventCols struct {
-	id, flow, state, reason                    sql.NullString
-	seq, gen, att, life, next, lease, enqueued sql.NullInt64
-	body                                       []byte
+	id, flow, state, reason                                      sql.NullString
+	seq, gen, att, life, next, lease, enqueued, claimed, ackedAt sql.NullInt64
+	body                                                         []byte
 }
 
 func (ec *eventCols) dest() []any {
-	return []any{&ec.id, &ec.flow, &ec.seq, &ec.body, &ec.state, &ec.gen, &ec.att, &ec.life, &ec.reason, &ec.next, &ec.lease, &ec.enqueued}
+	return []any{&ec.id, &ec.flow, &ec.seq, &ec.body, &ec.state, &ec.gen, &ec.att, &ec.life, &ec.reason, &ec.next, &ec.lease, &ec.enqueued,
+		&ec.claimed, &ec.ackedAt}
 }
 
 // row returns the event, nil when the outer join found none.
@@ -429,11 +433,16 @@ func (ec *eventCols) row() *store.EventRow {
 	if !ec.id.Valid {
 		return nil
 	}
-	return &store.EventRow{
+	e := &store.EventRow{
 		ID: ec.id.String, Flow: ec.flow.String, Seq: ec.seq.Int64, Body: ec.body, State: ec.state.String,
 		Generation: ec.gen.Int64, Attempts: ec.att.Int64, LifetimeAttempts: ec.life.Int64, Reason: ec.reason.String,
-		NextAt: ec.next.Int64, LeaseUntil: ec.lease.Int64, EnqueuedAt: ec.enqueued.Int64,
+		NextAt: ec.next.Int64, LeaseUntil: ec.lease.Int64, EnqueuedAt: ec.enqueued.Int64, ClaimedWall: ec.claimed.Int64,
 	}
+	if ec.ackedAt.Valid {
+		v := ec.ackedAt.Int64
+		e.AckedAt = &v
+	}
+	return e
 }
 
 // flowHeads runs a query of flows joined with their heads.
@@ -474,6 +483,14 @@ func (c *conn) event(ctx context.Context, name string, args ...any) (*store.Even
 		return nil, Translate(fmt.Errorf("%s: %w", name, err))
 	}
 	return ec.row(), nil
+}
+
+// pausedAt is the paused_at column of f: NULL unless paused.
+func pausedAt(f store.FlowRow) any {
+	if !f.Paused {
+		return nil
+	}
+	return f.PausedAt
 }
 
 func boolInt(b bool) int64 {
@@ -541,6 +558,28 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 			}
 		}
 	}
+	for _, name := range rs.Flows {
+		f, err := t.flowGet(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if f == nil {
+			continue
+		}
+		if out.Flows == nil {
+			out.Flows, out.Events = map[string]*store.FlowRow{}, map[string]*store.EventRow{}
+		}
+		out.Flows[name] = f
+		if f.HeadSeq <= f.Seq {
+			h, err := t.event(ctx, "EventGetBySeq", name, f.HeadSeq)
+			if err != nil {
+				return nil, err
+			}
+			if h != nil {
+				out.Events[h.ID] = h
+			}
+		}
+	}
 	if rs.PickLimit > 0 {
 		name := "FlowPickFair"
 		if rs.Order == store.OrderFlowID {
@@ -566,17 +605,25 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 // Write applies ws row by row.
 func (t *Tx) Write(ctx context.Context, ws *store.WriteSet) error {
 	for _, f := range ws.Flows {
-		if err := t.exec(ctx, "FlowUpdate", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil, f.Flow); err != nil {
+		if err := t.exec(ctx, "FlowUpdate", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil,
+			boolInt(f.Paused), nullString(f.PausedBy), nullString(f.PausedReason), pausedAt(f), f.Flow); err != nil {
 			return err
 		}
 	}
 	for _, e := range ws.Events {
-		if err := t.exec(ctx, "EventUpdate", e.State, e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason), e.NextAt, e.LeaseUntil, e.ID); err != nil {
+		if err := t.exec(ctx, "EventUpdate", e.State, e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason), e.NextAt, e.LeaseUntil,
+			e.ClaimedWall, e.AckedAt, e.ID); err != nil {
 			return err
 		}
 	}
 	for _, a := range ws.Audit {
-		if err := t.exec(ctx, "AuditInsert", a.EventID, a.Action, a.Reason, a.Operator, a.PreviousReason, a.Generation, a.At); err != nil {
+		if err := t.exec(ctx, "AuditInsert", a.EventID, a.Flow, a.Action, a.Reason, a.Operator, a.PreviousReason, a.Generation, a.At, a.Wall); err != nil {
+			return err
+		}
+	}
+	for _, a := range ws.Attempts {
+		if err := t.exec(ctx, "AttemptInsert", a.EventID, a.Generation, a.Flow, a.LeaseUntil, a.ClaimedWall, a.SettledAt, a.SettledWall,
+			a.Outcome, a.Status, a.Detail, a.DurationMs, a.Relay); err != nil {
 			return err
 		}
 	}
@@ -699,20 +746,49 @@ func (t *ReadTx) AuditList(ctx context.Context, after int64, limit int) ([]store
 	var out []store.AuditRow
 	err := t.each(ctx, "AuditList", func(r scanner) error {
 		var a store.AuditRow
-		var op, prev sql.NullString
-		if err := r.Scan(&a.No, &a.EventID, &a.Action, &a.Reason, &op, &prev, &a.Generation, &a.At); err != nil {
+		var id, op, prev sql.NullString
+		var gen sql.NullInt64
+		if err := r.Scan(&a.No, &id, &a.Flow, &a.Action, &a.Reason, &op, &prev, &gen, &a.At, &a.Wall); err != nil {
 			return err
 		}
-		if op.Valid {
-			a.Operator = &op.String
-		}
-		if prev.Valid {
-			a.PreviousReason = &prev.String
+		a.EventID, a.Operator, a.PreviousReason = nullable(id), nullable(op), nullable(prev)
+		if gen.Valid {
+			a.Generation = &gen.Int64
 		}
 		out = append(out, a)
 		return nil
 	}, after, limit)
 	return out, err
+}
+
+// Attempts lists an event's attempts by generation.
+func (t *ReadTx) Attempts(ctx context.Context, eventID string) ([]store.AttemptRow, error) {
+	var out []store.AttemptRow
+	err := t.each(ctx, "AttemptList", func(r scanner) error {
+		var a store.AttemptRow
+		var settled, settledWall sql.NullInt64
+		if err := r.Scan(&a.EventID, &a.Generation, &a.Flow, &a.LeaseUntil, &a.ClaimedWall, &settled, &settledWall,
+			&a.Outcome, &a.Status, &a.Detail, &a.DurationMs, &a.Relay); err != nil {
+			return err
+		}
+		if settled.Valid {
+			a.SettledAt = &settled.Int64
+		}
+		if settledWall.Valid {
+			a.SettledWall = &settledWall.Int64
+		}
+		out = append(out, a)
+		return nil
+	}, eventID)
+	return out, err
+}
+
+// nullable is s as a pointer: nil for NULL.
+func nullable(s sql.NullString) *string {
+	if !s.Valid {
+		return nil
+	}
+	return &s.String
 }
 
 // Rollback ends the read transaction.

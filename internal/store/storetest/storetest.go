@@ -44,6 +44,8 @@ func Run(t *testing.T, open Opener) {
 
 func body(n int) []byte { return fmt.Appendf(nil, `{"delta":%d}`, n) }
 
+func ptr[T any](v T) *T { return &v }
+
 // enqueue enqueues events at tick at and fails the test on an error.
 func enqueue(t *testing.T, s store.Store, at int64, evs ...store.NewEvent) []store.EnqueueAnswer {
 	t.Helper()
@@ -439,7 +441,7 @@ func writesReadBack(t *testing.T, open Opener) {
 		f.HeadSeq, f.Runnable, f.WaitUntil = 2, true, nil
 		op := "ops"
 		return &store.WriteSet{Clock: store.Clock{Tick: 2, Ticket: 1}, Flows: []store.FlowRow{f}, Events: []store.EventRow{e},
-			Audit: []store.AuditRow{{EventID: "A1", Action: "test", Reason: "r", Operator: &op, Generation: 1, At: 2}}}
+			Audit: []store.AuditRow{{EventID: ptr("A1"), Flow: "A", Action: "test", Reason: "r", Operator: &op, Generation: ptr(int64(1)), At: 2, Wall: 1700000000123}}}
 	})
 	// A claim of A2 (the flow row holds A2's state now, on PostgreSQL);
 	// then a settle that writes A2 alone, without its flow row.
@@ -475,7 +477,8 @@ func writesReadBack(t *testing.T, open Opener) {
 			t.Fatalf("events (-want +got):\n%s", d)
 		}
 		as, err := rt.AuditList(bg, 0, 10)
-		if err != nil || len(as) != 1 || as[0].EventID != "A1" || *as[0].Operator != "ops" || as[0].PreviousReason != nil {
+		if err != nil || len(as) != 1 || *as[0].EventID != "A1" || as[0].Flow != "A" || *as[0].Operator != "ops" || as[0].PreviousReason != nil ||
+			*as[0].Generation != 1 || as[0].Wall != 1700000000123 {
 			t.Fatalf("audit: %+v %v", as, err)
 		}
 	})

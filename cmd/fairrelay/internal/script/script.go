@@ -314,6 +314,43 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 			return nil, err
 		}
 		return RedriveResult(r), nil
+	case "expedite":
+		id, err := need("id", o.ID)
+		if err != nil {
+			return nil, err
+		}
+		gen, err := need("expected_generation", o.ExpectedGeneration)
+		if err != nil {
+			return nil, err
+		}
+		reason, at, operator, err := audited(o)
+		if err != nil {
+			return nil, err
+		}
+		r, err := rn.Queue.Expedite(ctx, fairrelay.ExpediteParams{EventID: id, ExpectedGeneration: gen, Reason: reason, Operator: operator, At: at})
+		if err != nil {
+			return nil, err
+		}
+		return ActionResult(r), nil
+	case "pause", "resume":
+		flow, err := need("flow", o.Flow)
+		if err != nil {
+			return nil, err
+		}
+		reason, at, operator, err := audited(o)
+		if err != nil {
+			return nil, err
+		}
+		p := fairrelay.FlowActionParams{Flow: flow, Reason: reason, Operator: operator, At: at}
+		act := rn.Queue.Pause
+		if o.Op == "resume" {
+			act = rn.Queue.Resume
+		}
+		r, err := act(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		return ActionResult(r), nil
 	case "inbox":
 		if o.MaxDelta == nil && o.Unavailable == nil {
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max_delta", Message: "inbox op needs max_delta and/or unavailable"}
@@ -424,6 +461,33 @@ func RedriveResult(r fairrelay.RedriveResult) Result {
 		return Result{"status": string(r.Status), "reason": r.RejectReason}
 	}
 	return Result{"status": string(r.Status), "generation": r.Generation}
+}
+
+// ActionResult renders the answer of expedite, pause or resume as SPEC §9
+// prints it.
+func ActionResult(r fairrelay.ActionResult) Result {
+	switch r.Status {
+	case fairrelay.ActionRejected:
+		return Result{"status": string(r.Status), "reason": r.RejectReason}
+	case fairrelay.ActionReady:
+		return Result{"status": string(r.Status), "next_at": r.NextAt}
+	}
+	return Result{"status": string(r.Status)}
+}
+
+// audited reads the fields every operator action has: reason and at
+// (required), operator (optional).
+func audited(o op) (reason string, at int64, operator string, err error) {
+	if reason, err = need("reason", o.Reason); err != nil {
+		return
+	}
+	if at, err = need("at", o.At); err != nil {
+		return
+	}
+	if o.Operator != nil {
+		operator = *o.Operator
+	}
+	return
 }
 
 // step is claim, receive and settle at one tick.

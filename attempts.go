@@ -1,0 +1,85 @@
+package fairrelay
+
+import (
+	"context"
+	"time"
+)
+
+// Attempt is one claim of an event (one generation) and what became of it:
+// the attempt history an operator reads beside the audit. The queue writes
+// one row when the claim's settle is answered (acked, ready, quarantined or
+// expired; a stale token records nothing) or, when no settle came, once its
+// lease is found run out (Status AttemptLeaseExpired, at the next claim of
+// the event or its quarantine for the budget). The first word on a
+// generation wins.
+type Attempt struct {
+	// Generation is the claim's fencing token generation.
+	Generation int64 `json:"generation"`
+	// Flow is the event's flow.
+	Flow string `json:"flow"`
+	// LeaseUntil is the tick at which the claim's lease ran out.
+	LeaseUntil int64 `json:"lease_until"`
+	// Claimed is when the claim ran, on the queue's wall clock
+	// (Config.Now), to the millisecond.
+	Claimed time.Time `json:"claimed"`
+	// SettledAt is the tick of the settle (nil for AttemptLeaseExpired);
+	// Settled the wall-clock time (zero for AttemptLeaseExpired).
+	SettledAt *int64    `json:"settled_at"`
+	Settled   time.Time `json:"settled"`
+	// Outcome is what the receiver answered (empty for
+	// AttemptLeaseExpired); Status the settle's answer (SettleStatus) or
+	// AttemptLeaseExpired.
+	Outcome string `json:"outcome"`
+	Status  string `json:"status"`
+	// Detail, Duration and Relay are the settle's (Settlement.Detail,
+	// Settlement.Duration to the millisecond, SettleManyParams.Relay).
+	Detail   string        `json:"detail"`
+	Duration time.Duration `json:"duration"`
+	Relay    string        `json:"relay"`
+}
+
+// Attempts lists the event's recorded attempts by generation, in one read
+// transaction. Errors: ErrInvalidInput (field "id"); ErrNotFound for an
+// unknown event (a pruned one included: its history goes with it, SPEC §8);
+// ErrBusy; ErrDatabase.
+func (q *Queue) Attempts(ctx context.Context, eventID string) ([]Attempt, error) {
+	if err := checkID("id", eventID); err != nil {
+		return nil, err
+	}
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return nil, dbError("attempts", err)
+	}
+	defer tx.Rollback(ctx)
+	e, err := tx.EventGet(ctx, eventID)
+	if err != nil {
+		return nil, dbError("attempts", err)
+	}
+	if e == nil {
+		return nil, &Error{Code: CodeNotFound, Message: "no event with id " + quote(eventID)}
+	}
+	rows, err := tx.Attempts(ctx, eventID)
+	if err != nil {
+		return nil, dbError("attempts", err)
+	}
+	out := make([]Attempt, 0, len(rows))
+	for _, r := range rows {
+		a := Attempt{Generation: r.Generation, Flow: r.Flow, LeaseUntil: r.LeaseUntil, Claimed: wallTime(r.ClaimedWall),
+			SettledAt: r.SettledAt, Outcome: r.Outcome, Status: r.Status, Detail: r.Detail,
+			Duration: time.Duration(r.DurationMs) * time.Millisecond, Relay: r.Relay}
+		if r.SettledWall != nil {
+			a.Settled = wallTime(*r.SettledWall)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// wallTime is a stored wall-clock reading (milliseconds since the Unix
+// epoch) as a UTC time; 0 is the zero time (never recorded).
+func wallTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
