@@ -59,7 +59,7 @@ func runSizes(b *testing.B, fn func(b *testing.B, q *fairrelay.Queue, flows int)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := bench.Load(context.Background(), q, flows, backlog, nil); err != nil {
+				if err := bench.Load(context.Background(), q, flows, 0, backlog, nil); err != nil {
 					b.Fatal(err)
 				}
 				bench.FlushToDisk()
@@ -161,7 +161,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 }
 
 // BenchmarkSettleAndClaim times the worker's loop step with one commit: one
-// SettleAndClaim transaction that settles the event the previous step
+// SettleMany transaction (with a ClaimLimit) that settles the event the previous step
 // claimed and claims the next.
 func BenchmarkSettleAndClaim(b *testing.B) {
 	runSizes(b, func(b *testing.B, q *fairrelay.Queue, _ int) {

@@ -24,8 +24,10 @@ type Claim struct {
 	Token Token
 	// Flow and Seq place the event in its flow; Body is its payload.
 	Flow string
-	Seq  int64
-	Body []byte
+	// Group is the flow's group (SPEC §8): its own id when it joined none.
+	Group string
+	Seq   int64
+	Body  []byte
 	// LeaseUntil is the tick at which the lease runs out: a settle at or
 	// after it answers expired.
 	LeaseUntil int64
@@ -55,7 +57,17 @@ type ClaimParams struct {
 	// tests that give explicit ticks leave it false. A floor write is a
 	// daemon clock's, so Policy.MaxTickJump does not apply to it.
 	Floor bool
+	// Exclude names groups whose heads this claim must not take (a flow
+	// that is its own group is named by its id), at most MaxExclude: for a
+	// dispatcher that shares its slots by its own measure (package relay,
+	// SPEC §11) or caps a group's slots. The others are claimed in dispatch
+	// order as always; an excluded group keeps its turn.
+	Exclude []string
 }
+
+// MaxExclude is the longest ClaimParams.Exclude (and
+// SettleManyParams.Exclude) accepted.
+const MaxExclude = 4096
 
 // MaxLimit is the largest ClaimParams.Limit (and SettleManyParams.ClaimLimit)
 // accepted.
@@ -95,17 +107,17 @@ func (q *Queue) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	}
 	var out []Claim
 	op := writeOp{name: "claim", lanes: store.LaneClaim, at: p.At, floor: p.Floor,
-		read: store.ReadSet{PickLimit: max(k, 1), Order: q.pickOrder(), DueLimit: duePage},
+		read: store.ReadSet{PickLimit: max(k, 1) + len(p.Exclude), GroupPickLimit: max(k, 1) + len(p.Exclude), Order: q.pickOrder(), DueLimit: duePage},
 		check: func() error {
 			if k < 1 || k > MaxLimit {
 				return invalid("limit", "must be 1 to %d, got %d", MaxLimit, p.Limit)
 			}
-			return nil
+			return checkExclude(p.Exclude)
 		},
 		before: faultpoint.BeforeClaimCommit, after: faultpoint.AfterClaimCommit}
 	tick, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		var err error
-		out, err = t.claim(ctx, k, rr)
+		out, err = t.claim(ctx, k, excludeSet(p.Exclude), rr)
 		return err
 	})
 	if err != nil {
@@ -114,48 +126,387 @@ func (q *Queue) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	return ClaimResult{Claims: out, Tick: tick}, nil
 }
 
+// checkExclude refuses an Exclude list that is too long or names no group.
+func checkExclude(ex []string) error {
+	if len(ex) > MaxExclude {
+		return invalid("exclude", "at most %d groups, got %d", MaxExclude, len(ex))
+	}
+	for _, g := range ex {
+		if g == "" {
+			return invalid("exclude", "an empty group name")
+		}
+	}
+	return nil
+}
+
+// excludeSet is ex as a set; nil when empty.
+func excludeSet(ex []string) map[string]bool {
+	if len(ex) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(ex))
+	for _, g := range ex {
+		m[g] = true
+	}
+	return m
+}
+
 // duePage is how many due flows one read brings: a claim reads pages until
 // every due flow is promoted.
 const duePage = 256
 
 // claim is the body of Claim inside a write transaction, whose read asked
-// for the first k runnable flows (rr.Picks) and the first page of due ones
-// (rr.Due): it promotes every due flow, then claims up to k heads.
-func (t *txn) claim(ctx context.Context, k int, rr *store.ReadResult) ([]Claim, error) {
+// for the first k runnable flows that are their own group (rr.Picks), the
+// first k runnable groups with their first members (rr.GroupPicks) and the
+// first page of due flows (rr.Due): it promotes every due flow, then claims
+// up to k heads, each time the first in dispatch order (SPEC §8: the group,
+// then the flow; a flow that is its own group competes as a group).
+func (t *txn) claim(ctx context.Context, k int, exclude map[string]bool, rr *store.ReadResult) ([]Claim, error) {
 	if err := t.promoteDue(ctx, rr.Due); err != nil {
 		return nil, err
 	}
+	order := t.q.pickOrder()
 	// The first k runnable flows in dispatch order are exactly what k
-	// consecutive claims pick: a claim takes its flow out of the runnable
-	// index and changes no other flow. They are among the first k flows of
-	// the index as read, and the flows this transaction made runnable (due
-	// heads, heads behind an ack): the working rows decide.
+	// consecutive claims pick among them: a claim takes its flow out of
+	// the runnable index and changes no other flow. They are among the
+	// first k flows of the index as read, and the flows this transaction
+	// made runnable (due heads, heads behind an ack): the working rows
+	// decide.
 	cands, seen := t.cands[:0], t.seen
 	for _, h := range rr.Picks {
-		if f := t.flows[h.Flow.Flow]; f.Runnable && !seen[f.Flow] {
+		if f := t.flows[h.Flow.Flow]; f.Runnable && f.Group == "" && !seen[f.Flow] && !exclude[f.Flow] {
 			seen[f.Flow] = true
 			cands = append(cands, f)
 		}
 	}
 	for _, f := range t.dirtyFlows {
-		if f.Runnable && !seen[f.Flow] {
+		if f.Runnable && f.Group == "" && !seen[f.Flow] && !exclude[f.Flow] {
 			seen[f.Flow] = true
 			cands = append(cands, f)
 		}
 	}
-	sortDispatch(cands, t.q.pickOrder())
+	sortDispatch(cands, order)
 	t.cands = cands
-	out := make([]Claim, 0, min(k, len(cands)))
-	for _, f := range cands[:min(k, len(cands))] {
+	gc, err := t.groupCands(ctx, rr, order, exclude, k+len(exclude))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Claim, 0, k)
+	next := 0
+	for len(out) < k {
+		for next < len(cands) && !cands[next].Runnable {
+			next++
+		}
+		g, err := gc.best(ctx, t, order, k-len(out))
+		if err != nil {
+			return nil, err
+		}
+		var f *store.FlowRow
+		switch {
+		case g == nil && next == len(cands):
+			return out, nil
+		case g == nil || next < len(cands) && dispatchBefore(cands[next].Served, cands[next].Flow, cands[next].Ord, g.row.Served, g.row.Group, g.row.Ord, order):
+			f, g = cands[next], nil
+			next++
+		default:
+			if f, err = t.member(ctx, g, order, k-len(out)); err != nil {
+				return nil, err
+			}
+			if f == nil {
+				g.done = true // its runnable members are paused, or held by other transactions
+				continue
+			}
+		}
 		cl, err := t.claimOne(f)
 		if err != nil {
 			return nil, err
 		}
-		if cl != nil {
-			out = append(out, *cl)
+		if cl == nil {
+			continue
 		}
+		if g != nil {
+			t.turn(g.row)
+		}
+		out = append(out, *cl)
 	}
 	return out, nil
+}
+
+// position is a place in dispatch order: (served, name, ord).
+type position struct {
+	served int64
+	name   string
+	ord    int64
+}
+
+func flowPos(f *store.FlowRow) position { return position{f.Served, f.Flow, f.Ord} }
+
+func groupPos(g *store.GroupRow) position { return position{g.Served, g.Group, g.Ord} }
+
+func (p position) before(q position, order store.Order) bool {
+	return dispatchBefore(p.served, p.name, p.ord, q.served, q.name, q.ord, order)
+}
+
+// groupCand is a group a claim may take a turn of: its row, and the member
+// flows known runnable, in dispatch order (a claim takes them from the
+// front). A known member is the next in dispatch order only if it comes no
+// later than bound, the store's position of the last member read in the
+// store's order (members made runnable by this transaction are known
+// although the store's order has not reached them), or when all are read.
+type groupCand struct {
+	group   string
+	row     *store.GroupRow
+	members []*store.FlowRow
+	seen    map[*store.FlowRow]bool
+	bound   *position // nil: no member read in the store's order yet
+	all     bool      // every runnable member has been read
+	done    bool      // no member left that this claim can take
+}
+
+// groupSet is the groups a claim may take turns of. Groups are read in the
+// store's order a page at a time; the best known group is the next one in
+// dispatch order only if it comes no later than bound, the store's
+// position of the last group read (turns move groups back, and a group
+// whose members are paused or held gives none), or when all are read.
+type groupSet struct {
+	cands  []*groupCand
+	byName map[string]*groupCand
+	bound  *position
+	all    bool
+	read   int // groups read in the store's order so far
+	excl   map[string]bool
+}
+
+// groupCands returns the groups a claim may take turns of: those the read
+// picked, and those of the member flows this transaction made runnable,
+// each with the members it knows. It reads the rows of groups it lacks.
+func (t *txn) groupCands(ctx context.Context, rr *store.ReadResult, order store.Order, exclude map[string]bool, asked int) (*groupSet, error) {
+	gs := &groupSet{byName: map[string]*groupCand{}, excl: exclude, read: len(rr.GroupPicks)}
+	// The read asked for as many groups as claims (and excluded groups):
+	// fewer means it read them all.
+	gs.all = len(rr.GroupPicks) < asked
+	if n := len(rr.GroupPicks); n > 0 && !gs.all {
+		p := groupPos(&rr.GroupPicks[n-1].Group)
+		gs.bound = &p
+	}
+	var missing []string
+	for i := range rr.GroupPicks {
+		gs.note(t, rr.GroupPicks[i].Group.Group, &missing)
+	}
+	for _, f := range t.dirtyFlows {
+		if f.Runnable && f.Group != "" {
+			gs.note(t, f.Group, &missing)
+		}
+	}
+	if err := t.loadGroups(ctx, missing); err != nil {
+		return nil, err
+	}
+	for _, g := range gs.cands {
+		if g.row == nil {
+			if g.row = t.groups[g.group]; g.row == nil {
+				return nil, fmt.Errorf("group %q of a runnable flow is missing: the store is inconsistent", g.group)
+			}
+		}
+	}
+	for i := range rr.GroupPicks {
+		gs.addPick(t, &rr.GroupPicks[i])
+	}
+	for _, f := range t.dirtyFlows {
+		if g := gs.byName[f.Group]; g != nil && f.Runnable && f.Group != "" {
+			g.add(f)
+		}
+	}
+	for _, g := range gs.cands {
+		g.sort(order)
+	}
+	return gs, nil
+}
+
+// note makes a candidate of group name, unless excluded or known.
+func (gs *groupSet) note(t *txn, name string, missing *[]string) {
+	if _, ok := gs.byName[name]; ok || gs.excl[name] {
+		return
+	}
+	g := &groupCand{group: name, seen: map[*store.FlowRow]bool{}, row: t.groups[name]}
+	if g.row == nil {
+		*missing = append(*missing, name) // its row: loadGroups
+	}
+	gs.byName[name] = g
+	gs.cands = append(gs.cands, g)
+}
+
+// addPick records a group read in the store's order with its first member:
+// the store's first runnable member, so the bound of the group's members.
+func (gs *groupSet) addPick(t *txn, gp *store.GroupPick) {
+	g := gs.byName[gp.Group.Group]
+	if g == nil {
+		return // excluded
+	}
+	if gp.First.Flow.Flow == "" {
+		return // every runnable member held: the claim reads them again if it needs to
+	}
+	p := flowPos(&gp.First.Flow)
+	g.bound = &p
+	g.add(t.flows[gp.First.Flow.Flow])
+}
+
+// loadGroups reads the rows of the groups the transaction lacks.
+func (t *txn) loadGroups(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	more, err := t.tx.Read(ctx, store.ReadSet{At: t.at, Groups: names})
+	if err != nil {
+		return err
+	}
+	t.addGroups(more)
+	return nil
+}
+
+// best returns the group a claim takes a turn of next: among those with a
+// runnable member it can take, the smallest served, ties by group name
+// (seed) or creation order (fair); nil when there is none. It reads more
+// groups in the store's order while the best it knows may come after one
+// it has not read, want more claims' worth at a time.
+func (gs *groupSet) best(ctx context.Context, t *txn, order store.Order, want int) (*groupCand, error) {
+	for {
+		var best *groupCand
+		for _, g := range gs.cands {
+			if g.done || t.runnable(g.row) <= 0 {
+				continue
+			}
+			if best == nil || groupPos(g.row).before(groupPos(best.row), order) {
+				best = g
+			}
+		}
+		if gs.all || gs.bound == nil || (best != nil && !gs.bound.before(groupPos(best.row), order)) {
+			return best, nil
+		}
+		// Read further: as many groups as were read, plus want.
+		limit := gs.read + want
+		rr, err := t.tx.Read(ctx, store.ReadSet{At: t.at, GroupPickLimit: limit, Order: order})
+		if err != nil {
+			return nil, err
+		}
+		t.addGroups(rr)
+		gs.all = len(rr.GroupPicks) < limit
+		gs.read = len(rr.GroupPicks)
+		if n := len(rr.GroupPicks); n > 0 {
+			p := groupPos(&rr.GroupPicks[n-1].Group)
+			gs.bound = &p
+		}
+		var missing []string
+		for i := range rr.GroupPicks {
+			gs.note(t, rr.GroupPicks[i].Group.Group, &missing)
+		}
+		for i := range rr.GroupPicks {
+			if g := gs.byName[rr.GroupPicks[i].Group.Group]; g != nil && g.bound == nil {
+				gs.addPick(t, &rr.GroupPicks[i])
+				g.sort(order)
+			}
+		}
+	}
+}
+
+func (g *groupCand) add(f *store.FlowRow) bool {
+	if f != nil && f.Runnable && f.Group == g.row.Group && !g.seen[f] {
+		g.seen[f] = true
+		g.members = append(g.members, f)
+		return true
+	}
+	return false
+}
+
+func (g *groupCand) sort(order store.Order) {
+	sortDispatch(g.members, order)
+}
+
+// runnable is the group's count of runnable members as this transaction
+// has left it.
+func (t *txn) runnable(g *store.GroupRow) int64 { return g.RunnableFlows + t.groupDelta[g.Group] }
+
+// dispatchBefore reports whether a flow or group (served, name, ord) comes
+// before another in dispatch order (SPEC §2 step 3, §7, §8).
+func dispatchBefore(served int64, name string, ord int64, served2 int64, name2 string, ord2 int64, order store.Order) bool {
+	if served != served2 {
+		return served < served2
+	}
+	if order == store.OrderCreation {
+		return ord < ord2
+	}
+	return name < name2
+}
+
+// member returns the next member flow of g a claim takes: the first runnable
+// one in dispatch order that this transaction has not claimed. A paused
+// member it meets is parked (only a claim parks a member flow). While the
+// first member it knows may come after one it has not read (see
+// groupCand), it reads more of the group's members in the store's order,
+// enough for want more claims; nil when the group has none left that it can
+// take.
+func (t *txn) member(ctx context.Context, g *groupCand, order store.Order, want int) (*store.FlowRow, error) {
+	for {
+		for len(g.members) > 0 && (!g.members[0].Runnable || g.members[0].Group != g.row.Group) {
+			g.members = g.members[1:]
+		}
+		if len(g.members) > 0 {
+			f := g.members[0]
+			if g.all || (g.bound != nil && !g.bound.before(flowPos(f), order)) {
+				g.members = g.members[1:]
+				if f.Paused {
+					t.parkHead(f)
+					t.changedFlow(f)
+					continue
+				}
+				return f, nil
+			}
+		} else if g.all || t.runnable(g.row) <= 0 {
+			return nil, nil
+		}
+		// Every member read so far is known: a page as large as those plus
+		// want has room for want more.
+		limit := len(g.seen) + want
+		hs, err := t.tx.Members(ctx, g.row.Group, order, limit)
+		if err != nil {
+			return nil, err
+		}
+		g.all = len(hs) < limit
+		if n := len(hs); n > 0 {
+			p := flowPos(&hs[n-1].Flow)
+			g.bound = &p
+		}
+		for i := range hs {
+			f := t.addFlow(&hs[i].Flow)
+			if hs[i].Head != nil {
+				t.addEvent(hs[i].Head)
+			}
+			g.add(f)
+		}
+		g.sort(order)
+	}
+}
+
+// turn records that a claim took a turn of group g (SPEC §8): with weight 1
+// the group's served becomes the claim's ticket, as a flow's does. With
+// weight w > 1 the group keeps its place for w consecutive claims (deficit
+// round robin: Credit counts the claims left in its turn) and goes to the
+// back with the last one, so a saturated group of weight w gets w claims
+// for every claim of a saturated group of weight 1, and an always-eligible
+// group is claimed again after at most the sum of the other active groups'
+// weights.
+func (t *txn) turn(g *store.GroupRow) {
+	if g.Weight <= 1 {
+		g.Served, g.Credit = t.clock.Ticket, 0
+	} else {
+		if g.Credit <= 0 || g.Credit > g.Weight {
+			g.Credit = g.Weight
+		}
+		g.Credit--
+		if g.Credit == 0 {
+			g.Served = t.clock.Ticket
+		}
+	}
+	t.turned[g.Group] = true
 }
 
 // sortDispatch sorts flows in dispatch order (SPEC §2 step 3, §7): the
@@ -182,6 +533,12 @@ func sortDispatch(fs []*store.FlowRow, order store.Order) {
 // claim then picks. due is the first page; the next pages are read here.
 func (t *txn) promoteDue(ctx context.Context, due []store.FlowHead) error {
 	for {
+		// The page's last key, taken before the promotions below clear
+		// the rows' WaitUntil (a row read is the working row).
+		var next store.FlowKey
+		if n := len(due); n > 0 && due[n-1].Flow.WaitUntil != nil {
+			next = store.FlowKey{WaitUntil: *due[n-1].Flow.WaitUntil, Flow: due[n-1].Flow.Flow}
+		}
 		for i := range due {
 			f := t.addFlow(&due[i].Flow)
 			if f.WaitUntil == nil || *f.WaitUntil > t.at {
@@ -195,21 +552,24 @@ func (t *txn) promoteDue(ctx context.Context, due []store.FlowHead) error {
 				t.leaseExpired(head)
 				head.State, head.Reason = store.StateQuarantined, ReasonBudgetExhausted
 				t.changedEvent(head)
-				parkHead(f)
+				t.parkHead(f)
+			} else if f.Paused {
+				t.parkHead(f) // a member flow paused while it waited
 			} else {
-				f.Runnable, f.WaitUntil = true, nil
+				t.setRunnable(f, true)
+				f.WaitUntil = nil
 			}
 			t.changedFlow(f)
 		}
 		if len(due) < duePage {
 			return nil
 		}
-		last := due[len(due)-1].Flow
-		rr, err := t.tx.Read(ctx, store.ReadSet{At: t.at, DueLimit: duePage, DueAfter: &store.FlowKey{WaitUntil: *last.WaitUntil, Flow: last.Flow}})
+		rr, err := t.tx.Read(ctx, store.ReadSet{At: t.at, DueLimit: duePage, DueAfter: &next})
 		if err != nil {
 			return err
 		}
 		t.addHeads(rr.Due)
+		t.addGroups(rr)
 		due = rr.Due
 	}
 }
@@ -252,7 +612,8 @@ func (t *txn) claimOne(f *store.FlowRow) (*Claim, error) {
 	t.clock.Ticket++
 	f.Served = t.clock.Ticket
 	lease := at + t.q.policy.Lease
-	f.Runnable, f.WaitUntil = false, &lease
+	t.setRunnable(f, false)
+	f.WaitUntil = &lease
 	head.State = store.StateInflight
 	head.Generation++
 	head.Attempts++
@@ -261,9 +622,13 @@ func (t *txn) claimOne(f *store.FlowRow) (*Claim, error) {
 	head.ClaimedWall = t.wall
 	t.changedEvent(head)
 	t.changedFlow(f)
+	group := f.Group
+	if group == "" {
+		group = f.Flow
+	}
 	return &Claim{
 		Token: Token{EventID: head.ID, Generation: head.Generation},
-		Flow:  head.Flow, Seq: head.Seq, Body: head.Body,
+		Flow:  head.Flow, Group: group, Seq: head.Seq, Body: head.Body,
 		LeaseUntil: lease, Ticket: t.clock.Ticket, Attempts: head.Attempts,
 	}, nil
 }

@@ -19,6 +19,12 @@ type EnqueueParams struct {
 	ID string
 	// Flow is the ordering key, following CheckID's rule.
 	Flow string
+	// Group is the tenant the flow belongs to (SPEC §8), following
+	// CheckID's rule; optional. The enqueue that creates the flow fixes
+	// its group: without one the flow joins the group named like itself.
+	// Naming another group for an existing flow is ErrInvalidInput naming
+	// "group", and nothing changes, not even the tick.
+	Group string
 	// Body is the immutable payload: 1 to Policy.MaxBodyBytes bytes, stored
 	// and delivered byte for byte.
 	Body []byte
@@ -36,9 +42,10 @@ type EnqueueParams struct {
 // NewEvent is one event of an EnqueueMany: the fields of EnqueueParams but
 // the tick, which is the batch's.
 type NewEvent struct {
-	ID   string
-	Flow string
-	Body []byte
+	ID    string
+	Flow  string
+	Group string
+	Body  []byte
 }
 
 // EnqueueManyParams enqueues many events at one tick in one transaction.
@@ -64,12 +71,26 @@ const (
 	// EnqueueConflict: the id is stored with another flow or body; nothing
 	// changed.
 	EnqueueConflict EnqueueStatus = "conflict"
+	// EnqueueFull: the id is new, but storing it would go over a backlog
+	// limit (SPEC §8); Limit names the first that applied. Nothing changed
+	// but the tick. Not an error: the producer decides (drop, retry later,
+	// shed load).
+	EnqueueFull EnqueueStatus = "full"
 )
 
-// EnqueueResult is the answer of Enqueue. Seq is 0 for EnqueueConflict.
+// The limits an EnqueueFull names (SPEC §8), checked in this order.
+const (
+	LimitStore = "store"
+	LimitGroup = "group"
+	LimitFlow  = "flow"
+)
+
+// EnqueueResult is the answer of Enqueue. Seq is 0 for EnqueueConflict
+// and EnqueueFull; Limit is set for EnqueueFull only.
 type EnqueueResult struct {
 	Status EnqueueStatus `json:"status"`
 	Seq    int64         `json:"seq,omitempty"`
+	Limit  string        `json:"limit,omitempty"`
 	// Tick is the tick the write ran at (At, or the stored tick under
 	// AtStored or Floor). Not part of the SPEC §6 answer.
 	Tick int64 `json:"-"`
@@ -78,9 +99,10 @@ type EnqueueResult struct {
 // Enqueue stores one event in its own transaction (SPEC §2): a new id gets
 // the next seq of its flow (creating the flow), a repeated id with the same
 // flow and body answers existing, a repeated id with anything else answers
-// conflict. Errors (SPEC §2 order): ErrClockRegressed; ErrInvalidInput
-// naming at, id, flow or body; ErrBusy; ErrDatabase. On error nothing
-// changed.
+// conflict; a new id that would go over a backlog limit answers full
+// (SPEC §8). Errors (SPEC §2 order): ErrClockRegressed; ErrInvalidInput
+// naming at, id, flow, group or body; ErrBusy; ErrDatabase. On error
+// nothing changed.
 func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
 	rs, err := q.EnqueueMany(ctx, EnqueueManyParams{At: p.At, Floor: p.Floor, Events: []NewEvent{p.event()}})
 	if err != nil {
@@ -89,7 +111,9 @@ func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, er
 	return rs[0], nil
 }
 
-func (p EnqueueParams) event() NewEvent { return NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body} }
+func (p EnqueueParams) event() NewEvent {
+	return NewEvent{ID: p.ID, Flow: p.Flow, Group: p.Group, Body: p.Body}
+}
 
 // EnqueueMany stores p.Events in one transaction at one tick, each with the
 // answer Enqueue would give in that order. A bad event fails the whole batch
@@ -146,24 +170,30 @@ func (q *Queue) enqueueOne(ctx context.Context, caller any, p EnqueueParams) (En
 func (q *Queue) enqueue(ctx context.Context, caller any, p EnqueueManyParams) ([]EnqueueResult, error) {
 	evs := make([]store.NewEvent, len(p.Events))
 	for i, e := range p.Events {
-		evs[i] = store.NewEvent{ID: e.ID, Flow: e.Flow, Body: e.Body}
+		evs[i] = store.NewEvent{ID: e.ID, Flow: e.Flow, Group: e.Group, Body: e.Body}
 	}
 	sp := store.EnqueueParams{At: p.At, Floor: p.Floor, MaxTickJump: q.policy.MaxTickJump, MaxBodyBytes: q.policy.MaxBodyBytes, Events: evs}
 	res, err := q.store.Enqueue(ctx, caller, sp)
 	if err != nil {
-		var ce *store.ClockRegressedError
-		var ie *store.InvalidError
-		switch {
-		case errors.As(err, &ce):
-			return nil, &Error{Code: CodeClockRegressed, Message: ce.Error()}
-		case errors.As(err, &ie):
-			return nil, &Error{Code: CodeInvalidInput, Field: ie.Field, Message: ie.Message}
-		}
-		return nil, dbError("enqueue", err)
+		return nil, storeError("enqueue", err)
 	}
 	out := make([]EnqueueResult, len(res.Answers))
 	for i, a := range res.Answers {
-		out[i] = EnqueueResult{Status: EnqueueStatus(a.Status), Seq: a.Seq, Tick: res.Tick}
+		out[i] = EnqueueResult{Status: EnqueueStatus(a.Status), Seq: a.Seq, Limit: a.Limit, Tick: res.Tick}
 	}
 	return out, nil
+}
+
+// storeError translates an error of a write the backend carries out whole
+// (enqueue, configure, prune).
+func storeError(op string, err error) error {
+	var ce *store.ClockRegressedError
+	var ie *store.InvalidError
+	switch {
+	case errors.As(err, &ce):
+		return &Error{Code: CodeClockRegressed, Message: ce.Error()}
+	case errors.As(err, &ie):
+		return &Error{Code: CodeInvalidInput, Field: ie.Field, Message: ie.Message}
+	}
+	return dbError(op, err)
 }

@@ -39,14 +39,15 @@ type Error struct {
 
 func (e *Error) Error() string {
 	msg := e.Message
-	if e.Field != "" {
-		msg = e.Field + ": " + msg
-	}
 	if e.Err != nil {
 		if msg == "" {
-			return e.Err.Error()
+			msg = e.Err.Error()
+		} else {
+			msg += ": " + e.Err.Error()
 		}
-		return msg + ": " + e.Err.Error()
+	}
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
 	}
 	return msg
 }

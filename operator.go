@@ -113,7 +113,7 @@ func (q *Queue) Expedite(ctx context.Context, p ExpediteParams) (ActionResult, e
 		// enqueue tick, which the clock has passed.
 		e.NextAt = t.at
 		t.changedEvent(e)
-		placeHead(f, t.at, t.at)
+		t.placeHead(f, t.at)
 		t.changedFlow(f)
 		t.appendAudit(store.AuditRow{EventID: &e.ID, Flow: e.Flow, Action: actionExpedite, Reason: p.Reason, Generation: &e.Generation}, p.Operator)
 		res = ActionResult{Status: ActionReady, NextAt: t.at}
@@ -183,7 +183,7 @@ func (q *Queue) flowAction(ctx context.Context, action string, p FlowActionParam
 		}
 		if action == actionPause {
 			f.Paused, f.PausedBy, f.PausedReason, f.PausedAt = true, p.Operator, p.Reason, t.at
-			parkHead(f)
+			t.parkHead(f)
 			res.Status = ActionPaused
 		} else {
 			f.Paused, f.PausedBy, f.PausedReason, f.PausedAt = false, "", "", 0
@@ -206,7 +206,7 @@ func (q *Queue) flowAction(ctx context.Context, action string, p FlowActionParam
 // neither.
 func (t *txn) refile(f *store.FlowRow) error {
 	if f.HeadSeq > f.Seq {
-		parkHead(f)
+		t.parkHead(f)
 		return nil
 	}
 	h, err := t.head(f)
@@ -215,12 +215,18 @@ func (t *txn) refile(f *store.FlowRow) error {
 	}
 	switch h.State {
 	case store.StateReady:
-		placeHead(f, h.NextAt, t.at)
+		t.placeHead(f, h.NextAt)
 	case store.StateInflight:
+		if f.Runnable {
+			// A member flow whose expired head a claim had promoted before
+			// the pause (only a claim parks a member): it still is.
+			f.WaitUntil = nil
+			return nil
+		}
 		lease := h.LeaseUntil
-		f.Runnable, f.WaitUntil = false, &lease
+		f.WaitUntil = &lease
 	default:
-		parkHead(f)
+		t.parkHead(f)
 	}
 	return nil
 }

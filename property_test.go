@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,21 +18,29 @@ import (
 	"github.com/fairrelay/fairrelay/internal/harness/refmodel"
 )
 
-// The property test of issue 4: random seeded operation sequences run against
-// a real SQLite Queue (indexed heads, promoteDue, batches) and against
-// refmodel (the SPEC read literally, with the naive head scan) — SettleAndClaim
-// against the model's SettleBatch then ClaimBatch; every answer,
-// every error code and the snapshots must be identical. Under the fair policy
-// the same runs also check the fairness bound of SPEC §7.
+// The property test of issues 4 and 16: random seeded operation sequences run
+// against a real Queue on every backend (indexed heads, promoteDue, group
+// indexes, batches) and against refmodel (the SPEC read literally, with
+// naive scans) — SettleMany with a ClaimLimit against the model's SettleBatch then
+// ClaimBatch; every answer, every error code (and the field an
+// invalid_input names) and the snapshots must be identical. The operations
+// are those of SPEC §2 and §6 and those of §8 (enqueue with a group,
+// configure with weights and limits, prune) and §9 (expedite, pause,
+// resume). Under the fair policy the same runs also check the fairness
+// bound of SPEC §7 in §8's two-level, weighted form (fairnessTracker).
 //
-// Each subtest is named by its policy and seed. Replay one with
+// Each subtest is named by its backend, policy and seed. Replay one with
 //
-//	FAIRRELAY_PROPERTY_SEED=<seed> go test -run 'TestPropertyMatchesReference/^<policy>$' .
+//	FAIRRELAY_PROPERTY_SEED=<seed> go test -run 'TestPropertyMatchesReference/^<backend>$/^<policy>$' .
 //
 // and run more seeds with FAIRRELAY_PROPERTY_SEEDS=<n> (default 3 fixed seeds
 // plus one drawn from the clock per policy, logged in the subtest name).
+// FAIRRELAY_PROPERTY_VERBOSE=1 logs every operation with its answer;
+// FAIRRELAY_PROPERTY_SHRINK=1 makes a failing run look for a short sequence
+// of its operations that fails at the same operation on a fresh store, and
+// log it: the replay for a bug report.
 
-const propertyOps = 250
+const propertyOps = 300
 
 func propertySeeds(t *testing.T) []uint64 {
 	if v := os.Getenv("FAIRRELAY_PROPERTY_SEED"); v != "" {
@@ -99,35 +108,14 @@ func runProperty(t *testing.T, b conformance.Backend, pol fairrelay.Policy, seed
 	r.compareSnapshots("end")
 	if pol.Entry == fairrelay.EntryFair {
 		for _, v := range r.fair.violations {
-			t.Errorf("SPEC §7 fairness bound: %s", v)
+			t.Errorf("SPEC §7/§8 fairness bound: %s", v)
 		}
-		if r.fair.checked == 0 {
-			t.Errorf("the fairness bound was never exercised: no flow was claimed while tracked")
-		}
-	}
-	t.Logf("ops %d, claims %d, fairness bound checked on %d claims", propertyOps, r.claims, r.fair.checked)
-}
-
-// TestFairnessBoundCatchesSeedEntry shows that the fairness check of the
-// property test can fail: under the seed policy new flows start at served 0
-// and overtake a waiting flow (SPEC §5 item 10), which the same tracker must
-// report for some seed (counting flows ahead with the seed policy's own tie
-// rule, so only a flow that joined later can break the bound).
-func TestFairnessBoundCatchesSeedEntry(t *testing.T) {
-	t.Parallel()
-	pol := fairrelay.ReferencePolicy()
-	for seed := uint64(1); seed <= 8; seed++ {
-		r := newPropertyRun(t, conformance.SQLite(), pol, seed)
-		r.fair.on = true
-		for i := range propertyOps {
-			r.step(i)
-			if len(r.fair.violations) > 0 {
-				t.Logf("seed %d: %s", seed, r.fair.violations[0])
-				return
-			}
+		if r.fair.checked == 0 || r.fair.checkedRows == 0 {
+			t.Errorf("the fairness bound was never exercised on groups: %d claims checked, %d of group rows", r.fair.checked, r.fair.checkedRows)
 		}
 	}
-	t.Fatal("no seed made a new flow overtake a waiting one under the seed policy: the fairness check cannot fail")
+	t.Logf("ops %d, claims %d, fairness bound checked on %d claims (%d of group rows, %d inside them); answers: %v",
+		propertyOps, r.claims, r.fair.checked, r.fair.checkedRows, r.fair.checkedMembers, r.seen)
 }
 
 // propertyRun drives one Queue and one Model with the same operations.
@@ -140,16 +128,34 @@ type propertyRun struct {
 	q      *fairrelay.Queue
 	m      *refmodel.Model
 	// ids are the event ids created so far, with their flow and body, so
-	// repeated enqueues can be existing or conflict.
-	ids     []string
-	idFlow  map[string]string
-	idBody  map[string][]byte
-	flows   []string
-	tokens  []fairrelay.Token // every token handed out, newest last
-	nextID  int
-	claims  int
-	fair    fairnessTracker
-	lastTag string
+	// repeated enqueues can be existing or conflict (pruned ones too, which
+	// answer by their tombstones).
+	ids    []string
+	idFlow map[string]string
+	idBody map[string][]byte
+	flows  []string
+	// groups are the group names enqueues and configures draw from; more
+	// join as the run goes (see groupFor).
+	groups []string
+	// intended is the group a flow not yet created was first drawn with.
+	intended map[string]string
+	tokens   []fairrelay.Token // every token handed out, newest last
+	nextID   int
+	claims   int
+	fair     fairnessTracker
+	lastTag  string
+	// seen counts the answers by kind, to show in the log that the run
+	// reached the §8 and §9 cases (full, rejected, pruned …).
+	seen map[string]int
+	// verbose logs every operation with its answer (a failure's replay).
+	verbose bool
+	// backend and seed made the run; ops are the operations drawn so far,
+	// for shrink; replaying marks a shrink's replay, whose failures panic
+	// with a shrinkFailure.
+	backend   conformance.Backend
+	seed      uint64
+	ops       []propertyOp
+	replaying bool
 }
 
 func newPropertyRun(t *testing.T, b conformance.Backend, pol fairrelay.Policy, seed uint64) *propertyRun {
@@ -164,9 +170,12 @@ func newPropertyRun(t *testing.T, b conformance.Backend, pol fairrelay.Policy, s
 		t: t, ctx: ctx, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), path: path,
 		policy: q.Policy(), q: q, m: refmodel.New(q.Policy()),
 		idFlow: map[string]string{}, idBody: map[string][]byte{},
-		flows: []string{"A", "B", "C", "D"},
+		flows: []string{"A", "B", "C", "D"}, groups: []string{"G1", "G2", "G3"},
+		intended: map[string]string{}, seen: map[string]int{},
+		verbose: os.Getenv("FAIRRELAY_PROPERTY_VERBOSE") != "",
+		backend: b, seed: seed,
 	}
-	r.fair.tracked = map[string]*fairnessWatch{}
+	r.fair.reset()
 	r.fair.on = r.policy.Entry == fairrelay.EntryFair
 	return r
 }
@@ -198,6 +207,8 @@ func (r *propertyRun) tick() int64 {
 func (r *propertyRun) enqueueParams() fairrelay.EnqueueParams {
 	if len(r.ids) > 0 && r.rng.IntN(6) == 0 {
 		// A repeated id: the same flow and body (existing) or not (conflict).
+		// A pruned id answers by its tombstone, or is new again once the
+		// tombstone is gone (SPEC §8).
 		id := r.ids[r.rng.IntN(len(r.ids))]
 		p := fairrelay.EnqueueParams{ID: id, Flow: r.idFlow[id], Body: r.idBody[id]}
 		switch r.rng.IntN(3) {
@@ -206,6 +217,7 @@ func (r *propertyRun) enqueueParams() fairrelay.EnqueueParams {
 		case 2:
 			p.Flow = r.flows[r.rng.IntN(len(r.flows))] + "x"
 		}
+		p.Group = r.groupFor(p.Flow)
 		return p
 	}
 	if r.rng.IntN(8) == 0 {
@@ -216,7 +228,7 @@ func (r *propertyRun) enqueueParams() fairrelay.EnqueueParams {
 	id := fmt.Sprintf("e%04d", r.nextID)
 	flow := r.flows[r.rng.IntN(len(r.flows))]
 	body := []byte(fmt.Sprintf(`{"delta":%d}`, 1+r.rng.IntN(3)))
-	return fairrelay.EnqueueParams{ID: id, Flow: flow, Body: body}
+	return fairrelay.EnqueueParams{ID: id, Flow: flow, Group: r.groupFor(flow), Body: body}
 }
 
 func (r *propertyRun) recordEnqueue(p fairrelay.EnqueueParams, res fairrelay.EnqueueResult) {
@@ -249,121 +261,211 @@ func (r *propertyRun) settleParams() fairrelay.Settlement {
 	return p
 }
 
+// propertyOp is one drawn operation: its parameters are fixed when it is
+// drawn, so that run can replay it on a fresh Queue and Model (shrink).
+type propertyOp struct {
+	tag string
+	run func(r *propertyRun)
+}
+
+// step draws operation i from the run's state and runs it.
 func (r *propertyRun) step(i int) {
 	r.t.Helper()
-	switch op := r.rng.IntN(100); {
+	op := r.draw(i)
+	r.ops = append(r.ops, op)
+	r.lastTag = op.tag
+	op.run(r)
+}
+
+// draw draws operation i; its run compares the Queue's answers with the
+// model's.
+func (r *propertyRun) draw(i int) propertyOp {
+	op := r.rng.IntN(120)
+	if len(r.m.BackingOff(r.m.Tick())) > 0 && r.rng.IntN(5) == 0 {
+		op = 110 // an expedite while a head backs off: rare otherwise
+	}
+	switch {
 	case op < 22:
 		p := r.enqueueParams()
 		p.At = r.tick()
-		r.lastTag = fmt.Sprintf("op %d: enqueue %+v", i, p)
-		got, gotErr := r.q.Enqueue(r.ctx, p)
-		want, wantErr := r.m.Enqueue(p)
-		r.same(got, gotErr, want, wantErr)
-		r.recordEnqueue(p, want)
+		return propertyOp{fmt.Sprintf("op %d: enqueue at %d %s", i, p.At, describeEnqueue(p)), func(r *propertyRun) {
+			got, gotErr := r.q.Enqueue(r.ctx, p)
+			want, wantErr := r.m.Enqueue(p)
+			r.same(got, gotErr, want, wantErr)
+			r.recordEnqueue(p, want)
+			r.count("enqueue "+string(want.Status)+" "+want.Limit, wantErr)
+		}}
 	case op < 30:
 		at := r.tick()
 		ps := draw(1+r.rng.IntN(4), r.enqueueParams)
-		r.lastTag = fmt.Sprintf("op %d: enqueue batch at %d %+v", i, at, ps)
-		got, gotErr := r.q.EnqueueMany(r.ctx, fairrelay.EnqueueManyParams{At: at, Events: cloneEnqueue(ps)})
-		want, wantErr := r.m.EnqueueBatch(at, cloneEnqueue(ps))
-		r.same(got, gotErr, want, wantErr)
-		for j, res := range want {
-			r.recordEnqueue(ps[j], res)
+		tag := fmt.Sprintf("op %d: enqueue batch at %d", i, at)
+		for _, p := range ps {
+			tag += " [" + describeEnqueue(p) + "]"
 		}
+		return propertyOp{tag, func(r *propertyRun) {
+			got, gotErr := r.q.EnqueueMany(r.ctx, fairrelay.EnqueueManyParams{At: at, Events: cloneEnqueue(ps)})
+			want, wantErr := r.m.EnqueueBatch(at, cloneEnqueue(ps))
+			r.same(got, gotErr, want, wantErr)
+			for j, res := range want {
+				r.recordEnqueue(ps[j], res)
+			}
+			r.count("enqueue batch", wantErr)
+		}}
 	case op < 50:
 		at := r.tick()
-		r.lastTag = fmt.Sprintf("op %d: claim at %d", i, at)
-		eligible := r.fair.before(r, at)
-		got, gotErr := queuetest.ClaimOne(r.ctx, r.q, at)
-		want, wantErr := r.m.Claim(at)
-		r.same(got, gotErr, want, wantErr)
-		if want != nil {
-			r.claimed([]fairrelay.Claim{*want}, eligible)
-		}
+		return propertyOp{fmt.Sprintf("op %d: claim at %d", i, at), func(r *propertyRun) {
+			eligible := r.fair.before(r, at)
+			got, gotErr := queuetest.ClaimOne(r.ctx, r.q, at)
+			want, wantErr := r.m.Claim(at)
+			r.same(got, gotErr, want, wantErr)
+			if want != nil {
+				r.claimed([]fairrelay.Claim{*want}, eligible)
+			}
+		}}
 	case op < 58:
 		at, k := r.tick(), 1+r.rng.IntN(4)
-		r.lastTag = fmt.Sprintf("op %d: claim batch at %d k %d", i, at, k)
-		eligible := r.fair.before(r, at)
-		got, gotErr := queuetest.Claims(r.q.Claim(r.ctx, fairrelay.ClaimParams{At: at, Limit: k}))
-		want, wantErr := r.m.ClaimBatch(at, k)
-		if gotErr == nil && len(got) == 0 {
-			got = []fairrelay.Claim{} // idle: empty either way
-		}
-		r.same(got, gotErr, want, wantErr)
-		if wantErr == nil {
-			r.claimed(want, eligible)
-		}
+		return propertyOp{fmt.Sprintf("op %d: claim batch at %d k %d", i, at, k), func(r *propertyRun) {
+			eligible := r.fair.before(r, at)
+			got, gotErr := queuetest.Claims(r.q.Claim(r.ctx, fairrelay.ClaimParams{At: at, Limit: k}))
+			want, wantErr := r.m.ClaimBatch(at, k)
+			if gotErr == nil && len(got) == 0 {
+				got = []fairrelay.Claim{} // idle: empty either way
+			}
+			r.same(got, gotErr, want, wantErr)
+			if wantErr == nil {
+				r.claimed(want, eligible)
+			}
+		}}
 	case op < 80:
 		p, at := r.settleParams(), r.tick()
-		r.lastTag = fmt.Sprintf("op %d: settle at %d %+v", i, at, p)
-		var got, want fairrelay.SettleResult
-		var gotErr, wantErr error
-		if p.NotBefore == 0 {
-			got, gotErr = r.q.Settle(r.ctx, fairrelay.SettleParams{Token: p.Token, Outcome: p.Outcome, At: at})
-			want, wantErr = r.m.Settle(p.Token, p.Outcome, at)
-		} else {
-			var gs, ws []fairrelay.SettleResult
-			gs, gotErr = queuetest.Settles(r.q.SettleMany(r.ctx, fairrelay.SettleManyParams{At: at, Settles: []fairrelay.Settlement{p}}))
-			ws, wantErr = r.m.SettleBatch(at, []fairrelay.Settlement{p})
-			if len(gs) > 0 {
-				got = gs[0]
+		return propertyOp{fmt.Sprintf("op %d: settle at %d %+v", i, at, p), func(r *propertyRun) {
+			var got, want fairrelay.SettleResult
+			var gotErr, wantErr error
+			if p.NotBefore == 0 {
+				got, gotErr = r.q.Settle(r.ctx, fairrelay.SettleParams{Token: p.Token, Outcome: p.Outcome, At: at})
+				want, wantErr = r.m.Settle(p.Token, p.Outcome, at)
+			} else {
+				var gs, ws []fairrelay.SettleResult
+				gs, gotErr = queuetest.Settles(r.q.SettleMany(r.ctx, fairrelay.SettleManyParams{At: at, Settles: []fairrelay.Settlement{p}}))
+				ws, wantErr = r.m.SettleBatch(at, []fairrelay.Settlement{p})
+				if len(gs) > 0 {
+					got = gs[0]
+				}
+				if len(ws) > 0 {
+					want = ws[0]
+				}
 			}
-			if len(ws) > 0 {
-				want = ws[0]
-			}
-		}
-		r.same(got, gotErr, want, wantErr)
+			r.same(got, gotErr, want, wantErr)
+		}}
 	case op < 84:
 		// SettleAndClaim: the answers of SettleBatch then ClaimBatch at one
 		// tick, in one transaction.
 		at, k := r.tick(), r.rng.IntN(3)
 		ps := draw(r.rng.IntN(3), r.settleParams)
-		r.lastTag = fmt.Sprintf("op %d: settle and claim at %d k %d %+v", i, at, k, ps)
-		gotRs, gotCs, gotErr := queuetest.SettleClaims(r.q.SettleMany(r.ctx, fairrelay.SettleManyParams{At: at, Settles: ps, ClaimLimit: k}))
-		wantRs, wantErr := r.m.SettleBatch(at, ps)
-		var wantCs []fairrelay.Claim
-		var eligible map[string]bool
-		if wantErr == nil && k > 0 {
-			eligible = r.fair.before(r, at)
-			wantCs, wantErr = r.m.ClaimBatch(at, k)
-		}
-		if len(gotCs) == 0 && len(wantCs) == 0 {
-			gotCs, wantCs = nil, nil // idle, or no claim asked
-		}
-		if len(gotRs) == 0 && len(wantRs) == 0 {
-			gotRs, wantRs = nil, nil
-		}
-		r.same(gotRs, gotErr, wantRs, wantErr)
-		r.same(gotCs, gotErr, wantCs, wantErr)
-		r.claimed(wantCs, eligible)
+		return propertyOp{fmt.Sprintf("op %d: settle and claim at %d k %d %+v", i, at, k, ps), func(r *propertyRun) {
+			gotRs, gotCs, gotErr := queuetest.SettleClaims(r.q.SettleMany(r.ctx, fairrelay.SettleManyParams{At: at, Settles: ps, ClaimLimit: k}))
+			wantRs, wantErr := r.m.SettleBatch(at, ps)
+			var wantCs []fairrelay.Claim
+			var eligible map[string]bool
+			if wantErr == nil && k > 0 {
+				eligible = r.fair.before(r, at)
+				wantCs, wantErr = r.m.ClaimBatch(at, k)
+			}
+			if len(gotCs) == 0 && len(wantCs) == 0 {
+				gotCs, wantCs = nil, nil // idle, or no claim asked
+			}
+			if len(gotRs) == 0 && len(wantRs) == 0 {
+				gotRs, wantRs = nil, nil
+			}
+			r.same(gotRs, gotErr, wantRs, wantErr)
+			r.same(gotCs, gotErr, wantCs, wantErr)
+			r.claimed(wantCs, eligible)
+		}}
 	case op < 88:
 		at := r.tick()
 		ps := draw(1+r.rng.IntN(4), r.settleParams)
-		r.lastTag = fmt.Sprintf("op %d: settle batch at %d %+v", i, at, ps)
-		got, gotErr := queuetest.Settles(r.q.SettleMany(r.ctx, fairrelay.SettleManyParams{At: at, Settles: ps}))
-		want, wantErr := r.m.SettleBatch(at, ps)
-		r.same(got, gotErr, want, wantErr)
+		return propertyOp{fmt.Sprintf("op %d: settle batch at %d %+v", i, at, ps), func(r *propertyRun) {
+			got, gotErr := queuetest.Settles(r.q.SettleMany(r.ctx, fairrelay.SettleManyParams{At: at, Settles: ps}))
+			want, wantErr := r.m.SettleBatch(at, ps)
+			r.same(got, gotErr, want, wantErr)
+		}}
 	case op < 95:
 		p := r.redriveParams()
-		r.lastTag = fmt.Sprintf("op %d: redrive %+v", i, p)
-		got, gotErr := r.q.Redrive(r.ctx, p)
-		want, wantErr := r.m.Redrive(p)
-		r.same(got, gotErr, want, wantErr)
+		return propertyOp{fmt.Sprintf("op %d: redrive %+v", i, p), func(r *propertyRun) {
+			got, gotErr := r.q.Redrive(r.ctx, p)
+			want, wantErr := r.m.Redrive(p)
+			r.same(got, gotErr, want, wantErr)
+		}}
 	case op < 99:
-		r.compareSnapshots(fmt.Sprintf("op %d", i))
+		return propertyOp{fmt.Sprintf("op %d: snapshot", i), func(r *propertyRun) {
+			r.compareSnapshots(fmt.Sprintf("op %d", i))
+		}}
+	case op < 106:
+		p := r.configureParams()
+		return propertyOp{fmt.Sprintf("op %d: configure %s", i, describeConfigure(p)), func(r *propertyRun) {
+			got, gotErr := r.q.Configure(r.ctx, p)
+			want, wantErr := r.m.Configure(p)
+			r.same(got, gotErr, want, wantErr)
+			if wantErr == nil && p.Weight != nil {
+				r.fair.reset() // a weight may lengthen a turn ahead (fairnessTracker)
+			}
+			r.count("configure", wantErr)
+		}}
+	case op < 110:
+		p := r.pruneParams()
+		return propertyOp{fmt.Sprintf("op %d: prune at %d acked_before %d ids_before %d", i, p.At, p.AckedBefore, p.IDsBefore), func(r *propertyRun) {
+			got, gotErr := r.q.Prune(r.ctx, p)
+			want, wantErr := r.m.Prune(p)
+			r.same(got, gotErr, want, wantErr)
+			r.count(fmt.Sprintf("prune events>0=%t tombstones>0=%t", want.Events > 0, want.Tombstones > 0), wantErr)
+		}}
+	case op < 114:
+		p := r.expediteParams()
+		return propertyOp{fmt.Sprintf("op %d: expedite %+v", i, p), func(r *propertyRun) {
+			got, gotErr := r.q.Expedite(r.ctx, p)
+			want, wantErr := r.m.Expedite(p)
+			r.same(got, gotErr, want, wantErr)
+			r.count("expedite "+string(want.Status)+" "+want.RejectReason, wantErr)
+		}}
+	case op < 117:
+		p := r.flowActionParams(true)
+		return propertyOp{fmt.Sprintf("op %d: pause %+v", i, p), func(r *propertyRun) {
+			got, gotErr := r.q.Pause(r.ctx, p)
+			want, wantErr := r.m.Pause(p)
+			r.same(got, gotErr, want, wantErr)
+			r.count("pause "+string(want.Status)+" "+want.RejectReason, wantErr)
+		}}
+	case op < 120:
+		p := r.flowActionParams(false)
+		return propertyOp{fmt.Sprintf("op %d: resume %+v", i, p), func(r *propertyRun) {
+			got, gotErr := r.q.Resume(r.ctx, p)
+			want, wantErr := r.m.Resume(p)
+			r.same(got, gotErr, want, wantErr)
+			r.count("resume "+string(want.Status)+" "+want.RejectReason, wantErr)
+		}}
 	default:
 		// Reopen: everything the answers depend on is on disk.
-		r.lastTag = fmt.Sprintf("op %d: reopen", i)
-		if err := r.q.Close(); err != nil {
-			r.t.Fatal(err)
-		}
-		q, err := fairrelay.Open(r.ctx, r.path, fairrelay.Config{Policy: r.policy})
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		r.q = q
-		r.t.Cleanup(func() { q.Close() })
+		return propertyOp{fmt.Sprintf("op %d: reopen", i), func(r *propertyRun) {
+			if err := r.q.Close(); err != nil {
+				r.t.Fatal(err)
+			}
+			q, err := fairrelay.Open(r.ctx, r.path, fairrelay.Config{Policy: r.policy})
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			r.q = q
+			r.t.Cleanup(func() { q.Close() })
+		}}
 	}
+}
+
+// describeEnqueue shows an enqueue's fields, its body as text.
+func describeEnqueue(p fairrelay.EnqueueParams) string {
+	s := fmt.Sprintf("id %s flow %s", p.ID, p.Flow)
+	if p.Group != "" {
+		s += " group " + p.Group
+	}
+	return s + " body " + string(p.Body)
 }
 
 func (r *propertyRun) redriveParams() fairrelay.RedriveParams {
@@ -414,7 +516,7 @@ func draw[T any](n int, gen func() T) []T {
 func cloneEnqueue(ps []fairrelay.EnqueueParams) []fairrelay.NewEvent {
 	out := make([]fairrelay.NewEvent, len(ps))
 	for i, p := range ps {
-		out[i] = fairrelay.NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body}
+		out[i] = fairrelay.NewEvent{ID: p.ID, Flow: p.Flow, Group: p.Group, Body: p.Body}
 	}
 	return out
 }
@@ -423,7 +525,8 @@ func (r *propertyRun) claimed(cs []fairrelay.Claim, eligible map[string]bool) {
 	for _, c := range cs {
 		r.claims++
 		r.tokens = append(r.tokens, c.Token)
-		r.fair.claim(r, c, eligible)
+		g, row := groupOfClaim(r.m, c.Flow)
+		r.fair.claim(r, c, g, row, eligible)
 	}
 }
 
@@ -431,14 +534,20 @@ func (r *propertyRun) claimed(cs []fairrelay.Claim, eligible map[string]bool) {
 // model's.
 func (r *propertyRun) same(got any, gotErr error, want any, wantErr error) {
 	r.t.Helper()
-	if gc, wc := fairrelay.CodeOf(gotErr), fairrelay.CodeOf(wantErr); gc != wc || (gotErr == nil) != (wantErr == nil) {
-		r.t.Fatalf("%s: error: queue %v, reference %v", r.lastTag, gotErr, wantErr)
+	if gc, wc := fairrelay.CodeOf(gotErr), fairrelay.CodeOf(wantErr); gc != wc || (gotErr == nil) != (wantErr == nil) || errField(gotErr) != errField(wantErr) {
+		r.fail("%s: error: queue %v, reference %v", r.lastTag, gotErr, wantErr)
 	}
 	if gotErr != nil {
+		if r.verbose {
+			r.t.Logf("%s: %v", r.lastTag, wantErr)
+		}
 		return
 	}
 	if d := cmp.Diff(want, got); d != "" {
-		r.t.Fatalf("%s: answer differs (-reference +queue):\n%s", r.lastTag, d)
+		r.fail("%s: answer differs (-reference +queue):\n%s\nreference: %s\nqueue:     %s", r.lastTag, d, describeAnswer(want), describeAnswer(got))
+	}
+	if r.verbose {
+		r.t.Logf("%s: %s", r.lastTag, describeAnswer(want))
 	}
 }
 
@@ -449,85 +558,102 @@ func (r *propertyRun) compareSnapshots(when string) {
 		r.t.Fatal(err)
 	}
 	if d := cmp.Diff(r.m.Snapshot(), got); d != "" {
-		r.t.Fatalf("%s (after %s): snapshot differs (-reference +queue):\n%s", when, r.lastTag, d)
+		r.fail("%s (after %s): snapshot differs (-reference +queue):\n%s", when, r.lastTag, d)
 	}
 }
 
-// fairnessTracker checks the bound of SPEC §7 under the fair policy: a flow
-// whose head stays eligible is claimed after at most as many claims as there
-// were flows ahead of it when it last became eligible — flows with a smaller
-// served, or the same served and an earlier creation (the fair policy's own
-// tie rule; new flows join with served = the current ticket, after every
-// flow already there). A flow is tracked from the first claim that finds its
-// head eligible; no claim ran between the moment it became eligible and that
-// claim, and served changes only at claims, so the count is the same.
-type fairnessTracker struct {
-	on         bool
-	tracked    map[string]*fairnessWatch
-	checked    int
-	violations []string
-}
-
-type fairnessWatch struct {
-	bound  int // flows ahead when it became eligible
-	claims int // claims of other flows since
-}
-
-// before runs before a claim at tick at: it starts watching flows that became
-// eligible and stops watching flows that are not eligible any more (their
-// head was quarantined). It returns the eligible set.
-func (f *fairnessTracker) before(r *propertyRun, at int64) map[string]bool {
-	if !f.on || at < r.m.Tick() {
-		return nil
+// describeAnswer shows an answer in one line for the verbose log: claims by
+// event, flow and ticket.
+func describeAnswer(a any) string {
+	claim := func(c fairrelay.Claim) string {
+		return fmt.Sprintf("%s(%s gen %d ticket %d)", c.Token.EventID, c.Flow, c.Token.Generation, c.Ticket)
 	}
-	eligible := r.m.Eligible(at)
-	for flow := range f.tracked {
-		if !eligible[flow] {
-			delete(f.tracked, flow)
+	switch v := a.(type) {
+	case *fairrelay.Claim:
+		if v == nil {
+			return "idle"
 		}
-	}
-	pos := r.m.Positions()
-	for _, p := range pos {
-		if !eligible[p.Flow] || f.tracked[p.Flow] != nil {
-			continue
+		return claim(*v)
+	case []fairrelay.Claim:
+		s := "claims"
+		for _, c := range v {
+			s += " " + claim(c)
 		}
-		ahead := 0
-		for _, o := range pos {
-			if o.Served < p.Served || (o.Served == p.Served && tieBefore(r.policy, o, p)) {
-				ahead++
+		return s
+	}
+	return fmt.Sprintf("%+v", a)
+}
+
+// shrinkFailure is what fail panics with during a shrink's replay: the
+// failure and the operation that failed.
+type shrinkFailure struct{ msg, tag string }
+
+// fail reports a difference between the Queue and the model. With
+// FAIRRELAY_PROPERTY_SHRINK=1 it first looks for a short sequence of the
+// run's operations that still makes a difference, and logs it: the replay
+// for a bug report.
+func (r *propertyRun) fail(format string, args ...any) {
+	r.t.Helper()
+	if r.replaying {
+		panic(shrinkFailure{fmt.Sprintf(format, args...), r.lastTag})
+	}
+	if os.Getenv("FAIRRELAY_PROPERTY_SHRINK") != "" {
+		r.shrink()
+	}
+	r.t.Fatalf(format, args...)
+}
+
+// shrink removes operations from the run's sequence while a replay on a
+// fresh Queue and Model still fails at the same operation (delta
+// debugging), then logs what is left with its answers.
+func (r *propertyRun) shrink() {
+	failing := r.lastTag
+	ops := append([]propertyOp{}, r.ops...)
+	n := 2
+	for len(ops) >= 2 {
+		chunk := max(1, len(ops)/n)
+		removed := false
+		for start := 0; start < len(ops); start += chunk {
+			cand := append(append([]propertyOp{}, ops[:start]...), ops[min(len(ops), start+chunk):]...)
+			if _, tag := r.replay(cand, false); tag == failing {
+				ops, n, removed = cand, max(n-1, 2), true
+				break
 			}
 		}
-		f.tracked[p.Flow] = &fairnessWatch{bound: ahead}
-	}
-	return eligible
-}
-
-// tieBefore is the policy's tie rule on equal served: creation order (fair)
-// or flow id (seed).
-func tieBefore(pol fairrelay.Policy, a, b refmodel.FlowPosition) bool {
-	if pol.Entry == fairrelay.EntryFair {
-		return a.Ord < b.Ord
-	}
-	return a.Flow < b.Flow
-}
-
-// claim accounts one claim: the claimed flow's wait ends and must be within
-// its bound; every other watched flow waited one more claim.
-func (f *fairnessTracker) claim(r *propertyRun, c fairrelay.Claim, eligible map[string]bool) {
-	if eligible == nil {
-		return
-	}
-	if w := f.tracked[c.Flow]; w != nil {
-		if w.claims > w.bound {
-			f.violations = append(f.violations, fmt.Sprintf("%s: flow %s was claimed after %d claims of other flows, but only %d flows were ahead of it when its head became eligible",
-				r.lastTag, c.Flow, w.claims, w.bound))
-		}
-		f.checked++
-		delete(f.tracked, c.Flow)
-	}
-	for flow, w := range f.tracked {
-		if flow != c.Flow {
-			w.claims++
+		if !removed {
+			if chunk == 1 {
+				break
+			}
+			n = min(2*n, len(ops))
 		}
 	}
+	r.t.Logf("shrunk to %d operations:", len(ops))
+	msg, _ := r.replay(ops, true)
+	r.t.Logf("which fails with: %s", msg)
+}
+
+// replay runs ops on a fresh Queue and Model (fairness tracker off), then
+// compares the snapshots, and returns the first failure and the operation
+// that failed ("" for none).
+func (r *propertyRun) replay(ops []propertyOp, verbose bool) (msg, tag string) {
+	x := newPropertyRun(r.t, r.backend, r.policy, r.seed)
+	x.replaying, x.verbose, x.fair.on = true, verbose, false
+	defer func() {
+		if v := recover(); v != nil {
+			f, ok := v.(shrinkFailure)
+			if !ok {
+				panic(v)
+			}
+			msg, tag = f.msg, f.tag
+		}
+	}()
+	for _, op := range ops {
+		x.lastTag = op.tag
+		if verbose && (strings.HasSuffix(op.tag, ": reopen") || strings.HasSuffix(op.tag, ": snapshot")) {
+			r.t.Log(op.tag)
+		}
+		op.run(x)
+	}
+	x.compareSnapshots("replay end")
+	return "", ""
 }

@@ -141,7 +141,8 @@ func openError(err error) error {
 	case errors.As(err, &ee):
 		return &Error{Code: CodeInvalidInput, Field: "policy", Message: ee.Error()}
 	case errors.Is(err, store.ErrMissing), errors.Is(err, sqlfile.ErrNewerSchema):
-		return &Error{Code: CodeInvalidInput, Field: "queue", Message: err.Error(), Err: err}
+		// The message is the error's own (Err keeps it for errors.Is).
+		return &Error{Code: CodeInvalidInput, Field: "queue", Err: err}
 	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrNotDatabase), errors.Is(err, store.ErrServer):
 		return dbError("open", err)
 	}

@@ -97,7 +97,7 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 		e.NextAt = t.at
 		t.changedEvent(e)
 		// A quarantined event is always its flow's head.
-		placeHead(f, t.at, t.at)
+		t.placeHead(f, t.at)
 		t.changedFlow(f)
 		t.appendAudit(store.AuditRow{EventID: &e.ID, Flow: e.Flow, Action: actionRedrive, Reason: p.Reason,
 			PreviousReason: &previous, Generation: &e.Generation}, p.Operator)

@@ -110,6 +110,8 @@ type SettleManyParams struct {
 	// Relay names the process that delivered, for the attempt history
 	// (CheckID's rule; optional).
 	Relay string
+	// Exclude as ClaimParams.Exclude, for the claims after the settles.
+	Exclude []string
 }
 
 // SettleManyResult is the answer of SettleMany.
@@ -163,13 +165,16 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 			if k < 0 || k > MaxLimit {
 				return invalid("claim_limit", "must be 0 to %d, got %d", MaxLimit, k)
 			}
+			if err := checkExclude(p.Exclude); err != nil {
+				return err
+			}
 			return nil
 		}}
 	if k > 0 {
 		op.name, op.lanes = "settle and claim", store.LaneSettle|store.LaneClaim
 		// The claims see the settles: the events behind the settled ones
 		// come along, the heads the claims are likely to take.
-		op.read.Next, op.read.PickLimit, op.read.Order, op.read.DueLimit = true, k, q.pickOrder(), duePage
+		op.read.Next, op.read.PickLimit, op.read.GroupPickLimit, op.read.Order, op.read.DueLimit = true, k+len(p.Exclude), k+len(p.Exclude), q.pickOrder(), duePage
 	}
 	tick, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		var err error
@@ -178,7 +183,7 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 		}
 		cs = nil
 		if k > 0 {
-			cs, err = t.claim(ctx, k, rr)
+			cs, err = t.claim(ctx, k, excludeSet(p.Exclude), rr)
 		}
 		return err
 	})
@@ -254,20 +259,24 @@ func (t *txn) settle(p Settlement, relay string) (SettleResult, error) {
 	switch p.Outcome.Class() {
 	case ClassAck:
 		e.State = store.StateAcked
+		t.acked++
+		if f.Group != "" {
+			t.ackedGroups[f.Group]++
+		}
 		acked := at
 		e.AckedAt = &acked
 		f.HeadSeq++
 		if f.HeadSeq <= f.Seq {
 			// Events behind the head are untouched since enqueue: ready, with
 			// next_at = their enqueue tick <= at. The new head is eligible now.
-			placeHead(f, at, at)
+			t.placeHead(f, at)
 		} else {
-			parkHead(f)
+			t.parkHead(f)
 		}
 		res.Status = SettleAcked
 	case ClassPermanent:
 		e.State, e.Reason = store.StateQuarantined, string(p.Outcome)
-		parkHead(f)
+		t.parkHead(f)
 		res.Status = SettleQuarantined
 	default:
 		if e.Attempts < t.q.policy.Budget {
@@ -276,11 +285,11 @@ func (t *txn) settle(p Settlement, relay string) (SettleResult, error) {
 			if p.NotBefore > e.NextAt {
 				e.NextAt = p.NotBefore
 			}
-			placeHead(f, e.NextAt, at)
+			t.placeHead(f, e.NextAt)
 			res = SettleResult{Status: SettleReady, NextAt: e.NextAt}
 		} else {
 			e.State, e.Reason = store.StateQuarantined, ReasonBudgetExhausted
-			parkHead(f)
+			t.parkHead(f)
 			res.Status = SettleQuarantined
 		}
 	}

@@ -2,6 +2,8 @@ package fairrelay
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -24,13 +26,26 @@ type ClockState struct {
 	Ticket int64 `json:"ticket"`
 }
 
-// FlowState is one flow in a snapshot: its last seq, its served ticket and
-// whether an operator paused it (SPEC §9).
+// FlowState is one flow in a snapshot: its last seq, its served ticket,
+// whether an operator paused it (SPEC §9) and its group (SPEC §8: its own
+// name when it joined none).
 type FlowState struct {
 	Flow   string `json:"flow"`
 	Seq    int64  `json:"seq"`
 	Served int64  `json:"served"`
 	Paused bool   `json:"paused"`
+	Group  string `json:"group"`
+}
+
+// GroupState is one group in a snapshot (SPEC §8): its weight, its served
+// ticket (nil while it has no flow: a group configured before any flow
+// joined it has no place in the rotation) and its backlog limit (nil when
+// 0, no limit).
+type GroupState struct {
+	Group      string `json:"group"`
+	Weight     int64  `json:"weight"`
+	Served     *int64 `json:"served"`
+	MaxBacklog *int64 `json:"max_backlog"`
 }
 
 // EventState is one event in a snapshot (SPEC §6). Reason is set only when
@@ -82,6 +97,7 @@ type AuditEntry struct {
 type Snapshot struct {
 	Clock  ClockState   `json:"clock"`
 	Flows  []FlowState  `json:"flows"`
+	Groups []GroupState `json:"groups"`
 	Events []EventState `json:"events"`
 	Audit  []AuditEntry `json:"audit"`
 }
@@ -101,6 +117,29 @@ func eventState(e store.EventRow) EventState {
 	case store.StateInflight:
 		v := e.LeaseUntil
 		s.LeaseUntil = &v
+	}
+	return s
+}
+
+// flowState is a flow row as the read views show it: its group is its own
+// name when it joined none (SPEC §8).
+func flowState(f store.FlowRow) FlowState {
+	s := FlowState{Flow: f.Flow, Seq: f.Seq, Served: f.Served, Paused: f.Paused, Group: f.Group}
+	if s.Group == "" {
+		s.Group = f.Flow
+	}
+	return s
+}
+
+func groupState(g store.GroupRow) GroupState {
+	s := GroupState{Group: g.Group, Weight: g.Weight}
+	if g.Ord != 0 {
+		v := g.Served
+		s.Served = &v
+	}
+	if g.MaxBacklog != 0 {
+		v := g.MaxBacklog
+		s.MaxBacklog = &v
 	}
 	return s
 }
@@ -125,20 +164,40 @@ func (q *Queue) Snapshot(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, dbError("snapshot", err)
 	}
-	s := &Snapshot{Clock: ClockState{Tick: c.Tick, Ticket: c.Ticket}, Flows: []FlowState{}, Events: []EventState{}, Audit: []AuditEntry{}}
+	s := &Snapshot{Clock: ClockState{Tick: c.Tick, Ticket: c.Ticket}, Flows: []FlowState{}, Groups: []GroupState{}, Events: []EventState{}, Audit: []AuditEntry{}}
 	for after := ""; ; {
 		fs, err := tx.FlowList(ctx, after, pageSize)
 		if err != nil {
 			return nil, dbError("snapshot", err)
 		}
 		for _, f := range fs {
-			s.Flows = append(s.Flows, FlowState{Flow: f.Flow, Seq: f.Seq, Served: f.Served, Paused: f.Paused})
+			st := flowState(f)
+			if f.Group == "" {
+				// Its own group, which has no row (SPEC §8).
+				served := f.Served
+				s.Groups = append(s.Groups, GroupState{Group: f.Flow, Weight: 1, Served: &served})
+			}
+			s.Flows = append(s.Flows, st)
 		}
 		if len(fs) < pageSize {
 			break
 		}
 		after = fs[len(fs)-1].Flow
 	}
+	for after := ""; ; {
+		gs, err := tx.GroupList(ctx, after, pageSize)
+		if err != nil {
+			return nil, dbError("snapshot", err)
+		}
+		for _, g := range gs {
+			s.Groups = append(s.Groups, groupState(g.GroupRow))
+		}
+		if len(gs) < pageSize {
+			break
+		}
+		after = gs[len(gs)-1].Group
+	}
+	slices.SortFunc(s.Groups, func(a, b GroupState) int { return strings.Compare(a.Group, b.Group) })
 	es, err := allEvents(ctx, tx)
 	if err != nil {
 		return nil, dbError("snapshot", err)
@@ -207,7 +266,7 @@ func (q *Queue) Heads(ctx context.Context, after string, limit int) ([]Head, err
 	}
 	out := make([]Head, 0, len(fs))
 	for _, f := range fs {
-		h := Head{FlowState: FlowState{Flow: f.Flow, Seq: f.Seq, Served: f.Served}}
+		h := Head{FlowState: flowState(f)}
 		if e := heads[f.Flow]; e != nil {
 			es := eventState(*e)
 			h.Head = &es
@@ -229,6 +288,27 @@ func (q *Queue) Quarantined(ctx context.Context, limit int) ([]EventState, error
 // one per flow at most, and the last one's Flow asks for the next page.
 // Errors as Quarantined.
 func (q *Queue) QuarantinedAfter(ctx context.Context, afterFlow string, limit int) ([]EventState, error) {
+	return q.QuarantinedWhere(ctx, QuarantinedParams{After: afterFlow, Limit: limit})
+}
+
+// QuarantinedParams selects a page of quarantined heads.
+type QuarantinedParams struct {
+	// After starts the page at the first flow after this one ("" for the
+	// first); the last head's Flow asks for the next page.
+	After string
+	// Flow, when set, keeps only that flow's head; Reason only the heads
+	// quarantined for that reason (ReasonBudgetExhausted or a permanent
+	// outcome). The store filters: a page holds Limit matching heads.
+	Flow, Reason string
+	// Limit is the most heads returned, at least 1.
+	Limit int
+}
+
+// QuarantinedWhere lists quarantined heads by flow as p selects them, in
+// one read transaction. Errors: ErrInvalidInput (field "limit" below 1),
+// ErrBusy, ErrDatabase.
+func (q *Queue) QuarantinedWhere(ctx context.Context, p QuarantinedParams) ([]EventState, error) {
+	afterFlow, limit := p.After, p.Limit
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
 	}
@@ -237,7 +317,7 @@ func (q *Queue) QuarantinedAfter(ctx context.Context, afterFlow string, limit in
 		return nil, dbError("quarantined", err)
 	}
 	defer tx.Rollback(ctx)
-	es, err := tx.QuarantinedList(ctx, afterFlow, limit)
+	es, err := tx.QuarantinedList(ctx, afterFlow, p.Flow, p.Reason, limit)
 	if err != nil {
 		return nil, dbError("quarantined", err)
 	}
@@ -339,7 +419,11 @@ func (q *Queue) NextDue(ctx context.Context) (stored, due int64, ok bool, err er
 	if err != nil {
 		return 0, 0, false, dbError("next due", err)
 	}
-	if len(fs) > 0 {
+	gs, err := tx.GroupPick(ctx, q.pickOrder(), 1)
+	if err != nil {
+		return 0, 0, false, dbError("next due", err)
+	}
+	if len(fs) > 0 || len(gs) > 0 {
 		return c.Tick, c.Tick, true, nil
 	}
 	wait, ok, err := tx.NextWait(ctx)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
@@ -59,6 +61,7 @@ func (q *Queue) write(ctx context.Context, op writeOp, fn func(t *txn, rr *store
 		}
 	}
 	t := q.txns.get(q, tx, at, rr)
+	t.claimLane = op.lanes&store.LaneClaim != 0
 	defer q.txns.put(t)
 	if err := fn(t, rr); err != nil {
 		if errors.Is(err, errUnchanged) {
@@ -66,7 +69,11 @@ func (q *Queue) write(ctx context.Context, op writeOp, fn func(t *txn, rr *store
 		}
 		return 0, dbError(op.name, err)
 	}
-	if err := tx.Write(ctx, t.writeSet()); err != nil {
+	ws, err := t.writeSet()
+	if err != nil {
+		return 0, dbError(op.name, err)
+	}
+	if err := tx.Write(ctx, ws); err != nil {
 		return 0, dbError(op.name, err)
 	}
 	if op.before != "" {
@@ -134,6 +141,18 @@ type txn struct {
 	eventDirty  map[*store.EventRow]bool
 	audit       []store.AuditRow
 	attempts    []store.AttemptRow
+	// claimLane: the transaction holds LaneClaim, the only writer of a
+	// member flow's Runnable and of group rows (store.GroupRow).
+	claimLane bool
+	// groups holds the group rows the transaction read, by name;
+	// groupDelta the change of each group's RunnableFlows so far, and
+	// turned the groups whose Served or Credit a claim changed.
+	groups     map[string]*store.GroupRow
+	groupDelta map[string]int64
+	turned     map[string]bool
+	// acked counts the acks, in all and by group (store.WriteSet.Acked).
+	acked       int64
+	ackedGroups map[string]int64
 	// wall is the wall-clock time of the transaction in milliseconds since
 	// the Unix epoch (Config.Now), for the attempt and audit rows.
 	wall int64
@@ -169,6 +188,7 @@ func (p *txnPool) get(q *Queue, tx store.Tx, at int64, rr *store.ReadResult) *tx
 		t = &txn{
 			flows: map[string]*store.FlowRow{}, events: map[string]*store.EventRow{}, bySeq: map[flowSeq]*store.EventRow{},
 			flowDirty: map[*store.FlowRow]bool{}, eventDirty: map[*store.EventRow]bool{}, seen: map[string]bool{},
+			groups: map[string]*store.GroupRow{}, groupDelta: map[string]int64{}, turned: map[string]bool{}, ackedGroups: map[string]int64{},
 		}
 	}
 	t.q, t.tx, t.at, t.clock = q, tx, at, rr.Clock
@@ -185,7 +205,25 @@ func (p *txnPool) get(q *Queue, tx store.Tx, at int64, rr *store.ReadResult) *tx
 	}
 	t.addHeads(rr.Picks)
 	t.addHeads(rr.Due)
+	t.addGroups(rr)
 	return t
+}
+
+// addGroups adds the group rows of a read, and the groups it picked with
+// their first member flows.
+func (t *txn) addGroups(rr *store.ReadResult) {
+	for name, g := range rr.Groups {
+		if _, ok := t.groups[name]; !ok {
+			t.groups[name] = g
+		}
+	}
+	for i := range rr.GroupPicks {
+		gp := &rr.GroupPicks[i]
+		if _, ok := t.groups[gp.Group.Group]; !ok {
+			t.groups[gp.Group.Group] = &gp.Group
+		}
+		t.addHeads([]store.FlowHead{gp.First})
+	}
 }
 
 // put empties t and keeps it, unless it grew past a large batch.
@@ -199,6 +237,11 @@ func (p *txnPool) put(t *txn) {
 	clear(t.flowDirty)
 	clear(t.eventDirty)
 	clear(t.seen)
+	clear(t.groups)
+	clear(t.groupDelta)
+	clear(t.turned)
+	clear(t.ackedGroups)
+	t.acked, t.claimLane = 0, false
 	clear(t.dirtyFlows)
 	clear(t.dirtyEvents)
 	clear(t.cands)
@@ -274,7 +317,7 @@ func (t *txn) head(f *store.FlowRow) (*store.EventRow, error) {
 }
 
 // writeSet returns the transaction's writes.
-func (t *txn) writeSet() *store.WriteSet {
+func (t *txn) writeSet() (*store.WriteSet, error) {
 	ws := &t.ws
 	ws.Clock, ws.Audit, ws.Attempts = t.clock, t.audit, t.attempts
 	for _, f := range t.dirtyFlows {
@@ -283,27 +326,92 @@ func (t *txn) writeSet() *store.WriteSet {
 	for _, e := range t.dirtyEvents {
 		ws.Events = append(ws.Events, *e)
 	}
-	return ws
+	ws.Acked, ws.AckedGroups = t.acked, nil
+	if len(t.ackedGroups) > 0 {
+		ws.AckedGroups = t.ackedGroups
+	}
+	ws.Groups = ws.Groups[:0]
+	for name, d := range t.groupDelta {
+		if d != 0 || t.turned[name] {
+			ws.Groups = append(ws.Groups, t.groupWrite(name, d))
+		}
+	}
+	for name := range t.turned {
+		if _, ok := t.groupDelta[name]; !ok {
+			ws.Groups = append(ws.Groups, t.groupWrite(name, 0))
+		}
+	}
+	if len(ws.Groups) > 0 && !t.claimLane {
+		// Every path that files a member flow's head outside a claim uses
+		// the due index; a change here is a bug, never a store state.
+		return nil, fmt.Errorf("group rows changed outside the claim lane: %v", ws.Groups)
+	}
+	slices.SortFunc(ws.Groups, func(a, b store.GroupWrite) int { return strings.Compare(a.Group, b.Group) })
+	return ws, nil
 }
 
+// groupWrite is the write of group name's row: its RunnableFlows change d,
+// and its turn (Served, Credit) as the working row holds it.
+func (t *txn) groupWrite(name string, d int64) store.GroupWrite {
+	w := store.GroupWrite{Group: name, RunnableDelta: d}
+	if g := t.groups[name]; g != nil && t.turned[name] {
+		w.Turn, w.Served, w.Credit = true, g.Served, g.Credit
+	}
+	return w
+}
+
+// setRunnable files f in the runnable index or takes it out, counting the
+// change for its group when f is a member flow.
+func (t *txn) setRunnable(f *store.FlowRow, r bool) {
+	if f.Runnable == r {
+		return
+	}
+	f.Runnable = r
+	if f.Group != "" {
+		if r {
+			t.groupDelta[f.Group]++
+		} else {
+			t.groupDelta[f.Group]--
+		}
+	}
+}
+
+// ownsRunnable reports whether the transaction may change f's Runnable: a
+// flow that is its own group, always; a member flow, only in a claim-lane
+// transaction (store.GroupRow.RunnableFlows).
+func (t *txn) ownsRunnable(f *store.FlowRow) bool { return f.Group == "" || t.claimLane }
+
 // placeHead files the flow's head in the runnable index when it is eligible
-// at tick at (due <= at), or in the due index until due otherwise. A paused
-// flow is parked instead: its head is never eligible while paused (SPEC §9),
-// and Resume files it again.
-func placeHead(f *store.FlowRow, due, at int64) {
+// at the transaction's tick (due <= at), or in the due index until due
+// otherwise. A member flow outside a claim goes to the due index even when
+// eligible now (its group's count belongs to the claim lane; the next claim
+// promotes it), unless it is runnable already. A paused flow is parked
+// instead: its head is never eligible while paused (SPEC §9), and Resume
+// files it again.
+func (t *txn) placeHead(f *store.FlowRow, due int64) {
 	if f.Paused {
-		parkHead(f)
+		t.parkHead(f)
 		return
 	}
-	if due <= at {
-		f.Runnable, f.WaitUntil = true, nil
+	if due <= t.at && (t.ownsRunnable(f) || f.Runnable) {
+		t.setRunnable(f, true)
+		f.WaitUntil = nil
 		return
 	}
-	f.Runnable, f.WaitUntil = false, &due
+	if t.ownsRunnable(f) {
+		t.setRunnable(f, false)
+	}
+	f.WaitUntil = &due
 }
 
 // parkHead takes the flow out of both indexes: its head is quarantined, the
-// flow has no head, or it is paused.
-func parkHead(f *store.FlowRow) { f.Runnable, f.WaitUntil = false, nil }
+// flow has no head, or it is paused. A paused member flow that is runnable
+// stays so outside a claim: the next claim that meets it parks it.
+func (t *txn) parkHead(f *store.FlowRow) {
+	f.WaitUntil = nil
+	if t.ownsRunnable(f) {
+		t.setRunnable(f, false)
+	}
+}
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }

@@ -17,6 +17,8 @@ import (
 func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pipeline, deliveries *sync.WaitGroup) error {
 	wait := r.cfg.PollInterval
 	idle := false
+	// changed: the last idle wait was ended by the queue's change signal.
+	changed := false
 	fails := 0 // failed writes in a row
 	var batch batchWindow
 	defer batch.reset()
@@ -32,7 +34,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			// end, to claim their slots (and, combine, settle their
 			// answers) in one transaction.
 			p.mu.Unlock()
-			if r.wait(claimCtx, p, batch.timer.C) {
+			if r.wait(claimCtx, p, batch.timer.C) == endTimer {
 				batch.closed = true
 			}
 			continue
@@ -47,7 +49,14 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			r.idle(claimCtx, p, r.cfg.MaxPollInterval)
 			continue
 		}
-		if idle && len(ans) == 0 && !r.health.failing() {
+		// A change on a store with concurrent writers (PostgreSQL) is a
+		// notification that an enqueue made a head claimable: claim it
+		// without asking first (a claim there waits for nothing but other
+		// claims). On SQLite every commit is a change, the relay's own
+		// included, and a claim waits for the file's lock: ask first.
+		claimNow := changed && !r.serial
+		changed = false
+		if idle && len(ans) == 0 && !r.health.failing() && !claimNow {
 			// Idle: ask, with a read, whether anything can be claimed before
 			// running a claim, which is a write (it advances the stored
 			// tick) and would cost an fsync on every poll of an idle relay.
@@ -77,7 +86,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				if ok {
 					d = min(wait, time.Duration(due-r.clock.Now())*time.Millisecond)
 				}
-				r.idle(claimCtx, p, d)
+				changed = r.idle(claimCtx, p, d) == endChange
 				wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
 				continue
 			}
@@ -167,7 +176,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		case k > 0 && len(cs) == 0:
 			r.cfg.Metrics.idle()
 			idle = true
-			r.idle(claimCtx, p, wait)
+			changed = r.idle(claimCtx, p, wait) == endChange
 			wait = min(max(2*wait, time.Millisecond), r.cfg.MaxPollInterval)
 		case len(cs) > 0:
 			idle = false

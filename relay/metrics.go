@@ -20,6 +20,8 @@ type Metrics struct {
 	latency   prometheus.Histogram
 	txs       *prometheus.CounterVec
 	storeErrs prometheus.Counter
+	prunedEv  prometheus.Counter
+	prunedTS  prometheus.Counter
 }
 
 // NewMetrics creates the relay's metrics and registers them on reg:
@@ -42,7 +44,9 @@ type Metrics struct {
 //     transaction are the group commit's batch sizes;
 //   - fairrelay_store_errors_total: store round trips (reads and writes)
 //     that failed and were tried again after a pause (the database
-//     unreachable, restarting, busy or out of space; see Relay.Health).
+//     unreachable, restarting, busy or out of space; see Relay.Health);
+//   - fairrelay_pruned_events_total, fairrelay_pruned_tombstones_total:
+//     what the relay's own prunes deleted (Config.RetainAcked).
 //
 // Errors: reg's registration error (for example a duplicate).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -64,10 +68,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		txs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairrelay_transactions_total", Help: "Write transactions the relay committed, by kind (claim, settle, settle_and_claim)."},
 			[]string{"kind"}),
+		prunedEv: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairrelay_pruned_events_total", Help: "Acked events the relay's prunes deleted (SPEC §8 retention)."}),
+		prunedTS: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairrelay_pruned_tombstones_total", Help: "Tombstones the relay's prunes deleted (SPEC §8 retention)."}),
 		storeErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_store_errors_total", Help: "Store round trips that failed and were tried again after a pause."}),
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.held, m.latency, m.txs, m.storeErrs} {
+	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -106,6 +114,14 @@ func (m *Metrics) storeError() {
 	}
 }
 
+func (m *Metrics) pruned(events, tombstones int64) {
+	if m == nil {
+		return
+	}
+	m.prunedEv.Add(float64(events))
+	m.prunedTS.Add(float64(tombstones))
+}
+
 func (m *Metrics) idle() {
 	if m != nil {
 		m.idles.Inc()
@@ -131,9 +147,11 @@ func (m *Metrics) settled(s Settled) {
 
 // queueCollector reads the queue's state at scrape time.
 type queueCollector struct {
-	q      *fairrelay.Queue
-	events *prometheus.Desc
-	flows  *prometheus.Desc
+	q       *fairrelay.Queue
+	events  *prometheus.Desc
+	flows   *prometheus.Desc
+	backlog *prometheus.Desc
+	limit   *prometheus.Desc
 }
 
 // RegisterQueueGauges registers gauges read from the queue store at each
@@ -142,7 +160,13 @@ type queueCollector struct {
 //   - fairrelay_events{state}: events not acked, by state (ready, inflight,
 //     quarantined; a quarantined event is always a head and blocks the
 //     events behind it, which count as ready);
-//   - fairrelay_flows: flows in the store.
+//   - fairrelay_flows: flows in the store;
+//   - fairrelay_group_backlog{group}: events not acked in each group that
+//     has a row (SPEC §8: a group a flow named, or a configured one; a
+//     flow created without a group is its own and counts in
+//     fairrelay_events only, so that a store of a million flows does not
+//     make a million series), paged 1000 groups a read;
+//   - fairrelay_group_max_backlog{group}: its backlog limit (0: none).
 //
 // A scrape whose read fails reports the error instead of values.
 func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
@@ -150,12 +174,17 @@ func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
 		q:      q,
 		events: prometheus.NewDesc("fairrelay_events", "Events not acked, by state.", []string{"state"}, nil),
 		flows:  prometheus.NewDesc("fairrelay_flows", "Flows in the queue store.", nil, nil),
+		backlog: prometheus.NewDesc("fairrelay_group_backlog", "Events not acked in a group (SPEC §8), for the groups that have a row.",
+			[]string{"group"}, nil),
+		limit: prometheus.NewDesc("fairrelay_group_max_backlog", "A group's backlog limit (0: none).", []string{"group"}, nil),
 	})
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.flows
+	ch <- c.backlog
+	ch <- c.limit
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -188,4 +217,23 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(n), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(c.flows, prometheus.GaugeValue, float64(flows))
+	for after := ""; ; {
+		gs, err := c.q.Groups(ctx, after, page)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(c.backlog, err)
+			return
+		}
+		for _, g := range gs {
+			ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(g.Backlog), g.Group)
+			var limit int64
+			if g.MaxBacklog != nil {
+				limit = *g.MaxBacklog
+			}
+			ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit), g.Group)
+		}
+		if len(gs) < page {
+			break
+		}
+		after = gs[len(gs)-1].Group
+	}
 }

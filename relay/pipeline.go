@@ -96,23 +96,35 @@ func (w *batchWindow) reset() {
 	*w = batchWindow{}
 }
 
-// idle waits d, or until a wake token (Wake), a kick of the pipeline or ctx
-// is done — never a busy poll.
-func (r *Relay) idle(ctx context.Context, p *pipeline, d time.Duration) {
+// idle waits d, or until a wake token (Wake), the queue's change signal
+// (watchChanges), a kick of the pipeline or ctx is done — never a busy
+// poll — and says which ended it.
+func (r *Relay) idle(ctx context.Context, p *pipeline, d time.Duration) waitEnd {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	r.wait(ctx, p, t.C)
+	return r.wait(ctx, p, t.C)
 }
 
-// wait waits for c, a wake token (Wake), a kick of the pipeline or ctx, and
-// reports whether c fired.
-func (r *Relay) wait(ctx context.Context, p *pipeline, c <-chan time.Time) bool {
+// waitEnd is what ended a wait.
+type waitEnd int
+
+const (
+	endOther  waitEnd = iota // ctx, a wake token, a kick of the pipeline
+	endTimer                 // the wait's own timer
+	endChange                // the queue's change signal
+)
+
+// wait waits for c, a wake token (Wake), the queue's change signal, a kick
+// of the pipeline or ctx, and says which came.
+func (r *Relay) wait(ctx context.Context, p *pipeline, c <-chan time.Time) waitEnd {
 	select {
 	case <-ctx.Done():
 	case <-r.wake:
+	case <-r.changed:
+		return endChange
 	case <-p.claimKick:
 	case <-c:
-		return true
+		return endTimer
 	}
-	return false
+	return endOther
 }

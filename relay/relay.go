@@ -6,7 +6,11 @@
 //
 // One claimer claims as many heads as there are free delivery slots, in one
 // transaction (Queue.Claim with a Limit), and starts a delivery for each;
-// answers are settled many to a transaction. On PostgreSQL (concurrent
+// answers are settled many to a transaction. An idle claimer waits for
+// the queue's change signal (Queue.Changes: LISTEN/NOTIFY on PostgreSQL,
+// PRAGMA data_version on SQLite), so an event committed by another process
+// is claimed within milliseconds of its commit, or for its poll interval,
+// whichever ends first. On PostgreSQL (concurrent
 // writers) a settler settles them beside the claims (Queue.SettleMany), the
 // way River's completer runs beside its producer, except while the claims
 // wait for those very settles (ordered traffic: the heads claimed next are
@@ -102,7 +106,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// PollInterval is the idle claimer's first wait before claiming again; the
 	// wait doubles up to MaxPollInterval while the queue stays idle, and a
-	// Wake (or Do) ends it early. Defaults to 10ms.
+	// Wake (or Do) ends it early, as does every change the queue signals
+	// (Queue.Changes: an event another process committed). Polling finds
+	// what is not signalled (a redrive, another relay's settle), and every
+	// new event while the signal is lost. Defaults to 10ms.
 	PollInterval time.Duration
 	// MaxPollInterval caps the idle wait. Defaults to 1s.
 	MaxPollInterval time.Duration
@@ -125,6 +132,21 @@ type Config struct {
 	// Metrics, when set, counts claims, settles and delivery latency (see
 	// NewMetrics).
 	Metrics *Metrics
+	// RetainAcked, when positive, makes the relay prune on its own (SPEC §8
+	// retention): every PruneInterval it deletes the events acked more than
+	// RetainAcked ago (by its clock, 1 tick = 1 ms), PruneBatch at a time,
+	// each batch its own short transaction. 0 keeps acked events forever.
+	RetainAcked time.Duration
+	// RetainIDs is how long a pruned event's id stays idempotent (its
+	// tombstone; SPEC §8): tombstones older are deleted, and an event acked
+	// longer ago leaves none. 0 keeps tombstones forever. When both are
+	// set, at least RetainAcked.
+	RetainIDs time.Duration
+	// PruneInterval is the pause between prunes. Defaults to 1 minute.
+	PruneInterval time.Duration
+	// PruneBatch bounds the events (and tombstones) one prune transaction
+	// deletes. Defaults to 1000.
+	PruneBatch int
 	// OnSettle, when set, is called for every answer after its settle
 	// committed (and for every settle skipped because the lease ran out),
 	// from the goroutine that settled it (the claimer or the settler), one
@@ -161,6 +183,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxRetryWait == 0 {
 		c.MaxRetryWait = 5 * time.Second
 	}
+	if c.PruneInterval == 0 {
+		c.PruneInterval = time.Minute
+	}
+	if c.PruneBatch == 0 {
+		c.PruneBatch = 1000
+	}
 	if c.Source == nil {
 		c.Source = SystemMonotonic()
 	}
@@ -176,7 +204,8 @@ func invalid(field, format string, args ...any) error {
 
 // Validate reports the first field out of range as ErrInvalidInput naming
 // it: "queue", "sink", "workers", "timeout", "lease_margin",
-// "shutdown_timeout", "poll_interval", "retry_wait", or "lease" when the
+// "shutdown_timeout", "poll_interval", "retry_wait", "retain_acked",
+// "retain_ids", "prune_interval", "prune_batch", or "lease" when the
 // policy's lease (ms) does not exceed DeliveryTimeout + LeaseMargin.
 func (c Config) Validate() error {
 	c = c.withDefaults()
@@ -197,6 +226,16 @@ func (c Config) Validate() error {
 		return invalid("poll_interval", "need 0 <= poll interval (%s) <= max poll interval (%s)", c.PollInterval, c.MaxPollInterval)
 	case c.RetryWait <= 0 || c.MaxRetryWait < c.RetryWait:
 		return invalid("retry_wait", "need 0 < retry wait (%s) <= max retry wait (%s)", c.RetryWait, c.MaxRetryWait)
+	case c.RetainAcked < 0:
+		return invalid("retain_acked", "must not be negative, got %s", c.RetainAcked)
+	case c.RetainIDs < 0:
+		return invalid("retain_ids", "must not be negative, got %s", c.RetainIDs)
+	case c.RetainAcked > 0 && c.RetainIDs > 0 && c.RetainIDs < c.RetainAcked:
+		return invalid("retain_ids", "%s is shorter than retain_acked %s: a pruned event's id must stay idempotent at least as long as its body is kept", c.RetainIDs, c.RetainAcked)
+	case c.PruneInterval < 0:
+		return invalid("prune_interval", "must not be negative, got %s", c.PruneInterval)
+	case c.PruneBatch < 0:
+		return invalid("prune_batch", "must not be negative, got %d", c.PruneBatch)
 	}
 	return CheckLease(c.Queue.Policy().Lease, c.DeliveryTimeout, c.LeaseMargin)
 }
@@ -252,6 +291,7 @@ type Relay struct {
 	heartbeat int64
 	writeMu   sync.Mutex    // orders this process's writes by tick when serial
 	wake      chan struct{} // a token that ends the claimer's idle wait
+	changed   chan struct{} // the same, from the queue's change signal
 	running   atomic.Bool
 	phase     atomic.Int32 // phaseNew … phaseStopped, for Ready
 	health    *health      // the store round trips: error streaks, readiness
@@ -272,7 +312,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	}
 	r := &Relay{
 		cfg: cfg, q: cfg.Queue, clock: NewClock(cfg.Source, c.Tick), log: cfg.Logger,
-		serial: !cfg.Queue.ConcurrentWriters(), mode: besideClaims{}, wake: make(chan struct{}, 1),
+		serial: !cfg.Queue.ConcurrentWriters(), mode: besideClaims{}, wake: make(chan struct{}, 1), changed: make(chan struct{}, 1),
 		heartbeat: max(1, (cfg.Queue.Policy().Lease-(cfg.DeliveryTimeout+cfg.LeaseMargin).Milliseconds())/2),
 		health:    newHealth(cfg.Source, cfg.Logger, cfg.Metrics),
 	}
@@ -378,8 +418,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay: started", "workers", r.cfg.Workers, "tick", r.clock.Now(),
 		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry,
 		"settles", r.mode)
+	watchDone := r.watchChanges(claimCtx)
 	var deliveries sync.WaitGroup
-	claimerDone, settlerDone := make(chan struct{}), make(chan struct{})
+	claimerDone, settlerDone, prunerDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(prunerDone)
+		r.pruneLoop(claimCtx)
+	}()
 	go func() {
 		defer close(claimerDone)
 		if err := r.claimLoop(claimCtx, deliverCtx, settleCtx, p, &deliveries); err != nil {
@@ -403,6 +448,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	go func() {
 		<-claimerDone
 		<-settlerDone
+		<-prunerDone
+		<-watchDone
 		deliveries.Wait()
 		close(done)
 	}()

@@ -26,7 +26,7 @@ func newBenchCmd() *cobra.Command {
 }
 
 func newBenchClaimCmd() *cobra.Command {
-	var flows, batches, dir string
+	var flows, groups, batches, dir string
 	var asJSON bool
 	var pf policyFlags
 	opts := bench.ClaimOptions{}
@@ -38,7 +38,7 @@ disk with the same pragmas (the physical reference), and for each flow count a
 fresh store loaded with the backlog spread over the flows, and for each batch
 size k the rate of claim+settle with one worker and no delivery: each
 transaction settles the k events the previous one claimed and claims k more
-(SettleAndClaim). The stores are loaded first; then every rate, the raw one
+(one SettleMany with a ClaimLimit). The stores are loaded first; then every rate, the raw one
 first, is measured for duration/rounds in each of --rounds interleaved rounds. --json prints
 {"raw_commit_per_s": …, "results": [{flows, backlog, batch, claim_settle_per_s,
 ratio_to_raw, peak_rss_mb}, …]}; otherwise a table, with a progress bar on
@@ -47,6 +47,9 @@ the peak of the whole run, all stores open.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
+			if opts.Groups, err = parseCountsFrom("groups", groups, 0); err != nil {
+				return err
+			}
 			if opts.Flows, err = parseCounts("flows", flows); err != nil {
 				return err
 			}
@@ -80,6 +83,7 @@ the peak of the whole run, all stores open.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&flows, "flows", "10,1000,100000", "comma-separated flow counts, each measured on a fresh store")
+	f.StringVar(&groups, "groups", "0", "comma-separated group counts each flow count is measured with: 0 leaves every flow its own group, g puts flow i in group i mod g (SPEC §8)")
 	f.IntVar(&opts.Backlog, "backlog", 1000000, "events loaded before measuring, spread over the flows")
 	f.StringVar(&batches, "batch", "1,64", "comma-separated batch sizes k: each transaction settles the k events claimed by the previous one and claims k more")
 	f.DurationVar(&opts.Duration, "duration", bench.DefaultDuration, "how long each rate is measured in total")
@@ -93,12 +97,15 @@ the peak of the whole run, all stores open.`,
 }
 
 // parseCounts parses "10,1000" into positive integers.
-func parseCounts(field, s string) ([]int, error) {
+func parseCounts(field, s string) ([]int, error) { return parseCountsFrom(field, s, 1) }
+
+// parseCountsFrom is parseCounts with a smallest allowed count.
+func parseCountsFrom(field, s string, least int) ([]int, error) {
 	var out []int
 	for _, part := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(part))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("--%s: %q is not a positive integer", field, part)
+		if err != nil || n < least {
+			return nil, fmt.Errorf("--%s: %q is not an integer of at least %d", field, part, least)
 		}
 		out = append(out, n)
 	}

@@ -33,7 +33,7 @@ func TestBenchClaimJSON(t *testing.T) {
 	if len(results) != 4 {
 		t.Fatalf("%d results, want 4 (2 flow counts x 2 batch sizes)", len(results))
 	}
-	want := []string{"backlog", "batch", "claim_settle_per_s", "flows", "peak_rss_mb", "ratio_to_raw"}
+	want := []string{"backlog", "batch", "claim_settle_per_s", "flows", "groups", "peak_rss_mb", "ratio_to_raw"}
 	for i, r := range results {
 		if got := slices.Sorted(maps.Keys(r)); !slices.Equal(got, want) {
 			t.Errorf("result %d keys %v, want %v", i, got, want)

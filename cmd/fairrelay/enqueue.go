@@ -12,26 +12,30 @@ import (
 func init() { rootCmd.AddCommand(newEnqueueCmd()) }
 
 func newEnqueueCmd() *cobra.Command {
-	var queue, id, flow, body, delta string
+	var queue, id, flow, group, body, delta string
 	var at int64
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "enqueue --queue Q --id ID --flow FLOW (--body JSON | --delta N) [--at TICK]  |  enqueue --queue Q [--at TICK] < events.jsonl",
+		Use:   "enqueue --queue Q --id ID --flow FLOW [--group G] (--body JSON | --delta N) [--at TICK]  |  enqueue --queue Q [--at TICK] < events.jsonl",
 		Short: "Enqueue one event, or JSON lines from stdin without --id (SPEC §2), printing the answers as JSON",
 		Long: `Enqueue one event. The body is JSON (stored compact, keys sorted);
 --delta N is shorthand for --body '{"delta":N}'. Prints {"status":"created","seq":N},
-existing or conflict, like the script op.
+existing, conflict, or {"status":"full","limit":"store"|"group"|"flow"} when a
+backlog limit refuses a new event (SPEC §8; see fairrelay configure), like the
+script op. --group names the tenant the flow belongs to; the enqueue that
+creates a flow fixes it.
 
-Without --id it reads JSON lines {"id": …, "flow": …, "body": …} (or "delta")
+Without --id it reads JSON lines {"id": …, "flow": …, "body": …} (or "delta",
+and optionally "group")
 from stdin and answers one JSON line each, at --at or by default at the stored
 tick (so it can run beside a relay). The lines already waiting go in one
 transaction (up to 500); when the input pauses, what came is committed and
 answered at once (tail -f events | fairrelay enqueue). Once a line of a flow
-fails or conflicts, that flow's later lines are refused, so a rerun of the
-fixed input keeps each flow's order.
+fails, conflicts or is full, that flow's later lines are refused, so a rerun
+of the fixed input keeps each flow's order.
 
-Exit codes: 0 applied (created or existing), 1 nothing applied (conflict, or
-a bulk line failed or was refused), 2 an error.`,
+Exit codes: 0 applied (created or existing), 1 nothing applied (conflict,
+full, or a bulk line failed or was refused), 2 an error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pol, err := pf.policy()
@@ -58,15 +62,18 @@ a bulk line failed or was refused), 2 an error.`,
 				return err
 			}
 			defer q.Close()
-			r, err := q.Enqueue(cmd.Context(), fairrelay.EnqueueParams{ID: id, Flow: flow, Body: payload, At: at})
+			r, err := q.Enqueue(cmd.Context(), fairrelay.EnqueueParams{ID: id, Flow: flow, Group: group, Body: payload, At: at})
 			if err != nil {
 				return err
 			}
 			if err := printJSON(cmd.OutOrStdout(), script.EnqueueResult(r)); err != nil {
 				return err
 			}
-			if r.Status == fairrelay.EnqueueConflict {
+			switch r.Status {
+			case fairrelay.EnqueueConflict:
 				return notApplied("enqueue: id %q is stored with another flow or body (conflict); nothing was written", id)
+			case fairrelay.EnqueueFull:
+				return notApplied("enqueue: the %s backlog limit is reached (full); nothing was written: wait for the relay, or raise the limit with fairrelay configure", r.Limit)
 			}
 			return nil
 		},
@@ -75,6 +82,7 @@ a bulk line failed or was refused), 2 an error.`,
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&id, "id", "", "event id (1 to 200 bytes of UTF-8)")
 	f.StringVar(&flow, "flow", "", "flow id, the ordering key (1 to 200 bytes of UTF-8)")
+	f.StringVar(&group, "group", "", "the flow's group, its tenant (SPEC §8; default: the flow's own)")
 	f.StringVar(&body, "body", "", "event body, JSON")
 	f.StringVar(&delta, "delta", "", `shorthand for --body '{"delta":N}', N a positive integer`)
 	f.Int64Var(&at, "at", 0, atUsage)

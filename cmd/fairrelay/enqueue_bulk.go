@@ -218,6 +218,11 @@ func (b *bulk) check(p fairrelay.EnqueueParams) error {
 	if err := fairrelay.CheckID("flow", p.Flow); err != nil {
 		return err
 	}
+	if p.Group != "" {
+		if err := fairrelay.CheckID("group", p.Group); err != nil {
+			return err
+		}
+	}
 	if len(p.Body) > b.maxBody {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "body", Message: fmt.Sprintf("%d bytes, more than the limit of %d", len(p.Body), b.maxBody)}
 	}
@@ -268,7 +273,7 @@ func (b *bulk) flush(ctx context.Context) error {
 	for _, a := range b.answers {
 		if a.item != nil {
 			a.answer, k = rs[k], k+1
-			if _, bad := a.answer["error"]; bad || a.answer["status"] == string(fairrelay.EnqueueConflict) {
+			if _, bad := a.answer["error"]; bad || a.answer["status"] == string(fairrelay.EnqueueConflict) || a.answer["status"] == string(fairrelay.EnqueueFull) {
 				b.fail(a, true)
 			} else if n := b.failedFlows[a.flow]; n != 0 && n < a.line {
 				// Only a writer beside this one gets here: line n looked
@@ -371,22 +376,28 @@ func parseBulkLine(b []byte) (fairrelay.EnqueueParams, error) {
 	var body, delta json.RawMessage
 	for _, m := range members {
 		switch m.Key {
-		case "id", "flow":
+		case "id", "flow", "group":
 			var v string
 			if err := json.Unmarshal(m.Value, &v); err != nil {
 				return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must be a string"}
 			}
-			if m.Key == "id" {
+			switch m.Key {
+			case "id":
 				p.ID = v
-			} else {
+			case "flow":
 				p.Flow = v
+			default:
+				if v == "" {
+					return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "group", Message: "empty"}
+				}
+				p.Group = v
 			}
 		case "body":
 			body = m.Value
 		case "delta":
 			delta = m.Value
 		default:
-			return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "unknown field (a line holds id, flow and body or delta)"}
+			return p, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "unknown field (a line holds id, flow, body or delta, and optionally group)"}
 		}
 	}
 	if p.Body, err = script.Body(delta, body); err != nil {
@@ -407,7 +418,7 @@ func enqueueBatch(ctx context.Context, q *fairrelay.Queue, ps []fairrelay.Enqueu
 	out := make([]script.Result, len(ps))
 	evs := make([]fairrelay.NewEvent, len(ps))
 	for i, p := range ps {
-		evs[i] = fairrelay.NewEvent{ID: p.ID, Flow: p.Flow, Body: p.Body}
+		evs[i] = fairrelay.NewEvent{ID: p.ID, Flow: p.Flow, Group: p.Group, Body: p.Body}
 	}
 	rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: at, Events: evs})
 	if err == nil {

@@ -21,13 +21,16 @@ func newInspectCmd() *cobra.Command {
 	var limit int
 	var afterNo, afterSeq int64
 	cmd := &cobra.Command{
-		Use:   "inspect (--queue Q [flows|heads|quarantined|audit|clock] | --inbox I [receipts|projection]) [--json]",
-		Short: "Show a queue store's flows, heads, quarantined events, audit log or clock, or an inbox's receipts and projection",
+		Use:   "inspect (--queue Q [flows|heads|quarantined|groups|settings|audit|clock] | --inbox I [receipts|projection]) [--json]",
+		Short: "Show a queue store's flows, heads, quarantined events, groups, settings, audit log or clock, or an inbox's receipts and projection",
 		Long: `Read-only views of a queue store:
-  flows        each flow with its last seq and served ticket
+  flows        each flow with its last seq, served ticket, group and whether paused
   heads        each flow with its head event (the default)
   quarantined  the quarantined heads, with the generation a redrive needs
-  audit        the redrive decisions, as written
+  groups       the groups (SPEC §8): weight, backlog limit, served, flows, backlog
+               (a flow created without a group is its own and not listed)
+  settings     the store-wide backlog limits and the backlog
+  audit        the operators' decisions (redrive, expedite, pause, resume), as written
   clock        the stored tick and the last ticket
 and of an inbox (--inbox, the receiver's store):
   receipts     each receipt: event id, flow, seq (the default), by flow and seq
@@ -39,7 +42,7 @@ text is data: a table shows a value with control or format characters
 Go-quoted ("a\tb"), and JSON escapes them (\u001b), so nothing a store holds
 can forge lines or drive the terminal.`,
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: []string{"flows", "heads", "quarantined", "audit", "clock"},
+		ValidArgs: []string{"flows", "heads", "quarantined", "groups", "settings", "audit", "clock"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
@@ -66,8 +69,8 @@ can forge lines or drive the terminal.`,
 			}
 			// Each view pages its own way; a paging flag it does not take
 			// is refused rather than ignored.
-			if after != "" && view != "flows" && view != "heads" && view != "quarantined" {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: fmt.Sprintf("pages the flows, heads and quarantined views only, not %s (audit pages with --after-no)", view)}
+			if after != "" && view != "flows" && view != "heads" && view != "quarantined" && view != "groups" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: fmt.Sprintf("pages the flows, heads, quarantined and groups views only, not %s (audit pages with --after-no)", view)}
 			}
 			if afterNo != 0 && view != "audit" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: fmt.Sprintf("pages the audit view only, not %s", view)}
@@ -82,9 +85,9 @@ can forge lines or drive the terminal.`,
 			switch view {
 			case "flows", "heads":
 				// Open only after the view is known to be valid.
-			case "quarantined", "audit", "clock":
+			case "quarantined", "groups", "settings", "audit", "clock":
 			default:
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined, audit or clock", view)}
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined, groups, settings, audit or clock", view)}
 			}
 			q, err := openExistingQueue(ctx, queue, fairrelay.Policy{}, nil)
 			if err != nil {
@@ -109,9 +112,9 @@ can forge lines or drive the terminal.`,
 				}
 				table = func(w io.Writer) {
 					if view == "flows" {
-						fmt.Fprintln(w, "FLOW\tSEQ\tSERVED")
+						fmt.Fprintln(w, "FLOW\tSEQ\tSERVED\tGROUP\tPAUSED")
 						for _, h := range hs {
-							fmt.Fprintf(w, "%s\t%d\t%d\n", cell(h.Flow), h.Seq, h.Served)
+							fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%t\n", cell(h.Flow), h.Seq, h.Served, cell(h.Group), h.Paused)
 						}
 						return
 					}
@@ -149,6 +152,31 @@ can forge lines or drive the terminal.`,
 				table = func(w io.Writer) {
 					fmt.Fprintln(w, "TICK\tTICKET")
 					fmt.Fprintf(w, "%d\t%d\n", c.Tick, c.Ticket)
+				}
+			case "groups":
+				gs, err := q.Groups(ctx, after, limit)
+				if err != nil {
+					return err
+				}
+				if len(gs) > 0 {
+					next = "--after " + shellQuote(gs[len(gs)-1].Group)
+				}
+				rows = anyRows(gs)
+				table = func(w io.Writer) {
+					fmt.Fprintln(w, "GROUP\tWEIGHT\tMAX BACKLOG\tSERVED\tFLOWS\tBACKLOG")
+					for _, g := range gs {
+						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\n", cell(g.Group), g.Weight, optional(g.MaxBacklog, "none"), optional(g.Served, "-"), g.Flows, g.Backlog)
+					}
+				}
+			case "settings":
+				s, err := q.Settings(ctx)
+				if err != nil {
+					return err
+				}
+				rows = []any{s}
+				table = func(w io.Writer) {
+					fmt.Fprintln(w, "MAX BACKLOG\tMAX FLOW BACKLOG\tBACKLOG")
+					fmt.Fprintf(w, "%s\t%s\t%d\n", limitCell(s.MaxBacklog), limitCell(s.MaxFlowBacklog), s.Backlog)
 				}
 			case "audit":
 				as, err := q.Audit(ctx, afterNo, limit)
@@ -259,4 +287,20 @@ func shellQuote(s string) string {
 	}
 	b.WriteString("'")
 	return b.String()
+}
+
+// optional prints *v, or none when v is nil.
+func optional(v *int64, none string) string {
+	if v == nil {
+		return none
+	}
+	return strconv.FormatInt(*v, 10)
+}
+
+// limitCell prints a backlog limit: none for 0.
+func limitCell(v int64) string {
+	if v == 0 {
+		return "none"
+	}
+	return strconv.FormatInt(v, 10)
 }

@@ -25,7 +25,7 @@ var rootCmd = &cobra.Command{
 	SilenceErrors: true,
 }
 
-// The exit codes, one meaning each across every command (README "Exit
+// The exit codes, one meaning each across every command (docs/cli.md "Exit
 // codes"), so a script can tell "applied" from "answered, but nothing
 // applied" from "failed".
 const (

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/conformance"
 )
 
@@ -164,7 +166,7 @@ func TestOneShotCommands(t *testing.T) {
 	steps := []struct {
 		args []string
 		want string
-		code int // README "Exit codes": 0 applied, 1 answered but nothing applied
+		code int // docs/cli.md "Exit codes": 0 applied, 1 answered but nothing applied
 	}{
 		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "10", "--at", "0"}, `{"seq":1,"status":"created"}`, 0},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", `{"note":"x", "delta":1}`, "--at", "0"}, `{"seq":2,"status":"created"}`, 0},
@@ -503,5 +505,62 @@ func TestInspectPages(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, "pages the") {
 			t.Fatalf("%v: exit %d, stderr %q; want it refused", args, code, errOut)
 		}
+	}
+}
+
+// TestRedriveAllPastOnePage: redrive --all reads every quarantined head,
+// however many; it once looked at the first 10 000 only, so a head past
+// them was never found.
+func TestRedriveAllPastOnePage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "q.db")
+	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10_050
+	evs := make([]fairrelay.NewEvent, n)
+	for i := range evs {
+		evs[i] = fairrelay.NewEvent{ID: fmt.Sprintf("E%05d", i), Flow: fmt.Sprintf("F%05d", i), Body: []byte(`{"delta":1}`)}
+	}
+	if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 0, Events: evs}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := q.Claim(ctx, fairrelay.ClaimParams{At: 0, Limit: n})
+	if err != nil || len(r.Claims) != n {
+		t.Fatalf("claim: %d, %v", len(r.Claims), err)
+	}
+	// The last three past the first 10 000 for another reason.
+	ss := make([]fairrelay.Settlement, n)
+	for i, c := range r.Claims {
+		ss[i] = fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeRejected}
+		if i >= n-3 {
+			ss[i].Outcome = fairrelay.OutcomeIDConflict
+		}
+	}
+	if _, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: 0, Settles: ss}); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	last := fmt.Sprintf("F%05d", n-1)
+	out, errOut, code := cli(t, "", "redrive", "--queue", path, "--all", "--flow", last, "--reason", "fixed", "--operator", "ops", "--at", "1")
+	if code != 0 || strings.TrimSpace(out) != fmt.Sprintf(`{"generation":2,"id":"E%05d","status":"ready"}`, n-1) {
+		t.Fatalf("redrive --all --flow %s: exit %d\n%s\n%s", last, code, out, errOut)
+	}
+	out, errOut, code = cli(t, "", "redrive", "--queue", path, "--all", "--reason-is", "id_conflict", "--reason", "fixed", "--operator", "ops", "--at", "1")
+	if code != 0 || strings.Count(out, `"status":"ready"`) != 2 {
+		t.Fatalf("redrive --all --reason-is id_conflict: exit %d, want the 2 left\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestMissingStoreSaysSoOnce: the error of a store that does not exist
+// names the field and says what is wrong once (it once repeated itself).
+func TestMissingStoreSaysSoOnce(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "nope.db")
+	_, errOut, code := cli(t, "", "inspect", "--queue", path)
+	if code != 2 || strings.Count(errOut, "no queue store there") != 1 || !strings.Contains(errOut, "queue: no queue store there: "+path) {
+		t.Fatalf("exit %d, stderr %q: want exit 2 and the reason once, after the field", code, errOut)
 	}
 }

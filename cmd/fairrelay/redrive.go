@@ -92,38 +92,42 @@ alone.`,
 
 // redriveAll redrives the quarantined heads that match, each in its own
 // transaction at the generation it was listed with, and prints one line per
-// event. Redrive errors stop it; rejections are printed and it goes on.
+// event. The store filters by --flow and --reason-is, and it pages through
+// every quarantined head that matches (one per flow at most), however many
+// there are.
+// Redrive errors stop it; rejections are printed and it goes on.
 func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, operator string, at int64) error {
 	ctx := cmd.Context()
 	if reasonIs != "" && !quarantineReason(reasonIs) {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason-is", Message: fmt.Sprintf("%q is not a quarantine reason: budget_exhausted or a permanent outcome (id_conflict, sequence_conflict, unsupported_delta, invalid_body, rejected)", reasonIs)}
 	}
-	const page = 10000
-	es, err := q.Quarantined(ctx, page)
-	if err != nil {
-		return err
-	}
+	const page = 1000
 	n, rejected := 0, 0
-	for _, e := range es {
-		if (flow != "" && e.Flow != flow) || (reasonIs != "" && (e.Reason == nil || *e.Reason != reasonIs)) {
-			continue
-		}
-		r, err := q.Redrive(ctx, fairrelay.RedriveParams{EventID: e.ID, ExpectedGeneration: e.Generation, Reason: reason, Operator: operator, At: at})
+	after := ""
+	for done := false; !done; {
+		es, err := q.QuarantinedWhere(ctx, fairrelay.QuarantinedParams{After: after, Flow: flow, Reason: reasonIs, Limit: page})
 		if err != nil {
-			return fmt.Errorf("redrive %s: %w", e.ID, err)
-		}
-		if r.Status == fairrelay.RedriveRejected {
-			rejected++
-		}
-		line := script.RedriveResult(r)
-		line["id"] = e.ID
-		if err := printJSON(cmd.OutOrStdout(), line); err != nil {
 			return err
 		}
-		n++
-	}
-	if len(es) == page {
-		fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: redrive: looked at the first %d quarantined heads; run again for more\n", page)
+		done = len(es) < page
+		if len(es) > 0 {
+			after = es[len(es)-1].Flow
+		}
+		for _, e := range es {
+			r, err := q.Redrive(ctx, fairrelay.RedriveParams{EventID: e.ID, ExpectedGeneration: e.Generation, Reason: reason, Operator: operator, At: at})
+			if err != nil {
+				return fmt.Errorf("redrive %s: %w", e.ID, err)
+			}
+			if r.Status == fairrelay.RedriveRejected {
+				rejected++
+			}
+			line := script.RedriveResult(r)
+			line["id"] = e.ID
+			if err := printJSON(cmd.OutOrStdout(), line); err != nil {
+				return err
+			}
+			n++
+		}
 	}
 	if n == 0 {
 		return notApplied("redrive: no quarantined head matched; nothing changed")

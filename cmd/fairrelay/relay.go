@@ -28,7 +28,7 @@ func newRelayCmd() *cobra.Command {
 	var (
 		queue, sinkURL, secret, metricsAddr, logLevel, permanent string
 		workers                                                  int
-		timeout, margin, shutdown                                time.Duration
+		timeout, margin, shutdown, retainAcked, retainIDs        time.Duration
 		pf                                                       policyFlags
 	)
 	cmd := &cobra.Command{
@@ -61,7 +61,7 @@ in flight to their leases.
 
 Store errors (a full disk, a PostgreSQL restart, dropped connections) do not
 stop it: it retries with backoff, logs once when they start and once when they
-end, and resumes by itself. It exits 1 only on what waiting cannot cure: a bad
+end, and resumes by itself. It exits 2 only on what waiting cannot cure: a bad
 configuration, a store it cannot open at start, a stored tick beyond the range
 of ticks. With --metrics-addr, /healthz answers
 200 while the process runs, and /readyz 200 while the relay dispatches with
@@ -141,7 +141,7 @@ in --permanent-status.`,
 				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
 			}
 			cfg := relay.Config{Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
-				ShutdownTimeout: shutdown, Logger: log}
+				ShutdownTimeout: shutdown, Logger: log, RetainAcked: retainAcked, RetainIDs: retainIDs}
 			var reg *prometheus.Registry
 			if metricsAddr != "" {
 				reg = prometheus.NewRegistry()
@@ -180,6 +180,8 @@ in --permanent-status.`,
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-delivery timeout")
 	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")
 	f.DurationVar(&shutdown, "shutdown-timeout", 0, "how long in-flight deliveries may run after a signal (default: --timeout)")
+	f.DurationVar(&retainAcked, "retain-acked", 7*24*time.Hour, "prune acked events (and their bodies) acked longer ago than this, every minute in short batches (SPEC §8); 0 keeps them forever")
+	f.DurationVar(&retainIDs, "retain-ids", 30*24*time.Hour, "keep a pruned event's id idempotent (its tombstone) this long after its ack; 0 keeps tombstones forever; at least --retain-acked")
 	f.StringVar(&permanent, "permanent-status", "", "webhook sink: comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")

@@ -394,7 +394,7 @@ func TestBulkEnqueueAnswersEachLine(t *testing.T) {
 		}
 	}
 	out, _, _ = cli(t, "", "inspect", "--queue", queue, "flows", "--json")
-	if strings.TrimSpace(out) != `{"flow":"A","seq":2,"served":0,"paused":false}` {
+	if strings.TrimSpace(out) != `{"flow":"A","seq":2,"served":0,"paused":false,"group":"A"}` {
 		t.Errorf("flows after bulk enqueue: %s", out)
 	}
 }

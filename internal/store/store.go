@@ -62,10 +62,38 @@ func (e *EntryMismatchError) Error() string {
 // changed.
 type ClockRegressedError struct {
 	At, Stored int64
+	// Op names the write ("enqueue" when empty).
+	Op string
 }
 
 func (e *ClockRegressedError) Error() string {
-	return fmt.Sprintf("enqueue at tick %d: the store is at tick %d", e.At, e.Stored)
+	op := e.Op
+	if op == "" {
+		op = "enqueue"
+	}
+	return fmt.Sprintf("%s at tick %d: the store is at tick %d", op, e.At, e.Stored)
+}
+
+// ResolveTick is the clock check of a write a backend carries out whole
+// (enqueue, configure, prune), as the root package's for the others (SPEC
+// §2, §7): AtStored runs at the stored tick; a tick below it fails (or runs
+// at it under floor); a tick further ahead than maxJump (when positive, and
+// not under floor) or beyond MaxTick is invalid input naming "at".
+func ResolveTick(op string, at int64, floor bool, maxJump, stored int64) (int64, error) {
+	switch {
+	case at == AtStored:
+		return stored, nil
+	case at < stored && floor:
+		return stored, nil
+	case at < stored:
+		return 0, &ClockRegressedError{At: at, Stored: stored, Op: op}
+	case !floor && maxJump > 0 && at-stored > maxJump:
+		return 0, &InvalidError{Field: "at", Message: fmt.Sprintf("tick %d is %d ticks ahead of the stored tick %d, more than the policy's max_tick_jump of %d (a typo would poison the store's clock)",
+			at, at-stored, stored, maxJump)}
+	case at > MaxTick:
+		return 0, &InvalidError{Field: "at", Message: fmt.Sprintf("must be a tick in [0, %d], got %d", int64(MaxTick), at)}
+	}
+	return at, nil
 }
 
 // InvalidError is returned by Store.Enqueue for input it refuses (the SQL
@@ -120,6 +148,65 @@ type FlowRow struct {
 	PausedBy     string
 	PausedReason string
 	PausedAt     int64
+	// Group is the group the flow joined (SPEC §8); "" when the flow is
+	// its own group, the one named like the flow, which then has no row:
+	// a store where groups are not used keeps no group rows, and such a
+	// flow sits in the flow runnable index itself. A flow with a Group is
+	// a member: it sits in its group's member index, and its group in the
+	// group runnable index while RunnableFlows > 0.
+	Group string
+}
+
+// GroupRow is one row of the group table (SPEC §8): a group a flow named, a
+// group configured, or the own group of a flow that another flow joined
+// (made a row then, with that flow's served and creation position).
+type GroupRow struct {
+	Group string
+	// Ord is the group's creation position, from the same counter as a
+	// flow's (so a group and a flow that is its own group compare by it);
+	// 0 until its first flow is created (a group configured before any
+	// flow has no place in the rotation yet). Served is the ticket of the
+	// group's latest turn.
+	Ord    int64
+	Served int64
+	// Weight is 1 to 1000 (SPEC §8); Credit the claims left in the
+	// group's current turn (deficit round robin, see the root package).
+	Weight int64
+	Credit int64
+	// RunnableFlows counts the member flows in the runnable index. Only
+	// transactions that hold LaneClaim change it, and member flows'
+	// Runnable, (everyone else files a member's head in the due index, and
+	// a claim promotes it), so that a claim never waits for an enqueue.
+	RunnableFlows int64
+	// MaxBacklog is the group's limit on events not acked (0: none).
+	MaxBacklog int64
+}
+
+// GroupPick is a group in the group runnable index with the first of its
+// runnable member flows in dispatch order (and its head); First.Flow.Flow is
+// "" when another transaction holds every one of them (PostgreSQL skips
+// them): the group still counts in the page, so that a full page says the
+// index may hold more.
+type GroupPick struct {
+	Group GroupRow
+	First FlowHead
+}
+
+// GroupInfo is a group as the read views list it: its row and its backlog
+// (events not acked in its member flows).
+type GroupInfo struct {
+	GroupRow
+	Flows   int64
+	Backlog int64
+	// MaxSlots caps the relay slots the group's deliveries hold at once
+	// (0: none; SPEC §11).
+	MaxSlots int64
+}
+
+// Settings are the store-wide settings of SPEC §8 (0: no limit).
+type Settings struct {
+	MaxBacklog     int64
+	MaxFlowBacklog int64
 }
 
 // EventRow is one row of the event table. NextAt is meaningful when State is
@@ -229,11 +316,24 @@ type Store interface {
 	// error; an unusable caller transaction is an *InvalidError naming
 	// "tx".
 	Enqueue(ctx context.Context, caller any, p EnqueueParams) (EnqueueResult, error)
+	// Changes watches the store for commits made elsewhere (see
+	// changes.go): a value on the channel means "look again". It runs
+	// until ctx is done or the store is closed, then closes the channel.
+	// status, when not nil, hears every failure to watch (the backend
+	// retries by itself) and nil once it watches again.
+	Changes(ctx context.Context, status func(error)) <-chan struct{}
 	// Entry is the entry rule the store records ("seed" or "fair").
 	Entry() string
 	// ConcurrentWriters reports whether lanes commit side by side
 	// (PostgreSQL) rather than one writer at a time (SQLite).
 	ConcurrentWriters() bool
+	// Configure changes settings (SPEC §8) in one transaction and returns
+	// the tick it ran at. Errors: *ClockRegressedError, *InvalidError,
+	// ErrBusy, and any other database error.
+	Configure(ctx context.Context, p ConfigureParams) (int64, error)
+	// Prune deletes acked events and tombstones (SPEC §8) in one
+	// transaction. Errors as Configure's.
+	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
 	// Migrate applies the embedded numbered migrations not applied yet and
 	// returns the versions it applied.
 	Migrate(ctx context.Context) ([]int, error)
@@ -258,11 +358,14 @@ type EnqueueParams struct {
 	Events []NewEvent
 }
 
-// NewEvent is one event to append.
+// NewEvent is one event to append. Group is the group a new flow joins
+// (SPEC §8; "" for the flow's own), and for an existing flow must be its
+// group or "" (else an *InvalidError naming "group").
 type NewEvent struct {
-	ID   string
-	Flow string
-	Body []byte
+	ID    string
+	Flow  string
+	Group string
+	Body  []byte
 }
 
 // EnqueueResult is the answer of Store.Enqueue: one answer per event, in
@@ -273,10 +376,57 @@ type EnqueueResult struct {
 }
 
 // EnqueueAnswer is the answer for one event: Status "created" with the new
-// Seq, "existing" with the stored Seq, or "conflict".
+// Seq, "existing" with the stored Seq, "conflict", or "full" with the Limit
+// that applied ("store", "group" or "flow"; SPEC §8).
 type EnqueueAnswer struct {
 	Status string
 	Seq    int64
+	Limit  string
+}
+
+// ConfigureParams is one change of the settings of SPEC §8, a write at a
+// tick like an enqueue's (At, Floor, MaxTickJump as EnqueueParams's). With
+// Group set, Weight and MaxBacklog are the group's (it is created when
+// missing); else MaxBacklog and MaxFlowBacklog are the store's. A nil field
+// is left as it is.
+type ConfigureParams struct {
+	At             int64
+	Floor          bool
+	MaxTickJump    int64
+	Group          string
+	Weight         *int64
+	MaxBacklog     *int64
+	MaxFlowBacklog *int64
+	MaxSlots       *int64
+	// Check validates the fields once the clock check passed (SPEC §2
+	// order); nil for none.
+	Check func() error
+}
+
+// PruneParams is one prune transaction of SPEC §8 (At, Floor, MaxTickJump
+// as EnqueueParams's): acked events acked before AckedBefore go, keeping a
+// tombstone unless acked before IDsBefore; tombstones acked before
+// IDsBefore go. Limit, when positive, bounds the events and tombstones one
+// call deletes (the oldest first), so a prune of a large store runs as
+// many short transactions.
+type PruneParams struct {
+	At          int64
+	Floor       bool
+	MaxTickJump int64
+	AckedBefore int64
+	IDsBefore   int64
+	Limit       int
+	// Check as ConfigureParams.Check.
+	Check func() error
+}
+
+// PruneResult counts what a prune deleted, and the tick it ran at. More
+// tells that Limit stopped it before everything due was deleted.
+type PruneResult struct {
+	Events     int64
+	Tombstones int64
+	Tick       int64
+	More       bool
 }
 
 // ReadSet is what a write transaction asks before it decides, answered in
@@ -297,10 +447,17 @@ type ReadSet struct {
 	// ReadResult.Flows with their heads in ReadResult.Events, locked (an
 	// unknown flow is absent).
 	Flows []string
-	// PickLimit asks for the first PickLimit runnable flows in Order with
-	// their heads, locked; a flow another transaction holds is skipped.
-	PickLimit int
-	Order     Order
+	// PickLimit asks for the first PickLimit runnable flows that are their
+	// own group in Order with their heads, locked; a flow another
+	// transaction holds is skipped. GroupPickLimit asks the same of the
+	// group runnable index (ReadResult.GroupPicks), each group with its
+	// first runnable member.
+	PickLimit      int
+	GroupPickLimit int
+	Order          Order
+	// Groups are groups whose rows the transaction needs (ReadResult.Groups;
+	// an unknown one is absent).
+	Groups []string
 	// DueLimit asks for up to DueLimit flows whose WaitUntil has come (see
 	// At), smallest WaitUntil first (ties by flow id), after DueAfter when
 	// set, with their heads, locked; a flow another transaction holds is
@@ -321,15 +478,21 @@ type ReadResult struct {
 	// Clock is the stored clock (the largest tick any write recorded).
 	Clock Clock
 	// Events holds the events asked for that exist, by id; Flows their
-	// flows by id; Next the event after each, by flow, when it exists.
+	// flows by id; Next the event after each, by the id of the event it
+	// follows, when it exists (two tokens of one flow each have theirs).
 	Events map[string]*EventRow
 	Flows  map[string]*FlowRow
 	Next   map[string]*EventRow
 	// Held names the events asked for whose flows another transaction
 	// held (ReadSet.SkipHeld): not read.
 	Held map[string]bool
-	// Picks are the runnable flows asked for, in order.
-	Picks []FlowHead
+	// Picks are the runnable flows asked for, in order; GroupPicks the
+	// runnable groups, in order.
+	Picks      []FlowHead
+	GroupPicks []GroupPick
+	// Groups holds, by name, the groups asked for and those of the due
+	// member flows read.
+	Groups map[string]*GroupRow
 	// Due are the due flows asked for, WaitUntil order.
 	Due []FlowHead
 }
@@ -339,6 +502,10 @@ type Tx interface {
 	// Read answers rs (see ReadSet). The first Read of a transaction takes
 	// its lanes' locks and reads the clock after them.
 	Read(ctx context.Context, rs ReadSet) (*ReadResult, error)
+	// Members reads up to limit runnable member flows of group in Order
+	// with their heads, locked, skipping flows another transaction holds
+	// (a claim's next flows of a group it takes more than one turn of).
+	Members(ctx context.Context, group string, order Order, limit int) ([]FlowHead, error)
 	// Write applies ws. The backend may hold the writes back until Commit
 	// (a failing write then fails the commit, and nothing is kept).
 	Write(ctx context.Context, ws *WriteSet) error
@@ -361,9 +528,27 @@ type WriteSet struct {
 	// Attempts to record; one already recorded for the same event and
 	// generation is kept (the first word wins).
 	Attempts []AttemptRow
+	// Groups are group rows a LaneClaim transaction changed: RunnableFlows
+	// by RunnableDelta, Served and Credit set.
+	Groups []GroupWrite
+	// Acked counts the events this transaction acked, in all (Acked) and
+	// by group for member flows (AckedGroups): the backlog counters of SPEC
+	// §8's limits.
+	Acked       int64
+	AckedGroups map[string]int64
 	// Clock is the clock to record (the tick, and the ticket when the
 	// transaction holds LaneClaim).
 	Clock Clock
+}
+
+// GroupWrite is one group row a claim changed: RunnableFlows by
+// RunnableDelta, and, when Turn, Served and Credit set.
+type GroupWrite struct {
+	Group         string
+	RunnableDelta int64
+	Turn          bool
+	Served        int64
+	Credit        int64
 }
 
 // ReadTx is a read-only transaction with a stable view.
@@ -389,10 +574,21 @@ type ReadTx interface {
 	// QuarantinedList lists quarantined events (each its flow's head, so
 	// one per flow at most) by flow, after the flow afterFlow, at most
 	// limit rows.
-	QuarantinedList(ctx context.Context, afterFlow string, limit int) ([]EventRow, error)
+	// flow and reason, when not empty, keep only that flow's head and
+	// heads quarantined for that reason.
+	QuarantinedList(ctx context.Context, afterFlow, flow, reason string, limit int) ([]EventRow, error)
 	// AuditList lists audit rows as written, after the given row number.
 	AuditList(ctx context.Context, after int64, limit int) ([]AuditRow, error)
 	// Attempts lists an event's attempts by generation.
 	Attempts(ctx context.Context, eventID string) ([]AttemptRow, error)
+	// GroupPick lists the first limit groups of the group runnable index.
+	GroupPick(ctx context.Context, order Order, limit int) ([]GroupRow, error)
+	// GroupList lists group rows by name after the given one, at most
+	// limit, with their flow counts and backlogs.
+	GroupList(ctx context.Context, after string, limit int) ([]GroupInfo, error)
+	// Settings reads the store-wide settings.
+	Settings(ctx context.Context) (Settings, error)
+	// Backlog counts the events not acked, in all.
+	Backlog(ctx context.Context) (int64, error)
 	Rollback(ctx context.Context) error
 }

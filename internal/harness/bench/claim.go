@@ -37,11 +37,16 @@ type ClaimOptions struct {
 	// Flows lists the flow counts to measure, each on a fresh store.
 	// Defaults to 10, 1000, 100000.
 	Flows []int
+	// Groups lists the group counts each flow count is measured with: 0
+	// leaves every flow its own group (SPEC §8: no group rows); g > 0 puts
+	// flow i in group i mod g. Defaults to 0. A count above the flow count
+	// is skipped.
+	Groups []int
 	// Backlog is the number of events loaded before measuring, spread evenly
 	// over the flows. Defaults to 1000000.
 	Backlog int
 	// Batches lists the batch sizes measured at each flow count: k is one
-	// SettleAndClaim transaction per step that settles the k events of the
+	// SettleMany transaction (with a ClaimLimit) per step that settles the k events of the
 	// previous step and claims k more (see Measure). Defaults to 1, 64.
 	Batches []int
 	// Duration is how long each rate (raw and each flow count × batch) is
@@ -67,6 +72,9 @@ func (o *ClaimOptions) defaults() {
 	if len(o.Batches) == 0 {
 		o.Batches = []int{1, 64}
 	}
+	if len(o.Groups) == 0 {
+		o.Groups = []int{0}
+	}
 	if o.Duration == 0 {
 		o.Duration = DefaultDuration
 	}
@@ -89,6 +97,11 @@ func (o *ClaimOptions) validate() error {
 	}
 	if o.Backlog < 1 {
 		return fmt.Errorf("backlog: %d is not a positive count", o.Backlog)
+	}
+	for _, g := range o.Groups {
+		if g < 0 {
+			return fmt.Errorf("groups: %d is a negative count", g)
+		}
 	}
 	for _, k := range o.Batches {
 		if k < 1 {
@@ -119,6 +132,8 @@ type ClaimReport struct {
 type ClaimResult struct {
 	// Flows is the number of flows the backlog is spread over.
 	Flows int `json:"flows"`
+	// Groups is the number of groups the flows are in (0: each its own).
+	Groups int `json:"groups"`
 	// Backlog is the number of events waiting (not acked) when this
 	// measurement started.
 	Backlog int `json:"backlog"`
@@ -161,22 +176,27 @@ func RunClaim(ctx context.Context, opts ClaimOptions) (*ClaimReport, error) {
 	}
 	var figs []*figure
 	for _, flows := range opts.Flows {
-		path := filepath.Join(opts.Dir, "bench-claim-"+strconv.Itoa(flows)+".db")
-		defer removeDB(path)
-		q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: opts.Policy})
-		if err != nil {
-			return nil, err
-		}
-		defer q.Close()
-		var onLoad func(done, total int)
-		if opts.OnLoad != nil {
-			onLoad = func(done, total int) { opts.OnLoad(flows, done, total) }
-		}
-		if err := Load(ctx, q, flows, opts.Backlog, onLoad); err != nil {
-			return nil, err
-		}
-		for _, batch := range opts.Batches {
-			figs = append(figs, &figure{res: ClaimResult{Flows: flows, Backlog: -1, Batch: batch}, q: q})
+		for _, groups := range opts.Groups {
+			if groups > flows {
+				continue
+			}
+			path := filepath.Join(opts.Dir, "bench-claim-"+strconv.Itoa(flows)+"-"+strconv.Itoa(groups)+".db")
+			defer removeDB(path)
+			q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: opts.Policy})
+			if err != nil {
+				return nil, err
+			}
+			defer q.Close()
+			var onLoad func(done, total int)
+			if opts.OnLoad != nil {
+				onLoad = func(done, total int) { opts.OnLoad(flows, done, total) }
+			}
+			if err := Load(ctx, q, flows, groups, opts.Backlog, onLoad); err != nil {
+				return nil, err
+			}
+			for _, batch := range opts.Batches {
+				figs = append(figs, &figure{res: ClaimResult{Flows: flows, Groups: groups, Backlog: -1, Batch: batch}, q: q})
+			}
 		}
 	}
 	// The load left up to hundreds of MiB of dirty pages in the file cache;
@@ -260,6 +280,9 @@ func removeDB(path string) {
 // holds events 1, 2, … in seq order.
 func FlowID(i int) string { return fmt.Sprintf("f%07d", i) }
 
+// GroupID names group j (0-based) of the benchmark.
+func GroupID(j int) string { return fmt.Sprintf("g%05d", j) }
+
 // EventID names event seq (1-based) of flow i.
 func EventID(i, seq int) string { return fmt.Sprintf("f%07d.%08d", i, seq) }
 
@@ -280,9 +303,10 @@ const loadBlock = 10
 // what is measured: a claim rotation takes the flows' heads in turn, and
 // with whole histories stored flow after flow the heads of 1000 flows would
 // lie on 1000 distinct pages where arrival spreads them over a few dozen.
-// onLoad, when set, is called after each chunk. Errors: any error of
-// EnqueueMany, or an answer other than created (the store was not empty).
-func Load(ctx context.Context, q *fairrelay.Queue, flows, backlog int, onLoad func(done, total int)) error {
+// With groups > 0, flow i is in group i mod groups (SPEC §8). onLoad, when
+// set, is called after each chunk. Errors: any error of EnqueueMany, or an
+// answer other than created (the store was not empty).
+func Load(ctx context.Context, q *fairrelay.Queue, flows, groups, backlog int, onLoad func(done, total int)) error {
 	body := []byte(`{"delta":1}`)
 	ps := make([]fairrelay.NewEvent, 0, loadChunk)
 	done := 0
@@ -314,7 +338,11 @@ func Load(ctx context.Context, q *fairrelay.Queue, flows, backlog int, onLoad fu
 				n++
 			}
 			for seq := from; seq < from+loadBlock && seq <= n; seq++ {
-				ps = append(ps, fairrelay.NewEvent{ID: EventID(i, seq), Flow: FlowID(i), Body: body})
+				ev := fairrelay.NewEvent{ID: EventID(i, seq), Flow: FlowID(i), Body: body}
+				if groups > 0 {
+					ev.Group = GroupID(i % groups)
+				}
+				ps = append(ps, ev)
 				if len(ps) == loadChunk {
 					if err := flush(); err != nil {
 						return err
@@ -327,7 +355,7 @@ func Load(ctx context.Context, q *fairrelay.Queue, flows, backlog int, onLoad fu
 }
 
 // Measure runs one worker with no delivery at tick at for about d: each
-// step is one SettleAndClaim transaction that settles (outcome accepted) the
+// step is one SettleMany transaction (with a ClaimLimit) that settles (outcome accepted) the
 // events the previous step claimed and claims up to batch new heads — one
 // commit per step, the group commit of issue 4. It returns how many events
 // were settled acked within d and the time it took; the events still held
@@ -463,9 +491,9 @@ func WriteTable(w io.Writer, rep *ClaimReport) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "flows\tbacklog\tbatch\tclaim+settle/s\t× raw\tpeak RSS MiB\t")
+	fmt.Fprintln(tw, "flows\tgroups\tbacklog\tbatch\tclaim+settle/s\t× raw\tpeak RSS MiB\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%.2f\t%.1f\t\n", r.Flows, r.Backlog, r.Batch, r.ClaimSettlePerS, r.RatioToRaw, r.PeakRSSMB)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.0f\t%.2f\t%.1f\t\n", r.Flows, r.Groups, r.Backlog, r.Batch, r.ClaimSettlePerS, r.RatioToRaw, r.PeakRSSMB)
 	}
 	return tw.Flush()
 }

@@ -20,7 +20,7 @@ func TestLoadSpreadsTheBacklogOverTheFlows(t *testing.T) {
 	}
 	defer q.Close()
 	var calls []int
-	if err := Load(ctx, q, 3, 11, func(done, total int) {
+	if err := Load(ctx, q, 3, 0, 11, func(done, total int) {
 		if total != 11 {
 			t.Errorf("progress total %d, want 11", total)
 		}
@@ -49,7 +49,7 @@ func TestLoadSpreadsTheBacklogOverTheFlows(t *testing.T) {
 		t.Errorf("events %+v: want 11, the first %s ready", s.Events, EventID(0, 1))
 	}
 	// A second load into the same store is refused: every id exists.
-	if err := Load(ctx, q, 3, 11, nil); err == nil {
+	if err := Load(ctx, q, 3, 0, 11, nil); err == nil {
 		t.Error("loading twice succeeded, want an error naming the existing event")
 	}
 }
@@ -62,7 +62,7 @@ func loadedQueue(t *testing.T, flows, backlog int) *fairrelay.Queue {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { q.Close() })
-	if err := Load(context.Background(), q, flows, backlog, nil); err != nil {
+	if err := Load(context.Background(), q, flows, 0, backlog, nil); err != nil {
 		t.Fatal(err)
 	}
 	return q

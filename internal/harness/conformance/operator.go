@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -299,4 +300,93 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+var pagingRules = []rule{
+	// A claim promotes every due flow, page after page (duePage rows a
+	// read): more due flows than a page once crashed the second page's
+	// read, whose key came from a row the first page had promoted.
+	{"claim_promotes_due_flows_past_one_page", budget(5), func(h h) {
+		const n = 700
+		evs := make([]fairrelay.NewEvent, n)
+		for i := range evs {
+			evs[i] = fairrelay.NewEvent{ID: fmt.Sprintf("E%04d", i), Flow: fmt.Sprintf("F%04d", i), Body: ledger(1)}
+		}
+		if _, err := h.Queue.EnqueueMany(bg, fairrelay.EnqueueManyParams{At: 0, Events: evs}); err != nil {
+			h.t.Fatal(err)
+		}
+		r, err := h.Queue.Claim(bg, fairrelay.ClaimParams{At: 0, Limit: n})
+		if err != nil || len(r.Claims) != n {
+			h.t.Fatalf("claim of %d: %d claims, %v", n, len(r.Claims), err)
+		}
+		// Every lease runs out at 5: at 5 all n flows are due together.
+		r, err = h.Queue.Claim(bg, fairrelay.ClaimParams{At: 5, Limit: n})
+		if err != nil || len(r.Claims) != n {
+			h.t.Fatalf("claim of %d expired leases: %d claims, %v", n, len(r.Claims), err)
+		}
+		for _, c := range r.Claims {
+			if c.Token.Generation != 2 {
+				h.t.Fatalf("%+v: want generation 2", c.Token)
+			}
+		}
+	}},
+	// The same through groups: members whose heads an enqueue filed in the
+	// due index (only claims count a group's runnable members).
+	{"claim_promotes_due_members_past_one_page", ref, func(h h) {
+		const n = 700
+		evs := make([]fairrelay.NewEvent, n)
+		for i := range evs {
+			evs[i] = fairrelay.NewEvent{ID: fmt.Sprintf("E%04d", i), Flow: fmt.Sprintf("F%04d", i), Group: fmt.Sprintf("G%d", i%7), Body: ledger(1)}
+		}
+		if _, err := h.Queue.EnqueueMany(bg, fairrelay.EnqueueManyParams{At: 0, Events: evs}); err != nil {
+			h.t.Fatal(err)
+		}
+		r, err := h.Queue.Claim(bg, fairrelay.ClaimParams{At: 0, Limit: n})
+		if err != nil || len(r.Claims) != n {
+			h.t.Fatalf("claim of %d members: %d claims, %v", n, len(r.Claims), err)
+		}
+	}},
+}
+
+var excludeRules = []rule{
+	// ClaimParams.Exclude (for a relay that shares slots by time, SPEC §11):
+	// the excluded groups' heads are not taken and keep their turn; the
+	// others are claimed in dispatch order.
+	{"claim_excludes_groups_and_keeps_their_turn", ref, func(h h) {
+		evs := []fairrelay.NewEvent{
+			{ID: "A1", Flow: "A", Body: ledger(1)},
+			{ID: "B1", Flow: "B", Body: ledger(1)},
+			{ID: "G1", Flow: "G-x", Group: "G", Body: ledger(1)},
+			{ID: "G2", Flow: "G-y", Group: "G", Body: ledger(1)},
+			{ID: "H1", Flow: "H-x", Group: "H", Body: ledger(1)},
+		}
+		if _, err := h.Queue.EnqueueMany(bg, fairrelay.EnqueueManyParams{At: 0, Events: evs}); err != nil {
+			h.t.Fatal(err)
+		}
+		r, err := h.Queue.Claim(bg, fairrelay.ClaimParams{At: 0, Limit: 5, Exclude: []string{"A", "G"}})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		var got []string
+		for _, c := range r.Claims {
+			got = append(got, c.Token.EventID+"/"+c.Group)
+		}
+		if d := cmp.Diff([]string{"B1/B", "H1/H"}, got); d != "" {
+			h.t.Fatalf("claims excluding A and G (-want +got):\n%s", d)
+		}
+		// A and G kept their turns: served 0, first in the order (then G
+		// again: B's and H's heads are out).
+		r, err = h.Queue.Claim(bg, fairrelay.ClaimParams{At: 0, Limit: 5})
+		got = got[:0]
+		for _, c := range r.Claims {
+			got = append(got, c.Token.EventID+"/"+c.Group)
+		}
+		if err != nil || cmp.Diff([]string{"A1/A", "G1/G", "G2/G"}, got) != "" {
+			h.t.Fatalf("claims after: %v %v, want A1, G1, G2", got, err)
+		}
+		h.unchanged("bad exclude", false, func() {
+			_, err := h.Queue.Claim(bg, fairrelay.ClaimParams{At: 0, Exclude: []string{""}})
+			wantCode(h.t, "empty group in exclude", err, fairrelay.CodeInvalidInput, "exclude")
+		})
+	}},
 }

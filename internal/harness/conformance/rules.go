@@ -26,7 +26,7 @@ func fair() fairrelay.Policy {
 }
 
 func runRules(t *testing.T, b Backend) {
-	for _, r := range slices.Concat(rules, operatorRules) {
+	for _, r := range slices.Concat(rules, operatorRules, pagingRules, excludeRules) {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			r.fn(h{t: t, Env: Open(t, b, r.policy())})

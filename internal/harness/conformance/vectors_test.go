@@ -12,7 +12,7 @@ import (
 // joined with the operator actions).
 const sharedVectors = "../../../../shared/vectors"
 
-var sharedVectorSets = []string{sharedVectors, sharedVectors + "-s9"}
+var sharedVectorSets = []string{sharedVectors, sharedVectors + "-s8", sharedVectors + "-s9"}
 
 // TestVectorCopiesMatchShared fails when the copies in testdata/vectors drift
 // from ../shared/vectors (and the sets in sharedVectorSets), where that

@@ -150,7 +150,9 @@ func childDrain(ctx context.Context) error {
 		mu.Unlock()
 	}
 	errc := make(chan error, workers)
-	deadline := time.Now().Add(5 * time.Minute)
+	// A guard against a hang, not a measure: a loaded machine (CI runs
+	// the chaos test beside it) has taken more than five minutes.
+	deadline := time.Now().Add(10 * time.Minute)
 	for w := range workers {
 		go func() { errc <- drainWorker(ctx, q, in, w, total, deadline, emit) }()
 	}

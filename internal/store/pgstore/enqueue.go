@@ -20,6 +20,7 @@ import (
 func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) (store.EnqueueResult, error) {
 	n := len(p.Events)
 	ids, flows, bodies := make([]string, n), make([]string, n), make([][]byte, n)
+	var groups []*string // nil unless an event names a group: the SQL function's fast path
 	for i, e := range p.Events {
 		// PostgreSQL text cannot hold these at all (the server would fail
 		// the whole call with an encoding error that names no field).
@@ -30,20 +31,30 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 			return store.EnqueueResult{}, err
 		}
 		ids[i], flows[i], bodies[i] = e.ID, e.Flow, e.Body
+		if e.Group != "" {
+			if err := carriable("group", e.Group); err != nil {
+				return store.EnqueueResult{}, err
+			}
+			if groups == nil {
+				groups = make([]*string, n)
+			}
+			groups[i] = &p.Events[i].Group
+		}
 	}
 	var at *int64
 	if p.At != store.AtStored {
 		at = &p.At
 	}
-	args := []any{ids, flows, bodies, at, p.Floor, p.MaxTickJump, p.MaxBodyBytes}
+	args := []any{ids, flows, bodies, at, p.Floor, p.MaxTickJump, p.MaxBodyBytes, groups}
 	out := store.EnqueueResult{Answers: make([]store.EnqueueAnswer, 0, n)}
 	scan := func(r scanner) error {
 		var a store.EnqueueAnswer
 		var seq *int64
-		if err := r.Scan(&a.Status, &seq, &out.Tick); err != nil {
+		var limit *string
+		if err := r.Scan(&a.Status, &seq, &out.Tick, &limit); err != nil {
 			return err
 		}
-		a.Seq = deref64(seq)
+		a.Seq, a.Limit = deref64(seq), deref(limit)
 		out.Answers = append(out.Answers, a)
 		return nil
 	}

@@ -68,7 +68,7 @@ ORDER BY flow_id FOR NO KEY UPDATE SKIP LOCKED;
 -- FlowLockOfEvents) and, when $2, the event behind each (the flow's next
 -- head once it is acked; has_next is false when there is none).
 SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at,
-       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        n.event_id IS NOT NULL, n.event_id, n.flow_id, n.seq, n.body, n.state, n.generation, n.attempts, n.lifetime_attempts, n.reason, n.next_at, n.lease_until, n.enqueued_at, n.claimed_wall, n.acked_at
 FROM event_now e JOIN flow f ON f.flow_id = e.flow_id
 LEFT JOIN event_now n ON $2 AND n.flow_id = e.flow_id AND n.seq = e.seq + 1
@@ -82,18 +82,18 @@ WHERE e.event_id = ANY ($1::text[]);
 -- skipped, never waited for. A runnable flow's head cannot change under the
 -- lock of another lane: only a claim (this lane, serialised) takes a
 -- runnable head, and an enqueue only appends behind it.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1
+WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.flow_id LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- name: PickFair
 -- PickSeed in the fair policy's order (SPEC §7).
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1
+WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.ord LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- name: Due
@@ -101,7 +101,7 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 -- tick), after the key ($2, $3), with their heads, locked; a flow another
 -- transaction holds (a settle of its head, an enqueue) is skipped, never
 -- waited for, and is due again at the next claim.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.wait_until IS NOT NULL AND f.wait_until <= greatest($1, (SELECT tick FROM stored_clock))
@@ -111,22 +111,22 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- name: PickSeedRead
 -- PickSeed of a read transaction: nothing is locked.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable ORDER BY f.served, f.flow_id LIMIT $1;
+WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.flow_id LIMIT $1;
 
 -- name: PickFairRead
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable ORDER BY f.served, f.ord LIMIT $1;
+WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.ord LIMIT $1;
 
 -- name: NextWait
 SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL;
 
 -- name: FlowList
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq, paused, paused_by, paused_reason, paused_at FROM flow
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq, paused, paused_by, paused_reason, paused_at, group_id FROM flow
 WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 
 -- name: EventGet
@@ -150,7 +150,7 @@ FROM event_now WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
 SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
-  AND e.state = 'quarantined' AND f.flow_id > $1
+  AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
 ORDER BY f.flow_id LIMIT $2;
 
 -- name: AuditList
@@ -163,7 +163,7 @@ FROM attempt WHERE event_id = $1 ORDER BY generation;
 -- name: FlowsWithHeads
 -- The flows an operator action names ($1), locked in flow_id order, with
 -- their heads.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.flow_id = ANY ($1::text[]) ORDER BY f.flow_id
@@ -246,3 +246,94 @@ UPDATE event SET own_state = u.state, generation = u.generation, attempts = u.at
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
     AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, claimed_wall, acked_at)
 WHERE event.event_id = ANY ($1::text[]) AND event.event_id = u.event_id COLLATE "C";
+
+-- name: GroupPickSeed
+-- The first $1 groups of the group runnable index in the seed policy's
+-- order (SPEC §8), each with its first runnable member flow and its head,
+-- locked; a member another transaction holds is skipped. A group whose
+-- runnable members are all held comes back without one (has_first false),
+-- so that a full page says the index may hold more.
+SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows,
+       m.m_flow IS NOT NULL, coalesce(m.m_flow, ''), coalesce(m.m_ord, 0), coalesce(m.m_seq, 0), coalesce(m.m_served, 0), coalesce(m.m_head_seq, 0), coalesce(m.m_runnable, false), m.m_wait, m.m_hs, coalesce(m.m_paused, false), m.m_paused_by, m.m_paused_reason, m.m_paused_at, m.m_group,
+       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked
+FROM (SELECT * FROM grp WHERE runnable_flows > 0 ORDER BY served, group_id LIMIT $1) g
+LEFT JOIN LATERAL (
+    SELECT f.flow_id AS m_flow, f.ord AS m_ord, f.seq AS m_seq, f.served AS m_served, f.head_seq AS m_head_seq, f.runnable AS m_runnable, f.wait_until AS m_wait, f.head_state_seq AS m_hs, f.paused AS m_paused, f.paused_by AS m_paused_by, f.paused_reason AS m_paused_reason, f.paused_at AS m_paused_at, f.group_id AS m_group,
+           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked
+    FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+    WHERE f.runnable AND f.group_id = g.group_id ORDER BY f.served, f.flow_id LIMIT 1
+    FOR NO KEY UPDATE OF f SKIP LOCKED) m ON true
+ORDER BY g.served, g.group_id;
+
+-- name: GroupPickFair
+-- GroupPickSeed in the fair policy's order.
+SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows,
+       m.m_flow IS NOT NULL, coalesce(m.m_flow, ''), coalesce(m.m_ord, 0), coalesce(m.m_seq, 0), coalesce(m.m_served, 0), coalesce(m.m_head_seq, 0), coalesce(m.m_runnable, false), m.m_wait, m.m_hs, coalesce(m.m_paused, false), m.m_paused_by, m.m_paused_reason, m.m_paused_at, m.m_group,
+       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked
+FROM (SELECT * FROM grp WHERE runnable_flows > 0 ORDER BY served, ord LIMIT $1) g
+LEFT JOIN LATERAL (
+    SELECT f.flow_id AS m_flow, f.ord AS m_ord, f.seq AS m_seq, f.served AS m_served, f.head_seq AS m_head_seq, f.runnable AS m_runnable, f.wait_until AS m_wait, f.head_state_seq AS m_hs, f.paused AS m_paused, f.paused_by AS m_paused_by, f.paused_reason AS m_paused_reason, f.paused_at AS m_paused_at, f.group_id AS m_group,
+           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked
+    FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+    WHERE f.runnable AND f.group_id = g.group_id ORDER BY f.served, f.ord LIMIT 1
+    FOR NO KEY UPDATE OF f SKIP LOCKED) m ON true
+ORDER BY g.served, g.ord;
+
+-- name: GroupPickSeedRead
+SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, 0::bigint FROM grp g WHERE g.runnable_flows > 0 ORDER BY g.served, g.group_id LIMIT $1;
+
+-- name: GroupPickFairRead
+SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, 0::bigint FROM grp g WHERE g.runnable_flows > 0 ORDER BY g.served, g.ord LIMIT $1;
+
+-- name: MembersSeed
+-- A group's ($1) first $2 runnable member flows in the seed policy's order,
+-- with heads, locked; one another transaction holds is skipped.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable AND f.group_id = $1 ORDER BY f.served, f.flow_id LIMIT $2
+FOR NO KEY UPDATE OF f SKIP LOCKED;
+
+-- name: MembersFair
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable AND f.group_id = $1 ORDER BY f.served, f.ord LIMIT $2
+FOR NO KEY UPDATE OF f SKIP LOCKED;
+
+-- name: GroupsByName
+SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, coalesce(l.max_backlog, 0) FROM grp g LEFT JOIN grp_limit l ON l.group_id = g.group_id
+WHERE g.group_id = ANY ($1::text[]);
+
+-- name: GroupTurnMany
+-- A claim's changes of groups: their turns (where turn) and their counts of
+-- runnable members.
+UPDATE grp SET served = CASE WHEN u.turn THEN u.served ELSE grp.served END,
+    credit = CASE WHEN u.turn THEN u.credit ELSE grp.credit END,
+    runnable_flows = grp.runnable_flows + u.delta
+FROM unnest($1::text[], $2::boolean[], $3::bigint[], $4::bigint[], $5::bigint[]) AS u (group_id, turn, served, credit, delta)
+WHERE grp.group_id = ANY ($1::text[]) AND grp.group_id = u.group_id COLLATE "C";
+
+-- name: GroupAckedMany
+-- The settle lane's count of acks by group (the backlog of SPEC §8's limits).
+INSERT INTO grp_acked AS a (group_id, acked) SELECT * FROM unnest($1::text[], $2::bigint[])
+ON CONFLICT (group_id) DO UPDATE SET acked = a.acked + excluded.acked;
+
+-- name: ClockAcked
+-- The settle lane's count of acks, on its clock row.
+UPDATE clock SET acked = acked + $1 WHERE id = 3;
+
+-- name: GroupList
+SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, coalesce(l.max_backlog, 0),
+       (SELECT count(*) FROM flow f WHERE f.group_id = g.group_id),
+       (SELECT coalesce(sum(f.seq - f.head_seq + 1), 0) FROM flow f WHERE f.group_id = g.group_id), g.max_slots
+FROM grp g LEFT JOIN grp_limit l ON l.group_id = g.group_id
+WHERE g.group_id > $1 ORDER BY g.group_id LIMIT $2;
+
+-- name: SettingsLimits
+SELECT max_backlog, max_flow_backlog FROM settings WHERE id = 1;
+
+-- name: Backlog
+-- The events not acked: every flow's seq - head_seq + 1 (a read view's
+-- count, not the limits' counters, which exist only while a limit is set).
+SELECT coalesce(sum(seq - head_seq + 1), 0) FROM flow;

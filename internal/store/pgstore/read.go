@@ -128,8 +128,8 @@ func (t *ReadTx) EventList(ctx context.Context, afterFlow string, afterSeq int64
 }
 
 // QuarantinedList lists quarantined events by flow.
-func (t *ReadTx) QuarantinedList(ctx context.Context, afterFlow string, limit int) ([]store.EventRow, error) {
-	return t.events(ctx, "QuarantinedList", afterFlow, limit)
+func (t *ReadTx) QuarantinedList(ctx context.Context, afterFlow, flow, reason string, limit int) ([]store.EventRow, error) {
+	return t.events(ctx, "QuarantinedList", afterFlow, limit, flow, reason)
 }
 
 func (t *ReadTx) events(ctx context.Context, name string, args ...any) ([]store.EventRow, error) {
@@ -178,4 +178,51 @@ func (t *ReadTx) Rollback(ctx context.Context) error {
 		return nil
 	}
 	return Translate(err)
+}
+
+// GroupPick lists the first groups of the group runnable index.
+func (t *ReadTx) GroupPick(ctx context.Context, order store.Order, limit int) ([]store.GroupRow, error) {
+	name := "GroupPickFairRead"
+	if order == store.OrderFlowID {
+		name = "GroupPickSeedRead"
+	}
+	var out []store.GroupRow
+	err := t.query(ctx, name, func(r scanner) error {
+		var g store.GroupRow
+		if err := r.Scan(groupTargets(&g)...); err != nil {
+			return err
+		}
+		out = append(out, g)
+		return nil
+	}, limit)
+	return out, err
+}
+
+// GroupList lists group rows by name, with flow counts and backlogs
+// (counted from the flows: seq - head_seq + 1 each).
+func (t *ReadTx) GroupList(ctx context.Context, after string, limit int) ([]store.GroupInfo, error) {
+	var out []store.GroupInfo
+	err := t.query(ctx, "GroupList", func(r scanner) error {
+		var g store.GroupInfo
+		if err := r.Scan(append(groupTargets(&g.GroupRow), &g.Flows, &g.Backlog, &g.MaxSlots)...); err != nil {
+			return err
+		}
+		out = append(out, g)
+		return nil
+	}, after, limit)
+	return out, err
+}
+
+// Settings reads the store-wide limits.
+func (t *ReadTx) Settings(ctx context.Context) (store.Settings, error) {
+	var s store.Settings
+	err := t.query(ctx, "SettingsLimits", func(r scanner) error { return r.Scan(&s.MaxBacklog, &s.MaxFlowBacklog) })
+	return s, err
+}
+
+// Backlog counts the events not acked, from the flows.
+func (t *ReadTx) Backlog(ctx context.Context) (int64, error) {
+	var n int64
+	err := t.query(ctx, "Backlog", func(r scanner) error { return r.Scan(&n) })
+	return n, err
 }

@@ -132,7 +132,7 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 					rr.Next = map[string]*store.EventRow{}
 				}
 				n := t.bufs.events.put(sc.n.row())
-				rr.Next[n.Flow] = n
+				rr.Next[e.ID] = n
 			}
 			return nil
 		}, q["EventsWithFlows"], rs.Events, rs.Next)
@@ -159,6 +159,34 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 		}
 		rr.Picks = make([]store.FlowHead, 0, rs.PickLimit)
 		pc.queueRead(name, t.flowHeads(&rr.Picks), q[name], rs.PickLimit)
+	}
+	if rs.GroupPickLimit > 0 {
+		name := "GroupPickFair"
+		if rs.Order == store.OrderFlowID {
+			name = "GroupPickSeed"
+		}
+		sc := &t.bufs.scan
+		var g store.GroupRow
+		var hasFirst bool
+		dest := append(append(append(append(groupTargets(&g)[:6], &hasFirst), sc.f.targets(nil)...), &sc.has), sc.e.targets(nil)...)
+		pc.queueRead(name, func(r scanner) error {
+			sc.e.body = nil
+			if err := r.Scan(dest...); err != nil {
+				return err
+			}
+			gp := store.GroupPick{Group: g}
+			gp.Group.MaxBacklog = 0
+			if hasFirst {
+				f, hs := sc.f.row()
+				gp.First.Flow = f
+				if sc.has {
+					gp.First.Head = t.bufs.events.put(sc.e.row())
+				}
+				t.hs[f.Flow] = hs
+			}
+			rr.GroupPicks = append(rr.GroupPicks, gp)
+			return nil
+		}, q[name], rs.GroupPickLimit)
 	}
 	// The due index is read in this round trip when the clock is known to
 	// allow it (a later Read), else in a second one, and only when its
@@ -189,7 +217,44 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 	if held != nil {
 		t.forgetHeld(rr, held)
 	}
+	// The groups asked for, and those of the due member flows: one more
+	// round trip, only when there are any.
+	names := rs.Groups
+	for _, d := range rr.Due {
+		if d.Flow.Group != "" {
+			names = append(names, d.Flow.Group)
+		}
+	}
+	if len(names) > 0 {
+		rr.Groups = map[string]*store.GroupRow{}
+		pc.queueRead("GroupsByName", func(r scanner) error {
+			g := &store.GroupRow{}
+			if err := r.Scan(groupTargets(g)...); err != nil {
+				return err
+			}
+			rr.Groups[g.Group] = g
+			return nil
+		}, q["GroupsByName"], names)
+		if err := pc.roundTrip(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return rr, nil
+}
+
+// Members reads up to limit runnable member flows of group in order, with
+// their heads, locked; a flow another transaction holds is skipped.
+func (t *Tx) Members(ctx context.Context, group string, order store.Order, limit int) ([]store.FlowHead, error) {
+	name := "MembersFair"
+	if order == store.OrderFlowID {
+		name = "MembersSeed"
+	}
+	var out []store.FlowHead
+	t.c.queueRead(name, t.flowHeads(&out), q[name], group, limit)
+	if err := t.c.roundTrip(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // forgetHeld drops from rr the events asked for whose flows the settle did
@@ -207,7 +272,7 @@ func (t *Tx) forgetHeld(rr *store.ReadResult, locked map[string]bool) {
 		rr.Held[id] = true
 		delete(rr.Events, id)
 		delete(rr.Flows, e.Flow)
-		delete(rr.Next, e.Flow)
+		delete(rr.Next, id)
 		delete(t.hs, e.Flow)
 	}
 }
@@ -246,14 +311,14 @@ type rowScan struct {
 // flowScan scans the columns of a flow row: the FlowRow's, with its
 // head_state_seq after WaitUntil.
 type flowScan struct {
-	f                      store.FlowRow
-	wait, hs, pausedAt     pgtype.Int8
-	pausedBy, pausedReason pgtype.Text
+	f                             store.FlowRow
+	wait, hs, pausedAt            pgtype.Int8
+	pausedBy, pausedReason, group pgtype.Text
 }
 
 func (s *flowScan) targets(dst []any) []any {
 	return append(dst, &s.f.Flow, &s.f.Ord, &s.f.Seq, &s.f.Served, &s.f.HeadSeq, &s.f.Runnable, &s.wait, &s.hs,
-		&s.f.Paused, &s.pausedBy, &s.pausedReason, &s.pausedAt)
+		&s.f.Paused, &s.pausedBy, &s.pausedReason, &s.pausedAt, &s.group)
 }
 
 func (s *flowScan) row() (store.FlowRow, headStateSeq) {
@@ -264,7 +329,14 @@ func (s *flowScan) row() (store.FlowRow, headStateSeq) {
 		f.WaitUntil = &v
 	}
 	f.PausedBy, f.PausedReason, f.PausedAt = s.pausedBy.String, s.pausedReason.String, s.pausedAt.Int64
+	f.Group = s.group.String
 	return f, headStateSeq{seq: s.hs.Int64, ok: s.hs.Valid}
+}
+
+// groupTargets are the scan targets of a group row's columns (GC in
+// queries.sql) and its max_backlog.
+func groupTargets(g *store.GroupRow) []any {
+	return []any{&g.Group, &g.Ord, &g.Served, &g.Weight, &g.Credit, &g.RunnableFlows, &g.MaxBacklog}
 }
 
 // eventScan scans the twelve columns of event_now; every one may be NULL

@@ -16,6 +16,9 @@ type writeSet struct {
 	eventRows []store.EventRow
 	audits    []store.AuditRow
 	attempts  []store.AttemptRow
+	groups    []store.GroupWrite
+	acked     int64
+	ackedBy   map[string]int64
 	clock     *store.Clock
 	// Scratch of stage, kept for the next call (txBuffers).
 	headState  map[string]int
@@ -35,6 +38,9 @@ func (w *writeSet) reset() {
 	w.eventRows = resetBuf(w.eventRows)
 	w.audits = resetBuf(w.audits)
 	w.attempts = resetBuf(w.attempts)
+	w.groups = resetBuf(w.groups)
+	w.acked = 0
+	w.ackedBy = resetMap(w.ackedBy)
 	w.clock = nil
 	w.headState = resetMap(w.headState)
 	w.writtenSeq = resetMap(w.writtenSeq)
@@ -67,6 +73,14 @@ func (w *writeSet) add(ws *store.WriteSet) {
 	w.eventRows = append(w.eventRows, ws.Events...)
 	w.audits = append(w.audits, ws.Audit...)
 	w.attempts = append(w.attempts, ws.Attempts...)
+	w.groups = append(w.groups, ws.Groups...)
+	w.acked += ws.Acked
+	for g, n := range ws.AckedGroups {
+		if w.ackedBy == nil {
+			w.ackedBy = map[string]int64{}
+		}
+		w.ackedBy[g] += n
+	}
 	c := ws.Clock
 	w.clock = &c
 }
@@ -200,6 +214,23 @@ func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]headStateSe
 			outcome[i], status[i], detail[i], relay[i] = at.Outcome, at.Status, at.Detail, at.Relay
 		}
 		c.queue("AttemptInsert", q["AttemptInsertMany"], ids, gen, flows, leaseUntil, claimedWall, settledAt, settledWall, outcome, status, detail, dur, relay)
+	}
+	if n := len(w.groups); n > 0 {
+		ids, turn, served, credit, delta := a.stringArray(n), a.boolArray(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
+		for i, g := range w.groups {
+			ids[i], turn[i], served[i], credit[i], delta[i] = g.Group, g.Turn, g.Served, g.Credit, g.RunnableDelta
+		}
+		c.queue("GroupTurn", q["GroupTurnMany"], ids, turn, served, credit, delta)
+	}
+	if n := len(w.ackedBy); n > 0 {
+		ids, counts := a.stringArray(n)[:0], a.int64Array(n)[:0]
+		for g, k := range w.ackedBy {
+			ids, counts = append(ids, g), append(counts, k)
+		}
+		c.queue("GroupAcked", q["GroupAckedMany"], ids, counts)
+	}
+	if w.acked > 0 {
+		c.queue("ClockAcked", q["ClockAcked"], w.acked)
 	}
 	if w.clock != nil {
 		c.queue("ClockSet", q["ClockSet"], w.clock.Tick, w.clock.Ticket, laneRows(lanes))

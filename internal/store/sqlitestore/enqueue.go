@@ -3,7 +3,9 @@ package sqlitestore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -32,22 +34,28 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 		}
 		c = conn{q: tx}
 	}
-	cl, flows, err := c.clock(ctx)
+	cl, err := c.clock(ctx)
 	if err != nil {
 		if caller != nil && strings.Contains(err.Error(), "no such table") {
 			return store.EnqueueResult{}, &store.InvalidError{Field: "tx", Message: "the transaction's database holds no fairrelay queue store (is it a transaction on " + s.path + "?)"}
 		}
 		return store.EnqueueResult{}, err
 	}
-	at, err := resolveTick(p, cl.Tick)
+	at, err := store.ResolveTick("enqueue", p.At, p.Floor, p.MaxTickJump, cl.Tick)
 	if err != nil {
 		return store.EnqueueResult{}, err
 	}
 	if err := checkEvents(p); err != nil {
 		return store.EnqueueResult{}, err
 	}
+	limits, err := c.settings(ctx)
+	if err != nil {
+		return store.EnqueueResult{}, err
+	}
 	out := store.EnqueueResult{Answers: make([]store.EnqueueAnswer, 0, len(p.Events)), Tick: at}
-	b := batch{c: &c, cl: &cl, flows: &flows, at: at, entry: s.entry, rows: map[string]*store.FlowRow{}}
+	b := batch{c: &c, cl: &cl, at: at, entry: s.entry, limits: limits,
+		rows: map[string]*store.FlowRow{}, groups: map[string]*groupCols{},
+		written: map[*store.FlowRow]bool{}, writtenG: map[*groupCols]bool{}}
 	for _, e := range p.Events {
 		a, err := b.enqueue(ctx, e)
 		if err != nil {
@@ -55,46 +63,20 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 		}
 		out.Answers = append(out.Answers, a)
 	}
-	// Each flow is written once per batch (loading a backlog writes many
-	// events per flow).
-	for _, f := range b.dirty {
-		if err := c.exec(ctx, "FlowUpdate", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil,
-			boolInt(f.Paused), nullString(f.PausedBy), nullString(f.PausedReason), pausedAt(*f), f.Flow); err != nil {
-			return store.EnqueueResult{}, err
-		}
+	if err := b.flush(ctx); err != nil {
+		return store.EnqueueResult{}, err
 	}
 	cl.Tick = at
-	if err := c.exec(ctx, "ClockSet", cl.Tick, cl.Ticket, flows); err != nil {
+	if err := c.setClock(ctx, cl); err != nil {
 		return store.EnqueueResult{}, err
 	}
 	if own != nil {
 		if err := own.Commit(); err != nil {
 			return store.EnqueueResult{}, Translate(fmt.Errorf("commit: %w", err))
 		}
+		s.commits.Add(1)
 	}
 	return out, nil
-}
-
-// resolveTick is the clock check of an enqueue (SPEC §2, §7), as the root
-// package's for the other writes: AtStored runs at the stored tick, a tick
-// below it fails (or runs at it under Floor), a tick further ahead than
-// MaxTickJump or beyond MaxTick is invalid input naming "at".
-func resolveTick(p store.EnqueueParams, stored int64) (int64, error) {
-	at := p.At
-	switch {
-	case at == store.AtStored:
-		return stored, nil
-	case at < stored && p.Floor:
-		return stored, nil
-	case at < stored:
-		return 0, &store.ClockRegressedError{At: at, Stored: stored}
-	case !p.Floor && p.MaxTickJump > 0 && at-stored > p.MaxTickJump:
-		return 0, &store.InvalidError{Field: "at", Message: fmt.Sprintf("tick %d is %d ticks ahead of the stored tick %d, more than the policy's max_tick_jump of %d (a typo would poison the store's clock)",
-			at, at-stored, stored, p.MaxTickJump)}
-	case at > store.MaxTick:
-		return 0, &store.InvalidError{Field: "at", Message: fmt.Sprintf("must be a tick in [0, %d], got %d", int64(store.MaxTick), at)}
-	}
-	return at, nil
 }
 
 // checkEvents checks the fields of every event (internal/ident's rule for
@@ -107,6 +89,11 @@ func checkEvents(p store.EnqueueParams) error {
 		if err := ident.Check(e.Flow); err != nil {
 			return &store.InvalidError{Field: "flow", Message: err.Error()}
 		}
+		if e.Group != "" {
+			if err := ident.Check(e.Group); err != nil {
+				return &store.InvalidError{Field: "group", Message: err.Error()}
+			}
+		}
 		switch {
 		case len(e.Body) == 0:
 			return &store.InvalidError{Field: "body", Message: "empty"}
@@ -117,23 +104,89 @@ func checkEvents(p store.EnqueueParams) error {
 	return nil
 }
 
-// batch is one enqueue transaction's state: the clock, the flow counter,
-// and the flow rows it read or created, written once at the end.
+// batch is one enqueue transaction's state: the clock row (with the flow
+// counter and the store's backlog counters), the store's limits, and the
+// flow and group rows it read or created, written once at the end.
 type batch struct {
-	c     *conn
-	cl    *store.Clock
-	flows *int64
-	at    int64
-	entry string
-	rows  map[string]*store.FlowRow
-	dirty []*store.FlowRow
+	c      *conn
+	cl     *clockRow
+	at     int64
+	entry  string
+	limits store.Settings
+	rows   map[string]*store.FlowRow
+	dirty  []*store.FlowRow
+	groups map[string]*groupCols // nil value: known to have no row
+	dirtyG []*groupCols
+	// written marks the rows in dirty and dirtyG.
+	written  map[*store.FlowRow]bool
+	writtenG map[*groupCols]bool
 }
 
-// enqueue appends one event: existing or conflict for a known id; else the
-// flow (created at the back of the rotation under the fair rule) gets the
-// next seq, and a flow that had no head gets this event as its head,
-// eligible now.
+// flow returns the working row of a flow, nil when it does not exist.
+func (b *batch) flow(ctx context.Context, name string) (*store.FlowRow, error) {
+	if f, ok := b.rows[name]; ok {
+		return f, nil
+	}
+	f, err := b.c.flowGet(ctx, name)
+	if err != nil || f == nil {
+		return nil, err
+	}
+	b.rows[name] = f
+	return f, nil
+}
+
+// touch marks a flow row written at the end.
+func (b *batch) touch(f *store.FlowRow) {
+	if !b.written[f] {
+		b.written[f] = true
+		b.dirty = append(b.dirty, f)
+	}
+}
+
+// touchGroup marks a group row written at the end.
+func (b *batch) touchGroup(g *groupCols) {
+	if !b.writtenG[g] {
+		b.writtenG[g] = true
+		b.dirtyG = append(b.dirtyG, g)
+	}
+}
+
+// group returns the working row of a group, nil when it has none.
+func (b *batch) group(ctx context.Context, name string) (*groupCols, error) {
+	if g, ok := b.groups[name]; ok {
+		return g, nil
+	}
+	g, err := b.c.group(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	b.groups[name] = g
+	return g, nil
+}
+
+// groupOf is the name of f's group (SPEC §8: its own name when it joined
+// none).
+func groupOf(f *store.FlowRow) string {
+	if f.Group != "" {
+		return f.Group
+	}
+	return f.Flow
+}
+
+// enqueue appends one event (SPEC §2, §8): the group check first; existing
+// or conflict for a known id (a pruned one included, by its tombstone);
+// full when a limit would be passed; else the flow (created, with its
+// group, at the back of the rotation under the fair rule) gets the next seq,
+// and a flow that had no head gets this event as its head.
 func (b *batch) enqueue(ctx context.Context, e store.NewEvent) (store.EnqueueAnswer, error) {
+	f, err := b.flow(ctx, e.Flow)
+	if err != nil {
+		return store.EnqueueAnswer{}, err
+	}
+	if f != nil && e.Group != "" && e.Group != groupOf(f) {
+		return store.EnqueueAnswer{}, &store.InvalidError{Field: "group",
+			Message: fmt.Sprintf("flow %q belongs to group %q; a flow's group is fixed by the enqueue that created it", e.Flow, groupOf(f))}
+	}
 	old, err := b.c.event(ctx, "EventGet", e.ID)
 	if err != nil {
 		return store.EnqueueAnswer{}, err
@@ -144,35 +197,156 @@ func (b *batch) enqueue(ctx context.Context, e store.NewEvent) (store.EnqueueAns
 		}
 		return store.EnqueueAnswer{Status: "conflict"}, nil
 	}
-	f := b.rows[e.Flow]
+	if a, ok, err := b.tombstone(ctx, e); err != nil || ok {
+		return a, err
+	}
+	name := e.Group
+	if f != nil {
+		name = groupOf(f)
+	} else if name == "" {
+		name = e.Flow
+	}
+	g, err := b.group(ctx, name)
+	if err != nil {
+		return store.EnqueueAnswer{}, err
+	}
+	switch {
+	case b.limits.MaxBacklog > 0 && b.cl.enqueued-b.cl.acked >= b.limits.MaxBacklog:
+		return store.EnqueueAnswer{Status: "full", Limit: "store"}, nil
+	case g != nil && g.g.MaxBacklog > 0 && g.enqueued-g.ackedN >= g.g.MaxBacklog:
+		return store.EnqueueAnswer{Status: "full", Limit: "group"}, nil
+	case f != nil && b.limits.MaxFlowBacklog > 0 && f.Seq-f.HeadSeq+1 >= b.limits.MaxFlowBacklog:
+		return store.EnqueueAnswer{Status: "full", Limit: "flow"}, nil
+	}
 	if f == nil {
-		if f, err = b.c.flowGet(ctx, e.Flow); err != nil {
+		if f, g, err = b.create(ctx, e.Flow, name, g); err != nil {
 			return store.EnqueueAnswer{}, err
 		}
-		if f == nil {
-			*b.flows++
-			f = &store.FlowRow{Flow: e.Flow, Ord: *b.flows, HeadSeq: 1}
-			if b.entry == "fair" {
-				// SPEC §7: a new flow joins at the back of the current rotation.
-				f.Served = b.cl.Ticket
-			}
-			// Inserted now, before its first event (foreign key).
-			if err := b.c.exec(ctx, "FlowInsert", f.Flow, f.Ord, f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil); err != nil {
-				return store.EnqueueAnswer{}, err
-			}
-		}
-		b.rows[e.Flow] = f
-		b.dirty = append(b.dirty, f)
 	}
 	f.Seq++
+	b.touch(f)
+	b.cl.enqueued++
+	if g != nil {
+		g.enqueued++
+		b.touchGroup(g)
+	}
 	if f.HeadSeq == f.Seq && !f.Paused {
 		// The new event is the head (the flow had none): eligible now,
 		// unless an operator paused the flow (SPEC §9: it stays in neither
-		// index until resumed).
-		f.Runnable, f.WaitUntil = true, nil
+		// index until resumed). A member flow goes to the due index, due
+		// now: only claims count a group's runnable flows.
+		if f.Group == "" {
+			f.Runnable, f.WaitUntil = true, nil
+		} else {
+			at := b.at
+			f.WaitUntil = &at
+		}
 	}
 	if err := b.c.exec(ctx, "EventInsert", e.ID, e.Flow, f.Seq, e.Body, store.StateReady, 0, 0, 0, nil, b.at, 0, b.at); err != nil {
 		return store.EnqueueAnswer{}, err
 	}
 	return store.EnqueueAnswer{Status: "created", Seq: f.Seq}, nil
+}
+
+// tombstone answers an id a prune left a tombstone of (SPEC §8): existing
+// with its seq when the flow and the body's SHA-256 match, else conflict.
+func (b *batch) tombstone(ctx context.Context, e store.NewEvent) (store.EnqueueAnswer, bool, error) {
+	var flow string
+	var seq int64
+	var sum []byte
+	err := b.c.queryRow(ctx, "TombstoneGet", e.ID).Scan(&flow, &seq, &sum)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.EnqueueAnswer{}, false, nil
+	}
+	if err != nil {
+		return store.EnqueueAnswer{}, false, Translate(fmt.Errorf("TombstoneGet: %w", err))
+	}
+	h := sha256.Sum256(e.Body)
+	if flow == e.Flow && bytes.Equal(sum, h[:]) {
+		return store.EnqueueAnswer{Status: "existing", Seq: seq}, true, nil
+	}
+	return store.EnqueueAnswer{Status: "conflict"}, true, nil
+}
+
+// create makes flow name's row in group (SPEC §8): the flow is its own group
+// when group is its own name and no row of that name exists; else it joins
+// the group row g, made when missing, first turning a flow named like the
+// group, if there is one that is its own group, into its first member (the
+// group then takes that flow's place in the rotation). A group not yet in
+// the rotation (configured before any flow) takes its place now.
+func (b *batch) create(ctx context.Context, name, group string, g *groupCols) (*store.FlowRow, *groupCols, error) {
+	served := int64(0)
+	if b.entry == "fair" {
+		// SPEC §7: a new flow or group joins at the back of the current
+		// rotation.
+		served = b.cl.Ticket
+	}
+	if g == nil && group != name {
+		own, err := b.flow(ctx, group)
+		if err != nil {
+			return nil, nil, err
+		}
+		if own != nil && own.Group == "" {
+			g = b.adopt(own)
+			b.touch(own)
+		} else {
+			b.cl.flows++
+			g = &groupCols{g: store.GroupRow{Group: group, Ord: b.cl.flows, Served: served, Weight: 1}}
+		}
+		if err := b.c.insertGroup(ctx, g); err != nil {
+			return nil, nil, err
+		}
+		b.groups[group] = g
+	}
+	if g != nil && g.g.Ord == 0 {
+		b.cl.flows++
+		g.g.Ord, g.g.Served = b.cl.flows, served
+		b.touchGroup(g)
+	}
+	b.cl.flows++
+	f := &store.FlowRow{Flow: name, Ord: b.cl.flows, HeadSeq: 1, Served: served}
+	if g != nil {
+		f.Group = group
+	}
+	// Inserted now, before its first event (foreign key).
+	if err := b.c.exec(ctx, "FlowInsert", f.Flow, f.Ord, f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil, nullString(f.Group)); err != nil {
+		return nil, nil, err
+	}
+	b.rows[name] = f
+	return f, g, nil
+}
+
+// adopt makes the group row of own, a flow that was its own group, and
+// makes own its first member: the group takes own's place in the rotation
+// (its served and creation position), and its backlog. own's head, if
+// runnable, moves to the due index, due now: only claims count a group's
+// runnable flows.
+func (b *batch) adopt(own *store.FlowRow) *groupCols {
+	g := &groupCols{g: store.GroupRow{Group: own.Flow, Ord: own.Ord, Served: own.Served, Weight: 1}, enqueued: own.Seq - own.HeadSeq + 1}
+	own.Group = own.Flow
+	if own.Runnable {
+		at := b.at
+		own.Runnable, own.WaitUntil = false, &at
+	}
+	return g
+}
+
+func (c *conn) insertGroup(ctx context.Context, g *groupCols) error {
+	return c.exec(ctx, "GroupInsert", g.g.Group, g.g.Ord, g.g.Served, g.g.Weight, g.g.Credit, g.g.RunnableFlows, g.g.MaxBacklog, g.enqueued, g.ackedN)
+}
+
+// flush writes every flow and group row the batch changed, once (loading a
+// backlog writes many events per flow).
+func (b *batch) flush(ctx context.Context) error {
+	for _, f := range b.dirty {
+		if err := b.c.updateFlow(ctx, f); err != nil {
+			return err
+		}
+	}
+	for _, g := range b.dirtyG {
+		if err := b.c.exec(ctx, "GroupUpdate", g.g.Ord, g.g.Served, g.g.Weight, g.g.Credit, g.g.MaxBacklog, g.enqueued, g.g.Group); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,10 +3,10 @@
 -- them on the write connection.
 
 -- name: ClockGet
-SELECT tick, ticket, flows FROM clock WHERE id = 1;
+SELECT tick, ticket, flows, enqueued, acked FROM clock WHERE id = 1;
 
 -- name: ClockSet
-UPDATE clock SET tick = ?, ticket = ?, flows = ? WHERE id = 1;
+UPDATE clock SET tick = ?, ticket = ?, flows = ?, enqueued = ?, acked = ? WHERE id = 1;
 
 -- name: SettingsGet
 SELECT entry FROM settings WHERE id = 1;
@@ -15,44 +15,142 @@ SELECT entry FROM settings WHERE id = 1;
 UPDATE settings SET entry = ? WHERE id = 1;
 
 -- name: FlowGet
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at FROM flow WHERE flow_id = ?;
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at, group_id FROM flow WHERE flow_id = ?;
 
 -- name: FlowInsert
-INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until) VALUES (?, ?, ?, ?, ?, ?, ?);
+INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, group_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: FlowUpdate
 UPDATE flow SET seq = ?, served = ?, head_seq = ?, runnable = ?, wait_until = ?,
-    paused = ?, paused_by = ?, paused_reason = ?, paused_at = ? WHERE flow_id = ?;
+    paused = ?, paused_by = ?, paused_reason = ?, paused_at = ?, group_id = ? WHERE flow_id = ?;
 
 -- name: FlowPickSeed
--- The runnable index in the seed policy's dispatch order (SPEC §2 step 3),
--- with each flow's head.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+-- The runnable index (flows that are their own group) in the seed policy's
+-- dispatch order (SPEC §2 step 3), with each flow's head.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f INDEXED BY flow_runnable_seed LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable = 1 ORDER BY f.served, f.flow_id LIMIT ?;
+WHERE f.runnable = 1 AND f.group_id IS NULL ORDER BY f.served, f.flow_id LIMIT ?;
 
 -- name: FlowPickFair
 -- The runnable index in the fair policy's dispatch order (SPEC §7).
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f INDEXED BY flow_runnable_fair LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE f.runnable = 1 ORDER BY f.served, f.ord LIMIT ?;
+WHERE f.runnable = 1 AND f.group_id IS NULL ORDER BY f.served, f.ord LIMIT ?;
 
 -- name: FlowDue
 -- The due index: flows whose wait_until has come by ?1, after the key
 -- (?2, ?3), with their heads.
-SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at,
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
        e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f INDEXED BY flow_waiting LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.wait_until IS NOT NULL AND f.wait_until <= ?1 AND (f.wait_until, f.flow_id) > (?2, ?3)
 ORDER BY f.wait_until, f.flow_id LIMIT ?4;
 
+-- name: MembersSeed
+-- A group's runnable member flows in the seed policy's order, with heads.
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM flow f INDEXED BY flow_member_seed LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable = 1 AND f.group_id = ? ORDER BY f.served, f.flow_id LIMIT ?;
+
+-- name: MembersFair
+SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM flow f INDEXED BY flow_member_fair LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE f.runnable = 1 AND f.group_id = ? ORDER BY f.served, f.ord LIMIT ?;
+
+-- name: GroupPickSeed
+-- The group runnable index in the seed policy's order (SPEC §8).
+SELECT group_id, ord, served, weight, credit, runnable_flows, max_backlog, enqueued, acked
+FROM grp INDEXED BY grp_runnable_seed WHERE runnable_flows > 0 ORDER BY served, group_id LIMIT ?;
+
+-- name: GroupPickFair
+SELECT group_id, ord, served, weight, credit, runnable_flows, max_backlog, enqueued, acked
+FROM grp INDEXED BY grp_runnable_fair WHERE runnable_flows > 0 ORDER BY served, ord LIMIT ?;
+
+-- name: GroupPickFirstSeed
+-- GroupPickSeed with each group's first runnable member flow and its head,
+-- in one statement.
+SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, g.max_backlog, g.enqueued, g.acked,
+       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM (SELECT * FROM grp INDEXED BY grp_runnable_seed WHERE runnable_flows > 0 ORDER BY served, group_id LIMIT ?) g
+JOIN flow f ON f.flow_id = (SELECT m.flow_id FROM flow m INDEXED BY flow_member_seed
+                            WHERE m.runnable = 1 AND m.group_id = g.group_id ORDER BY m.served, m.flow_id LIMIT 1)
+LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+ORDER BY g.served, g.group_id;
+
+-- name: GroupPickFirstFair
+SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, g.max_backlog, g.enqueued, g.acked,
+       f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM (SELECT * FROM grp INDEXED BY grp_runnable_fair WHERE runnable_flows > 0 ORDER BY served, ord LIMIT ?) g
+JOIN flow f ON f.flow_id = (SELECT m.flow_id FROM flow m INDEXED BY flow_member_fair
+                            WHERE m.runnable = 1 AND m.group_id = g.group_id ORDER BY m.served, m.ord LIMIT 1)
+LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+ORDER BY g.served, g.ord;
+
+-- name: GroupGet
+SELECT group_id, ord, served, weight, credit, runnable_flows, max_backlog, enqueued, acked FROM grp WHERE group_id = ?;
+
+-- name: GroupInsert
+INSERT INTO grp (group_id, ord, served, weight, credit, runnable_flows, max_backlog, enqueued, acked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: GroupUpdate
+UPDATE grp SET ord = ?, served = ?, weight = ?, credit = ?, max_backlog = ?, enqueued = ? WHERE group_id = ?;
+
+-- name: GroupSetMaxSlots
+UPDATE grp SET max_slots = ? WHERE group_id = ?;
+
+-- name: GroupTurn
+-- A claim's change of a group: its turn (when ?1), and its count of
+-- runnable members.
+UPDATE grp SET served = CASE WHEN ?1 THEN ?2 ELSE served END, credit = CASE WHEN ?1 THEN ?3 ELSE credit END,
+    runnable_flows = runnable_flows + ?4 WHERE group_id = ?5;
+
+-- name: GroupRunnable
+UPDATE grp SET runnable_flows = runnable_flows + ? WHERE group_id = ?;
+
+-- name: GroupAcked
+UPDATE grp SET acked = acked + ? WHERE group_id = ?;
+
+-- name: GroupList
+SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, g.max_backlog, g.enqueued, g.acked,
+       (SELECT count(*) FROM flow f WHERE f.group_id = g.group_id), g.max_slots
+FROM grp g WHERE g.group_id > ? ORDER BY g.group_id LIMIT ?;
+
+-- name: SettingsLimits
+SELECT max_backlog, max_flow_backlog FROM settings WHERE id = 1;
+
+-- name: SettingsSetLimits
+UPDATE settings SET max_backlog = ?, max_flow_backlog = ? WHERE id = 1;
+
+-- name: TombstoneGet
+SELECT flow_id, seq, body_sha256 FROM tombstone WHERE event_id = ?;
+
+-- name: TombstoneInsert
+INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at) VALUES (?, ?, ?, ?, ?);
+
+-- name: TombstonePrune
+-- The oldest tombstones acked before ?1, at most ?2.
+DELETE FROM tombstone WHERE event_id IN
+    (SELECT event_id FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2);
+
+-- name: AckedBefore
+-- The oldest acked events acked before ?1, at most ?2, with their bodies.
+SELECT event_id, flow_id, seq, body, acked_at FROM event INDEXED BY event_acked
+WHERE acked_at IS NOT NULL AND acked_at < ?1 ORDER BY acked_at LIMIT ?2;
+
+-- name: EventDelete
+DELETE FROM event WHERE event_id = ?;
+
 -- name: FlowNextWait
 SELECT min(wait_until) FROM flow WHERE wait_until IS NOT NULL;
 
 -- name: FlowList
-SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at FROM flow
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at, group_id FROM flow
 WHERE flow_id > ? ORDER BY flow_id LIMIT ?;
 
 -- name: EventGet
@@ -80,7 +178,8 @@ FROM event WHERE (flow_id, seq) > (?, ?) ORDER BY flow_id, seq LIMIT ?;
 -- The literal state lets SQLite use the partial index event_quarantined; a
 -- quarantined event is its flow's head, one per flow at most.
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
-FROM event WHERE state = 'quarantined' AND flow_id > ? ORDER BY flow_id, seq LIMIT ?;
+FROM event WHERE state = 'quarantined' AND flow_id > ?1 AND (?3 = '' OR flow_id = ?3) AND (?4 = '' OR reason = ?4)
+ORDER BY flow_id, seq LIMIT ?2;
 
 -- name: AuditInsert
 INSERT INTO audit (event_id, flow_id, action, reason, operator, previous_reason, generation, at, wall) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);

@@ -3,7 +3,8 @@
 // without the root package in between — the answers of Store.Enqueue, the
 // order and locking-free answers of Tx.Read (picks in both dispatch orders,
 // the due index and its paging, events with their flows and the events
-// behind them), the row images Tx.Write leaves, and every ReadTx listing.
+// behind them), the row images Tx.Write leaves, every ReadTx listing, and
+// the change signal (Store.Changes).
 // A backend is done when Run passes (the model is River's riverdrivertest).
 // It imports no fairrelay package above the seam.
 package storetest
@@ -37,9 +38,11 @@ func Run(t *testing.T, open Opener) {
 	t.Run("pick order fair", func(t *testing.T) { t.Parallel(); pickOrder(t, open, "fair") })
 	t.Run("due index and paging", func(t *testing.T) { t.Parallel(); dueIndex(t, open) })
 	t.Run("events with flows and next", func(t *testing.T) { t.Parallel(); eventsRead(t, open) })
+	t.Run("next of two events of one flow", func(t *testing.T) { t.Parallel(); nextOfTwo(t, open) })
 	t.Run("writes read back", func(t *testing.T) { t.Parallel(); writesReadBack(t, open) })
 	t.Run("read transaction listings", func(t *testing.T) { t.Parallel(); listings(t, open) })
 	t.Run("entry rule is stored", func(t *testing.T) { t.Parallel(); entryRule(t, open) })
+	t.Run("change signal", func(t *testing.T) { t.Parallel(); changeSignal(t, open) })
 }
 
 func body(n int) []byte { return fmt.Appendf(nil, `{"delta":%d}`, n) }
@@ -400,7 +403,7 @@ func eventsRead(t *testing.T, open Opener) {
 	if len(rr.Flows) != 2 || rr.Flows["A"].Seq != 2 || rr.Flows["B"].Seq != 1 {
 		t.Fatalf("flows: %+v", rr.Flows)
 	}
-	if len(rr.Next) != 1 || rr.Next["A"] == nil || rr.Next["A"].ID != "A2" || string(rr.Next["A"].Body) != string(body(2)) {
+	if len(rr.Next) != 1 || rr.Next["A1"] == nil || rr.Next["A1"].ID != "A2" || string(rr.Next["A1"].Body) != string(body(2)) {
 		t.Fatalf("next: %+v", rr.Next)
 	}
 	if rr.Clock.Tick != 2 {
@@ -501,6 +504,9 @@ func listings(t *testing.T, open Opener) {
 				e.State, f.HeadSeq = store.StateAcked, 2
 			} else {
 				e.State, e.Reason, e.Generation = store.StateQuarantined, "id_conflict", 1
+				if id == "F11a" {
+					e.Reason = store.StateQuarantined + "_other" // another reason, for the filter
+				}
 				f.Runnable, f.WaitUntil = false, nil
 			}
 			ws.Events = append(ws.Events, *e)
@@ -543,13 +549,26 @@ func listings(t *testing.T, open Opener) {
 		if len(events) != 50 || events[0] != "F00a" || events[1] != "F00b" || events[49] != "F24b" {
 			t.Fatalf("events paged by 9: %d %v", len(events), events)
 		}
-		q1, err := rt.QuarantinedList(bg, "", 2)
+		q1, err := rt.QuarantinedList(bg, "", "", "", 2)
 		if err != nil || len(q1) != 2 || q1[0].ID != "F03a" || q1[1].ID != "F11a" || q1[0].Reason != "id_conflict" {
 			t.Fatalf("quarantined page 1: %+v %v", q1, err)
 		}
-		q2, err := rt.QuarantinedList(bg, "F11", 2)
+		q2, err := rt.QuarantinedList(bg, "F11", "", "", 2)
 		if err != nil || len(q2) != 1 || q2[0].ID != "F20a" {
 			t.Fatalf("quarantined after F11: %+v %v", q2, err)
+		}
+		// Filtered by the store: a page holds matching heads only.
+		q3, err := rt.QuarantinedList(bg, "", "", "id_conflict", 1)
+		if err != nil || len(q3) != 1 || q3[0].ID != "F03a" {
+			t.Fatalf("quarantined for id_conflict, page of 1: %+v %v", q3, err)
+		}
+		q4, err := rt.QuarantinedList(bg, "F03", "", "id_conflict", 5)
+		if err != nil || len(q4) != 1 || q4[0].ID != "F20a" {
+			t.Fatalf("quarantined for id_conflict after F03: %+v %v (F11's reason is another)", q4, err)
+		}
+		q5, err := rt.QuarantinedList(bg, "", "F11", "", 5)
+		if err != nil || len(q5) != 1 || q5[0].ID != "F11a" {
+			t.Fatalf("quarantined of flow F11: %+v %v", q5, err)
 		}
 		fs, _ := rt.FlowList(bg, "F04", 2)
 		heads, err := rt.Heads(bg, fs)
@@ -585,5 +604,17 @@ func entryRule(t *testing.T, open Opener) {
 	defer o.Close()
 	if o.Entry() != "seed" {
 		t.Fatalf("adopted entry %q, want seed", o.Entry())
+	}
+}
+
+// nextOfTwo: two events of one flow asked for (a settle batch holding the
+// head's token and an older, stale one) each come with the event after
+// them; keyed by flow, one once overwrote the other.
+func nextOfTwo(t *testing.T, open Opener) {
+	s, _ := open(t, "seed")
+	enqueue(t, s, 1, ev("A1", "A", 1), ev("A2", "A", 2), ev("A3", "A", 3))
+	rr := write(t, s, store.LaneSettle, store.ReadSet{At: 1, Events: []string{"A2", "A1"}, Next: true}, func(*store.ReadResult) *store.WriteSet { return nil })
+	if len(rr.Next) != 2 || rr.Next["A1"] == nil || rr.Next["A1"].ID != "A2" || rr.Next["A2"] == nil || rr.Next["A2"].ID != "A3" {
+		t.Fatalf("next: %+v, want A1 → A2 and A2 → A3", rr.Next)
 	}
 }

@@ -101,6 +101,12 @@ type op struct {
 	Operator           *string
 	MaxDelta           *int64
 	Unavailable        *bool
+	Group              *string
+	Weight             *int64
+	MaxBacklog         *int64
+	MaxFlowBacklog     *int64
+	AckedBefore        *int64
+	IDsBefore          *int64
 }
 
 // Result is one output line.
@@ -174,6 +180,18 @@ func parseOp(line []byte) (op, error) {
 			target = &o.MaxDelta
 		case "unavailable":
 			target = &o.Unavailable
+		case "group":
+			target = &o.Group
+		case "weight":
+			target = &o.Weight
+		case "max_backlog":
+			target = &o.MaxBacklog
+		case "max_flow_backlog":
+			target = &o.MaxFlowBacklog
+		case "acked_before":
+			target = &o.AckedBefore
+		case "ids_before":
+			target = &o.IDsBefore
 		default:
 			return o, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "unknown field"}
 		}
@@ -367,6 +385,40 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		return Result{"status": "ok"}, nil
 	case "snapshot":
 		return rn.snapshot(ctx)
+	case "configure":
+		at, err := need("at", o.At)
+		if err != nil {
+			return nil, err
+		}
+		p := fairrelay.ConfigureParams{At: at, Weight: o.Weight, MaxBacklog: o.MaxBacklog, MaxFlowBacklog: o.MaxFlowBacklog}
+		if o.Group != nil {
+			if *o.Group == "" {
+				return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "group", Message: "empty"}
+			}
+			p.Group = *o.Group
+		}
+		if _, err := rn.Queue.Configure(ctx, p); err != nil {
+			return nil, err
+		}
+		return Result{"status": "ok"}, nil
+	case "prune":
+		at, err := need("at", o.At)
+		if err != nil {
+			return nil, err
+		}
+		acked, err := need("acked_before", o.AckedBefore)
+		if err != nil {
+			return nil, err
+		}
+		ids, err := need("ids_before", o.IDsBefore)
+		if err != nil {
+			return nil, err
+		}
+		r, err := rn.Queue.Prune(ctx, fairrelay.PruneParams{At: at, AckedBefore: acked, IDsBefore: ids})
+		if err != nil {
+			return nil, err
+		}
+		return Result{"status": "pruned", "events": r.Events, "tombstones": r.Tombstones}, nil
 	case "":
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "op", Message: "missing"}
 	}
@@ -417,7 +469,14 @@ func (rn *Runner) enqueue(ctx context.Context, o op) (Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := rn.Queue.Enqueue(ctx, fairrelay.EnqueueParams{ID: id, Flow: flow, Body: body, At: at})
+	p := fairrelay.EnqueueParams{ID: id, Flow: flow, Body: body, At: at}
+	if o.Group != nil {
+		if *o.Group == "" {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "group", Message: "empty"}
+		}
+		p.Group = *o.Group
+	}
+	r, err := rn.Queue.Enqueue(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -426,8 +485,11 @@ func (rn *Runner) enqueue(ctx context.Context, o op) (Result, error) {
 
 // EnqueueResult renders an enqueue answer as SPEC §6 prints it.
 func EnqueueResult(r fairrelay.EnqueueResult) Result {
-	if r.Status == fairrelay.EnqueueConflict {
+	switch r.Status {
+	case fairrelay.EnqueueConflict:
 		return Result{"status": string(r.Status)}
+	case fairrelay.EnqueueFull:
+		return Result{"status": string(r.Status), "limit": r.Limit}
 	}
 	return Result{"status": string(r.Status), "seq": r.Seq}
 }
@@ -528,7 +590,7 @@ func (rn *Runner) snapshot(ctx context.Context) (Result, error) {
 		return nil, err
 	}
 	return Result{
-		"clock": qs.Clock, "flows": qs.Flows, "events": qs.Events, "audit": qs.Audit,
+		"clock": qs.Clock, "flows": qs.Flows, "groups": qs.Groups, "events": qs.Events, "audit": qs.Audit,
 		"receipts": is.Receipts, "projection": is.Projection,
 	}, nil
 }

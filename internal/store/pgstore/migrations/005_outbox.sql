@@ -11,7 +11,10 @@
 --     the clock rows and of the flows (flow_tick makes that an index read);
 --   * the whole enqueue is the function enqueue_many below, callable from
 --     any language inside the caller's transaction (enqueue is its
---     one-event form).
+--     one-event form);
+--   * an enqueue that makes a flow's head claimable notifies the store's
+--     channel (pgstore.Channel), delivered at commit: a listening relay
+--     claims it at once instead of at its next poll.
 -- Clock row 2 stays, as the tick it last recorded; nothing writes it now.
 
 CREATE TABLE settings (
@@ -85,12 +88,29 @@ $$;
 -- in DETAIL (at, id, flow, body). Checked in SPEC §2's order: the clock,
 -- then the fields, then the answers. Nothing changes on an error.
 --
--- Locks: the rows of the flows it appends to, in flow_id order, held to
--- the end of the caller's transaction: a second transaction that enqueues
--- to one of those flows waits for it (seq order is commit order, and a
--- rollback leaves no hole); every other flow goes on. An id answered
--- existing or conflict locks the flow of that id (its tick is recorded
--- there). No row shared by all enqueues is read for update or written.
+-- Locks: the rows of the flows it appends to, and of the flows of the ids
+-- it answers existing or conflict for (their tick is recorded there), all
+-- first and in flow_id order, held to the end of the caller's transaction:
+-- a second transaction that enqueues to one of those flows waits for it
+-- (seq order is commit order, and a rollback leaves no hole); every other
+-- flow goes on. No row shared by all enqueues is read for update or
+-- written. Two calls in one transaction each do this on their own, so a
+-- transaction that calls it for flows out of flow_id order can deadlock
+-- with another; within one call, nothing does: a batch that meets another
+-- transaction's new flows or ids — waiting for them, or in a deadlock
+-- PostgreSQL breaks after deadlock_timeout (1 s by default), which two
+-- batches creating the same new flows or ids in different orders can make
+-- — starts over in a subtransaction and sees them committed.
+--
+-- Notifies: when one of its events is a claimable head — a new flow's
+-- first, or an event onto a flow that had no head — it calls pg_notify
+-- once, on 'fairrelay_' || current_schema() (the md5 of the schema name
+-- past 53 bytes: a channel holds 63), with an empty payload, which
+-- PostgreSQL delivers at commit and once per transaction however many
+-- calls sent it. Only then: a notifying transaction holds a server-wide
+-- lock from its commit's start to its end (notifications keep commit
+-- order), so notifying commits are flushed one at a time; an event behind
+-- a head needs no wake-up (the relay that settles the head claims it).
 CREATE FUNCTION enqueue_many(p_ids TEXT[], p_flows TEXT[], p_bodies BYTEA[], p_at BIGINT DEFAULT NULL,
                              p_floor BOOLEAN DEFAULT false, p_max_tick_jump BIGINT DEFAULT 0,
                              p_max_body_bytes INTEGER DEFAULT 1048576)
@@ -110,6 +130,8 @@ DECLARE
     fr       RECORD;
     ex       RECORD;
     new_seq  BIGINT;
+    woke     BOOLEAN := false; -- an event of the call is a claimable head
+    woke_one BOOLEAN;
 BEGIN
     IF coalesce(cardinality(p_flows), 0) <> n OR coalesce(cardinality(p_bodies), 0) <> n THEN
         RAISE EXCEPTION USING ERRCODE = 'FR002', DETAIL = 'ids',
@@ -158,20 +180,25 @@ BEGIN
     END IF;
     SELECT s.entry INTO v_entry FROM settings s WHERE s.id = 1;
     SELECT c.ticket INTO v_ticket FROM clock c WHERE c.id = 1;
-    -- The flows of the batch that exist, locked in flow_id order: two
-    -- batches cannot deadlock on them.
-    PERFORM 1 FROM flow f WHERE f.flow_id = ANY (p_flows) ORDER BY f.flow_id FOR NO KEY UPDATE;
     IF n > 1 THEN
         -- A batch, set by set, in one statement: the new events numbered
-        -- per flow in batch order; the flows they create inserted with
-        -- their final values, in the order their first events come (the
-        -- creation order of SPEC §7; under the fair rule a new flow joins
-        -- at the back of the rotation), the others advanced (and woken
-        -- when they had no head); the flows of known ids given the tick.
-        -- An id or a flow another transaction created meanwhile makes the
-        -- block roll back, and the batch goes event by event below. The
-        -- answers stay in arrays until the statement has completed.
+        -- per flow in batch order (inserted in id order); the flows they
+        -- create inserted with their final values (in flow_id order), in
+        -- the creation order of their first events (SPEC §7; under the
+        -- fair rule a new flow joins at the back of the rotation), the others
+        -- advanced (and woken when they had no head); the flows of known
+        -- ids given the tick. An id or a flow another transaction created
+        -- meanwhile (it has committed by the time this one learns of it),
+        -- or a deadlock with it, rolls the block back, locks and all, and
+        -- the batch starts over, seeing it. The answers stay in arrays
+        -- until the statement has completed.
+        FOR attempt IN 1 .. 10 LOOP
         BEGIN
+            -- The flows of the batch and of its known ids that exist,
+            -- locked first, in flow_id order.
+            PERFORM 1 FROM flow f
+            WHERE f.flow_id = ANY (p_flows || ARRAY(SELECT e.flow_id FROM event e WHERE e.event_id = ANY (p_ids)))
+            ORDER BY f.flow_id FOR NO KEY UPDATE;
             WITH input AS (
                 SELECT u.i, u.id, u.flow, u.body FROM unnest(p_ids, p_flows, p_bodies) WITH ORDINALITY AS u (id, flow, body, i)
             ), firsts AS (
@@ -186,16 +213,22 @@ BEGIN
             ), per_flow AS (
                 SELECT nb.flow, bool_or(nb.existed) AS existed, min(nb.new_seq) AS first, max(nb.new_seq) AS last, min(nb.i) AS first_i
                 FROM numbered nb GROUP BY nb.flow
+            ), new_flows AS MATERIALIZED (
+                -- Creation order: the order their first events come.
+                SELECT o.flow, o.last, nextval('flow_ord') AS ord
+                FROM (SELECT pf.flow, pf.last FROM per_flow pf WHERE NOT pf.existed ORDER BY pf.first_i) AS o
             ), created AS (
                 INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, tick)
-                SELECT o.flow, nextval('flow_ord'), o.last, CASE WHEN v_entry = 'fair' THEN v_ticket ELSE 0 END, 1, true, NULL, v_at
-                FROM (SELECT pf.flow, pf.last FROM per_flow pf WHERE NOT pf.existed ORDER BY pf.first_i) AS o
+                SELECT nf.flow, nf.ord, nf.last, CASE WHEN v_entry = 'fair' THEN v_ticket ELSE 0 END, 1, true, NULL, v_at
+                FROM new_flows nf
+                ORDER BY nf.flow -- inserted in flow_id order, as flows are locked: no cycle of waits
                 ON CONFLICT (flow_id) DO NOTHING
                 RETURNING flow_id
             ), ins AS (
                 INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
                                    reason, next_at, lease_until, enqueued_at)
                 SELECT nb.id, nb.flow, nb.new_seq, nb.body, 'ready', 0, 0, 0, NULL, v_at, 0, v_at FROM numbered nb
+                ORDER BY nb.id -- two batches inserting the same new ids wait in one order
                 RETURNING event_id
             ), advanced AS (
                 UPDATE flow f SET seq = pf.last,
@@ -204,7 +237,7 @@ BEGIN
                     tick = greatest(f.tick, v_at)
                 FROM per_flow pf
                 WHERE pf.existed AND f.flow_id = pf.flow
-                RETURNING f.flow_id
+                RETURNING f.flow_id, f.head_seq = pf.first AS woke
             ), ticked AS (
                 UPDATE flow f SET tick = v_at
                 FROM (SELECT DISTINCT k.flow_id FROM known k) AS k
@@ -218,8 +251,9 @@ BEGIN
                    array_agg(CASE WHEN nb.id IS NOT NULL THEN nb.new_seq
                                   WHEN coalesce(k.flow_id, fr.flow) = x.flow AND coalesce(k.body, fr.body) = x.body
                                       THEN coalesce(k.seq, (SELECT nb2.new_seq FROM numbered nb2 WHERE nb2.id = x.id)) END ORDER BY x.i),
-                   (SELECT count(*) FROM created) = (SELECT count(*) FROM per_flow pf WHERE NOT pf.existed)
-            INTO r_status, r_seq, all_created
+                   (SELECT count(*) FROM created) = (SELECT count(*) FROM per_flow pf WHERE NOT pf.existed),
+                   EXISTS (SELECT 1 FROM created) OR EXISTS (SELECT 1 FROM advanced a WHERE a.woke)
+            INTO r_status, r_seq, all_created, woke
             FROM input x
             LEFT JOIN numbered nb ON nb.i = x.i
             LEFT JOIN known k ON k.event_id = x.id
@@ -228,14 +262,28 @@ BEGIN
                 -- A flow this batch meant to create exists now: start over.
                 RAISE EXCEPTION USING ERRCODE = 'FR003';
             END IF;
-        EXCEPTION WHEN unique_violation OR SQLSTATE 'FR003' THEN
-            r_status := NULL; -- another transaction got there first: event by event
+            EXIT;
+        EXCEPTION WHEN unique_violation OR deadlock_detected OR SQLSTATE 'FR003' THEN
+            -- Another transaction got there first: start over.
+            r_status := NULL;
+            woke := false;
+            IF attempt = 10 THEN
+                RAISE;
+            END IF;
         END;
-        IF r_status IS NOT NULL THEN
-            RETURN QUERY SELECT a.status, a.seq, v_at FROM unnest(r_status, r_seq) AS a (status, seq);
-            RETURN;
+        END LOOP;
+        IF woke THEN
+            PERFORM pg_notify(CASE WHEN octet_length(current_schema()) <= 53 THEN 'fairrelay_' || current_schema()
+                                   ELSE 'fairrelay_' || md5(current_schema()) END, '');
         END IF;
+        RETURN QUERY SELECT a.status, a.seq, v_at FROM unnest(r_status, r_seq) AS a (status, seq);
+        RETURN;
     END IF;
+    -- One event: its flow, and the flow of its id if it is known, locked
+    -- first, in flow_id order.
+    PERFORM 1 FROM flow f
+    WHERE f.flow_id = p_flows[1] OR f.flow_id = (SELECT e.flow_id FROM event e WHERE e.event_id = p_ids[1])
+    ORDER BY f.flow_id FOR NO KEY UPDATE;
     FOR i IN 1 .. n LOOP
         SELECT e.flow_id, e.seq, e.body INTO ex FROM event e WHERE e.event_id = p_ids[i];
         IF NOT FOUND THEN
@@ -264,7 +312,9 @@ BEGIN
                     runnable = CASE WHEN f.head_seq = new_seq THEN true ELSE f.runnable END,
                     wait_until = CASE WHEN f.head_seq = new_seq THEN NULL ELSE f.wait_until END,
                     tick = greatest(f.tick, v_at)
-                WHERE f.flow_id = p_flows[i];
+                WHERE f.flow_id = p_flows[i]
+                RETURNING f.head_seq = new_seq INTO woke_one;
+                woke := woke OR woke_one;
                 status := 'created'; seq := new_seq; tick := v_at;
                 RETURN NEXT;
                 CONTINUE;
@@ -281,6 +331,10 @@ BEGIN
         tick := v_at;
         RETURN NEXT;
     END LOOP;
+    IF woke THEN
+        PERFORM pg_notify(CASE WHEN octet_length(current_schema()) <= 53 THEN 'fairrelay_' || current_schema()
+                               ELSE 'fairrelay_' || md5(current_schema()) END, '');
+    END IF;
 END
 $$;
 

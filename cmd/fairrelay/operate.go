@@ -1,0 +1,265 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/cmd/fairrelay/internal/script"
+)
+
+func init() {
+	rootCmd.AddCommand(newConfigureCmd(), newPruneCmd(), newExpediteCmd(), newFlowActionCmd("pause"), newFlowActionCmd("resume"))
+}
+
+func newConfigureCmd() *cobra.Command {
+	var queue, group string
+	var weight, maxBacklog, maxFlowBacklog, maxSlots, at int64
+	var pf policyFlags
+	cmd := &cobra.Command{
+		Use:   "configure --queue Q ([--max-backlog N] [--max-flow-backlog N] | --group G [--weight W] [--max-backlog N] [--max-slots N]) [--at TICK]",
+		Short: "Set the store's backlog limits, or a group's weight and backlog limit (SPEC §8)",
+		Long: `Settings live in the store: every process sees them at its next transaction.
+
+Without --group: --max-backlog bounds the events not acked in the whole store,
+--max-flow-backlog those of every flow. With --group: --weight (1 to 1000) is
+the group's share of claims (a saturated group of weight w gets w claims for
+every claim of a saturated group of weight 1) and of the relay's slot time,
+--max-backlog bounds its events not acked, --max-slots caps the relay slots
+its deliveries hold at once; a group that does not exist is created. A limit of 0 is none. An
+enqueue of a new event that would go over a limit answers full (exit 1 of
+fairrelay enqueue) and changes nothing; lowering a limit below the current
+backlog drops nothing. Prints {"status":"ok"}; 'fairrelay inspect groups' and
+'inspect settings' show the result.
+
+On PostgreSQL, setting a limit where there was none counts the backlog once
+while holding off the writers of the flows it counts (all of them, for the
+store's limit): a pause of dispatch as long as that count.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pol, err := pf.policy()
+			if err != nil {
+				return err
+			}
+			p := fairrelay.ConfigureParams{At: atFlag(cmd, at), Group: group}
+			if cmd.Flags().Changed("group") && group == "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "group", Message: "empty"}
+			}
+			if cmd.Flags().Changed("weight") {
+				p.Weight = &weight
+			}
+			if cmd.Flags().Changed("max-backlog") {
+				p.MaxBacklog = &maxBacklog
+			}
+			if cmd.Flags().Changed("max-flow-backlog") {
+				p.MaxFlowBacklog = &maxFlowBacklog
+			}
+			if cmd.Flags().Changed("max-slots") {
+				p.MaxSlots = &maxSlots
+			}
+			if p.Weight == nil && p.MaxBacklog == nil && p.MaxFlowBacklog == nil && p.MaxSlots == nil && group == "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-backlog",
+					Message: "nothing to set: give --max-backlog, --max-flow-backlog, or --group with --weight or --max-backlog"}
+			}
+			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			if _, err := q.Configure(cmd.Context(), p); err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), script.Result{"status": "ok"})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&group, "group", "", "the group to configure (default: the store)")
+	f.Int64Var(&weight, "weight", 1, "the group's weight, 1 to 1000 (with --group)")
+	f.Int64Var(&maxBacklog, "max-backlog", 0, "limit on events not acked, of the group (with --group) or the store; 0 is none")
+	f.Int64Var(&maxFlowBacklog, "max-flow-backlog", 0, "limit on events not acked in every flow (without --group); 0 is none")
+	f.Int64Var(&maxSlots, "max-slots", 0, "with --group: the most relay slots the group's deliveries hold at once, in each relay (SPEC §11); 0 is none")
+	f.Int64Var(&at, "at", 0, atUsage)
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	return cmd
+}
+
+func newPruneCmd() *cobra.Command {
+	var queue string
+	var ackedBefore, idsBefore, at int64
+	var limit int
+	var pf policyFlags
+	cmd := &cobra.Command{
+		Use:   "prune --queue Q --acked-before TICK --ids-before TICK [--limit N] [--at TICK]",
+		Short: "Delete acked events and old tombstones (SPEC §8 retention)",
+		Long: `Deletes every event acked at a tick below --acked-before, with its body and
+attempt history, keeping a tombstone (id, flow, seq, SHA-256 of the body, the
+tick it was acked at) unless it was acked below --ids-before, and deletes the
+tombstones acked below --ids-before. An id enqueued again answers existing or
+conflict by its tombstone: idempotency outlives the body. Events not acked,
+heads, seqs, served and the audit are never touched. Ticks are the store's
+(1 tick = 1 ms under the daemon's clock).
+
+It runs in transactions of --limit events (default 1000, 0 for one
+transaction) until nothing is left, so it never holds the write lock long
+beside a running relay, and prints {"status":"pruned","events":N,"tombstones":M}.
+'fairrelay relay --retain-acked D --retain-ids D' prunes on its own.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pol, err := pf.policy()
+			if err != nil {
+				return err
+			}
+			for _, name := range []string{"acked-before", "ids-before"} {
+				if !cmd.Flags().Changed(name) {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
+				}
+			}
+			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			var total fairrelay.PruneResult
+			for {
+				r, err := q.Prune(cmd.Context(), fairrelay.PruneParams{At: atFlag(cmd, at), AckedBefore: ackedBefore, IDsBefore: idsBefore, Limit: limit})
+				if err != nil {
+					return err
+				}
+				total.Events += r.Events
+				total.Tombstones += r.Tombstones
+				if !r.More {
+					break
+				}
+			}
+			return printJSON(cmd.OutOrStdout(), script.Result{"status": "pruned", "events": total.Events, "tombstones": total.Tombstones})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.Int64Var(&ackedBefore, "acked-before", 0, "delete the events acked at a tick below this one")
+	f.Int64Var(&idsBefore, "ids-before", 0, "keep no tombstone of events acked below this tick, and delete older tombstones (at most --acked-before)")
+	f.IntVar(&limit, "limit", 1000, "events and tombstones per transaction; 0 for one transaction")
+	f.Int64Var(&at, "at", 0, atUsage)
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	return cmd
+}
+
+func newExpediteCmd() *cobra.Command {
+	var queue, id, reason, operator string
+	var gen, at int64
+	var pf policyFlags
+	cmd := &cobra.Command{
+		Use:   "expedite --queue Q --id ID --expected-generation G --reason TEXT [--operator NAME] [--at TICK]",
+		Short: "Cut a head's backoff short: eligible now, attempts unchanged, with an audit row (SPEC §9)",
+		Long: `For a head that is backing off (ready, with next_at after now) at the
+generation given: next_at becomes now. Prints {"status":"ready","next_at":T} or
+{"status":"rejected","reason":...} (empty_reason, not_ready, not_backing_off,
+generation_mismatch; exit 1, nothing changed).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pol, err := pf.policy()
+			if err != nil {
+				return err
+			}
+			for _, name := range []string{"id", "expected-generation", "reason"} {
+				if !cmd.Flags().Changed(name) {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
+				}
+			}
+			if operator == "" {
+				operator = osUser()
+			}
+			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			r, err := q.Expedite(cmd.Context(), fairrelay.ExpediteParams{EventID: id, ExpectedGeneration: gen, Reason: reason, Operator: operator, At: atFlag(cmd, at)})
+			if err != nil {
+				return err
+			}
+			return printAction(cmd, "expedite "+id, r)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&id, "id", "", "the backing-off head's event id")
+	f.Int64Var(&gen, "expected-generation", 0, "the event's current generation (optimistic concurrency)")
+	f.StringVar(&reason, "reason", "", "why; kept in the audit row")
+	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row (default: the OS user running the command)")
+	f.Int64Var(&at, "at", 0, atUsage)
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	return cmd
+}
+
+// newFlowActionCmd is pause or resume.
+func newFlowActionCmd(action string) *cobra.Command {
+	var queue, flow, reason, operator string
+	var at int64
+	var pf policyFlags
+	short := "Take a flow out of dispatch: its head is never eligible while paused, with an audit row (SPEC §9)"
+	long := `Pauses the flow: its head stays as it is and keeps blocking the flow. An
+inflight head may still settle; one whose lease runs out is neither claimed
+nor quarantined until resume. Prints {"status":"paused"} or
+{"status":"rejected","reason":...} (empty_reason, already_paused; exit 1).`
+	if action == "resume" {
+		short = "Put a paused flow back in dispatch, its served unchanged, with an audit row (SPEC §9)"
+		long = `Resumes the flow: its head is eligible again as its state says. Prints
+{"status":"resumed"} or {"status":"rejected","reason":...} (empty_reason,
+not_paused; exit 1).`
+	}
+	cmd := &cobra.Command{
+		Use:   action + " --queue Q --flow FLOW --reason TEXT [--operator NAME] [--at TICK]",
+		Short: short,
+		Long:  long,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pol, err := pf.policy()
+			if err != nil {
+				return err
+			}
+			for _, name := range []string{"flow", "reason"} {
+				if !cmd.Flags().Changed(name) {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
+				}
+			}
+			if operator == "" {
+				operator = osUser()
+			}
+			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			p := fairrelay.FlowActionParams{Flow: flow, Reason: reason, Operator: operator, At: atFlag(cmd, at)}
+			act := q.Pause
+			if action == "resume" {
+				act = q.Resume
+			}
+			r, err := act(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			return printAction(cmd, action+" "+flow, r)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&flow, "flow", "", "the flow")
+	f.StringVar(&reason, "reason", "", "why; kept in the audit row")
+	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row (default: the OS user running the command)")
+	f.Int64Var(&at, "at", 0, atUsage)
+	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	return cmd
+}
+
+// printAction prints an operator action's answer; a rejection exits 1.
+func printAction(cmd *cobra.Command, what string, r fairrelay.ActionResult) error {
+	if err := printJSON(cmd.OutOrStdout(), script.ActionResult(r)); err != nil {
+		return err
+	}
+	if r.Status == fairrelay.ActionRejected {
+		return notApplied("%s: rejected (%s); nothing changed", what, r.RejectReason)
+	}
+	return nil
+}

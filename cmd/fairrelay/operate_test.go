@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestTenancyAndOperatorCommands drives SPEC §8 and §9 through the command
+// line: limits refuse with full (exit 1), inspect shows groups and
+// settings, pause holds a flow, expedite and resume put it back, prune
+// deletes acked events and keeps their ids idempotent.
+func TestTenancyAndOperatorCommands(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	run := func(want int, args ...string) string {
+		t.Helper()
+		out, errOut, code := cli(t, "", args...)
+		if code != want {
+			t.Fatalf("%v: exit %d, want %d: %s%s", args, code, want, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	run(0, "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--group", "acme", "--delta", "1", "--at", "0")
+	if got := run(0, "configure", "--queue", q, "--group", "acme", "--weight", "3", "--max-backlog", "1", "--at", "0"); got != `{"status":"ok"}` {
+		t.Fatalf("configure: %s", got)
+	}
+	if got := run(1, "enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--at", "0"); got != `{"limit":"group","status":"full"}` {
+		t.Fatalf("enqueue over the group's limit: %s", got)
+	}
+	if got := run(2, "enqueue", "--queue", q, "--id", "A3", "--flow", "A", "--group", "other", "--delta", "1", "--at", "0"); got != "" {
+		t.Fatalf("another group for flow A: %s", got)
+	}
+	if got := run(0, "inspect", "--queue", q, "groups", "--json"); got != `{"group":"acme","weight":3,"served":0,"max_backlog":1,"flows":1,"backlog":1,"max_slots":0}` {
+		t.Fatalf("inspect groups: %s", got)
+	}
+	run(0, "configure", "--queue", q, "--max-flow-backlog", "5", "--at", "0")
+	if got := run(0, "inspect", "--queue", q, "settings", "--json"); got != `{"max_backlog":0,"max_flow_backlog":5,"backlog":1}` {
+		t.Fatalf("inspect settings: %s", got)
+	}
+	run(2, "configure", "--queue", q, "--weight", "2", "--at", "0") // a weight is a group's
+
+	run(0, "enqueue", "--queue", q, "--id", "B1", "--flow", "B", "--delta", "1", "--at", "0")
+	if got := run(0, "pause", "--queue", q, "--flow", "B", "--reason", "migration", "--operator", "ana", "--at", "1"); got != `{"status":"paused"}` {
+		t.Fatalf("pause: %s", got)
+	}
+	run(1, "pause", "--queue", q, "--flow", "B", "--reason", "again", "--at", "1")
+	c := run(0, "claim", "--queue", q, "--at", "1")
+	if !strings.Contains(c, `"id":"A1"`) {
+		t.Fatalf("claim while B is paused: %s", c)
+	}
+	if got := run(0, "settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "retry", "--at", "1"); !strings.Contains(got, `"ready"`) {
+		t.Fatalf("settle A1 retry: %s", got)
+	}
+	if got := run(0, "expedite", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "receiver back", "--at", "2"); got != `{"next_at":2,"status":"ready"}` {
+		t.Fatalf("expedite: %s", got)
+	}
+	run(0, "resume", "--queue", q, "--flow", "B", "--reason", "done", "--at", "2")
+	if got := run(0, "inspect", "--queue", q, "audit", "--json"); strings.Count(got, "\n") != 2 || !strings.Contains(got, `"action":"pause"`) || !strings.Contains(got, `"action":"expedite"`) {
+		t.Fatalf("audit:\n%s", got)
+	}
+	for range 2 {
+		var cl struct {
+			ID         string `json:"id"`
+			Generation int64  `json:"generation"`
+		}
+		if err := json.Unmarshal([]byte(run(0, "claim", "--queue", q, "--at", "3")), &cl); err != nil {
+			t.Fatal(err)
+		}
+		if got := run(0, "settle", "--queue", q, "--id", cl.ID, "--generation", strconv.FormatInt(cl.Generation, 10), "--outcome", "accepted", "--at", "3"); got != `{"status":"acked"}` {
+			t.Fatalf("settle %s: %s", cl.ID, got)
+		}
+	}
+	if got := run(0, "prune", "--queue", q, "--acked-before", "10", "--ids-before", "0", "--at", "10"); got != `{"events":2,"status":"pruned","tombstones":0}` {
+		t.Fatalf("prune: %s", got)
+	}
+	if got := run(0, "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "10"); got != `{"seq":1,"status":"existing"}` {
+		t.Fatalf("enqueue of a pruned id: %s", got)
+	}
+}

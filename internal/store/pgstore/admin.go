@@ -1,0 +1,259 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// adminLane is the clock row of configure and prune (row 2, the enqueue
+// lane's until migration 005): they queue on its lock, record their tick on
+// it, and wait for no claim or settle.
+var adminLane = []int32{2}
+
+// admin runs fn in a transaction of the admin lane at the tick op resolves
+// (store.ResolveTick), after check, and records the tick.
+func (s *Store) admin(ctx context.Context, op string, at int64, floor bool, maxJump int64, check func() error,
+	fn func(tx pgx.Tx, at int64) error) (int64, error) {
+	var tick int64
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, q["ClockLock"], adminLane); err != nil {
+			return fmt.Errorf("ClockLock: %w", err)
+		}
+		var c store.Clock
+		var minWait *int64
+		if err := tx.QueryRow(ctx, q["ClockGetForUpdate"], adminLane).Scan(&c.Tick, &c.Ticket, &minWait); err != nil {
+			return fmt.Errorf("ClockGetForUpdate: %w", err)
+		}
+		var err error
+		if tick, err = store.ResolveTick(op, at, floor, maxJump, c.Tick); err != nil {
+			return err
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+		if err := fn(tx, tick); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, q["ClockSet"], tick, c.Ticket, adminLane)
+		return err
+	})
+	if err != nil {
+		var ce *store.ClockRegressedError
+		var ie *store.InvalidError
+		var ck checkError
+		switch {
+		case errors.As(err, &ck):
+			return 0, ck.err
+		case errors.As(err, &ce), errors.As(err, &ie):
+			return 0, err
+		}
+		return 0, Translate(fmt.Errorf("%s: %w", op, err))
+	}
+	return tick, nil
+}
+
+// checkError carries the error of a caller's check through the
+// transaction, to reach the caller as it was.
+type checkError struct{ err error }
+
+func (e checkError) Error() string { return e.err.Error() }
+
+// checked wraps a caller's check so that admin returns its error as is.
+func checked(check func() error) func() error {
+	if check == nil {
+		return nil
+	}
+	return func() error {
+		if err := check(); err != nil {
+			return checkError{err}
+		}
+		return nil
+	}
+}
+
+// Configure changes the settings of SPEC §8 in one transaction of the admin
+// lane (store.Store). Setting a limit where there was none counts the
+// backlog once, exactly: a store limit holds the flow table EXCLUSIVE while
+// it counts (every writer of a flow waits, and every enqueue either is
+// counted or sees the limit: enqueue_many locks its flows before it reads
+// the limits); a group limit locks the group's flows (FOR SHARE) and its
+// limit row (which a new flow of the group reads FOR SHARE). Changing or
+// removing a limit counts nothing: while a limit is set, the enqueues under
+// it count.
+func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, error) {
+	tick, err := s.admin(ctx, "configure", p.At, p.Floor, p.MaxTickJump, checked(p.Check), func(tx pgx.Tx, at int64) error {
+		if p.Group == "" {
+			return configureStore(ctx, tx, p)
+		}
+		return configureGroup(ctx, tx, p, at, s.entry)
+	})
+	return tick, err
+}
+
+func configureStore(ctx context.Context, tx pgx.Tx, p store.ConfigureParams) error {
+	var oldMax int64
+	if err := tx.QueryRow(ctx, `SELECT max_backlog FROM settings WHERE id = 1 FOR NO KEY UPDATE`).Scan(&oldMax); err != nil {
+		return err
+	}
+	if p.MaxBacklog != nil && oldMax == 0 && *p.MaxBacklog > 0 {
+		if _, err := tx.Exec(ctx, `LOCK TABLE flow IN EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE settings SET enqueued = (SELECT coalesce(sum(seq - head_seq + 1), 0) FROM flow)
+			+ (SELECT acked FROM clock WHERE id = 3) WHERE id = 1`)
+		if err != nil {
+			return err
+		}
+	}
+	_, err := tx.Exec(ctx, `UPDATE settings SET max_backlog = coalesce($1, max_backlog), max_flow_backlog = coalesce($2, max_flow_backlog) WHERE id = 1`,
+		p.MaxBacklog, p.MaxFlowBacklog)
+	return err
+}
+
+func configureGroup(ctx context.Context, tx pgx.Tx, p store.ConfigureParams, at int64, entry string) error {
+	g := p.Group
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM grp WHERE group_id = $1)`, g).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		// A flow named like the group that is its own group becomes its
+		// first member, and the group takes its place in the rotation (its
+		// head, if runnable, goes to the due index: only claims count a
+		// group's runnable flows); else the group starts empty, with no
+		// place in the rotation until its first flow.
+		tag, err := tx.Exec(ctx, `WITH own AS (
+				SELECT flow_id, ord, served, runnable FROM flow WHERE flow_id = $1 AND group_id IS NULL FOR NO KEY UPDATE
+			), made AS (
+				INSERT INTO grp (group_id, ord, served) SELECT flow_id, ord, served FROM own ON CONFLICT DO NOTHING
+			)
+			UPDATE flow f SET group_id = $1, runnable = false,
+				wait_until = CASE WHEN own.runnable THEN $2 ELSE f.wait_until END
+			FROM own WHERE f.flow_id = own.flow_id`, g, at)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			if _, err := tx.Exec(ctx, `INSERT INTO grp (group_id) VALUES ($1) ON CONFLICT DO NOTHING`, g); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO grp_limit (group_id) VALUES ($1) ON CONFLICT DO NOTHING`, g); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO grp_acked (group_id) VALUES ($1) ON CONFLICT DO NOTHING`, g); err != nil {
+			return err
+		}
+	}
+	if p.MaxBacklog != nil {
+		var oldMax int64
+		if err := tx.QueryRow(ctx, `SELECT max_backlog FROM grp_limit WHERE group_id = $1 FOR NO KEY UPDATE`, g).Scan(&oldMax); err != nil {
+			return err
+		}
+		if oldMax == 0 && *p.MaxBacklog > 0 {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE group_id = $1 FOR SHARE`, g); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE grp_limit SET enqueued = (SELECT coalesce(sum(seq - head_seq + 1), 0) FROM flow WHERE group_id = $1)
+				+ coalesce((SELECT acked FROM grp_acked WHERE group_id = $1), 0) WHERE group_id = $1`, g)
+			if err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE grp_limit SET max_backlog = $2 WHERE group_id = $1`, g, *p.MaxBacklog); err != nil {
+			return err
+		}
+	}
+	if p.Weight != nil {
+		if _, err := tx.Exec(ctx, `UPDATE grp SET weight = $2, credit = least(credit, $2) WHERE group_id = $1`, g, *p.Weight); err != nil {
+			return err
+		}
+	}
+	if p.MaxSlots != nil {
+		if _, err := tx.Exec(ctx, `UPDATE grp SET max_slots = $2 WHERE group_id = $1`, g, *p.MaxSlots); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Prune deletes acked events and tombstones (SPEC §8) in one transaction of
+// the admin lane, the oldest first, at most p.Limit of each when positive:
+// events whose rows record their ack, then the acked events whose state
+// their flow rows hold (migration 004: a flow's last acked event while it
+// has no newer state), whose flows stop holding it. Rows another
+// transaction holds are left for the next prune. The events' attempt rows
+// go with them (foreign key). PostgreSQL reuses the space once vacuumed
+// (autovacuum does it); it shrinks the files only under VACUUM FULL.
+func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResult, error) {
+	var res store.PruneResult
+	var limit *int64
+	if p.Limit > 0 {
+		l := int64(p.Limit)
+		limit = &l
+	}
+	tick, err := s.admin(ctx, "prune", p.At, p.Floor, p.MaxTickJump, checked(p.Check), func(tx pgx.Tx, at int64) error {
+		res = store.PruneResult{}
+		tag, err := tx.Exec(ctx, `DELETE FROM tombstone WHERE event_id IN
+			(SELECT event_id FROM tombstone WHERE acked_at < $1 ORDER BY acked_at LIMIT $2)`, p.IDsBefore, limit)
+		if err != nil {
+			return err
+		}
+		res.Tombstones = tag.RowsAffected()
+		var n int64
+		err = tx.QueryRow(ctx, `WITH due AS (
+				SELECT event_id FROM event WHERE acked_at IS NOT NULL AND acked_at < $1 ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED
+			), del AS (
+				DELETE FROM event e USING due WHERE e.event_id = due.event_id
+				RETURNING e.event_id, e.flow_id, e.seq, e.body, e.acked_at
+			), tomb AS (
+				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at)
+				SELECT event_id, flow_id, seq, sha256(body), acked_at FROM del WHERE acked_at >= $3 ON CONFLICT DO NOTHING
+			)
+			SELECT count(*) FROM del`, p.AckedBefore, limit, p.IDsBefore).Scan(&n)
+		if err != nil {
+			return err
+		}
+		res.Events = n
+		var rest *int64
+		if limit != nil {
+			r := *limit - n
+			if r <= 0 {
+				return nil
+			}
+			rest = &r
+		}
+		err = tx.QueryRow(ctx, `WITH fl AS (
+				SELECT flow_id, head_state_seq, head_acked_at FROM flow
+				WHERE head_state = 'acked' AND head_acked_at < $1 ORDER BY head_acked_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED
+			), cleared AS (
+				UPDATE flow f SET head_state_seq = NULL, head_state = NULL FROM fl WHERE f.flow_id = fl.flow_id
+				RETURNING fl.flow_id, fl.head_state_seq AS seq, fl.head_acked_at AS acked_at
+			), del AS (
+				DELETE FROM event e USING cleared c WHERE e.flow_id = c.flow_id AND e.seq = c.seq
+				RETURNING e.event_id, e.flow_id, e.seq, e.body, c.acked_at
+			), tomb AS (
+				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at)
+				SELECT event_id, flow_id, seq, sha256(body), acked_at FROM del WHERE acked_at >= $3 ON CONFLICT DO NOTHING
+			)
+			SELECT count(*) FROM del`, p.AckedBefore, rest, p.IDsBefore).Scan(&n)
+		if err != nil {
+			return err
+		}
+		res.Events += n
+		return nil
+	})
+	if err != nil {
+		return store.PruneResult{}, err
+	}
+	res.Tick = tick
+	res.More = limit != nil && (res.Events == *limit || res.Tombstones == *limit)
+	return res, nil
+}

@@ -1,0 +1,183 @@
+package sqlitestore
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// Configure changes the settings of SPEC §8 in one transaction
+// (store.Store). A group that does not exist is created, out of the
+// rotation until its first flow; a group named like a flow that is its own
+// group becomes that flow's group row first.
+func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, error) {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, Translate(fmt.Errorf("begin transaction: %w", err))
+	}
+	defer tx.Rollback()
+	c := conn{q: tx, tx: tx, prepared: s.stmts}
+	cl, err := c.clock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	at, err := store.ResolveTick("configure", p.At, p.Floor, p.MaxTickJump, cl.Tick)
+	if err != nil {
+		return 0, err
+	}
+	if p.Check != nil {
+		if err := p.Check(); err != nil {
+			return 0, err
+		}
+	}
+	if p.Group == "" {
+		lim, err := c.settings(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if p.MaxBacklog != nil {
+			lim.MaxBacklog = *p.MaxBacklog
+		}
+		if p.MaxFlowBacklog != nil {
+			lim.MaxFlowBacklog = *p.MaxFlowBacklog
+		}
+		if err := c.exec(ctx, "SettingsSetLimits", lim.MaxBacklog, lim.MaxFlowBacklog); err != nil {
+			return 0, err
+		}
+	} else {
+		b := batch{c: &c, cl: &cl, at: at, entry: s.entry, rows: map[string]*store.FlowRow{}, groups: map[string]*groupCols{},
+			written: map[*store.FlowRow]bool{}, writtenG: map[*groupCols]bool{}}
+		g, err := b.group(ctx, p.Group)
+		if err != nil {
+			return 0, err
+		}
+		if g == nil {
+			own, err := b.flow(ctx, p.Group)
+			if err != nil {
+				return 0, err
+			}
+			if own != nil && own.Group == "" {
+				g = b.adopt(own)
+				b.touch(own)
+			} else {
+				g = &groupCols{g: store.GroupRow{Group: p.Group, Weight: 1}}
+			}
+			if err := c.insertGroup(ctx, g); err != nil {
+				return 0, err
+			}
+		}
+		if p.Weight != nil {
+			g.g.Weight = *p.Weight
+			g.g.Credit = min(g.g.Credit, g.g.Weight)
+		}
+		if p.MaxBacklog != nil {
+			g.g.MaxBacklog = *p.MaxBacklog
+		}
+		b.touchGroup(g)
+		if err := b.flush(ctx); err != nil {
+			return 0, err
+		}
+		if p.MaxSlots != nil {
+			if err := c.exec(ctx, "GroupSetMaxSlots", *p.MaxSlots, p.Group); err != nil {
+				return 0, err
+			}
+		}
+	}
+	cl.Tick = at
+	if err := c.setClock(ctx, cl); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, Translate(fmt.Errorf("commit: %w", err))
+	}
+	return at, nil
+}
+
+// Prune deletes acked events and tombstones (SPEC §8) in one transaction,
+// the oldest first, at most p.Limit of each when positive; the events'
+// attempt rows go with them (foreign key). On a store created with
+// incremental auto-vacuum it then returns the freed pages to the file
+// system; elsewhere SQLite reuses them for new rows.
+func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResult, error) {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return store.PruneResult{}, Translate(fmt.Errorf("begin transaction: %w", err))
+	}
+	defer tx.Rollback()
+	c := conn{q: tx, tx: tx, prepared: s.stmts}
+	cl, err := c.clock(ctx)
+	if err != nil {
+		return store.PruneResult{}, err
+	}
+	at, err := store.ResolveTick("prune", p.At, p.Floor, p.MaxTickJump, cl.Tick)
+	if err != nil {
+		return store.PruneResult{}, err
+	}
+	if p.Check != nil {
+		if err := p.Check(); err != nil {
+			return store.PruneResult{}, err
+		}
+	}
+	limit := int64(p.Limit)
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	res := store.PruneResult{Tick: at}
+	r, err := tx.ExecContext(ctx, q["TombstonePrune"], p.IDsBefore, limit)
+	if err != nil {
+		return store.PruneResult{}, Translate(fmt.Errorf("TombstonePrune: %w", err))
+	}
+	if res.Tombstones, err = r.RowsAffected(); err != nil {
+		return store.PruneResult{}, Translate(err)
+	}
+	type acked struct {
+		id, flow string
+		seq      int64
+		sum      [sha256.Size]byte
+		at       int64
+	}
+	var due []acked
+	err = c.each(ctx, "AckedBefore", func(r scanner) error {
+		var a acked
+		var body []byte
+		if err := r.Scan(&a.id, &a.flow, &a.seq, &body, &a.at); err != nil {
+			return err
+		}
+		a.sum = sha256.Sum256(body)
+		due = append(due, a)
+		return nil
+	}, p.AckedBefore, limit)
+	if err != nil {
+		return store.PruneResult{}, err
+	}
+	for _, a := range due {
+		if a.at >= p.IDsBefore {
+			if err := c.exec(ctx, "TombstoneInsert", a.id, a.flow, a.seq, a.sum[:], a.at); err != nil {
+				return store.PruneResult{}, err
+			}
+		}
+		if err := c.exec(ctx, "EventDelete", a.id); err != nil {
+			return store.PruneResult{}, err
+		}
+	}
+	res.Events = int64(len(due))
+	res.More = limit > 0 && (res.Events == limit || res.Tombstones == limit)
+	cl.Tick = at
+	if err := c.setClock(ctx, cl); err != nil {
+		return store.PruneResult{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return store.PruneResult{}, Translate(fmt.Errorf("commit: %w", err))
+	}
+	if res.Events > 0 || res.Tombstones > 0 {
+		// A no-op unless the file was created with auto_vacuum=INCREMENTAL
+		// (a new store is); bounded, so a prune never holds the write lock
+		// long.
+		if _, err := s.write.ExecContext(ctx, "PRAGMA incremental_vacuum(2048)"); err != nil {
+			return res, Translate(fmt.Errorf("incremental vacuum: %w", err))
+		}
+	}
+	return res, nil
+}

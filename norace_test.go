@@ -1,0 +1,6 @@
+//go:build !race
+
+package fairrelay_test
+
+// raceDetector: the tests were built with -race (see forWorkloads).
+const raceDetector = false

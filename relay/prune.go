@@ -1,0 +1,61 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// pruneLoop prunes the queue store every PruneInterval while ctx lives
+// (Config.RetainAcked; SPEC §8), when retention is set.
+func (r *Relay) pruneLoop(ctx context.Context) {
+	if r.cfg.RetainAcked <= 0 {
+		return
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.prune(ctx)
+		t.Reset(r.cfg.PruneInterval)
+	}
+}
+
+// prune runs one prune: batch after batch of at most PruneBatch events,
+// each its own transaction, until nothing older than the retention is
+// left or ctx ends. A store error is logged and left for the next prune.
+func (r *Relay) prune(ctx context.Context) {
+	now := r.clock.Now()
+	p := fairrelay.PruneParams{At: now, Floor: true, AckedBefore: now - r.cfg.RetainAcked.Milliseconds(), IDsBefore: math.MinInt64, Limit: r.cfg.PruneBatch}
+	if r.cfg.RetainIDs > 0 {
+		p.IDsBefore = min(now-r.cfg.RetainIDs.Milliseconds(), p.AckedBefore)
+	}
+	var events, tombstones int64
+	for ctx.Err() == nil {
+		res, err := r.q.Prune(ctx, p)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+				r.log.Warn("relay: prune failed; trying again at the next prune", "err", err)
+				r.cfg.Metrics.storeError()
+			}
+			break
+		}
+		r.clock.Observe(res.Tick)
+		events += res.Events
+		tombstones += res.Tombstones
+		r.cfg.Metrics.pruned(res.Events, res.Tombstones)
+		if !res.More {
+			break
+		}
+	}
+	if events > 0 || tombstones > 0 {
+		r.log.Info("relay: pruned", "events", events, "tombstones", tombstones, "acked_before", p.AckedBefore)
+	}
+}

@@ -1,0 +1,57 @@
+package relay_test
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// TestRelayPrunesAckedEvents: with RetainAcked the relay deletes, on its
+// own, the events acked longer ago than that by its clock, keeping their ids
+// idempotent (SPEC §8 retention); events not acked stay.
+func TestRelayPrunesAckedEvents(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testPolicy())
+	h.enqueue(t, "A", 1, 2, 3)
+	cfg := h.config(t)
+	cfg.RetainAcked, cfg.RetainIDs, cfg.PruneInterval, cfg.PruneBatch = time.Hour, 2*time.Hour, time.Millisecond, 2
+	pruned := make(chan struct{})
+	cfg.Logger = slog.New(&onMessage{prefix: "relay: pruned", do: func() { close(pruned) }})
+	_, stop := h.start(t, cfg)
+	h.until(t, acks(3))
+	// B1 never gets acked (its receiver answers 503): a prune must leave an
+	// event that is not acked, however old.
+	h.mu.Lock()
+	h.intercept = func(w http.ResponseWriter, r *http.Request, d delivery) bool {
+		if d.flow != "B" {
+			return false
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	}
+	h.mu.Unlock()
+	h.enqueue(t, "B", 1)
+	// An hour and a minute later by the relay's clock, the three acks are
+	// due for pruning, in batches of 2.
+	h.time.Advance(time.Hour + time.Minute)
+	waitClosed(t, pruned)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"A1", "A2", "A3"} {
+		if _, err := h.q.Event(t.Context(), id); !errors.Is(err, fairrelay.ErrNotFound) {
+			t.Fatalf("%s after the prune: %v, want not found", id, err)
+		}
+	}
+	r, err := h.q.Enqueue(t.Context(), fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored})
+	if err != nil || r.Status != fairrelay.EnqueueExisting || r.Seq != 2 {
+		t.Fatalf("A2 enqueued again after its prune: %+v %v, want existing seq 2 (its tombstone)", r, err)
+	}
+	if e, err := h.q.Event(t.Context(), "B1"); err != nil || e.State == fairrelay.StateAcked {
+		t.Fatalf("B1: %+v %v, want it kept, not acked", e, err)
+	}
+}

@@ -1,0 +1,202 @@
+package fairrelay
+
+import (
+	"context"
+
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// MaxWeight is the largest group weight (SPEC §8).
+const MaxWeight = 1000
+
+// ConfigureParams changes the settings of SPEC §8, a write at a tick like
+// any other: with Group, that group's Weight and MaxBacklog (the group is
+// created when it does not exist, with no place in the rotation until its
+// first flow); without, the store's MaxBacklog and MaxFlowBacklog. A nil
+// field is left as it is. Limits count events not acked (ready, inflight
+// and quarantined); 0 is no limit. Lowering a limit below the current
+// backlog drops nothing: it only refuses new events.
+type ConfigureParams struct {
+	// At is the tick of the write; AtStored runs it at the store's tick.
+	At int64
+	// Floor as ClaimParams.Floor.
+	Floor bool
+	// Group names the group to configure (CheckID's rule); "" configures
+	// the store.
+	Group string
+	// Weight is the group's share, 1 to MaxWeight: a saturated group of
+	// weight w gets w claims for every claim of a saturated group of weight
+	// 1. Only with Group.
+	Weight *int64
+	// MaxBacklog is the group's limit with Group, else the store's.
+	MaxBacklog *int64
+	// MaxFlowBacklog is every flow's limit; only without Group.
+	MaxFlowBacklog *int64
+	// MaxSlots caps the relay slots the group's deliveries may hold at
+	// once (SPEC §11; 0: none); only with Group. The store keeps it for
+	// the relays (package relay), which read it; claims ignore it.
+	MaxSlots *int64
+}
+
+// Configure records p (SPEC §8) and returns the tick it ran at. On
+// PostgreSQL, setting a store or group limit where there was none counts
+// the backlog once, holding off the writers of the flows it counts (the
+// whole store for a store limit) while it does; changing or removing a
+// limit does not. Errors (SPEC §2 order): ErrClockRegressed;
+// ErrInvalidInput naming at, group, weight (not an integer in 1 to
+// MaxWeight, or without group), max_backlog (negative) or
+// max_flow_backlog (negative, or with group); ErrBusy; ErrDatabase.
+func (q *Queue) Configure(ctx context.Context, p ConfigureParams) (int64, error) {
+	check := func() error {
+		if p.Group != "" {
+			if err := checkID("group", p.Group); err != nil {
+				return err
+			}
+		}
+		switch {
+		case p.Weight != nil && p.Group == "":
+			return invalid("weight", "is a group's: give group")
+		case p.Weight != nil && (*p.Weight < 1 || *p.Weight > MaxWeight):
+			return invalid("weight", "must be an integer in [1, %d], got %d", MaxWeight, *p.Weight)
+		case p.MaxBacklog != nil && *p.MaxBacklog < 0:
+			return invalid("max_backlog", "must not be negative, got %d", *p.MaxBacklog)
+		case p.MaxFlowBacklog != nil && p.Group != "":
+			return invalid("max_flow_backlog", "is the store's, for every flow: leave group out")
+		case p.MaxFlowBacklog != nil && *p.MaxFlowBacklog < 0:
+			return invalid("max_flow_backlog", "must not be negative, got %d", *p.MaxFlowBacklog)
+		case p.MaxSlots != nil && p.Group == "":
+			return invalid("max_slots", "is a group's: give group")
+		case p.MaxSlots != nil && *p.MaxSlots < 0:
+			return invalid("max_slots", "must not be negative, got %d", *p.MaxSlots)
+		}
+		return nil
+	}
+	tick, err := q.store.Configure(ctx, store.ConfigureParams{At: p.At, Floor: p.Floor, MaxTickJump: q.policy.MaxTickJump,
+		Group: p.Group, Weight: p.Weight, MaxBacklog: p.MaxBacklog, MaxFlowBacklog: p.MaxFlowBacklog, MaxSlots: p.MaxSlots, Check: check})
+	if err != nil {
+		return 0, storeError("configure", err)
+	}
+	return tick, nil
+}
+
+// PruneParams is one prune (SPEC §8 retention).
+type PruneParams struct {
+	// At is the tick of the write; AtStored runs it at the store's tick.
+	At int64
+	// Floor as ClaimParams.Floor.
+	Floor bool
+	// AckedBefore: every event acked at a tick below it is deleted, with
+	// its body and its attempt history.
+	AckedBefore int64
+	// IDsBefore: a deleted event acked at or after it leaves a tombstone
+	// (its id, flow, seq, the SHA-256 of its body, the tick it was acked
+	// at), so that enqueuing its id again still answers existing or
+	// conflict; tombstones of events acked before it are deleted. At most
+	// AckedBefore.
+	IDsBefore int64
+	// Limit, when positive, bounds the events and the tombstones one call
+	// deletes, the oldest first: a prune of a large store runs as many
+	// short transactions (PruneResult.More) that never hold the write lock
+	// long. 0 deletes everything due in one transaction.
+	Limit int
+}
+
+// PruneResult counts what a prune deleted (SPEC §8: events, tombstones).
+// An event acked before IDsBefore leaves no tombstone and counts in Events
+// only. More reports that Limit stopped the prune with more left to
+// delete; Tick is the tick it ran at.
+type PruneResult struct {
+	Events     int64 `json:"events"`
+	Tombstones int64 `json:"tombstones"`
+	More       bool  `json:"-"`
+	Tick       int64 `json:"-"`
+}
+
+// Prune deletes acked events and tombstones as p says (SPEC §8). Heads,
+// seqs, served and the audit are untouched; an event that is not acked is
+// never deleted. Errors (SPEC §2 order): ErrClockRegressed;
+// ErrInvalidInput naming at, ids_before (above acked_before) or limit
+// (negative); ErrBusy; ErrDatabase.
+func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
+	check := func() error {
+		if p.IDsBefore > p.AckedBefore {
+			return invalid("ids_before", "must be at most acked_before (%d), got %d: a tombstone outlives its event", p.AckedBefore, p.IDsBefore)
+		}
+		if p.Limit < 0 {
+			return invalid("limit", "must not be negative, got %d", p.Limit)
+		}
+		return nil
+	}
+	r, err := q.store.Prune(ctx, store.PruneParams{At: p.At, Floor: p.Floor, MaxTickJump: q.policy.MaxTickJump,
+		AckedBefore: p.AckedBefore, IDsBefore: p.IDsBefore, Limit: p.Limit, Check: check})
+	if err != nil {
+		return PruneResult{}, storeError("prune", err)
+	}
+	return PruneResult{Events: r.Events, Tombstones: r.Tombstones, More: r.More, Tick: r.Tick}, nil
+}
+
+// Settings are the store-wide settings and backlog (SPEC §8).
+type Settings struct {
+	// MaxBacklog and MaxFlowBacklog are the store's limits (0: none).
+	MaxBacklog     int64 `json:"max_backlog"`
+	MaxFlowBacklog int64 `json:"max_flow_backlog"`
+	// Backlog counts the events not acked, as the store's limit does. On
+	// PostgreSQL it is counted on each call.
+	Backlog int64 `json:"backlog"`
+}
+
+// Settings reads the store-wide settings and backlog in one read
+// transaction. Errors: ErrBusy, ErrDatabase.
+func (q *Queue) Settings(ctx context.Context) (Settings, error) {
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return Settings{}, dbError("settings", err)
+	}
+	defer tx.Rollback(ctx)
+	s, err := tx.Settings(ctx)
+	if err != nil {
+		return Settings{}, dbError("settings", err)
+	}
+	n, err := tx.Backlog(ctx)
+	if err != nil {
+		return Settings{}, dbError("settings", err)
+	}
+	return Settings{MaxBacklog: s.MaxBacklog, MaxFlowBacklog: s.MaxFlowBacklog, Backlog: n}, nil
+}
+
+// GroupInfo is a group as Groups lists it: its settings, place in the
+// rotation, flow count and backlog (events not acked).
+type GroupInfo struct {
+	GroupState
+	Flows   int64 `json:"flows"`
+	Backlog int64 `json:"backlog"`
+	// MaxSlots caps the relay slots the group's deliveries hold at once
+	// (0: none; ConfigureParams.MaxSlots).
+	MaxSlots int64 `json:"max_slots"`
+}
+
+// Groups lists up to limit groups by name after the given one ("" starts
+// at the first), in one read transaction: the groups that have a row — a
+// group some flow named, a configured one, or the own group of a flow
+// another flow joined. A flow that is its own group (every flow, in a store
+// where groups are not used) is not listed. Errors: ErrInvalidInput (field
+// "limit" below 1), ErrBusy, ErrDatabase.
+func (q *Queue) Groups(ctx context.Context, after string, limit int) ([]GroupInfo, error) {
+	if limit < 1 {
+		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return nil, dbError("groups", err)
+	}
+	defer tx.Rollback(ctx)
+	gs, err := tx.GroupList(ctx, after, limit)
+	if err != nil {
+		return nil, dbError("groups", err)
+	}
+	out := make([]GroupInfo, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, GroupInfo{GroupState: groupState(g.GroupRow), Flows: g.Flows, Backlog: g.Backlog, MaxSlots: g.MaxSlots})
+	}
+	return out, nil
+}

@@ -1,0 +1,303 @@
+package fairrelay_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/harness/conformance"
+	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
+)
+
+// TestPruneKeepsWhatIsNotAcked: on random workloads (events acked,
+// retried, quarantined and redriven, prunes at random horizons), every
+// prune (SPEC §8 retention)
+//
+//   - deletes exactly the events acked before acked_before, and never an
+//     event that is not acked: every other event, the flows (seq, served,
+//     group, paused), the groups and the audit are as before, and the clock
+//     moved to the prune's tick only;
+//   - counts the events it deleted, and the tombstones it deleted: those
+//     of events acked before ids_before, pruned earlier;
+//
+// and an id enqueued again after its event was pruned answers as its
+// tombstone says: existing with the event's seq for the same flow and body,
+// conflict for another body or flow (checked before the limits), the group
+// rule before both; once the tombstone is gone too, the id is new: created,
+// with the flow's next seq. A prune with ids_before above acked_before is
+// invalid_input naming ids_before and changes nothing.
+func TestPruneKeepsWhatIsNotAcked(t *testing.T) {
+	forWorkloads(t, func(t *testing.T, b conformance.Backend, rng *rand.Rand) {
+		ctx := context.Background()
+		path, _ := b.New(t)
+		q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		p := &pruneRun{t: t, ctx: ctx, q: q, rng: rng, ackedAt: map[string]int64{}, tombs: map[string]pruneTomb{},
+			events: map[string]fairrelay.EnqueueParams{}, again: map[string]int{}, groupOf: map[string]string{"a": "g1", "b": "g1", "c": "g2"}}
+		for range 300 {
+			p.step()
+		}
+		t.Logf("prunes %d (events %d, tombstones %d deleted); enqueues of pruned ids by answer %v", p.prunes, p.deleted, p.tombsDeleted, p.again)
+		for _, k := range []string{"existing", "conflict", "created", "invalid_input"} {
+			if p.again[k] == 0 {
+				t.Errorf("no enqueue of a pruned id answered %s: the property was not exercised", k)
+			}
+		}
+		if p.tombsDeleted == 0 {
+			t.Errorf("no prune deleted a tombstone: the property was not exercised")
+		}
+	})
+}
+
+type pruneTomb struct {
+	flow    string
+	seq     int64
+	sum     [sha256.Size]byte
+	ackedAt int64
+}
+
+type pruneRun struct {
+	t   *testing.T
+	ctx context.Context
+	q   *fairrelay.Queue
+	rng *rand.Rand
+	at  int64
+	// events enqueued (by id), the tick each acked event was acked at, the
+	// tombstones the store should keep, the group of the fixed flows.
+	events  map[string]fairrelay.EnqueueParams
+	ids     []string
+	ackedAt map[string]int64
+	tombs   map[string]pruneTomb
+	groupOf map[string]string
+	tokens  []fairrelay.Token
+	nextID  int
+	// what happened, for the log and the coverage checks.
+	prunes, deleted, tombsDeleted int64
+	again                         map[string]int
+}
+
+func (p *pruneRun) snapshot() *fairrelay.Snapshot {
+	p.t.Helper()
+	s, err := p.q.Snapshot(p.ctx)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return s
+}
+
+func (p *pruneRun) step() {
+	p.t.Helper()
+	p.at += int64(p.rng.IntN(3))
+	switch op := p.rng.IntN(20); {
+	case op < 7:
+		p.nextID++
+		flows := []string{"a", "b", "c", "d", "e"}
+		f := flows[p.rng.IntN(len(flows))]
+		e := fairrelay.EnqueueParams{ID: fmt.Sprintf("e%d", p.nextID), Flow: f, Group: p.groupOf[f], Body: []byte(fmt.Sprintf(`{"delta":%d}`, 1+p.rng.IntN(5))), At: p.at}
+		r, err := p.q.Enqueue(p.ctx, e)
+		if err != nil || r.Status != fairrelay.EnqueueCreated {
+			p.t.Fatalf("enqueue %+v: %+v %v", e, r, err)
+		}
+		p.events[e.ID] = e
+		p.ids = append(p.ids, e.ID)
+	case op < 12:
+		// Settle the last claims (acked mostly; some retried, some
+		// quarantined), claim the next.
+		var ss []fairrelay.Settlement
+		for _, tok := range p.tokens {
+			o := fairrelay.OutcomeAccepted
+			switch p.rng.IntN(8) {
+			case 0:
+				o = fairrelay.OutcomeRetry
+			case 1:
+				o = fairrelay.OutcomeInvalidBody
+			}
+			ss = append(ss, fairrelay.Settlement{Token: tok, Outcome: o})
+		}
+		rs, cs, err := queuetest.SettleClaims(p.q.SettleMany(p.ctx, fairrelay.SettleManyParams{At: p.at, Settles: ss, ClaimLimit: 1 + p.rng.IntN(3)}))
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		for i, r := range rs {
+			if r.Status == fairrelay.SettleAcked {
+				p.ackedAt[ss[i].Token.EventID] = p.at
+			}
+		}
+		p.tokens = p.tokens[:0]
+		for _, c := range cs {
+			p.tokens = append(p.tokens, c.Token)
+		}
+	case op < 13:
+		qs, err := p.q.Quarantined(p.ctx, 2)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		for _, e := range qs {
+			if _, err := p.q.Redrive(p.ctx, fairrelay.RedriveParams{EventID: e.ID, ExpectedGeneration: e.Generation, Reason: "fixed", At: p.at}); err != nil {
+				p.t.Fatal(err)
+			}
+		}
+	case op < 16:
+		p.prune()
+	default:
+		p.enqueueAgain()
+	}
+}
+
+// prune runs a prune at random horizons and checks what it deleted.
+func (p *pruneRun) prune() {
+	p.t.Helper()
+	ackedBefore := p.rng.Int64N(p.at + 2)
+	idsBefore := p.rng.Int64N(ackedBefore + 1)
+	before := p.snapshot()
+	if p.rng.IntN(10) == 0 {
+		_, err := p.q.Prune(p.ctx, fairrelay.PruneParams{At: p.at, AckedBefore: ackedBefore, IDsBefore: ackedBefore + 1})
+		if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || errField(err) != "ids_before" {
+			p.t.Fatalf("prune with ids_before above acked_before: %v, want invalid_input naming ids_before", err)
+		}
+		if d := cmp.Diff(before, p.snapshot()); d != "" {
+			p.t.Fatalf("an invalid prune changed the store (-before +after):\n%s", d)
+		}
+		return
+	}
+	res, err := p.q.Prune(p.ctx, fairrelay.PruneParams{At: p.at, AckedBefore: ackedBefore, IDsBefore: idsBefore})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	after := p.snapshot()
+	// What the prune must have deleted, and what it must have kept.
+	var wantEvents, wantTombs int64
+	kept := []fairrelay.EventState{}
+	for _, e := range before.Events {
+		if e.State == fairrelay.StateAcked && p.ackedAt[e.ID] < ackedBefore {
+			wantEvents++
+			if p.ackedAt[e.ID] >= idsBefore {
+				ev := p.events[e.ID]
+				p.tombs[e.ID] = pruneTomb{flow: e.Flow, seq: e.Seq, sum: sha256.Sum256(ev.Body), ackedAt: p.ackedAt[e.ID]}
+			}
+			continue
+		}
+		kept = append(kept, e)
+	}
+	for id, tb := range p.tombs { // those kept by earlier prunes (new ones are acked at idsBefore or later)
+		if tb.ackedAt < idsBefore {
+			wantTombs++
+			delete(p.tombs, id)
+		}
+	}
+	if d := cmp.Diff(kept, after.Events); d != "" {
+		p.t.Fatalf("prune at %d (acked_before %d, ids_before %d): events (-want kept +after):\n%s", p.at, ackedBefore, idsBefore, d)
+	}
+	if res.Events != wantEvents || res.Tombstones != wantTombs {
+		p.t.Fatalf("prune at %d (acked_before %d, ids_before %d): answered events %d, tombstones %d; want %d, %d", p.at, ackedBefore, idsBefore, res.Events, res.Tombstones, wantEvents, wantTombs)
+	}
+	for id := range p.ackedAt {
+		if !p.present(after, id) {
+			delete(p.ackedAt, id) // pruned: its tombstone, if any, is in p.tombs
+		}
+	}
+	before.Events, after.Events = nil, nil
+	before.Clock.Tick = p.at
+	if d := cmp.Diff(before, after); d != "" {
+		p.t.Fatalf("prune changed more than the pruned events and the tick (-before +after):\n%s", d)
+	}
+	p.prunes++
+	p.deleted += res.Events
+	p.tombsDeleted += res.Tombstones
+}
+
+func (p *pruneRun) present(s *fairrelay.Snapshot, id string) bool {
+	for _, e := range s.Events {
+		if e.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// enqueueAgain enqueues a pruned id again and checks the answer against
+// its tombstone (or its absence).
+func (p *pruneRun) enqueueAgain() {
+	p.t.Helper()
+	s := p.snapshot()
+	var pruned []string
+	for _, id := range p.ids {
+		if !p.present(s, id) {
+			pruned = append(pruned, id)
+		}
+	}
+	if len(pruned) == 0 {
+		return
+	}
+	id := pruned[p.rng.IntN(len(pruned))]
+	ev := p.events[id]
+	ev.At = p.at
+	tb, hasTomb := p.tombs[id]
+	want, wantSeq := "created", int64(0)
+	switch p.rng.IntN(4) {
+	case 0:
+		ev.Body = []byte(`{"delta":99}`)
+		if string(p.events[id].Body) == string(ev.Body) {
+			ev.Body = []byte(`{"delta":98}`)
+		}
+		want = "conflict"
+	case 1:
+		ev.Flow, ev.Group = "e", "" // another flow (its own group)
+		if ev.Flow == p.events[id].Flow {
+			ev.Flow = "d"
+		}
+		want = "conflict"
+	case 2:
+		if g := p.groupOf[ev.Flow]; g != "" {
+			ev.Group = map[string]string{"g1": "g2", "g2": "g1"}[g] // the group rule comes first
+			want = "invalid_input"
+		} else {
+			want = "existing"
+		}
+	default:
+		want = "existing"
+	}
+	if want == "existing" {
+		wantSeq = tb.seq
+	}
+	if !hasTomb && want != "invalid_input" {
+		// The id is unknown again: created, as the flow's next event.
+		want, wantSeq = "created", 0
+		for _, f := range s.Flows {
+			if f.Flow == ev.Flow {
+				wantSeq = f.Seq
+			}
+		}
+		wantSeq++
+	}
+	r, err := p.q.Enqueue(p.ctx, ev)
+	got := string(r.Status)
+	if err != nil {
+		got = string(fairrelay.CodeOf(err))
+		if errField(err) != "group" {
+			p.t.Fatalf("enqueue %s again: %v", id, err)
+		}
+	}
+	if got != want || (want != "conflict" && want != "invalid_input" && r.Seq != wantSeq) {
+		p.t.Fatalf("enqueue of pruned id %s again (tombstone %t, flow %s, body %s): got %s seq %d, want %s seq %d", id, hasTomb, ev.Flow, ev.Body, got, r.Seq, want, wantSeq)
+	}
+	p.again[want]++
+	if want == "created" {
+		p.events[id] = ev
+	}
+	if want != "created" {
+		after := p.snapshot()
+		s.Clock.Tick = after.Clock.Tick
+		if d := cmp.Diff(s, after); d != "" {
+			p.t.Fatalf("enqueue of pruned id %s answered %s but changed the store (-before +after):\n%s", id, got, d)
+		}
+	}
+}
