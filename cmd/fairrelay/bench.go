@@ -21,7 +21,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure on this machine: claims on its disk, the outbox under concurrency, the relay to a broker",
 	}
-	cmd.AddCommand(newBenchClaimCmd(), newBenchOutboxCmd(), newBenchOutboxProducerCmd(), newBenchBrokerCmd())
+	cmd.AddCommand(newBenchClaimCmd(), newBenchOutboxCmd(), newBenchOutboxProducerCmd(), newBenchBrokerCmd(), newBenchPruneCmd())
 	return cmd
 }
 

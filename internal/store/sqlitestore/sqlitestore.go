@@ -220,8 +220,16 @@ func (s *Store) incrementalVacuum(ctx context.Context) error {
 	if tables > 0 {
 		return nil
 	}
-	_, err := s.write.ExecContext(ctx, "PRAGMA auto_vacuum = INCREMENTAL")
-	return Translate(err)
+	// The connection has already written the file's first page (WAL
+	// mode), so the new mode takes effect only through a VACUUM — cheap
+	// on a file with no tables.
+	if _, err := s.write.ExecContext(ctx, "PRAGMA auto_vacuum = INCREMENTAL"); err != nil {
+		return Translate(fmt.Errorf("auto_vacuum: %w", err))
+	}
+	if _, err := s.write.ExecContext(ctx, "VACUUM"); err != nil {
+		return Translate(fmt.Errorf("vacuum: %w", err))
+	}
+	return nil
 }
 
 // dispatchIndexes are the indexes of the dispatch order under each entry

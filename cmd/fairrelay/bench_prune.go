@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay/internal/harness/bench"
+	"github.com/fairrelay/fairrelay/internal/harness/outboxbench"
+)
+
+func newBenchPruneCmd() *cobra.Command {
+	var opts bench.PruneOptions
+	var backends, pg, dir string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "prune [--events 1000000] [--batch 1000] [--backends sqlite,postgres] [--json]",
+		Short: "Retention on a large store: the longest prune transaction, dispatch beside it, the size before and after (BENCHMARKS.md)",
+		Long: `Fills a fresh store per backend with --events acked events over --flows
+flows (bodies of --body-bytes bytes), measures one worker's claim+settle step
+alone for --baseline, then prunes every acked event in transactions of
+--batch events (as the relay's retention does, SPEC §8) while the same
+worker keeps dispatching other flows. It prints the prune's transactions
+(longest, p99), the dispatch step's p50/p99/max alone and during the prune,
+and the store's size before the prune, right after it, and (PostgreSQL)
+after a plain VACUUM. SQLite: the file plus its WAL; a new store frees
+pages to the file system by incremental vacuum at each prune. PostgreSQL:
+the tables of a fresh schema of --pg with their indexes, dropped at the
+end. --tombstones makes every pruned event leave a tombstone (ids kept
+longer than bodies, as --retain-ids > --retain-acked does).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Backends = strings.Split(backends, ",")
+			opts.PgURL = pg
+			if dir == "" {
+				var err error
+				if dir, err = os.MkdirTemp("", "fairrelay-bench-"); err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+			}
+			opts.Dir = dir
+			if !asJSON {
+				opts.OnProgress = pruneProgress(cmd)
+			}
+			reps, err := bench.RunPrune(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(reps)
+			}
+			return bench.WritePruneTable(cmd.OutOrStdout(), reps)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Events, "events", 1_000_000, "acked events in the store before the prune")
+	f.IntVar(&opts.Flows, "flows", 1000, "flows the events are spread over")
+	f.IntVar(&opts.BodyBytes, "body-bytes", 256, "bytes per event body")
+	f.IntVar(&opts.Batch, "batch", 1000, "events per prune transaction (the relay's default)")
+	f.BoolVar(&opts.Tombstones, "tombstones", false, "every pruned event leaves a tombstone")
+	f.DurationVar(&opts.Baseline, "baseline", 0, "how long dispatch is measured alone (default 5s)")
+	f.StringVar(&backends, "backends", "sqlite,postgres", "backends to measure, comma-separated")
+	f.StringVar(&pg, "pg", outboxbench.DefaultPG(), "PostgreSQL server on this machine (default: $"+outboxbench.PGEnvVar+", else the tests' server)")
+	f.StringVar(&dir, "dir", "", "directory for the SQLite file (default: a temporary one, removed)")
+	f.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	return cmd
+}
+
+// pruneProgress shows a progress bar per backend and phase on standard
+// error.
+func pruneProgress(cmd *cobra.Command) func(backend, phase string, done, total int) {
+	var bar *progressbar.ProgressBar
+	cur := ""
+	return func(backend, phase string, done, total int) {
+		if key := backend + " " + phase; key != cur {
+			cur = key
+			if bar != nil {
+				bar.Finish()
+			}
+			bar = progressbar.NewOptions(max(total, -1), progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+				progressbar.OptionSetDescription(fmt.Sprintf("%s: %s", backend, phase)),
+				progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+		}
+		bar.Set(done)
+	}
+}

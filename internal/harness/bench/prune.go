@@ -1,0 +1,445 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/harness/outboxbench"
+)
+
+// PruneOptions configure RunPrune (issue 16: the cost of retention on a
+// large store).
+type PruneOptions struct {
+	// Backends to measure: "sqlite", "postgres" (default both).
+	Backends []string
+	// Events is how many acked events the store holds before the prune
+	// (default 1 000 000), spread over Flows flows (default 1 000), each
+	// with a body of BodyBytes bytes (default 256).
+	Events, Flows, BodyBytes int
+	// Batch is the prune's Limit per transaction, as the relay's
+	// PruneBatch (default 1 000).
+	Batch int
+	// Tombstones: every pruned event leaves a tombstone (its id younger
+	// than retain_ids); otherwise none does.
+	Tombstones bool
+	// Baseline is how long the dispatch loop is measured alone before the
+	// prune (default 5 s).
+	Baseline time.Duration
+	// Dir holds the SQLite file; PgURL is the server (a fresh schema is
+	// created and dropped).
+	Dir, PgURL string
+	// OnProgress, when set, hears what the run is doing.
+	OnProgress func(backend, phase string, done, total int)
+}
+
+// PruneReport is one backend's figures. Times in milliseconds, sizes in
+// bytes.
+type PruneReport struct {
+	Backend string `json:"backend"`
+	Events  int    `json:"events"`
+	Batch   int    `json:"batch"`
+	// Pruned and PrunedTombstones count what the prune deleted;
+	// Transactions how many Prune calls it took, Seconds their sum.
+	Pruned       int64   `json:"pruned"`
+	Tombstones   int64   `json:"tombstones"`
+	Transactions int     `json:"transactions"`
+	Seconds      float64 `json:"seconds"`
+	// LongestMs and P99Ms: the prune transactions' durations.
+	LongestMs float64 `json:"longest_prune_txn_ms"`
+	P99Ms     float64 `json:"p99_prune_txn_ms"`
+	// Dispatch: one worker's claim+settle step (SettleMany, one event)
+	// alone, then while the prune runs.
+	DispatchAlone  Latency `json:"dispatch_alone"`
+	DispatchDuring Latency `json:"dispatch_during"`
+	// Sizes: SQLite the file plus its WAL; PostgreSQL the schema's tables
+	// with their indexes and TOAST. After is right after the prune,
+	// Vacuumed after a plain VACUUM (PostgreSQL only; SQLite's prune runs
+	// its incremental vacuum itself).
+	SizeBefore   int64 `json:"size_before"`
+	SizeAfter    int64 `json:"size_after"`
+	SizeVacuumed int64 `json:"size_vacuumed,omitempty"`
+}
+
+// Latency summarises step durations in milliseconds.
+type Latency struct {
+	Steps int     `json:"steps"`
+	P50   float64 `json:"p50_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+func (o *PruneOptions) defaults() {
+	if len(o.Backends) == 0 {
+		o.Backends = []string{"sqlite", "postgres"}
+	}
+	if o.Events == 0 {
+		o.Events = 1_000_000
+	}
+	if o.Flows == 0 {
+		o.Flows = 1000
+	}
+	if o.BodyBytes == 0 {
+		o.BodyBytes = 256
+	}
+	if o.Batch == 0 {
+		o.Batch = 1000
+	}
+	if o.Baseline == 0 {
+		o.Baseline = 5 * time.Second
+	}
+}
+
+func (o *PruneOptions) validate() error {
+	for _, b := range o.Backends {
+		if b != "sqlite" && b != "postgres" {
+			return fmt.Errorf("backends: %q is neither sqlite nor postgres", b)
+		}
+	}
+	switch {
+	case o.Events < 1:
+		return fmt.Errorf("events: must be at least 1, got %d", o.Events)
+	case o.Flows < 1 || o.Flows > o.Events:
+		return fmt.Errorf("flows: must be in [1, events=%d], got %d", o.Events, o.Flows)
+	case o.BodyBytes < 1 || o.BodyBytes > 1<<20:
+		return fmt.Errorf("body-bytes: must be in [1, 1048576], got %d", o.BodyBytes)
+	case o.Batch < 1:
+		return fmt.Errorf("batch: must be at least 1, got %d", o.Batch)
+	case o.Baseline < 0:
+		return fmt.Errorf("baseline: must not be negative, got %s", o.Baseline)
+	case slices.Contains(o.Backends, "postgres") && o.PgURL == "":
+		return errors.New("pg: a PostgreSQL URL is needed for the postgres backend")
+	case slices.Contains(o.Backends, "sqlite") && o.Dir == "":
+		return errors.New("dir: a directory is needed for the sqlite backend")
+	}
+	return nil
+}
+
+// The ticks of the run: the events are enqueued at loadTick and acked at
+// ackTick; the dispatch loop and the prune write at liveTick, and the
+// prune deletes what was acked before pruneBefore.
+const (
+	loadTick    = 0
+	ackTick     = 1
+	pruneBefore = 2
+	liveTick    = 10
+)
+
+// RunPrune measures, per backend, a prune of opts.Events acked events in
+// transactions of opts.Batch events while one worker dispatches other
+// flows: the longest prune transaction, the dispatch step's latency alone
+// and during the prune, and the store's size before and after. Errors:
+// bad options (naming the field), any queue or database error.
+func RunPrune(ctx context.Context, opts PruneOptions) ([]PruneReport, error) {
+	opts.defaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	var out []PruneReport
+	for _, b := range opts.Backends {
+		r, err := runPrune(ctx, b, opts)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", b, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func runPrune(ctx context.Context, backend string, o PruneOptions) (PruneReport, error) {
+	rep := PruneReport{Backend: backend, Events: o.Events, Batch: o.Batch}
+	var dsn string
+	var size func() (int64, error)
+	var vacuum func() error
+	if backend == "sqlite" {
+		dsn = filepath.Join(o.Dir, "bench-prune.db")
+		removeDB(dsn)
+		defer removeDB(dsn)
+		size = func() (int64, error) { return sqliteSize(ctx, dsn) }
+	} else {
+		schema := outboxbench.RandomName("bench_prune")
+		var err error
+		if dsn, err = outboxbench.WithParams(o.PgURL, "schema", schema); err != nil {
+			return rep, err
+		}
+		defer outboxbench.DropSchema(ctx, o.PgURL, schema)
+		size = func() (int64, error) { return pgSchemaSize(ctx, o.PgURL, schema) }
+		vacuum = func() error {
+			return pgVacuum(ctx, o.PgURL, schema)
+		}
+	}
+	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+	if err != nil {
+		return rep, err
+	}
+	defer q.Close()
+	progress := func(phase string, done, total int) {
+		if o.OnProgress != nil {
+			o.OnProgress(backend, phase, done, total)
+		}
+	}
+	if err := fillAcked(ctx, q, o, progress); err != nil {
+		return rep, err
+	}
+	if rep.SizeBefore, err = size(); err != nil {
+		return rep, err
+	}
+	progress("dispatch alone", 0, 0)
+	stop := make(chan struct{})
+	time.AfterFunc(o.Baseline, func() { close(stop) })
+	if rep.DispatchAlone, err = dispatchLoop(ctx, q, stop); err != nil {
+		return rep, err
+	}
+	// The prune, beside the dispatch loop.
+	stop = make(chan struct{})
+	var wg sync.WaitGroup
+	var derr error
+	wg.Go(func() { rep.DispatchDuring, derr = dispatchLoop(ctx, q, stop) })
+	ids := int64(pruneBefore)
+	if o.Tombstones {
+		ids = 0
+	}
+	var txns []time.Duration
+	start := time.Now()
+	for {
+		t0 := time.Now()
+		res, err := q.Prune(ctx, fairrelay.PruneParams{At: liveTick, Floor: true, AckedBefore: pruneBefore, IDsBefore: ids, Limit: o.Batch})
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			return rep, err
+		}
+		txns = append(txns, time.Since(t0))
+		rep.Pruned += res.Events
+		rep.Tombstones += res.Tombstones
+		progress("prune", int(rep.Pruned), o.Events)
+		if !res.More {
+			break
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	close(stop)
+	wg.Wait()
+	if derr != nil {
+		return rep, derr
+	}
+	rep.Transactions = len(txns)
+	lat := summarise(txns)
+	rep.LongestMs, rep.P99Ms = lat.Max, lat.P99
+	if rep.SizeAfter, err = size(); err != nil {
+		return rep, err
+	}
+	if vacuum != nil {
+		if err := vacuum(); err != nil {
+			return rep, err
+		}
+		if rep.SizeVacuumed, err = size(); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// fillAcked enqueues o.Events events over o.Flows flows and acks them all.
+func fillAcked(ctx context.Context, q *fairrelay.Queue, o PruneOptions, progress func(string, int, int)) error {
+	body := []byte(`{"pad":"` + strings.Repeat("x", max(o.BodyBytes-10, 0)) + `"}`)[:o.BodyBytes]
+	if o.BodyBytes < 11 {
+		body = []byte(strings.Repeat("x", o.BodyBytes))
+	}
+	ps := make([]fairrelay.NewEvent, 0, loadChunk)
+	seq := make([]int, o.Flows)
+	for i := range o.Events {
+		f := i % o.Flows
+		seq[f]++
+		ps = append(ps, fairrelay.NewEvent{ID: EventID(f, seq[f]), Flow: FlowID(f), Body: body})
+		if len(ps) == loadChunk || i == o.Events-1 {
+			if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: loadTick, Events: ps}); err != nil {
+				return fmt.Errorf("load: %w", err)
+			}
+			ps = ps[:0]
+			progress("enqueue", i+1, o.Events)
+		}
+	}
+	acked := 0
+	var held []fairrelay.Settlement
+	for {
+		res, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: ackTick, Settles: held, ClaimLimit: 512})
+		if err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+		acked += len(res.Results)
+		progress("ack", acked, o.Events)
+		if len(res.Claims) == 0 {
+			break
+		}
+		held = held[:0]
+		for _, c := range res.Claims {
+			held = append(held, fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
+		}
+	}
+	if acked != o.Events {
+		return fmt.Errorf("ack: acked %d events, want %d", acked, o.Events)
+	}
+	return nil
+}
+
+// dispatchLoop runs one worker until stop closes: each step is a
+// SettleMany that settles the event claimed by the step before and claims
+// one more, on ten live flows refilled 1 000 events at a time.
+func dispatchLoop(ctx context.Context, q *fairrelay.Queue, stop <-chan struct{}) (Latency, error) {
+	var steps []time.Duration
+	var held []fairrelay.Settlement
+	next := 0
+	refill := func() error {
+		ps := make([]fairrelay.NewEvent, 0, 1000)
+		for range 1000 {
+			next++
+			ps = append(ps, fairrelay.NewEvent{ID: fmt.Sprintf("live.%09d", next), Flow: fmt.Sprintf("live%02d", next%10), Body: []byte(`{"live":1}`)})
+		}
+		_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: liveTick, Floor: true, Events: ps})
+		return err
+	}
+	for {
+		select {
+		case <-stop:
+			if len(held) > 0 {
+				if _, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: liveTick, Floor: true, Settles: held}); err != nil {
+					return Latency{}, err
+				}
+			}
+			return summarise(steps), nil
+		default:
+		}
+		t0 := time.Now()
+		res, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: liveTick, Floor: true, Settles: held, ClaimLimit: 1})
+		if err != nil {
+			return Latency{}, fmt.Errorf("dispatch: %w", err)
+		}
+		steps = append(steps, time.Since(t0))
+		held = held[:0]
+		for _, c := range res.Claims {
+			held = append(held, fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
+		}
+		if len(res.Claims) == 0 {
+			if err := refill(); err != nil {
+				return Latency{}, fmt.Errorf("dispatch: refill: %w", err)
+			}
+		}
+	}
+}
+
+// summarise returns the p50, p99 and maximum of ds in milliseconds.
+func summarise(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	at := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return Latency{Steps: len(s), P50: ms(at(0.50)), P99: ms(at(0.99)), Max: ms(s[len(s)-1])}
+}
+
+// sqliteSize checkpoints the WAL of the SQLite file at path into the file
+// (TRUNCATE: the WAL is emptied) and returns the sizes of both, so that
+// pages a prune freed show.
+func sqliteSize(ctx context.Context, path string) (int64, error) {
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var busy, logged, done int
+	if err := db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &done); err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	return fileSizes(path, path+"-wal")
+}
+
+// fileSizes sums the sizes of the files that exist among paths.
+func fileSizes(paths ...string) (int64, error) {
+	var n int64
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += st.Size()
+	}
+	return n, nil
+}
+
+// pgSchemaSize sums pg_total_relation_size over the tables of schema.
+func pgSchemaSize(ctx context.Context, url, schema string) (int64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+		FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+		WHERE s.nspname = $1 AND c.relkind = 'r'`, schema).Scan(&n)
+	return n, err
+}
+
+// pgVacuum runs a plain VACUUM (no exclusive lock) on every table of
+// schema.
+func pgVacuum(ctx context.Context, url, schema string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+		WHERE s.nspname = $1 AND c.relkind = 'r'`, schema)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := conn.Exec(ctx, "VACUUM "+pgx.Identifier{schema, n}.Sanitize()); err != nil {
+			return fmt.Errorf("vacuum %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// WritePruneTable prints reports as a Markdown table.
+func WritePruneTable(w io.Writer, reps []PruneReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	fmt.Fprintln(tw, "| backend\t| events pruned\t| tombstones\t| txns\t| s\t| longest txn ms\t| p99 txn ms\t| dispatch alone p50/p99/max ms\t| dispatch during prune p50/p99/max ms\t| size before\t| after\t| after VACUUM\t|")
+	fmt.Fprintln(tw, "|---\t|---:\t|---:\t|---:\t|---:\t|---:\t|---:\t|---\t|---\t|---:\t|---:\t|---:\t|")
+	mb := func(n int64) string {
+		if n == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	}
+	for _, r := range reps {
+		fmt.Fprintf(tw, "| %s\t| %d\t| %d\t| %d\t| %.1f\t| %.1f\t| %.1f\t| %.2f / %.2f / %.1f\t| %.2f / %.2f / %.1f\t| %s\t| %s\t| %s\t|\n",
+			r.Backend, r.Pruned, r.Tombstones, r.Transactions, r.Seconds, r.LongestMs, r.P99Ms,
+			r.DispatchAlone.P50, r.DispatchAlone.P99, r.DispatchAlone.Max,
+			r.DispatchDuring.P50, r.DispatchDuring.P99, r.DispatchDuring.Max,
+			mb(r.SizeBefore), mb(r.SizeAfter), mb(r.SizeVacuumed))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,65 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+)
+
+// TestRunPruneSmoke runs the prune benchmark small on both backends: every
+// acked event is pruned, in the transactions the batch size gives, the
+// dispatch loop ran beside it, and the SQLite file shrank.
+func TestRunPruneSmoke(t *testing.T) {
+	reps, err := RunPrune(context.Background(), PruneOptions{Events: 3000, Flows: 30, BodyBytes: 1000, Batch: 500,
+		Baseline: 100 * time.Millisecond, Dir: t.TempDir(), PgURL: pgtest.URL(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != 2 {
+		t.Fatalf("%d reports, want 2", len(reps))
+	}
+	for _, r := range reps {
+		if r.Pruned != 3000 || r.Transactions != 7 {
+			t.Errorf("%s: pruned %d events in %d transactions, want 3000 in 7 (6 of 500 and the one that finds nothing)", r.Backend, r.Pruned, r.Transactions)
+		}
+		if r.DispatchAlone.Steps == 0 || r.DispatchDuring.Steps == 0 {
+			t.Errorf("%s: dispatch steps alone %d, during %d: the loop did not run", r.Backend, r.DispatchAlone.Steps, r.DispatchDuring.Steps)
+		}
+		if r.SizeBefore == 0 || r.SizeAfter == 0 {
+			t.Errorf("%s: sizes %d, %d", r.Backend, r.SizeBefore, r.SizeAfter)
+		}
+	}
+	if s := reps[0]; s.Backend != "sqlite" || s.SizeAfter*2 > s.SizeBefore {
+		t.Errorf("sqlite: %d bytes before, %d after: the file did not shrink", s.SizeBefore, s.SizeAfter)
+	}
+	var buf bytes.Buffer
+	if err := WritePruneTable(&buf, reps); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "| postgres") {
+		t.Errorf("table:\n%s", buf.String())
+	}
+}
+
+// TestRunPruneRefusesBadOptions names the field.
+func TestRunPruneRefusesBadOptions(t *testing.T) {
+	for _, tc := range []struct {
+		o    PruneOptions
+		want string
+	}{
+		{PruneOptions{Backends: []string{"mysql"}}, "backends"},
+		{PruneOptions{Events: -1, Backends: []string{"sqlite"}, Dir: "x"}, "events"},
+		{PruneOptions{Events: 10, Flows: 11, Backends: []string{"sqlite"}, Dir: "x"}, "flows"},
+		{PruneOptions{Batch: -5, Backends: []string{"sqlite"}, Dir: "x"}, "batch"},
+		{PruneOptions{Backends: []string{"postgres"}}, "pg"},
+	} {
+		_, err := RunPrune(context.Background(), tc.o)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want+":") {
+			t.Errorf("%+v: err %v, want one naming %s", tc.o, err, tc.want)
+		}
+	}
+}
