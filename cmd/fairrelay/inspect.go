@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -16,13 +17,13 @@ import (
 func init() { rootCmd.AddCommand(newInspectCmd()) }
 
 func newInspectCmd() *cobra.Command {
-	var queue, inboxDSN, after string
+	var queue, inboxDSN, after, eventID string
 	var asJSON bool
 	var limit int
 	var afterNo, afterSeq int64
 	cmd := &cobra.Command{
-		Use:   "inspect (--queue Q [flows|heads|quarantined|groups|settings|audit|clock] | --inbox I [receipts|projection]) [--json]",
-		Short: "Show a queue store's flows, heads, quarantined events, groups, settings, audit log or clock, or an inbox's receipts and projection",
+		Use:   "inspect (--queue Q [flows|heads|quarantined|groups|settings|audit|clock] | --queue Q attempts --id ID | --inbox I [receipts|projection]) [--json]",
+		Short: "Show a queue store's flows, heads, quarantined events, groups, settings, audit log, an event's attempts or the clock, or an inbox's receipts and projection",
 		Long: `Read-only views of a queue store:
   flows        each flow with its last seq, served ticket, group and whether paused
   heads        each flow with its head event (the default)
@@ -30,7 +31,10 @@ func newInspectCmd() *cobra.Command {
   groups       the groups (SPEC §8): weight, backlog limit, served, flows, backlog
                (a flow created without a group is its own and not listed)
   settings     the store-wide backlog limits and the backlog
-  audit        the operators' decisions (redrive, expedite, pause, resume), as written
+  audit        the operators' decisions (redrive, expedite, pause, resume), as written,
+               with the tick and the wall-clock time (UTC, RFC 3339) of each
+  attempts     the attempt history of one event (--id): each claim's generation,
+               claim and settle times, outcome, answer, detail, duration, relay
   clock        the stored tick and the last ticket
 and of an inbox (--inbox, the receiver's store):
   receipts     each receipt: event id, flow, seq (the default), by flow and seq
@@ -42,7 +46,7 @@ text is data: a table shows a value with control or format characters
 Go-quoted ("a\tb"), and JSON escapes them (\u001b), so nothing a store holds
 can forge lines or drive the terminal.`,
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: []string{"flows", "heads", "quarantined", "groups", "settings", "audit", "clock"},
+		ValidArgs: []string{"flows", "heads", "quarantined", "groups", "settings", "audit", "attempts", "clock"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
@@ -75,6 +79,9 @@ can forge lines or drive the terminal.`,
 			if afterNo != 0 && view != "audit" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: fmt.Sprintf("pages the audit view only, not %s", view)}
 			}
+			if (eventID != "") != (view == "attempts") {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id", Message: "the attempts view needs --id, and only it takes one"}
+			}
 			if afterNo < 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: "must not be negative"}
 			}
@@ -85,9 +92,9 @@ can forge lines or drive the terminal.`,
 			switch view {
 			case "flows", "heads":
 				// Open only after the view is known to be valid.
-			case "quarantined", "groups", "settings", "audit", "clock":
+			case "quarantined", "groups", "settings", "audit", "attempts", "clock":
 			default:
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined, groups, settings, audit or clock", view)}
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined, groups, settings, audit, attempts or clock", view)}
 			}
 			q, err := openExistingQueue(ctx, queue, fairrelay.Policy{}, nil)
 			if err != nil {
@@ -186,16 +193,38 @@ can forge lines or drive the terminal.`,
 				if len(as) > 0 {
 					next = "--after-no " + strconv.FormatInt(as[len(as)-1].No, 10)
 				}
-				rows = anyRows(as)
+				for _, a := range as {
+					rows = append(rows, auditRow{AuditEntry: a, WallTime: wallTime(a.Wall)})
+				}
 				table = func(w io.Writer) {
-					fmt.Fprintln(w, "NO\tAT\tFLOW\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
+					fmt.Fprintln(w, "NO\tAT\tWALL\tFLOW\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
 					for _, a := range as {
 						gen := "-"
 						if a.Generation != nil {
 							gen = strconv.FormatInt(*a.Generation, 10)
 						}
-						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.No, a.At, cell(a.Flow), cell(deref(a.ID)), cell(a.Action), gen,
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.No, a.At, wallTime(a.Wall), cell(a.Flow), cell(deref(a.ID)), cell(a.Action), gen,
 							cell(deref(a.Operator)), cell(deref(a.PreviousReason)), cell(a.Reason))
+					}
+				}
+			case "attempts":
+				as, err := q.Attempts(ctx, eventID)
+				if err != nil {
+					return err
+				}
+				rows = anyRows(as)
+				table = func(w io.Writer) {
+					fmt.Fprintln(w, "GENERATION\tCLAIMED\tLEASE UNTIL\tSETTLED AT\tSETTLED\tOUTCOME\tSTATUS\tDURATION\tRELAY\tDETAIL")
+					for _, a := range as {
+						settledAt, settled := "-", "-"
+						if a.SettledAt != nil {
+							settledAt = strconv.FormatInt(*a.SettledAt, 10)
+						}
+						if !a.Settled.IsZero() {
+							settled = a.Settled.UTC().Format(time.RFC3339Nano)
+						}
+						fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Generation, a.Claimed.UTC().Format(time.RFC3339Nano), a.LeaseUntil,
+							settledAt, settled, cell(orDash(a.Outcome)), cell(a.Status), a.Duration, cell(orDash(a.Relay)), cell(orDash(a.Detail)))
 					}
 				}
 			}
@@ -210,6 +239,7 @@ can forge lines or drive the terminal.`,
 	f.StringVar(&after, "after", "", "flows, heads, quarantined, receipts and projection: start after this flow id (paging)")
 	f.Int64Var(&afterNo, "after-no", 0, "audit: start after the row numbered this (the NO column; paging)")
 	f.Int64Var(&afterSeq, "after-seq", 0, "receipts, with --after: start after this seq of that flow (paging)")
+	f.StringVar(&eventID, "id", "", "attempts: the event whose attempt history to print")
 	return cmd
 }
 
@@ -233,6 +263,29 @@ func printView(cmd *cobra.Command, rows []any, table func(w io.Writer), asJSON b
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	table(tw)
 	return tw.Flush()
+}
+
+// auditRow is an audit entry as inspect prints it in JSON: the SPEC §6
+// fields and the wall-clock time of the row (UTC, RFC 3339).
+type auditRow struct {
+	fairrelay.AuditEntry
+	WallTime string `json:"wall"`
+}
+
+// wallTime formats ms (milliseconds since the Unix epoch) as UTC RFC 3339
+// with milliseconds; "-" for 0 (a row written before wall times were kept).
+func wallTime(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func deref(s *string) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"database/sql"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode"
@@ -73,5 +74,68 @@ func TestInspectEscapesStoredText(t *testing.T) {
 	out, _, _ = cli(t, "", "inspect", "--queue", q, "audit", "--json")
 	if !strings.Contains(out, `forged\u001b[2J`) || !strings.Contains(out, `"id":"A1\u0085"`) || !strings.Contains(out, `"previous_reason":"x\u2028y"`) {
 		t.Errorf("audit JSON does not show the escaped values:\n%s", out)
+	}
+}
+
+// inspect attempts --id prints an event's attempt history (issue 17): one
+// row per claim, with its generation, wall-clock claim and settle times
+// (RFC 3339, UTC), outcome and answer; the audit view shows each row's wall
+// time beside its tick. The view needs --id and is the only one that takes
+// it; an unknown id is not_found.
+func TestInspectAttemptsAndAuditWallTime(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	steps := [][]string{
+		{"enqueue", "--queue", q, "--id", "E1", "--flow", "A", "--delta", "1"},
+		{"claim", "--queue", q, "--at", "1"},
+		{"settle", "--queue", q, "--id", "E1", "--generation", "1", "--outcome", "retry", "--at", "2"},
+		{"claim", "--queue", q, "--at", "100000"},
+		{"settle", "--queue", q, "--id", "E1", "--generation", "2", "--outcome", "rejected", "--at", "100001"},
+		{"redrive", "--queue", q, "--id", "E1", "--expected-generation", "2", "--reason", "fixed", "--operator", "ann"},
+	}
+	for _, s := range steps {
+		if _, e, code := cli(t, "", s...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", s, code, e)
+		}
+	}
+	out, e, code := cli(t, "", "inspect", "--queue", q, "attempts", "--id", "E1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d attempts, want 2:\n%s", len(lines), out)
+	}
+	for i, want := range []string{`"generation":1,`, `"generation":2,`} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("attempt %d: %s, want %s", i, lines[i], want)
+		}
+	}
+	if !strings.Contains(lines[0], `"outcome":"retry","status":"ready"`) || !strings.Contains(lines[1], `"outcome":"rejected","status":"quarantined"`) {
+		t.Errorf("outcomes and answers:\n%s", out)
+	}
+	wall := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`)
+	table, _, _ := cli(t, "", "inspect", "--queue", q, "attempts", "--id", "E1")
+	if n := len(wall.FindAllString(table, -1)); n != 4 {
+		t.Errorf("attempts table shows %d wall-clock times, want 4 (claimed and settled, twice):\n%s", n, table)
+	}
+	audit, _, _ := cli(t, "", "inspect", "--queue", q, "audit")
+	if !strings.Contains(audit, "WALL") || len(wall.FindAllString(audit, -1)) != 1 {
+		t.Errorf("audit table without its wall-clock time:\n%s", audit)
+	}
+	auditJSON, _, _ := cli(t, "", "inspect", "--queue", q, "audit", "--json")
+	if !regexp.MustCompile(`"wall":"` + wall.String() + `"`).MatchString(auditJSON) {
+		t.Errorf("audit JSON without its wall-clock time: %s", auditJSON)
+	}
+	for _, args := range [][]string{
+		{"inspect", "--queue", q, "attempts"},
+		{"inspect", "--queue", q, "audit", "--id", "E1"},
+	} {
+		if _, e, code := cli(t, "", args...); code != 2 || !strings.Contains(e, "invalid_input: id:") {
+			t.Errorf("%v: exit %d, %s; want 2 and an input error naming id", args, code, e)
+		}
+	}
+	if _, e, code := cli(t, "", "inspect", "--queue", q, "attempts", "--id", "nope"); code == 0 || !strings.Contains(e, "not_found") {
+		t.Errorf("unknown id: exit %d, %s; want not_found", code, e)
 	}
 }

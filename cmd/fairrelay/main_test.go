@@ -483,7 +483,7 @@ func TestInspectPages(t *testing.T) {
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")[1:] // past the header
 		for _, l := range lines {
-			ids = append(ids, strings.Fields(l)[2])
+			ids = append(ids, strings.Fields(l)[3])
 		}
 		hint := strings.Contains(errOut, "more may follow")
 		if (len(lines) == 2) != hint {
