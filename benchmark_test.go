@@ -125,8 +125,8 @@ func BenchmarkSettle(b *testing.B) {
 	})
 }
 
-// BenchmarkClaimBatch times ClaimBatch(64) plus one SettleBatch of what it
-// claimed per op, and reports events per second (a batch takes at most one
+// BenchmarkClaimBatch times one Claim with Limit 64 plus one SettleMany of
+// what it claimed per op, and reports events per second (a batch takes at most one
 // head per flow, so 10 flows give 10 events per op).
 func BenchmarkClaimBatch(b *testing.B) {
 	const k = 64
