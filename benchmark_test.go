@@ -184,3 +184,68 @@ func BenchmarkSettleAndClaim(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPrune times the prune of b.N acked events (SPEC §8 retention) on
+// a real SQLite file, in transactions of 1000 events as the relay and
+// `fairrelay prune` run it, so ns/op is the cost per event pruned. Before
+// the timer starts, b.N events are loaded over 1000 flows, claimed and
+// settled (accepted) at tick 1. keep keeps a tombstone per event (the
+// relay's default: an id stays idempotent after its body goes); none
+// deletes the ids with the bodies. Run it with a fixed count, e.g.
+//
+//	go test -run '^$' -bench Prune -benchtime 20000x .
+func BenchmarkPrune(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		idsBefore int64
+	}{{"tombstones=keep", 0}, {"tombstones=none", 2}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			q, err := fairrelay.Open(ctx, filepath.Join(b.TempDir(), "queue.db"), fairrelay.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer q.Close()
+			if err := bench.Load(ctx, q, min(1000, b.N), 0, b.N, nil); err != nil {
+				b.Fatal(err)
+			}
+			// Ack everything: settle what the previous step claimed and
+			// claim up to 64 more, one transaction each, until idle.
+			var held []fairrelay.Settlement
+			for acked := 0; acked < b.N; {
+				rs, cs, err := queuetest.SettleClaims(q.SettleMany(ctx, fairrelay.SettleManyParams{At: 1, Settles: held, ClaimLimit: 64}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, r := range rs {
+					if r.Status != fairrelay.SettleAcked {
+						b.Fatalf("settle %s answered %s, want acked", held[i].Token.EventID, r.Status)
+					}
+				}
+				acked += len(rs)
+				held = held[:0]
+				for _, c := range cs {
+					held = append(held, fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
+				}
+				if len(held) == 0 && acked < b.N {
+					b.Fatalf("claim answered idle with %d of %d events acked", acked, b.N)
+				}
+			}
+			bench.FlushToDisk()
+			b.ResetTimer()
+			var pruned int64
+			for more := true; more; {
+				r, err := q.Prune(ctx, fairrelay.PruneParams{At: 2, AckedBefore: 2, IDsBefore: tc.idsBefore, Limit: 1000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pruned += r.Events
+				more = r.More
+			}
+			b.StopTimer()
+			if pruned != int64(b.N) {
+				b.Fatalf("pruned %d events, want %d", pruned, b.N)
+			}
+		})
+	}
+}
