@@ -99,6 +99,24 @@ func settleAcked(b *testing.B, q *fairrelay.Queue, tok fairrelay.Token) {
 	}
 }
 
+// accepted is the settle (outcome accepted) of each claim of cs.
+func accepted(cs []fairrelay.Claim) []fairrelay.Settlement {
+	ps := make([]fairrelay.Settlement, len(cs))
+	for i, c := range cs {
+		ps[i] = fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted}
+	}
+	return ps
+}
+
+// requireAcked fails the benchmark unless each settle of ps answered acked.
+func requireAcked(b *testing.B, ps []fairrelay.Settlement, rs []fairrelay.SettleResult) {
+	for i, r := range rs {
+		if r.Status != fairrelay.SettleAcked {
+			b.Fatalf("settle %s answered %s, want acked", ps[i].Token.EventID, r.Status)
+		}
+	}
+}
+
 // BenchmarkClaim times one Claim transaction per op; the settle that frees
 // the flow again runs with the timer stopped.
 func BenchmarkClaim(b *testing.B) {
@@ -141,19 +159,12 @@ func BenchmarkClaimBatch(b *testing.B) {
 			if len(cs) == 0 {
 				b.Fatal("claim batch answered idle: the backlog ran out")
 			}
-			ps := make([]fairrelay.Settlement, len(cs))
-			for i, c := range cs {
-				ps[i] = fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted}
-			}
+			ps := accepted(cs)
 			rs, err := queuetest.Settles(q.SettleMany(ctx, fairrelay.SettleManyParams{At: 1, Settles: ps}))
 			if err != nil {
 				b.Fatal(err)
 			}
-			for i, r := range rs {
-				if r.Status != fairrelay.SettleAcked {
-					b.Fatalf("settle %s answered %s, want acked", ps[i].Token.EventID, r.Status)
-				}
-			}
+			requireAcked(b, ps, rs)
 			events += len(cs)
 		}
 		b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
@@ -172,15 +183,11 @@ func BenchmarkSettleAndClaim(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for i, r := range rs {
-				if r.Status != fairrelay.SettleAcked {
-					b.Fatalf("settle %s answered %s, want acked", held[i].Token.EventID, r.Status)
-				}
-			}
+			requireAcked(b, held, rs)
 			if len(cs) == 0 {
 				b.Fatal("claim answered idle: the backlog ran out")
 			}
-			held = []fairrelay.Settlement{{Token: cs[0].Token, Outcome: fairrelay.OutcomeAccepted}}
+			held = accepted(cs[:1])
 		}
 	})
 }
@@ -217,16 +224,9 @@ func BenchmarkPrune(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				for i, r := range rs {
-					if r.Status != fairrelay.SettleAcked {
-						b.Fatalf("settle %s answered %s, want acked", held[i].Token.EventID, r.Status)
-					}
-				}
+				requireAcked(b, held, rs)
 				acked += len(rs)
-				held = held[:0]
-				for _, c := range cs {
-					held = append(held, fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
-				}
+				held = accepted(cs)
 				if len(held) == 0 && acked < b.N {
 					b.Fatalf("claim answered idle with %d of %d events acked", acked, b.N)
 				}
