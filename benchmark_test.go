@@ -99,6 +99,24 @@ func settleAcked(b *testing.B, q *fairrelay.Queue, tok fairrelay.Token) {
 	}
 }
 
+// accepted is the settle (outcome accepted) of each claim of cs.
+func accepted(cs []fairrelay.Claim) []fairrelay.Settlement {
+	ps := make([]fairrelay.Settlement, len(cs))
+	for i, c := range cs {
+		ps[i] = fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted}
+	}
+	return ps
+}
+
+// requireAcked fails the benchmark unless each settle of ps answered acked.
+func requireAcked(b *testing.B, ps []fairrelay.Settlement, rs []fairrelay.SettleResult) {
+	for i, r := range rs {
+		if r.Status != fairrelay.SettleAcked {
+			b.Fatalf("settle %s answered %s, want acked", ps[i].Token.EventID, r.Status)
+		}
+	}
+}
+
 // BenchmarkClaim times one Claim transaction per op; the settle that frees
 // the flow again runs with the timer stopped.
 func BenchmarkClaim(b *testing.B) {
@@ -125,8 +143,8 @@ func BenchmarkSettle(b *testing.B) {
 	})
 }
 
-// BenchmarkClaimBatch times ClaimBatch(64) plus one SettleBatch of what it
-// claimed per op, and reports events per second (a batch takes at most one
+// BenchmarkClaimBatch times one Claim with Limit 64 plus one SettleMany of
+// what it claimed per op, and reports events per second (a batch takes at most one
 // head per flow, so 10 flows give 10 events per op).
 func BenchmarkClaimBatch(b *testing.B) {
 	const k = 64
@@ -141,19 +159,12 @@ func BenchmarkClaimBatch(b *testing.B) {
 			if len(cs) == 0 {
 				b.Fatal("claim batch answered idle: the backlog ran out")
 			}
-			ps := make([]fairrelay.Settlement, len(cs))
-			for i, c := range cs {
-				ps[i] = fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted}
-			}
+			ps := accepted(cs)
 			rs, err := queuetest.Settles(q.SettleMany(ctx, fairrelay.SettleManyParams{At: 1, Settles: ps}))
 			if err != nil {
 				b.Fatal(err)
 			}
-			for i, r := range rs {
-				if r.Status != fairrelay.SettleAcked {
-					b.Fatalf("settle %s answered %s, want acked", ps[i].Token.EventID, r.Status)
-				}
-			}
+			requireAcked(b, ps, rs)
 			events += len(cs)
 		}
 		b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
@@ -172,15 +183,69 @@ func BenchmarkSettleAndClaim(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for i, r := range rs {
-				if r.Status != fairrelay.SettleAcked {
-					b.Fatalf("settle %s answered %s, want acked", held[i].Token.EventID, r.Status)
-				}
-			}
+			requireAcked(b, held, rs)
 			if len(cs) == 0 {
 				b.Fatal("claim answered idle: the backlog ran out")
 			}
-			held = []fairrelay.Settlement{{Token: cs[0].Token, Outcome: fairrelay.OutcomeAccepted}}
+			held = accepted(cs[:1])
 		}
 	})
+}
+
+// BenchmarkPrune times the prune of b.N acked events (SPEC §8 retention) on
+// a real SQLite file, in transactions of 1000 events as the relay and
+// `fairrelay prune` run it, so ns/op is the cost per event pruned. Before
+// the timer starts, b.N events are loaded over 1000 flows, claimed and
+// settled (accepted) at tick 1. keep keeps a tombstone per event (the
+// relay's default: an id stays idempotent after its body goes); none
+// deletes the ids with the bodies. Run it with a fixed count, e.g.
+//
+//	go test -run '^$' -bench Prune -benchtime 20000x .
+func BenchmarkPrune(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		idsBefore int64
+	}{{"tombstones=keep", 0}, {"tombstones=none", 2}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			q, err := fairrelay.Open(ctx, filepath.Join(b.TempDir(), "queue.db"), fairrelay.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer q.Close()
+			if err := bench.Load(ctx, q, min(1000, b.N), 0, b.N, nil); err != nil {
+				b.Fatal(err)
+			}
+			// Ack everything: settle what the previous step claimed and
+			// claim up to 64 more, one transaction each, until idle.
+			var held []fairrelay.Settlement
+			for acked := 0; acked < b.N; {
+				rs, cs, err := queuetest.SettleClaims(q.SettleMany(ctx, fairrelay.SettleManyParams{At: 1, Settles: held, ClaimLimit: 64}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				requireAcked(b, held, rs)
+				acked += len(rs)
+				held = accepted(cs)
+				if len(held) == 0 && acked < b.N {
+					b.Fatalf("claim answered idle with %d of %d events acked", acked, b.N)
+				}
+			}
+			bench.FlushToDisk()
+			b.ResetTimer()
+			var pruned int64
+			for more := true; more; {
+				r, err := q.Prune(ctx, fairrelay.PruneParams{At: 2, AckedBefore: 2, IDsBefore: tc.idsBefore, Limit: 1000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pruned += r.Events
+				more = r.More
+			}
+			b.StopTimer()
+			if pruned != int64(b.N) {
+				b.Fatalf("pruned %d events, want %d", pruned, b.N)
+			}
+		})
+	}
 }

@@ -66,8 +66,8 @@ func main() {
 	flag.IntVar(&o.claim, "claim", 100, "fairrelay -loop: heads per claim")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; each workload reports its median")
 	flag.IntVar(&o.relayWorkers, "relay-workers", 100, "fairrelay: the relay's Workers (deliveries at once)")
-	flag.BoolVar(&o.loop, "loop", false, "fairrelay: instead of the relay, -workers goroutines each settling and claiming -claim heads at a time (SettleAndClaim, or with -split SettleBatch then ClaimBatch)")
-	flag.BoolVar(&o.split, "split", false, "fairrelay -loop: settle and claim in two transactions (SettleBatch, ClaimBatch) instead of one (SettleAndClaim)")
+	flag.BoolVar(&o.loop, "loop", false, "fairrelay: instead of the relay, -workers goroutines each settling and claiming -claim heads at a time (SettleMany with ClaimLimit, or with -split SettleMany then Claim)")
+	flag.BoolVar(&o.split, "split", false, "fairrelay -loop: settle and claim in two transactions (SettleMany, then Claim) instead of one (SettleMany with ClaimLimit)")
 	flag.StringVar(&o.only, "only", "", "run only these workloads, comma-separated: river, unordered, ordered (default: all three)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
@@ -402,8 +402,8 @@ func benchFairrelay(ctx context.Context, o options, flowOf func(i int) string) (
 		go func() {
 			defer wg.Done()
 			// A worker's loop step settles what it delivered and claims the
-			// next heads: in one transaction (SettleAndClaim), or with
-			// -split in two (SettleBatch, then ClaimBatch), as the relay's
+			// next heads: in one transaction (SettleMany with ClaimLimit), or with
+			// -split in two (SettleMany, then Claim), as the relay's
 			// workers do. Everything at tick 0: a no-op sink answers at
 			// once, so no lease runs out.
 			var ps []fairrelay.Settlement
