@@ -145,7 +145,8 @@ type Config struct {
 	// PruneInterval is the pause between prunes. Defaults to 1 minute.
 	PruneInterval time.Duration
 	// PruneBatch bounds the events (and tombstones) one prune transaction
-	// deletes. Defaults to 1000.
+	// deletes. Defaults to 100 (a few milliseconds of the write lock; see
+	// BENCHMARKS.md, "Retention").
 	PruneBatch int
 	// OnSettle, when set, is called for every answer after its settle
 	// committed (and for every settle skipped because the lease ran out),
@@ -187,7 +188,7 @@ func (c Config) withDefaults() Config {
 		c.PruneInterval = time.Minute
 	}
 	if c.PruneBatch == 0 {
-		c.PruneBatch = 1000
+		c.PruneBatch = 100
 	}
 	if c.Source == nil {
 		c.Source = SystemMonotonic()
