@@ -418,7 +418,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	p := &pipeline{combine: r.mode.start(), inDelivery: map[string]chan struct{}{}, claimKick: make(chan struct{}, 1), settleKick: make(chan struct{}, 1)}
 	r.log.Info("relay: started", "workers", r.cfg.Workers, "tick", r.clock.Now(),
 		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry,
-		"settles", r.mode)
+		"budget", r.q.Policy().Budget, "backoff_base_ms", r.q.Policy().BackoffBase, "backoff_cap_ms", r.q.Policy().BackoffCap,
+		"retain_acked", r.cfg.RetainAcked, "retain_ids", r.cfg.RetainIDs, "settles", r.mode)
 	watchDone := r.watchChanges(claimCtx)
 	var deliveries sync.WaitGroup
 	claimerDone, settlerDone, prunerDone := make(chan struct{}), make(chan struct{}), make(chan struct{})

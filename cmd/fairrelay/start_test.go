@@ -18,7 +18,8 @@ import (
 // relay and receive name the store and the sink they work on when they
 // start, without passwords, and say when they have just created the store:
 // `relay --queue queeu.db` no longer idles in silence on an empty store
-// (issue 15).
+// (issue 15). The relay's start line also gives the retry policy and the
+// retention it runs with.
 func TestDaemonsNameTheirStoresAndSayWhenCreated(t *testing.T) {
 	t.Parallel()
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
@@ -36,7 +37,12 @@ func TestDaemonsNameTheirStoresAndSayWhenCreated(t *testing.T) {
 		return stderr.String()
 	}
 	for _, first := range []bool{true, false} {
-		logs := run("relay", "--queue", queue, "--sink", sinkURL)
+		logs := run("relay", "--queue", queue, "--sink", sinkURL, "--budget", "7", "--backoff-base", "2s", "--retain-acked", "48h")
+		for _, want := range []string{"budget=7", "backoff_base_ms=2000", "backoff_cap_ms=300000", "retain_acked=48h0m0s", "retain_ids=720h0m0s"} {
+			if !strings.Contains(logs, want) {
+				t.Errorf("relay's start line does not say %s (the retry settings and retention it runs with):\n%s", want, logs)
+			}
+		}
 		if !strings.Contains(logs, "queue="+queue) || !strings.Contains(logs, "sink=") || !strings.Contains(logs, "relay:xxxxx@") ||
 			strings.Contains(logs, "hunter2") || strings.Contains(logs, "s3cret") {
 			t.Errorf("relay's start logs do not name the queue and the redacted sink:\n%s", logs)
