@@ -158,6 +158,17 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 		db.Close()
 		return nil, openSQLiteError(abs, err)
 	}
+	if opts.MustExist {
+		// An existing file that holds no inbox (empty, or another
+		// application's database) is missing too: nothing is installed in it.
+		if err := sqlitestore.RequireTable(ctx, db, MigrationTable, "no inbox"); err != nil {
+			db.Close()
+			if errors.Is(err, store.ErrMissing) {
+				return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " holds no inbox (create it with fairrelay migrate --inbox or receive)"}
+			}
+			return nil, openSQLiteError(abs, err)
+		}
+	}
 	migs, err := sqlfile.Migrations(migrationsFS, "migrations/sqlite")
 	if err != nil {
 		db.Close()

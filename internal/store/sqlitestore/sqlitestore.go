@@ -139,6 +139,15 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if opts.MustExist {
+		// A file that exists but holds no store (empty, or another
+		// application's database) is missing too: a read-only command must
+		// not install the schema in it (as on PostgreSQL).
+		if err := RequireTable(ctx, r, "fairrelay_migration", abs+" holds no fairrelay tables (create the store with fairrelay migrate or enqueue)"); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	if err := s.incrementalVacuum(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -344,6 +353,21 @@ func RefuseForeign(ctx context.Context, db *sql.DB, table, what string) error {
 	}
 	if n > 0 {
 		return fmt.Errorf("%w: the file holds %s", store.ErrNotDatabase, what)
+	}
+	return nil
+}
+
+// RequireTable fails with store.ErrMissing and the message why unless the
+// schema of db has the table: the check of Options.MustExist on a file
+// that exists. Errors: a read of the schema fails (translated).
+func RequireTable(ctx context.Context, db *sql.DB, table, why string) error {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = $1`, table).Scan(&n)
+	if err != nil {
+		return Translate(fmt.Errorf("read schema: %w", err))
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s", store.ErrMissing, why)
 	}
 	return nil
 }
