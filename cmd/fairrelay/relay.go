@@ -27,6 +27,8 @@ func init() { rootCmd.AddCommand(newRelayCmd()) }
 func newRelayCmd() *cobra.Command {
 	var (
 		queue, sinkURL, secret, metricsAddr, logLevel, permanent string
+		consoleAddr                                              string
+		cf                                                       consoleFlags
 		workers                                                  int
 		timeout, margin, shutdown, retainAcked, retainIDs        time.Duration
 		pf                                                       policyFlags
@@ -94,6 +96,11 @@ in --permanent-status.`,
 			// Before the store is opened: a refused run creates nothing.
 			if err := relay.CheckLease(pol.Lease, timeout, margin); err != nil {
 				return err
+			}
+			if consoleAddr != "" {
+				if _, err := cf.config(consoleAddr, nil, nil, log); err != nil {
+					return err
+				}
 			}
 			var s sink.Sink
 			shown := redactDSN(sinkURL)
@@ -167,6 +174,21 @@ in --permanent-status.`,
 					return err
 				}
 				defer stop()
+			}
+			if consoleAddr != "" {
+				ccfg, err := cf.config(consoleAddr, q, nil, log)
+				if err != nil {
+					return err
+				}
+				cctx, stop := context.WithCancel(ctx)
+				url, wait, err := cf.start(cctx, "console-addr", consoleAddr, ccfg)
+				if err != nil {
+					stop()
+					return err
+				}
+				defer wait()
+				defer stop()
+				log.Info("console: serving", "url", url)
 			}
 			// A second signal stops the process at once (main).
 			return r.Run(ctx)
