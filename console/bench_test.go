@@ -113,11 +113,13 @@ func BenchmarkPages(b *testing.B) {
 		{"flows", "/flows"},
 		{"flows_after", "/flows?after=" + mid},
 		{"flows_prefix", "/flows?prefix=" + mid[:len(mid)-2]},
+		{"flows_prefix_few", "/flows?prefix=f00000"}, // 10 flows, then the range ends
 		{"flows_paused", "/flows?paused=1"},
 		{"event", "/event/e" + fmt.Sprintf("%07d", flows/2)},
 		{"quarantine", "/quarantine"},
 		{"quarantine_filtered", "/quarantine?reason=rejected&prefix=" + mid[:len(mid)-2]},
 		{"quarantine_after", "/quarantine?after=" + mid},
+		{"quarantine_prefix_few", "/quarantine?prefix=f0000"},
 		{"audit", "/audit"},
 	} {
 		b.Run(p.name, func(b *testing.B) {

@@ -146,12 +146,22 @@ FROM event_now WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
 
 -- name: QuarantinedList
 -- Quarantined events are heads of parked flows (migration 002): read them
--- through the partial index flow_parked_head, one per flow at most.
+-- through the partial index flow_parked_head, one per flow at most. $5 is
+-- a prefix's start ('' for none); QuarantinedRange adds its end $6, so
+-- that the index is read as a range.
 SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
   AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
-  AND f.flow_id >= $5 AND ($6 = '' OR f.flow_id < $6)
+  AND f.flow_id >= $5
+ORDER BY f.flow_id LIMIT $2;
+
+-- name: QuarantinedRange
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
+  AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
+  AND f.flow_id >= $5 AND f.flow_id < $6
 ORDER BY f.flow_id LIMIT $2;
 
 -- name: AuditList
@@ -340,10 +350,14 @@ SELECT max_backlog, max_flow_backlog FROM settings WHERE id = 1;
 SELECT coalesce(sum(seq - head_seq + 1), 0) FROM flow;
 
 -- name: FlowSearch
--- The flows whose id lies in [$1, $2) (a prefix's range; $2 = '': no end)
--- after $3: a range of the primary key.
+-- The flows whose id lies in [$1, $2) (a prefix's range) after $3: a range
+-- of the primary key. FlowSearchOpen is the range without an end.
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq, paused, paused_by, paused_reason, paused_at, group_id FROM flow
-WHERE flow_id >= $1 AND ($2 = '' OR flow_id < $2) AND flow_id > $3 ORDER BY flow_id LIMIT $4;
+WHERE flow_id >= $1 AND flow_id < $2 AND flow_id > $3 ORDER BY flow_id LIMIT $4;
+
+-- name: FlowSearchOpen
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq, paused, paused_by, paused_reason, paused_at, group_id FROM flow
+WHERE flow_id >= $1 AND flow_id > $2 ORDER BY flow_id LIMIT $3;
 
 -- name: PausedList
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq, paused, paused_by, paused_reason, paused_at, group_id FROM flow

@@ -51,7 +51,10 @@ func (t *ReadTx) FlowList(ctx context.Context, after string, limit int) ([]store
 // FlowSearch lists the flows whose id starts with prefix, after the given
 // one.
 func (t *ReadTx) FlowSearch(ctx context.Context, prefix, after string, limit int) ([]store.FlowRow, error) {
-	return t.flows(ctx, "FlowSearch", prefix, store.PrefixEnd(prefix), after, limit)
+	if end := store.PrefixEnd(prefix); end != "" {
+		return t.flows(ctx, "FlowSearch", prefix, end, after, limit)
+	}
+	return t.flows(ctx, "FlowSearchOpen", prefix, after, limit)
 }
 
 // PausedList lists the paused flows after the given one.
@@ -168,7 +171,10 @@ func (t *ReadTx) EventList(ctx context.Context, afterFlow string, afterSeq int64
 
 // QuarantinedList lists quarantined events by flow.
 func (t *ReadTx) QuarantinedList(ctx context.Context, afterFlow, flow, prefix, reason string, limit int) ([]store.EventRow, error) {
-	return t.events(ctx, "QuarantinedList", afterFlow, limit, flow, reason, prefix, store.PrefixEnd(prefix))
+	if end := store.PrefixEnd(prefix); end != "" {
+		return t.events(ctx, "QuarantinedRange", afterFlow, limit, flow, reason, prefix, end)
+	}
+	return t.events(ctx, "QuarantinedList", afterFlow, limit, flow, reason, prefix)
 }
 
 func (t *ReadTx) events(ctx context.Context, name string, args ...any) ([]store.EventRow, error) {

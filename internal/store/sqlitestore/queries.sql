@@ -176,10 +176,18 @@ FROM event WHERE (flow_id, seq) > (?, ?) ORDER BY flow_id, seq LIMIT ?;
 
 -- name: QuarantinedList
 -- The literal state lets SQLite use the partial index event_quarantined; a
--- quarantined event is its flow's head, one per flow at most.
+-- quarantined event is its flow's head, one per flow at most. ?5 is a
+-- prefix's start ('' for none); QuarantinedRange adds its end ?6, so that
+-- the index is read as a range.
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
 FROM event WHERE state = 'quarantined' AND flow_id > ?1 AND (?3 = '' OR flow_id = ?3) AND (?4 = '' OR reason = ?4)
-  AND flow_id >= ?5 AND (?6 = '' OR flow_id < ?6)
+  AND flow_id >= ?5
+ORDER BY flow_id, seq LIMIT ?2;
+
+-- name: QuarantinedRange
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+FROM event WHERE state = 'quarantined' AND flow_id > ?1 AND (?3 = '' OR flow_id = ?3) AND (?4 = '' OR reason = ?4)
+  AND flow_id >= ?5 AND flow_id < ?6
 ORDER BY flow_id, seq LIMIT ?2;
 
 -- name: AuditInsert
@@ -199,10 +207,14 @@ SELECT event_id, generation, flow_id, lease_until, claimed_wall, settled_at, set
 FROM attempt WHERE event_id = ? ORDER BY generation;
 
 -- name: FlowSearch
--- The flows whose id lies in [?1, ?2) (a prefix's range; ?2 = '': no end)
--- after ?3: a range of the primary key.
+-- The flows whose id lies in [?1, ?2) (a prefix's range) after ?3: a range
+-- of the primary key. FlowSearchOpen is the range without an end.
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at, group_id FROM flow
-WHERE flow_id >= ?1 AND (?2 = '' OR flow_id < ?2) AND flow_id > ?3 ORDER BY flow_id LIMIT ?4;
+WHERE flow_id >= ?1 AND flow_id < ?2 AND flow_id > ?3 ORDER BY flow_id LIMIT ?4;
+
+-- name: FlowSearchOpen
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at, group_id FROM flow
+WHERE flow_id >= ?1 AND flow_id > ?2 ORDER BY flow_id LIMIT ?3;
 
 -- name: PausedList
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at, group_id FROM flow INDEXED BY flow_paused
