@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -31,8 +32,8 @@ func (c *consoleFlags) register(cmd *cobra.Command) {
 	f.StringVar(&c.keyFile, "tls-key", "", "console: the TLS key")
 }
 
-// config checks the flags for a console on addr.
-func (c *consoleFlags) config(addr string, q *fairrelay.Queue, in *inbox.Inbox, log *slog.Logger) (console.Config, error) {
+// config checks the flags for a console on addr (the flag field).
+func (c *consoleFlags) config(field, addr string, q *fairrelay.Queue, in *inbox.Inbox, log *slog.Logger) (console.Config, error) {
 	cfg := console.Config{Queue: q, Inbox: in, AuthHeader: c.authHeader, LocalOperator: osUser(), Logger: log}
 	if c.tokens != "" {
 		t, err := console.LoadTokens(c.tokens)
@@ -54,6 +55,10 @@ func (c *consoleFlags) config(addr string, q *fairrelay.Queue, in *inbox.Inbox, 
 		cfg.LocalOperator = "console"
 	}
 	if err := console.CheckAddr(addr, cfg); err != nil {
+		var fe *fairrelay.Error
+		if errors.As(err, &fe) {
+			fe.Field = field
+		}
 		return cfg, err
 	}
 	return cfg, nil
@@ -105,7 +110,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 				return err
 			}
 			// Checked before any store is opened.
-			if _, err := cf.config(addr, nil, nil, log); err != nil {
+			if _, err := cf.config("addr", addr, nil, nil, log); err != nil {
 				return err
 			}
 			q, err := openExistingQueue(ctx, queue, fairrelay.DaemonPolicy(), nil)
@@ -120,7 +125,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 				}
 				defer in.Close()
 			}
-			cfg, err := cf.config(addr, q, in, log)
+			cfg, err := cf.config("addr", addr, q, in, log)
 			if err != nil {
 				return err
 			}

@@ -98,7 +98,7 @@ in --permanent-status.`,
 				return err
 			}
 			if consoleAddr != "" {
-				if _, err := cf.config(consoleAddr, nil, nil, log); err != nil {
+				if _, err := cf.config("console-addr", consoleAddr, nil, nil, log); err != nil {
 					return err
 				}
 			}
@@ -176,7 +176,7 @@ in --permanent-status.`,
 				defer stop()
 			}
 			if consoleAddr != "" {
-				ccfg, err := cf.config(consoleAddr, q, nil, log)
+				ccfg, err := cf.config("console-addr", consoleAddr, q, nil, log)
 				if err != nil {
 					return err
 				}
@@ -207,6 +207,8 @@ in --permanent-status.`,
 	f.StringVar(&permanent, "permanent-status", "", "webhook sink: comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	f.StringVar(&consoleAddr, "console-addr", "", "serve the operator console on this address, sharing the relay's queue (docs/console.md)")
+	cf.register(cmd)
 	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
 }
