@@ -178,6 +178,10 @@ type session struct {
 	expires time.Time
 }
 
+// maxSessions bounds the sessions kept (clients that drop cookies make a
+// new one on each request under a proxy header or without sign-in).
+const maxSessions = 10000
+
 // sessions are kept in memory: a restart signs everyone out.
 type sessions struct {
 	mu  sync.Mutex
@@ -192,6 +196,13 @@ func (s *sessions) create(u User, now time.Time) (string, *session) {
 		if now.After(ss.expires) {
 			delete(s.m, id)
 		}
+	}
+	// Bounded: past maxSessions, some session (the map's choice) goes.
+	for id := range s.m {
+		if len(s.m) < maxSessions {
+			break
+		}
+		delete(s.m, id)
 	}
 	id := randomString(32)
 	ss := &session{user: u, csrf: randomString(32), expires: now.Add(s.ttl)}
