@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fairrelay/fairrelay"
 )
@@ -82,4 +83,33 @@ func TestRelayServesTheConsole(t *testing.T) {
 		t.Errorf("relay exit %d on SIGTERM: %s", code, rel.stderr())
 	}
 	recv.signal(t, syscall.SIGTERM)
+}
+
+// `demo --console` prints the console's address first, ends the demo's
+// story (A1 redriven by "demo"), and keeps serving until a signal.
+func TestDemoKeepsTheConsoleUp(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	d := startCLI(t, "demo", "--console", addr, "--events", "40", "--flows", "4")
+	if line := string(<-d.firstLine); !strings.Contains(line, "Operator console: http://"+addr+"/") {
+		t.Fatalf("first line %q; stderr: %s", line, d.stderr())
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, body := get(t, "http://"+addr+"/audit")
+		if st == 200 && strings.Contains(body, `<td class="operator">demo</td>`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no redrive by demo in the console's audit within 60 s: %d %.300s; stderr: %s", st, body, d.stderr())
+		}
+		select {
+		case <-d.exited:
+			t.Fatalf("the demo exited (%d) before a signal: %s", d.code, d.stderr())
+		case <-time.After(100 * time.Millisecond): // the demo runs in another process: poll its console
+		}
+	}
+	if code := d.signal(t, syscall.SIGINT); code != 0 {
+		t.Fatalf("demo exit %d on SIGINT: %s", code, d.stderr())
+	}
 }

@@ -140,7 +140,7 @@ func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) error
 	}
 	defer q.Close()
 	defer in.Close()
-	var consoleDone func()
+	consoleURL := ""
 	if o.console != "" {
 		// The console outlives the demo's timeout: it stops on a signal.
 		cctx, stop := context.WithCancel(parent)
@@ -152,10 +152,7 @@ func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) error
 			return err
 		}
 		defer wait()
-		consoleDone = func() {
-			fmt.Fprintf(out, "\nThe operator console stays up at %s (the relay has stopped): press Ctrl-C to end the demo.\n", url)
-			<-parent.Done()
-		}
+		consoleURL = url
 		fmt.Fprintf(out, "Operator console: %s\n", url)
 	}
 
@@ -263,9 +260,34 @@ func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) error
 	if err := demoCheck(ctx, out, q, in, len(work)); err != nil {
 		return err
 	}
-	if consoleDone != nil {
-		consoleDone()
+	if consoleURL != "" {
+		return demoKeepRunning(parent, out, q, s, o.workers, consoleURL)
 	}
+	return nil
+}
+
+// demoKeepRunning runs a relay again beside the receiver and the console
+// until a signal, so that what an operator does in the console takes
+// effect (a pause, a resume, a redrive).
+func demoKeepRunning(ctx context.Context, out io.Writer, q *fairrelay.Queue, s sink.Sink, workers int, url string) error {
+	d, err := startDemoRelay(ctx, q, s, workers)
+	if err != nil {
+		return err
+	}
+	stopDrain := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-d.settled:
+			case <-stopDrain:
+				return
+			}
+		}
+	}()
+	fmt.Fprintf(out, "\nThe operator console stays up at %s, with the receiver and a relay: press Ctrl-C to end the demo.\n", url)
+	<-ctx.Done()
+	d.stop()
+	close(stopDrain)
 	return nil
 }
 
