@@ -385,3 +385,32 @@ func TestTokenFile(t *testing.T) {
 		t.Fatalf("bad name: %v", err)
 	}
 }
+
+// Cookies are HttpOnly and SameSite=Strict, and Secure over TLS.
+func TestCookies(t *testing.T) {
+	q := scenario(t)
+	tk := tokenFile(t)
+	ts, _ := console.LoadTokens(tk.path)
+	s, err := console.New(console.Config{Queue: q, Tokens: ts, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tls := range []bool{false, true} {
+		var srv *httptest.Server
+		if tls {
+			srv = httptest.NewTLSServer(s)
+		} else {
+			srv = httptest.NewServer(s)
+		}
+		resp, err := srv.Client().Get(srv.URL + "/login")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		cs := resp.Cookies()
+		if len(cs) != 1 || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode || cs[0].Secure != tls {
+			t.Errorf("tls %v: cookies %+v, want one HttpOnly, SameSite=Strict, Secure only over TLS", tls, cs)
+		}
+		srv.Close()
+	}
+}
