@@ -300,6 +300,9 @@ type QuarantinedParams struct {
 	// quarantined for that reason (ReasonBudgetExhausted or a permanent
 	// outcome). The store filters: a page holds Limit matching heads.
 	Flow, Reason string
+	// Prefix, when set, keeps only the heads of flows whose id starts
+	// with it (a range of the index, however many flows there are).
+	Prefix string
 	// Limit is the most heads returned, at least 1.
 	Limit int
 }
@@ -317,7 +320,7 @@ func (q *Queue) QuarantinedWhere(ctx context.Context, p QuarantinedParams) ([]Ev
 		return nil, dbError("quarantined", err)
 	}
 	defer tx.Rollback(ctx)
-	es, err := tx.QuarantinedList(ctx, afterFlow, p.Flow, p.Reason, limit)
+	es, err := tx.QuarantinedList(ctx, afterFlow, p.Flow, p.Prefix, p.Reason, limit)
 	if err != nil {
 		return nil, dbError("quarantined", err)
 	}

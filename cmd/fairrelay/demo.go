@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/console"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/relay"
 	"github.com/fairrelay/fairrelay/sink"
@@ -40,6 +41,7 @@ type demoOptions struct {
 	flakyPer  int // the receiver answers 503 to the first attempt of every flakyPer-th event (0: never)
 	timeout   time.Duration
 	sink      string // webhook, or a broker: nats[://HOST:PORT] or amqp[://HOST:PORT]
+	console   string // serve the operator console there and keep running until a signal ("" : no console)
 }
 
 func newDemoCmd() *cobra.Command {
@@ -85,6 +87,14 @@ and ends with every event acked once (A: seq 2, total 11).`,
 					}
 				}
 			}
+			if o.console != "" {
+				if o.sink != "webhook" {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "console", Message: "runs with the webhook demo only"}
+				}
+				if err := console.CheckAddr(o.console, console.Config{}); err != nil {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "console", Message: err.Error()}
+				}
+			}
 			if o.sink != "webhook" {
 				return runBrokerDemo(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 			}
@@ -98,6 +108,7 @@ and ends with every event acked once (A: seq 2, total 11).`,
 	f.IntVar(&o.workers, "workers", 8, "relay workers")
 	f.IntVar(&o.flakyPer, "flaky-every", 10, "the receiver answers 503 to the first attempt of every event whose seq in its flow is a multiple of N (0: never)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up when the demo has not finished by then")
+	f.StringVar(&o.console, "console", "", "serve the operator console on this loopback address (e.g. 127.0.0.1:8081) and keep running until Ctrl-C")
 	f.StringVar(&o.sink, "sink", "webhook", "webhook (a receiver over HTTP), or a broker: nats (JetStream at 127.0.0.1:4222, or nats://HOST:PORT) or amqp (RabbitMQ at 127.0.0.1:5672, or amqp://HOST:PORT)")
 	return cmd
 }
@@ -120,8 +131,8 @@ func demoWorkload(flows, events int) []demoEvent {
 	return ws
 }
 
-func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) error {
+	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
 	q, in, err := openDemoStores(ctx, o)
 	if err != nil {
@@ -129,6 +140,21 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 	}
 	defer q.Close()
 	defer in.Close()
+	consoleURL := ""
+	if o.console != "" {
+		// The console outlives the demo's timeout: it stops on a signal.
+		cctx, stop := context.WithCancel(parent)
+		defer stop()
+		var cf consoleFlags
+		url, wait, err := cf.start(cctx, "console", o.console, console.Config{Queue: q, Inbox: in, LocalOperator: "demo-operator",
+			Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			return err
+		}
+		defer wait()
+		consoleURL = url
+		fmt.Fprintf(out, "Operator console: %s\n", url)
+	}
 
 	// The receiver: the inbox over HTTP on loopback, checking signatures.
 	raw := make([]byte, 24)
@@ -231,7 +257,38 @@ func runDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) error {
 	if err := demoFlowTable(ctx, out, q, in, true); err != nil {
 		return err
 	}
-	return demoCheck(ctx, out, q, in, len(work))
+	if err := demoCheck(ctx, out, q, in, len(work)); err != nil {
+		return err
+	}
+	if consoleURL != "" {
+		return demoKeepRunning(parent, out, q, s, o.workers, consoleURL)
+	}
+	return nil
+}
+
+// demoKeepRunning runs a relay again beside the receiver and the console
+// until a signal, so that what an operator does in the console takes
+// effect (a pause, a resume, a redrive).
+func demoKeepRunning(ctx context.Context, out io.Writer, q *fairrelay.Queue, s sink.Sink, workers int, url string) error {
+	d, err := startDemoRelay(ctx, q, s, workers)
+	if err != nil {
+		return err
+	}
+	stopDrain := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-d.settled:
+			case <-stopDrain:
+				return
+			}
+		}
+	}()
+	fmt.Fprintf(out, "\nThe operator console stays up at %s, with the receiver and a relay: press Ctrl-C to end the demo.\n", url)
+	<-ctx.Done()
+	d.stop()
+	close(stopDrain)
+	return nil
 }
 
 // demoRelay is the demo's relay, running.

@@ -27,6 +27,8 @@ func init() { rootCmd.AddCommand(newRelayCmd()) }
 func newRelayCmd() *cobra.Command {
 	var (
 		queue, sinkURL, secret, metricsAddr, logLevel, permanent string
+		consoleAddr                                              string
+		cf                                                       consoleFlags
 		workers                                                  int
 		timeout, margin, shutdown, retainAcked, retainIDs        time.Duration
 		pf                                                       policyFlags
@@ -94,6 +96,11 @@ in --permanent-status.`,
 			// Before the store is opened: a refused run creates nothing.
 			if err := relay.CheckLease(pol.Lease, timeout, margin); err != nil {
 				return err
+			}
+			if consoleAddr != "" {
+				if _, err := cf.config("console-addr", consoleAddr, nil, nil, log); err != nil {
+					return err
+				}
 			}
 			var s sink.Sink
 			shown := redactDSN(sinkURL)
@@ -168,6 +175,21 @@ in --permanent-status.`,
 				}
 				defer stop()
 			}
+			if consoleAddr != "" {
+				ccfg, err := cf.config("console-addr", consoleAddr, q, nil, log)
+				if err != nil {
+					return err
+				}
+				cctx, stop := context.WithCancel(ctx)
+				url, wait, err := cf.start(cctx, "console-addr", consoleAddr, ccfg)
+				if err != nil {
+					stop()
+					return err
+				}
+				defer wait()
+				defer stop()
+				log.Info("console: serving", "url", url)
+			}
 			// A second signal stops the process at once (main).
 			return r.Run(ctx)
 		},
@@ -185,6 +207,8 @@ in --permanent-status.`,
 	f.StringVar(&permanent, "permanent-status", "", "webhook sink: comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	f.StringVar(&consoleAddr, "console-addr", "", "serve the operator console on this address, sharing the relay's queue (docs/console.md)")
+	cf.register(cmd)
 	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
 }

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // ErrBusy is returned (wrapped) by a backend when the database is busy or
@@ -251,6 +252,35 @@ type AuditRow struct {
 	Generation     *int64
 	At             int64
 	Wall           int64 // milliseconds since the Unix epoch, UTC
+}
+
+// Counts are the bounded counts ReadTx.Counts reads.
+type Counts struct {
+	Inflight    int64
+	Quarantined int64
+	Paused      int64
+}
+
+// PrefixEnd is the first valid UTF-8 string above every valid UTF-8
+// string that starts with prefix in bytewise order (which is code point
+// order), or "" when there is none (prefix empty or all U+10FFFF): the
+// exclusive end of a prefix's range of an index. It increments the last
+// code point that can be (skipping the surrogates), so that PostgreSQL,
+// which takes valid UTF-8 only, can take it too.
+func PrefixEnd(prefix string) string {
+	rs := []rune(prefix)
+	for i := len(rs) - 1; i >= 0; i-- {
+		switch {
+		case rs[i] == 0xD7FF:
+			rs[i] = 0xE000
+		case rs[i] < utf8.MaxRune:
+			rs[i]++
+		default:
+			continue
+		}
+		return string(rs[:i+1])
+	}
+	return ""
 }
 
 // AttemptRow is one claim of an event (its generation) and what became of
@@ -574,9 +604,30 @@ type ReadTx interface {
 	// QuarantinedList lists quarantined events (each its flow's head, so
 	// one per flow at most) by flow, after the flow afterFlow, at most
 	// limit rows.
-	// flow and reason, when not empty, keep only that flow's head and
-	// heads quarantined for that reason.
-	QuarantinedList(ctx context.Context, afterFlow, flow, reason string, limit int) ([]EventRow, error)
+	// flow, prefix and reason, when not empty, keep only that flow's head,
+	// the heads of flows whose id starts with prefix (read as the range
+	// [prefix, PrefixEnd(prefix)) of the index) and heads quarantined for
+	// that reason.
+	QuarantinedList(ctx context.Context, afterFlow, flow, prefix, reason string, limit int) ([]EventRow, error)
+	// FlowSearch lists the flows whose id starts with prefix ("" for all)
+	// by flow id (bytewise), after the given id, at most limit rows: a
+	// range of the primary key.
+	FlowSearch(ctx context.Context, prefix, after string, limit int) ([]FlowRow, error)
+	// PausedList lists the paused flows by flow id after the given one, at
+	// most limit rows (an index of the paused flows).
+	PausedList(ctx context.Context, after string, limit int) ([]FlowRow, error)
+	// Counts counts the inflight heads, the quarantined heads and the
+	// paused flows, each from an index and up to max (a count of max means
+	// "max or more").
+	Counts(ctx context.Context, max int) (Counts, error)
+	// OldestWaiting reads the event not acked that was enqueued first
+	// (smallest EnqueuedAt, ties by event id): always a flow's head. nil,
+	// nil when every event is acked.
+	OldestWaiting(ctx context.Context) (*EventRow, error)
+	// SettledSince lists the attempts settled at or after the wall-clock
+	// time sinceWall (milliseconds since the Unix epoch), newest first, at
+	// most limit rows (an index on the settle's wall-clock time).
+	SettledSince(ctx context.Context, sinceWall int64, limit int) ([]AttemptRow, error)
 	// AuditList lists audit rows as written, after the given row number.
 	AuditList(ctx context.Context, after int64, limit int) ([]AuditRow, error)
 	// Attempts lists an event's attempts by generation.

@@ -146,11 +146,22 @@ FROM event_now WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
 
 -- name: QuarantinedList
 -- Quarantined events are heads of parked flows (migration 002): read them
--- through the partial index flow_parked_head, one per flow at most.
+-- through the partial index flow_parked_head, one per flow at most. $5 is
+-- a prefix's start ('' for none); QuarantinedRange adds its end $6, so
+-- that the index is read as a range.
 SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
   AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
+  AND f.flow_id >= $5
+ORDER BY f.flow_id LIMIT $2;
+
+-- name: QuarantinedRange
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
+  AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
+  AND f.flow_id >= $5 AND f.flow_id < $6
 ORDER BY f.flow_id LIMIT $2;
 
 -- name: AuditList
@@ -337,3 +348,39 @@ SELECT max_backlog, max_flow_backlog FROM settings WHERE id = 1;
 -- The events not acked: every flow's seq - head_seq + 1 (a read view's
 -- count, not the limits' counters, which exist only while a limit is set).
 SELECT coalesce(sum(seq - head_seq + 1), 0) FROM flow;
+
+-- name: FlowSearch
+-- The flows whose id lies in [$1, $2) (a prefix's range) after $3: a range
+-- of the primary key. FlowSearchOpen is the range without an end.
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq, paused, paused_by, paused_reason, paused_at, group_id FROM flow
+WHERE flow_id >= $1 AND flow_id < $2 AND flow_id > $3 ORDER BY flow_id LIMIT $4;
+
+-- name: FlowSearchOpen
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq, paused, paused_by, paused_reason, paused_at, group_id FROM flow
+WHERE flow_id >= $1 AND flow_id > $2 ORDER BY flow_id LIMIT $3;
+
+-- name: PausedList
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq, paused, paused_by, paused_reason, paused_at, group_id FROM flow
+WHERE paused AND flow_id > $1 ORDER BY flow_id LIMIT $2;
+
+-- name: Counts
+-- Each count reads at most $1 entries: inflight heads through the due
+-- index (an inflight head waits there for its lease's end), quarantined
+-- heads through flow_parked_head (as QuarantinedList), paused flows
+-- through flow_paused.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+                              WHERE f.wait_until IS NOT NULL AND e.state = 'inflight' LIMIT $1) i),
+       (SELECT count(*) FROM (SELECT 1 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
+                              WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq AND e.state = 'quarantined' LIMIT $1) q),
+       (SELECT count(*) FROM (SELECT 1 FROM flow WHERE paused LIMIT $1) p);
+
+-- name: OldestWaiting
+-- The first event row without an acked_at of its own (event_waiting) that
+-- is at or after its flow's head: the oldest event not acked.
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+FROM event w JOIN flow f ON f.flow_id = w.flow_id JOIN event_now e ON e.event_id = w.event_id
+WHERE w.acked_at IS NULL AND w.seq >= f.head_seq ORDER BY w.enqueued_at, w.event_id LIMIT 1;
+
+-- name: SettledSince
+SELECT event_id, generation, flow_id, lease_until, claimed_wall, settled_at, settled_wall, outcome, status, detail, duration_ms, relay
+FROM attempt WHERE settled_wall IS NOT NULL AND settled_wall >= $1 ORDER BY settled_wall DESC LIMIT $2;

@@ -176,9 +176,18 @@ FROM event WHERE (flow_id, seq) > (?, ?) ORDER BY flow_id, seq LIMIT ?;
 
 -- name: QuarantinedList
 -- The literal state lets SQLite use the partial index event_quarantined; a
--- quarantined event is its flow's head, one per flow at most.
+-- quarantined event is its flow's head, one per flow at most. ?5 is a
+-- prefix's start ('' for none); QuarantinedRange adds its end ?6, so that
+-- the index is read as a range.
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
 FROM event WHERE state = 'quarantined' AND flow_id > ?1 AND (?3 = '' OR flow_id = ?3) AND (?4 = '' OR reason = ?4)
+  AND flow_id >= ?5
+ORDER BY flow_id, seq LIMIT ?2;
+
+-- name: QuarantinedRange
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+FROM event WHERE state = 'quarantined' AND flow_id > ?1 AND (?3 = '' OR flow_id = ?3) AND (?4 = '' OR reason = ?4)
+  AND flow_id >= ?5 AND flow_id < ?6
 ORDER BY flow_id, seq LIMIT ?2;
 
 -- name: AuditInsert
@@ -196,3 +205,31 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id, generation) D
 -- name: AttemptList
 SELECT event_id, generation, flow_id, lease_until, claimed_wall, settled_at, settled_wall, outcome, status, detail, duration_ms, relay
 FROM attempt WHERE event_id = ? ORDER BY generation;
+
+-- name: FlowSearch
+-- The flows whose id lies in [?1, ?2) (a prefix's range) after ?3: a range
+-- of the primary key. FlowSearchOpen is the range without an end.
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at, group_id FROM flow
+WHERE flow_id >= ?1 AND flow_id < ?2 AND flow_id > ?3 ORDER BY flow_id LIMIT ?4;
+
+-- name: FlowSearchOpen
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at, group_id FROM flow
+WHERE flow_id >= ?1 AND flow_id > ?2 ORDER BY flow_id LIMIT ?3;
+
+-- name: PausedList
+SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at, group_id FROM flow INDEXED BY flow_paused
+WHERE paused = 1 AND flow_id > ? ORDER BY flow_id LIMIT ?;
+
+-- name: Counts
+-- Each count reads at most ?1 entries of its partial index.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM event INDEXED BY event_inflight WHERE state = 'inflight' LIMIT ?1)),
+       (SELECT count(*) FROM (SELECT 1 FROM event INDEXED BY event_quarantined WHERE state = 'quarantined' LIMIT ?1)),
+       (SELECT count(*) FROM (SELECT 1 FROM flow INDEXED BY flow_paused WHERE paused = 1 LIMIT ?1));
+
+-- name: OldestWaiting
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+FROM event INDEXED BY event_waiting WHERE acked_at IS NULL ORDER BY enqueued_at, event_id LIMIT 1;
+
+-- name: SettledSince
+SELECT event_id, generation, flow_id, lease_until, claimed_wall, settled_at, settled_wall, outcome, status, detail, duration_ms, relay
+FROM attempt INDEXED BY attempt_settled WHERE settled_wall IS NOT NULL AND settled_wall >= ? ORDER BY settled_wall DESC LIMIT ?;

@@ -948,15 +948,19 @@ func (t *ReadTx) GroupList(ctx context.Context, after string, limit int) ([]stor
 
 // FlowList lists flows by flow id after the given one.
 func (t *ReadTx) FlowList(ctx context.Context, after string, limit int) ([]store.FlowRow, error) {
+	return t.flows(ctx, "FlowList", after, limit)
+}
+
+func (t *ReadTx) flows(ctx context.Context, name string, args ...any) ([]store.FlowRow, error) {
 	var out []store.FlowRow
-	err := t.each(ctx, "FlowList", func(r scanner) error {
+	err := t.each(ctx, name, func(r scanner) error {
 		var fc flowCols
 		if err := r.Scan(fc.dest()...); err != nil {
 			return err
 		}
 		out = append(out, fc.row())
 		return nil
-	}, after, limit)
+	}, args...)
 	return out, err
 }
 
@@ -1007,8 +1011,45 @@ func (t *ReadTx) EventList(ctx context.Context, afterFlow string, afterSeq int64
 }
 
 // QuarantinedList lists quarantined events by flow.
-func (t *ReadTx) QuarantinedList(ctx context.Context, afterFlow, flow, reason string, limit int) ([]store.EventRow, error) {
-	return t.events(ctx, "QuarantinedList", afterFlow, limit, flow, reason)
+func (t *ReadTx) QuarantinedList(ctx context.Context, afterFlow, flow, prefix, reason string, limit int) ([]store.EventRow, error) {
+	if end := store.PrefixEnd(prefix); end != "" {
+		return t.events(ctx, "QuarantinedRange", afterFlow, limit, flow, reason, prefix, end)
+	}
+	return t.events(ctx, "QuarantinedList", afterFlow, limit, flow, reason, prefix)
+}
+
+// FlowSearch lists the flows whose id starts with prefix, after the given
+// one.
+func (t *ReadTx) FlowSearch(ctx context.Context, prefix, after string, limit int) ([]store.FlowRow, error) {
+	if end := store.PrefixEnd(prefix); end != "" {
+		return t.flows(ctx, "FlowSearch", prefix, end, after, limit)
+	}
+	return t.flows(ctx, "FlowSearchOpen", prefix, after, limit)
+}
+
+// PausedList lists the paused flows after the given one.
+func (t *ReadTx) PausedList(ctx context.Context, after string, limit int) ([]store.FlowRow, error) {
+	return t.flows(ctx, "PausedList", after, limit)
+}
+
+// Counts counts the inflight and quarantined heads and the paused flows,
+// each up to max.
+func (t *ReadTx) Counts(ctx context.Context, max int) (store.Counts, error) {
+	var c store.Counts
+	if err := t.queryRow(ctx, "Counts", max).Scan(&c.Inflight, &c.Quarantined, &c.Paused); err != nil {
+		return c, Translate(fmt.Errorf("Counts: %w", err))
+	}
+	return c, nil
+}
+
+// OldestWaiting reads the event not acked that was enqueued first.
+func (t *ReadTx) OldestWaiting(ctx context.Context) (*store.EventRow, error) {
+	return t.event(ctx, "OldestWaiting")
+}
+
+// SettledSince lists the attempts settled since sinceWall, newest first.
+func (t *ReadTx) SettledSince(ctx context.Context, sinceWall int64, limit int) ([]store.AttemptRow, error) {
+	return t.attempts(ctx, "SettledSince", sinceWall, limit)
 }
 
 func (t *ReadTx) events(ctx context.Context, name string, args ...any) ([]store.EventRow, error) {
@@ -1046,8 +1087,12 @@ func (t *ReadTx) AuditList(ctx context.Context, after int64, limit int) ([]store
 
 // Attempts lists an event's attempts by generation.
 func (t *ReadTx) Attempts(ctx context.Context, eventID string) ([]store.AttemptRow, error) {
+	return t.attempts(ctx, "AttemptList", eventID)
+}
+
+func (t *ReadTx) attempts(ctx context.Context, name string, args ...any) ([]store.AttemptRow, error) {
 	var out []store.AttemptRow
-	err := t.each(ctx, "AttemptList", func(r scanner) error {
+	err := t.each(ctx, name, func(r scanner) error {
 		var a store.AttemptRow
 		var settled, settledWall sql.NullInt64
 		if err := r.Scan(&a.EventID, &a.Generation, &a.Flow, &a.LeaseUntil, &a.ClaimedWall, &settled, &settledWall,
@@ -1062,7 +1107,7 @@ func (t *ReadTx) Attempts(ctx context.Context, eventID string) ([]store.AttemptR
 		}
 		out = append(out, a)
 		return nil
-	}, eventID)
+	}, args...)
 	return out, err
 }
 

@@ -41,6 +41,7 @@ func Run(t *testing.T, open Opener) {
 	t.Run("next of two events of one flow", func(t *testing.T) { t.Parallel(); nextOfTwo(t, open) })
 	t.Run("writes read back", func(t *testing.T) { t.Parallel(); writesReadBack(t, open) })
 	t.Run("read transaction listings", func(t *testing.T) { t.Parallel(); listings(t, open) })
+	t.Run("console reads", func(t *testing.T) { t.Parallel(); consoleReads(t, open) })
 	t.Run("entry rule is stored", func(t *testing.T) { t.Parallel(); entryRule(t, open) })
 	t.Run("change signal", func(t *testing.T) { t.Parallel(); changeSignal(t, open) })
 }
@@ -57,6 +58,16 @@ func enqueue(t *testing.T, s store.Store, at int64, evs ...store.NewEvent) []sto
 		t.Fatalf("enqueue %v at %d: %v", evs, at, err)
 	}
 	return r.Answers
+}
+
+// twoPerFlow is two events each (Fnna, Fnnb) of the flows F00 to F(n-1).
+func twoPerFlow(n int) []store.NewEvent {
+	var evs []store.NewEvent
+	for i := range n {
+		f := fmt.Sprintf("F%02d", i)
+		evs = append(evs, ev(f+"a", f, 1), ev(f+"b", f, 1))
+	}
+	return evs
 }
 
 func ev(id, flow string, n int) store.NewEvent {
@@ -489,12 +500,7 @@ func writesReadBack(t *testing.T, open Opener) {
 
 func listings(t *testing.T, open Opener) {
 	s, _ := open(t, "seed")
-	var evs []store.NewEvent
-	for i := range 25 {
-		f := fmt.Sprintf("F%02d", i)
-		evs = append(evs, ev(f+"a", f, 1), ev(f+"b", f, 1))
-	}
-	enqueue(t, s, 1, evs...)
+	enqueue(t, s, 1, twoPerFlow(25)...)
 	// Quarantine the heads of F03, F11 and F20; ack F05's head.
 	write(t, s, store.LaneSettle, store.ReadSet{At: 1, Events: []string{"F03a", "F11a", "F20a", "F05a"}}, func(rr *store.ReadResult) *store.WriteSet {
 		ws := &store.WriteSet{Clock: rr.Clock}
@@ -549,24 +555,24 @@ func listings(t *testing.T, open Opener) {
 		if len(events) != 50 || events[0] != "F00a" || events[1] != "F00b" || events[49] != "F24b" {
 			t.Fatalf("events paged by 9: %d %v", len(events), events)
 		}
-		q1, err := rt.QuarantinedList(bg, "", "", "", 2)
+		q1, err := rt.QuarantinedList(bg, "", "", "", "", 2)
 		if err != nil || len(q1) != 2 || q1[0].ID != "F03a" || q1[1].ID != "F11a" || q1[0].Reason != "id_conflict" {
 			t.Fatalf("quarantined page 1: %+v %v", q1, err)
 		}
-		q2, err := rt.QuarantinedList(bg, "F11", "", "", 2)
+		q2, err := rt.QuarantinedList(bg, "F11", "", "", "", 2)
 		if err != nil || len(q2) != 1 || q2[0].ID != "F20a" {
 			t.Fatalf("quarantined after F11: %+v %v", q2, err)
 		}
 		// Filtered by the store: a page holds matching heads only.
-		q3, err := rt.QuarantinedList(bg, "", "", "id_conflict", 1)
+		q3, err := rt.QuarantinedList(bg, "", "", "", "id_conflict", 1)
 		if err != nil || len(q3) != 1 || q3[0].ID != "F03a" {
 			t.Fatalf("quarantined for id_conflict, page of 1: %+v %v", q3, err)
 		}
-		q4, err := rt.QuarantinedList(bg, "F03", "", "id_conflict", 5)
+		q4, err := rt.QuarantinedList(bg, "F03", "", "", "id_conflict", 5)
 		if err != nil || len(q4) != 1 || q4[0].ID != "F20a" {
 			t.Fatalf("quarantined for id_conflict after F03: %+v %v (F11's reason is another)", q4, err)
 		}
-		q5, err := rt.QuarantinedList(bg, "", "F11", "", 5)
+		q5, err := rt.QuarantinedList(bg, "", "F11", "", "", 5)
 		if err != nil || len(q5) != 1 || q5[0].ID != "F11a" {
 			t.Fatalf("quarantined of flow F11: %+v %v", q5, err)
 		}
@@ -617,4 +623,93 @@ func nextOfTwo(t *testing.T, open Opener) {
 	if len(rr.Next) != 2 || rr.Next["A1"] == nil || rr.Next["A1"].ID != "A2" || rr.Next["A2"] == nil || rr.Next["A2"].ID != "A3" {
 		t.Fatalf("next: %+v, want A1 → A2 and A2 → A3", rr.Next)
 	}
+}
+
+// consoleReads: the bounded reads of the operator console (prefix
+// search, paused flows, counts, the oldest waiting head, recent settles).
+func consoleReads(t *testing.T, open Opener) {
+	s, _ := open(t, "seed")
+	enqueue(t, s, 1, twoPerFlow(25)...)
+	enqueue(t, s, 2, ev("E1", "E", 1))
+	lease := int64(40)
+	// Ack F00's head, quarantine F03's and F11's, claim F05's, pause F07;
+	// record three settled attempts.
+	write(t, s, store.LaneSettle, store.ReadSet{At: 3, Events: []string{"F00a", "F03a", "F11a", "F05a", "F07a"}}, func(rr *store.ReadResult) *store.WriteSet {
+		ws := &store.WriteSet{Clock: store.Clock{Tick: 3, Ticket: rr.Clock.Ticket}}
+		for id, e := range rr.Events {
+			f := *rr.Flows[e.Flow]
+			switch id {
+			case "F00a":
+				e.State, e.AckedAt, f.HeadSeq = store.StateAcked, ptr(int64(3)), 2
+				ws.Acked++
+			case "F05a":
+				e.State, e.LeaseUntil, e.Generation = store.StateInflight, lease, 1
+				f.Runnable, f.WaitUntil = false, &lease
+			case "F07a":
+				f.Paused, f.PausedBy, f.PausedReason, f.PausedAt = true, "op", "why", 3
+				f.Runnable, f.WaitUntil = false, nil
+			default:
+				e.State, e.Reason, e.Generation = store.StateQuarantined, "rejected", 1
+				f.Runnable, f.WaitUntil = false, nil
+			}
+			ws.Events = append(ws.Events, *e)
+			ws.Flows = append(ws.Flows, f)
+		}
+		for i, w := range []int64{1000, 2000, 3000} {
+			ws.Attempts = append(ws.Attempts, store.AttemptRow{EventID: "F00a", Generation: int64(i + 1), Flow: "F00", LeaseUntil: 9,
+				ClaimedWall: w - 5, SettledAt: ptr(int64(3)), SettledWall: ptr(w), Outcome: "retry", Status: "ready", DurationMs: 5})
+		}
+		return ws
+	})
+	ids := func(fs []store.FlowRow) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.Flow)
+		}
+		return out
+	}
+	read(t, s, func(rt store.ReadTx) {
+		fs, err := rt.FlowSearch(bg, "F1", "", 100)
+		if err != nil || !slices.Equal(ids(fs), []string{"F10", "F11", "F12", "F13", "F14", "F15", "F16", "F17", "F18", "F19"}) {
+			t.Fatalf("flows of prefix F1: %v %v", ids(fs), err)
+		}
+		if fs, err = rt.FlowSearch(bg, "F1", "F15", 2); err != nil || !slices.Equal(ids(fs), []string{"F16", "F17"}) {
+			t.Fatalf("flows of prefix F1 after F15: %v %v", ids(fs), err)
+		}
+		if fs, err = rt.FlowSearch(bg, "F19", "", 5); err != nil || !slices.Equal(ids(fs), []string{"F19"}) {
+			t.Fatalf("flows of prefix F19 (the whole id): %v %v", ids(fs), err)
+		}
+		if fs, err = rt.FlowSearch(bg, "", "D", 2); err != nil || !slices.Equal(ids(fs), []string{"E", "F00"}) {
+			t.Fatalf("flows of no prefix after D: %v %v", ids(fs), err)
+		}
+		if fs, err = rt.PausedList(bg, "", 5); err != nil || !slices.Equal(ids(fs), []string{"F07"}) || fs[0].PausedBy != "op" || fs[0].PausedReason != "why" {
+			t.Fatalf("paused: %+v %v", fs, err)
+		}
+		if fs, err = rt.PausedList(bg, "F07", 5); err != nil || len(fs) != 0 {
+			t.Fatalf("paused after F07: %v %v", ids(fs), err)
+		}
+		q, err := rt.QuarantinedList(bg, "", "", "F1", "", 5)
+		if err != nil || len(q) != 1 || q[0].ID != "F11a" {
+			t.Fatalf("quarantined of prefix F1: %+v %v", q, err)
+		}
+		if q, err = rt.QuarantinedList(bg, "", "", "F", "rejected", 5); err != nil || len(q) != 2 {
+			t.Fatalf("quarantined of prefix F: %+v %v", q, err)
+		}
+		if c, err := rt.Counts(bg, 10); err != nil || c != (store.Counts{Inflight: 1, Quarantined: 2, Paused: 1}) {
+			t.Fatalf("counts: %+v %v", c, err)
+		}
+		if c, err := rt.Counts(bg, 1); err != nil || c != (store.Counts{Inflight: 1, Quarantined: 1, Paused: 1}) {
+			t.Fatalf("counts up to 1: %+v %v", c, err)
+		}
+		if o, err := rt.OldestWaiting(bg); err != nil || o == nil || o.ID != "F00b" || o.EnqueuedAt != 1 {
+			t.Fatalf("oldest waiting: %+v %v", o, err)
+		}
+		as, err := rt.SettledSince(bg, 1500, 10)
+		if err != nil || len(as) != 2 || *as[0].SettledWall != 3000 || *as[1].SettledWall != 2000 || as[0].DurationMs != 5 {
+			t.Fatalf("settled since 1500: %+v %v", as, err)
+		}
+		if as, err = rt.SettledSince(bg, 0, 1); err != nil || len(as) != 1 || as[0].Generation != 3 {
+			t.Fatalf("settled, 1: %+v %v", as, err)
+		}
+	})
 }

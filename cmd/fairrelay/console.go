@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/console"
+	"github.com/fairrelay/fairrelay/inbox"
+)
+
+func init() { rootCmd.AddCommand(newConsoleCmd()) }
+
+// consoleFlags are the console's flags, shared by `console` and `relay
+// --console-addr`.
+type consoleFlags struct {
+	tokens, authHeader, readOnly, certFile, keyFile string
+}
+
+func (c *consoleFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&c.tokens, "tokens", "", "console: require signing in with a token of this file (`fairrelay console token add`)")
+	f.StringVar(&c.authHeader, "auth-header", "", "console: trust this header, set by an authenticating proxy, to name the user (e.g. X-Forwarded-User); only behind that proxy")
+	f.StringVar(&c.readOnly, "readonly-users", "", "console, with --auth-header: comma-separated users who may only read")
+	f.StringVar(&c.certFile, "tls-cert", "", "console: serve HTTPS with this certificate (and --tls-key)")
+	f.StringVar(&c.keyFile, "tls-key", "", "console: the TLS key")
+}
+
+// config checks the flags for a console on addr (the flag field).
+func (c *consoleFlags) config(field, addr string, q *fairrelay.Queue, in *inbox.Inbox, log *slog.Logger) (console.Config, error) {
+	cfg := console.Config{Queue: q, Inbox: in, AuthHeader: c.authHeader, LocalOperator: osUser(), Logger: log}
+	if c.tokens != "" {
+		t, err := console.LoadTokens(c.tokens)
+		if err != nil {
+			return cfg, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Message: err.Error()}
+		}
+		cfg.Tokens = t
+	}
+	if c.readOnly != "" {
+		if c.authHeader == "" {
+			return cfg, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "readonly-users", Message: "is for --auth-header users (a token file marks its read-only users itself)"}
+		}
+		cfg.ReadOnlyUsers = strings.Split(c.readOnly, ",")
+	}
+	if (c.certFile == "") != (c.keyFile == "") {
+		return cfg, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tls-key", Message: "give both --tls-cert and --tls-key"}
+	}
+	if fairrelay.CheckID("operator", cfg.LocalOperator) != nil {
+		cfg.LocalOperator = "console"
+	}
+	if err := console.CheckAddr(addr, cfg); err != nil {
+		var fe *fairrelay.Error
+		if errors.As(err, &fe) {
+			fe.Field = field
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// start listens on addr and serves the console until ctx is done; it
+// returns the console's URL, and wait, which waits for the server to stop.
+func (c *consoleFlags) start(ctx context.Context, field, addr string, cfg console.Config) (url string, wait func(), err error) {
+	srv, err := console.New(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: err.Error()}
+	}
+	scheme := "http"
+	if c.certFile != "" {
+		scheme = "https"
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		console.Serve(ctx, ln, srv, c.certFile, c.keyFile, cfg.Logger)
+	}()
+	return scheme + "://" + ln.Addr().String() + "/", func() { <-done }, nil
+}
+
+func newConsoleCmd() *cobra.Command {
+	var queue, inboxDSN, addr, logLevel string
+	var cf consoleFlags
+	cmd := &cobra.Command{
+		Use:   "console --queue Q [--inbox I] [--addr 127.0.0.1:8081] [--tokens FILE | --auth-header H]",
+		Short: "Serve the operator console: overview, flows, events, quarantine, audit; redrive, expedite, pause, resume",
+		Long: `Serves the operator console over HTTP until SIGINT or SIGTERM (see
+docs/console.md). It prints {"status":"listening","url":…} once it listens.
+
+Without --tokens or --auth-header there is no sign-in: it then serves only a
+loopback address, and every action is audited under the OS account running
+it. --tokens FILE requires a token of the file (its lines: "NAME SHA256-HEX"
+for an operator, "NAME SHA256-HEX readonly" for a read-only user; add one
+with 'fairrelay console token add NAME --tokens FILE'). --auth-header H trusts
+the header H, set by an authenticating proxy, to name the user.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			// Checked before any store is opened.
+			if _, err := cf.config("addr", addr, nil, nil, log); err != nil {
+				return err
+			}
+			q, err := openExistingQueue(ctx, queue, fairrelay.DaemonPolicy(), nil)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			var in *inbox.Inbox
+			if inboxDSN != "" {
+				if in, err = openInbox(ctx, inboxDSN, inbox.Options{}); err != nil {
+					return err
+				}
+				defer in.Close()
+			}
+			cfg, err := cf.config("addr", addr, q, in, log)
+			if err != nil {
+				return err
+			}
+			url, wait, err := cf.start(ctx, "addr", addr, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "{\"status\":\"listening\",\"url\":%q}\n", url)
+			wait()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
+	f.StringVar(&inboxDSN, "inbox", "", "inbox store, to show the receiver's projection (optional)")
+	f.StringVar(&addr, "addr", "127.0.0.1:8081", "where to listen")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	cf.register(cmd)
+	cmd.AddCommand(newConsoleTokenCmd())
+	return cmd
+}
+
+func newConsoleTokenCmd() *cobra.Command {
+	tok := &cobra.Command{Use: "token", Short: "Manage the console's token file"}
+	var tokens string
+	var readOnly bool
+	add := &cobra.Command{
+		Use:   "add NAME --tokens FILE [--readonly]",
+		Short: "Add a user to a token file and print their new token, once",
+		Long: `Appends "NAME SHA256-HEX" (with --readonly, "NAME SHA256-HEX readonly") to
+FILE, created with mode 0600 when missing, and prints the new random token
+once: only its hash is stored, so it cannot be shown again. NAME is the
+audit operator of the user's actions.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tokens == "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Message: "missing: give --tokens FILE"}
+			}
+			t, err := console.AddToken(tokens, args[0], readOnly)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t)
+			return nil
+		},
+	}
+	add.Flags().StringVar(&tokens, "tokens", "", "the token file")
+	add.Flags().BoolVar(&readOnly, "readonly", false, "a read-only user: may read every page, act on nothing")
+	tok.AddCommand(add)
+	return tok
+}

@@ -1,0 +1,268 @@
+// Package console is fairrelay's operator console: a small web
+// application, rendered on the server with html/template (no JavaScript
+// build; assets embedded), over the library's read views and operator
+// actions (SPEC §2 redrive, §9 expedite, pause, resume).
+//
+// Pages: the overview (events by state, blocked flows, deliveries per
+// second and delivery latency over the last hour, the oldest waiting head),
+// flows (search by id prefix, keyset paging, why each is not moving), an
+// event (body, state, attempt history, the actions that apply), the
+// quarantine (filter, select many, redrive with one reason), the audit log
+// and, with an inbox, the receiver's projection. Every page reads bounded
+// ranges of indexes, so a page costs the same on a store of any size.
+//
+// Authentication: a token file (LoadTokens) with a sign-in form, or a
+// header set by an authenticating proxy (Config.AuthHeader), or none on a
+// loopback address (CheckAddr refuses other addresses without one).
+// Read-only users see everything and act on nothing. Each action records
+// the authenticated name as the audit operator, and needs the session's
+// CSRF token; cookies are HttpOnly, SameSite=Strict, and Secure over TLS.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// Config configures a console.
+type Config struct {
+	// Queue is the queue the console shows and acts on (required).
+	Queue *fairrelay.Queue
+	// Inbox, when set, adds the receiver's projection page.
+	Inbox *inbox.Inbox
+	// Tokens, when set, requires signing in with a token of the file.
+	Tokens *Tokens
+	// AuthHeader, when set, trusts this request header (set by an
+	// authenticating proxy in front of the console) to name the user. Only
+	// configure it when every request comes through that proxy.
+	AuthHeader string
+	// ReadOnlyUsers are the users of AuthHeader who may only read.
+	ReadOnlyUsers []string
+	// LocalOperator names the operator when there is no authentication
+	// (loopback only); "console" when empty.
+	LocalOperator string
+	// SecureCookies marks cookies Secure even on plain HTTP (behind a
+	// proxy that terminates TLS); over TLS they always are.
+	SecureCookies bool
+	// Logger receives the console's log lines (slog.Default when nil).
+	Logger *slog.Logger
+	// Now is the wall clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Server is the console's HTTP handler.
+type Server struct {
+	cfg      Config
+	q        *fairrelay.Queue
+	log      *slog.Logger
+	now      func() time.Time
+	tmpl     *template.Template
+	mux      *http.ServeMux
+	sessions *sessions
+	readOnly map[string]bool
+}
+
+// New makes a console. Errors: a missing queue (field "queue"), an
+// AuthHeader together with Tokens (field "auth-header"), a bad
+// LocalOperator (field "operator").
+func New(cfg Config) (*Server, error) {
+	if cfg.Queue == nil {
+		return nil, fairrelay.InvalidInput("queue", "missing")
+	}
+	if cfg.AuthHeader != "" && cfg.Tokens != nil {
+		return nil, fairrelay.InvalidInput("auth-header", "give a token file or a proxy header, not both")
+	}
+	if cfg.LocalOperator == "" {
+		cfg.LocalOperator = "console"
+	}
+	if err := fairrelay.CheckID("operator", cfg.LocalOperator); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, q: cfg.Queue, log: cfg.Logger, now: cfg.Now,
+		sessions: &sessions{m: map[string]*session{}, ttl: 12 * time.Hour}, readOnly: map[string]bool{}}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for _, u := range cfg.ReadOnlyUsers {
+		s.readOnly[u] = true
+	}
+	t, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	s.tmpl = t
+	m := http.NewServeMux()
+	m.Handle("GET /static/", http.FileServerFS(assets))
+	m.HandleFunc("/login", s.login)
+	m.HandleFunc("POST /logout", s.logout)
+	m.HandleFunc("GET /{$}", s.page("overview", s.overview))
+	m.HandleFunc("GET /flows", s.page("flows", s.flows))
+	m.HandleFunc("GET /event/{id}", s.page("event", s.event))
+	m.HandleFunc("GET /quarantine", s.page("quarantine", s.quarantine))
+	m.HandleFunc("GET /audit", s.page("audit", s.audit))
+	m.HandleFunc("GET /inbox", s.page("inbox", s.inbox))
+	m.HandleFunc("POST /action/{action}", s.act)
+	s.mux = m
+	return s, nil
+}
+
+// ServeHTTP serves the console.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	s.mux.ServeHTTP(w, r)
+}
+
+// Serve serves the console on ln until ctx is done, then shuts down
+// within 5 seconds. With certFile and keyFile it serves TLS.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, certFile, keyFile string, log *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	var err error
+	if certFile != "" {
+		err = srv.ServeTLS(ln, certFile, keyFile)
+	} else {
+		err = srv.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		<-done
+		return nil
+	}
+	if log != nil {
+		log.Error("console: server stopped", "err", err)
+	}
+	return err
+}
+
+// view is what every page template gets.
+type view struct {
+	Title    string
+	Nav      string
+	User     User
+	CSRF     string
+	Auth     bool // signed in with a token: show sign-out
+	Msg      string
+	Path     string
+	Data     any
+	ReadOnly bool
+}
+
+// page wraps a read handler: authentication, then render its data.
+func (s *Server) page(name string, load func(r *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ss := s.identify(w, r)
+		if ss == nil {
+			if s.cfg.Tokens != nil {
+				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				return
+			}
+			s.fail(w, r, http.StatusUnauthorized, "not authenticated: the proxy header "+s.cfg.AuthHeader+" is missing")
+			return
+		}
+		data, err := load(r)
+		if err != nil {
+			s.fail(w, r, statusOf(err), err.Error())
+			if statusOf(err) == http.StatusInternalServerError {
+				s.log.Error("console: page failed", "page", name, "err", err)
+			}
+			return
+		}
+		s.render(w, r, http.StatusOK, name, ss, data)
+	}
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, ss *session, data any) {
+	v := view{Title: name, Nav: name, Msg: r.URL.Query().Get("msg"), Path: r.URL.RequestURI(), Data: data, Auth: s.cfg.Tokens != nil}
+	if ss != nil {
+		v.User, v.CSRF, v.ReadOnly = ss.user, ss.csrf, ss.user.ReadOnly
+	}
+	var b strings.Builder
+	if err := s.tmpl.ExecuteTemplate(&b, name, v); err != nil {
+		s.log.Error("console: render failed", "page", name, "err", err)
+		http.Error(w, "internal error: see the console's log", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write([]byte(b.String()))
+}
+
+// fail answers an error page (plain text: it may come before any session).
+func (s *Server) fail(w http.ResponseWriter, _ *http.Request, status int, msg string) {
+	w.Header().Set("Cache-Control", "no-store")
+	http.Error(w, msg, status)
+}
+
+// statusOf maps a library error to an HTTP status: bad input 400, not
+// found 404, busy 503, anything else (a database error) 500.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, fairrelay.ErrInvalidInput):
+		return http.StatusBadRequest
+	case errors.Is(err, fairrelay.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, fairrelay.ErrBusy):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// intParam reads an optional non-negative integer query parameter.
+func intParam(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fairrelay.InvalidInput(name, "want a non-negative integer, got %q", v)
+	}
+	return n, nil
+}
+
+// localPath is back when it is a path of this site, else "/".
+func localPath(back string) string {
+	u, err := url.Parse(back)
+	if err != nil || back == "" || u.IsAbs() || u.Host != "" || !strings.HasPrefix(back, "/") || strings.HasPrefix(back, "//") {
+		return "/"
+	}
+	return back
+}
+
+// withMsg adds msg to path's query.
+func withMsg(path, msg string) string {
+	u, _ := url.Parse(path)
+	q := u.Query()
+	q.Set("msg", msg)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

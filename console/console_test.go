@@ -1,0 +1,416 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/console"
+)
+
+var bg = context.Background()
+
+// scenario opens a queue on a SQLite file and leaves it as the demo's
+// first table: flow A's head A1 quarantined (unsupported_delta) with A2
+// behind it, B's head B1 backing off after a retry, C1 acked.
+func scenario(t *testing.T) *fairrelay.Queue {
+	t.Helper()
+	q, err := fairrelay.Open(bg, filepath.Join(t.TempDir(), "queue.db"), fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	for _, e := range []struct{ id, flow, body string }{
+		{"A1", "A", `{"delta":10}`}, {"A2", "A", `{"delta":1}`}, {"B1", "B", `{"delta":2}`}, {"C1", "C", `{"delta":3}`},
+	} {
+		if _, err := q.Enqueue(bg, fairrelay.EnqueueParams{ID: e.id, Flow: e.flow, Body: []byte(e.body), At: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := q.Claim(bg, fairrelay.ClaimParams{At: 2, Limit: 3})
+	if err != nil || len(cl.Claims) != 3 {
+		t.Fatalf("claim: %+v %v", cl, err)
+	}
+	for _, c := range cl.Claims {
+		out := map[string]fairrelay.Outcome{"A1": fairrelay.OutcomeUnsupportedDelta, "B1": fairrelay.OutcomeRetry, "C1": fairrelay.OutcomeAccepted}[c.Token.EventID]
+		if _, err := q.Settle(bg, fairrelay.SettleParams{Token: c.Token, Outcome: out, At: 3, Duration: 7 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return q
+}
+
+// client is a browser: a cookie jar, no redirects followed.
+type client struct {
+	t    *testing.T
+	base string
+	hc   *http.Client
+	hdr  http.Header
+}
+
+func newClient(t *testing.T, base string) *client {
+	jar, _ := cookiejar.New(nil)
+	return &client{t: t, base: base, hdr: http.Header{}, hc: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}}
+}
+
+func (c *client) do(method, path string, form url.Values) (int, string) {
+	c.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, c.base+path, body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range c.hdr {
+		req.Header[k] = v
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf(?:" value|-token" content)="([^"]+)"`)
+
+// csrf reads the CSRF token of a page.
+func (c *client) csrf(path string) string {
+	c.t.Helper()
+	st, body := c.do("GET", path, nil)
+	m := csrfRE.FindStringSubmatch(body)
+	if st != http.StatusOK || m == nil {
+		c.t.Fatalf("GET %s: %d, no csrf token in %.300s", path, st, body)
+	}
+	return m[1]
+}
+
+func (c *client) login(token string) {
+	c.t.Helper()
+	tok := c.csrf("/login")
+	st, body := c.do("POST", "/login", url.Values{"csrf": {tok}, "token": {token}})
+	if st != http.StatusSeeOther {
+		c.t.Fatalf("sign in: %d %.300s", st, body)
+	}
+}
+
+type tokens struct{ path, alice, bob string }
+
+func tokenFile(t *testing.T) tokens {
+	p := filepath.Join(t.TempDir(), "tokens")
+	a, err := console.AddToken(p, "alice", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := console.AddToken(p, "bob", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokens{p, a, b}
+}
+
+func serve(t *testing.T, cfg console.Config) string {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := console.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s) // loopback
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// actions are one request of each action that would change the store.
+func actions(csrf string) map[string]url.Values {
+	return map[string]url.Values{
+		"redrive":  {"csrf": {csrf}, "sel": {"A1:1"}, "reason": {"fixed"}},
+		"expedite": {"csrf": {csrf}, "id": {"B1"}, "generation": {"1"}, "reason": {"now"}},
+		"pause":    {"csrf": {csrf}, "flow": {"B"}, "reason": {"hold"}},
+		"resume":   {"csrf": {csrf}, "flow": {"A"}, "reason": {"go"}}, // A is not paused: would be rejected anyway
+		"logout":   {"csrf": {csrf}},
+	}
+}
+
+func snapshot(t *testing.T, q *fairrelay.Queue) *fairrelay.Snapshot {
+	t.Helper()
+	s, err := q.Snapshot(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestRefusedRequestsChangeNothing(t *testing.T) {
+	q := scenario(t)
+	tk := tokenFile(t)
+	ts, err := console.LoadTokens(tk.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serve(t, console.Config{Queue: q, Tokens: ts})
+	before := snapshot(t, q)
+
+	anon := newClient(t, base)
+	if st, _ := anon.do("GET", "/", nil); st != http.StatusSeeOther {
+		t.Fatalf("anonymous GET /: %d, want a redirect to /login", st)
+	}
+	bob := newClient(t, base)
+	bob.login(tk.bob)
+	bobCSRF := bob.csrf("/")
+	alice := newClient(t, base)
+	alice.login(tk.alice)
+	aliceCSRF := alice.csrf("/")
+	for name, form := range actions("x") {
+		path := "/action/" + name
+		if name == "logout" {
+			continue
+		}
+		if st, body := anon.do("POST", path, form); st != http.StatusUnauthorized {
+			t.Errorf("anonymous %s: %d %s, want 401", name, st, body)
+		}
+		form.Set("csrf", bobCSRF)
+		if st, body := bob.do("POST", path, form); st != http.StatusForbidden || !strings.Contains(body, "read-only") {
+			t.Errorf("read-only %s: %d %s, want 403", name, st, body)
+		}
+		form.Del("csrf")
+		if st, body := alice.do("POST", path, form); st != http.StatusForbidden || !strings.Contains(body, "csrf") {
+			t.Errorf("operator %s without csrf: %d %s, want 403", name, st, body)
+		}
+		form.Set("csrf", aliceCSRF+"x")
+		if st, body := alice.do("POST", path, form); st != http.StatusForbidden {
+			t.Errorf("operator %s with a wrong csrf: %d %s, want 403", name, st, body)
+		}
+		form.Set("csrf", bobCSRF) // another session's token
+		if st, body := alice.do("POST", path, form); st != http.StatusForbidden {
+			t.Errorf("operator %s with another session's csrf: %d %s, want 403", name, st, body)
+		}
+	}
+	if st, _ := alice.do("POST", "/logout", url.Values{}); st != http.StatusForbidden {
+		t.Errorf("logout without csrf: %d, want 403", st)
+	}
+	if st, _ := anon.do("POST", "/login", url.Values{"token": {tk.alice}}); st != http.StatusForbidden {
+		t.Errorf("sign-in without the form's csrf: %d, want 403", st)
+	}
+	if diff := cmp.Diff(before, snapshot(t, q)); diff != "" {
+		t.Fatalf("refused requests changed the store (-before +after):\n%s", diff)
+	}
+}
+
+func TestOperatorActionsAreAudited(t *testing.T) {
+	q := scenario(t)
+	tk := tokenFile(t)
+	ts, _ := console.LoadTokens(tk.path)
+	base := serve(t, console.Config{Queue: q, Tokens: ts})
+	alice := newClient(t, base)
+	alice.login(tk.alice)
+	csrf := alice.csrf("/event/A1")
+	steps := []struct {
+		action string
+		form   url.Values
+		msg    string
+	}{
+		{"redrive", url.Values{"sel": {"A1:1"}, "reason": {"receiver fixed"}, "operator": {"mallory"}}, "1 redriven"},
+		{"expedite", url.Values{"id": {"B1"}, "generation": {"1"}, "reason": {"try now"}}, "expedite B1: ready"},
+		{"pause", url.Values{"flow": {"C"}, "reason": {"hold"}}, "pause C: paused"},
+		{"resume", url.Values{"flow": {"C"}, "reason": {"go"}}, "resume C: resumed"},
+		{"redrive", url.Values{"sel": {"A1:1"}, "reason": {"again"}}, "1 rejected (not_quarantined)"},
+	}
+	for _, s := range steps {
+		s.form.Set("csrf", csrf)
+		s.form.Set("back", "/flows")
+		req, _ := http.NewRequest("POST", base+"/action/"+s.action, strings.NewReader(s.form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := alice.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		loc, _ := url.Parse(resp.Header.Get("Location"))
+		if resp.StatusCode != http.StatusSeeOther || loc.Path != "/flows" || !strings.Contains(loc.Query().Get("msg"), s.msg) {
+			t.Fatalf("%s: %d %s, want a redirect to /flows saying %q", s.action, resp.StatusCode, loc, s.msg)
+		}
+	}
+	audit, err := q.Audit(bg, 0, 10)
+	if err != nil || len(audit) != 4 {
+		t.Fatalf("audit: %+v %v", audit, err)
+	}
+	for i, want := range []string{"redrive", "expedite", "pause", "resume"} {
+		if a := audit[i]; a.Action != want || a.Operator == nil || *a.Operator != "alice" || a.Wall == 0 {
+			t.Errorf("audit row %d: %+v, want %s by alice with its wall time", i, a, want)
+		}
+	}
+	if st, body := alice.do("GET", "/audit", nil); st != 200 || strings.Count(body, `<td class="operator">alice</td>`) != 4 {
+		t.Errorf("audit page: %d, want 4 rows by alice", st)
+	}
+}
+
+func TestProxyHeader(t *testing.T) {
+	q := scenario(t)
+	base := serve(t, console.Config{Queue: q, AuthHeader: "X-Forwarded-User", ReadOnlyUsers: []string{"dave"}})
+	before := snapshot(t, q)
+	none := newClient(t, base)
+	if st, _ := none.do("GET", "/", nil); st != http.StatusUnauthorized {
+		t.Fatalf("no header: %d, want 401", st)
+	}
+	if st, _ := none.do("POST", "/action/pause", url.Values{"flow": {"B"}, "reason": {"x"}}); st != http.StatusUnauthorized {
+		t.Fatalf("no header, pause: %d, want 401", st)
+	}
+	dave := newClient(t, base)
+	dave.hdr.Set("X-Forwarded-User", "dave")
+	for name, form := range actions(dave.csrf("/")) {
+		if name == "logout" {
+			continue
+		}
+		if st, _ := dave.do("POST", "/action/"+name, form); st != http.StatusForbidden {
+			t.Errorf("read-only dave, %s: %d, want 403", name, st)
+		}
+	}
+	if diff := cmp.Diff(before, snapshot(t, q)); diff != "" {
+		t.Fatalf("refused requests changed the store:\n%s", diff)
+	}
+	carol := newClient(t, base)
+	carol.hdr.Set("X-Forwarded-User", "carol")
+	csrf := carol.csrf("/")
+	// The session follows the header: another name is another session.
+	carol.hdr.Set("X-Forwarded-User", "erin")
+	if st, _ := carol.do("POST", "/action/pause", url.Values{"csrf": {csrf}, "flow": {"B"}, "reason": {"hold"}}); st != http.StatusForbidden {
+		t.Fatalf("carol's csrf under erin's name: %d, want 403", st)
+	}
+	carol.hdr.Set("X-Forwarded-User", "carol")
+	csrf = carol.csrf("/")
+	if st, _ := carol.do("POST", "/action/pause", url.Values{"csrf": {csrf}, "flow": {"B"}, "reason": {"hold"}}); st != http.StatusSeeOther {
+		t.Fatalf("carol pauses B: %d", st)
+	}
+	audit, _ := q.Audit(bg, 0, 10)
+	if len(audit) != 1 || *audit[0].Operator != "carol" {
+		t.Fatalf("audit: %+v, want carol's pause", audit)
+	}
+}
+
+func TestPages(t *testing.T) {
+	q := scenario(t)
+	base := serve(t, console.Config{Queue: q, LocalOperator: "local-op"})
+	c := newClient(t, base)
+	for path, want := range map[string][]string{
+		"/":                                    {`id="quarantined">1<`, `href="/event/A1"`, "local-op", "<svg"},
+		"/flows":                               {"quarantined because unsupported_delta", "backing off until tick", "drained"},
+		"/flows?prefix=B":                      {`data-flow="B"`},
+		"/event/A1":                            {`&#34;delta&#34;: 10`, `id="redrive"`, "unsupported_delta"},
+		"/event/B1":                            {`id="expedite"`, `id="pause"`},
+		"/quarantine?reason=rejected":          {"no quarantined head"},
+		"/quarantine?prefix=A":                 {`value="A1:1"`},
+		"/audit":                               {"no row"},
+		"/inbox":                               {"No inbox"},
+		"/flows?paused=1":                      {"no flow"},
+		"/quarantine?reason=unsupported_delta": {`value="A1:1"`},
+	} {
+		st, body := c.do("GET", path, nil)
+		if st != http.StatusOK {
+			t.Errorf("GET %s: %d %.200s", path, st, body)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("GET %s: no %q", path, w)
+			}
+		}
+		if strings.Contains(body, "flows?prefix=B") && strings.Contains(body, `data-flow="A"`) && path == "/flows?prefix=B" {
+			t.Errorf("GET %s lists flow A", path)
+		}
+	}
+	for path, want := range map[string]int{"/audit?after=-1": 400, "/event/nope": 404, "/event/%20x": 400} {
+		if st, body := c.do("GET", path, nil); st != want {
+			t.Errorf("GET %s: %d %s, want %d", path, st, body, want)
+		}
+	}
+	csrf := c.csrf("/")
+	if st, body := c.do("POST", "/action/redrive", url.Values{"csrf": {csrf}, "sel": {"A1"}, "reason": {"r"}}); st != 400 || !strings.Contains(body, "sel") {
+		t.Errorf("redrive of a bad selection: %d %s, want 400 naming sel", st, body)
+	}
+	// A database error is a 500, never an empty page.
+	q.Close()
+	if st, _ := c.do("GET", "/", nil); st != http.StatusInternalServerError {
+		t.Errorf("GET / on a closed store: %d, want 500", st)
+	}
+}
+
+func TestCheckAddr(t *testing.T) {
+	for addr, ok := range map[string]bool{"127.0.0.1:8081": true, "[::1]:8081": true, "localhost:1": true, "0.0.0.0:8081": false, "10.1.2.3:80": false, ":8081": false} {
+		if err := console.CheckAddr(addr, console.Config{}); (err == nil) != ok {
+			t.Errorf("CheckAddr(%s) without credentials: %v", addr, err)
+		}
+	}
+	if err := console.CheckAddr("0.0.0.0:8081", console.Config{AuthHeader: "X-User"}); err != nil {
+		t.Errorf("with a proxy header: %v", err)
+	}
+}
+
+func TestTokenFile(t *testing.T) {
+	tk := tokenFile(t)
+	ts, err := console.LoadTokens(tk.path)
+	if err != nil || ts.Len() != 2 {
+		t.Fatalf("load: %v", err)
+	}
+	if u, ok := ts.Lookup(tk.bob); !ok || u.Name != "bob" || !u.ReadOnly {
+		t.Fatalf("bob: %+v %v", u, ok)
+	}
+	if _, ok := ts.Lookup(tk.bob + "x"); ok {
+		t.Fatal("a wrong token was accepted")
+	}
+	if _, err := console.AddToken(tk.path, "alice", false); err == nil {
+		t.Fatal("alice added twice")
+	}
+	if _, err := console.AddToken(tk.path, " bad", false); err == nil || !strings.Contains(err.Error(), "name") {
+		t.Fatalf("bad name: %v", err)
+	}
+}
+
+// Cookies are HttpOnly and SameSite=Strict, and Secure over TLS.
+func TestCookies(t *testing.T) {
+	q := scenario(t)
+	tk := tokenFile(t)
+	ts, _ := console.LoadTokens(tk.path)
+	s, err := console.New(console.Config{Queue: q, Tokens: ts, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tls := range []bool{false, true} {
+		var srv *httptest.Server
+		if tls {
+			srv = httptest.NewTLSServer(s)
+		} else {
+			srv = httptest.NewServer(s)
+		}
+		resp, err := srv.Client().Get(srv.URL + "/login")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		cs := resp.Cookies()
+		if len(cs) != 1 || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode || cs[0].Secure != tls {
+			t.Errorf("tls %v: cookies %+v, want one HttpOnly, SameSite=Strict, Secure only over TLS", tls, cs)
+		}
+		srv.Close()
+	}
+}

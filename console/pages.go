@@ -1,0 +1,260 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+)
+
+// pageSize is the rows of a listing page.
+const pageSize = 50
+
+// sampleLimit bounds the settled attempts the overview's charts read.
+const sampleLimit = 50000
+
+var funcs = template.FuncMap{
+	"wall": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000Z")
+	},
+	"wallms": func(ms int64) string {
+		if ms == 0 {
+			return "-"
+		}
+		return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000Z")
+	},
+	"deref": func(p any) any {
+		switch v := p.(type) {
+		case *string:
+			if v == nil {
+				return "-"
+			}
+			return *v
+		case *int64:
+			if v == nil {
+				return "-"
+			}
+			return *v
+		}
+		return p
+	},
+	"why": why,
+	"dur": func(d time.Duration) string { return d.String() },
+}
+
+type overviewData struct {
+	O         *fairrelay.Overview
+	Ready     int64
+	Capped    bool
+	Blocked   []fairrelay.EventState
+	Paused    []fairrelay.FlowInfo
+	Charts    charts
+	OldestAge string
+}
+
+func (s *Server) overview(r *http.Request) (any, error) {
+	ctx := r.Context()
+	o, err := s.q.Overview(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := overviewData{O: o, Ready: o.Backlog - o.Inflight - o.Quarantined,
+		Capped: o.Inflight >= fairrelay.MaxCount || o.Quarantined >= fairrelay.MaxCount || o.Paused >= fairrelay.MaxCount}
+	if d.Blocked, err = s.q.QuarantinedWhere(ctx, fairrelay.QuarantinedParams{Limit: 10}); err != nil {
+		return nil, err
+	}
+	if d.Paused, err = s.q.Flows(ctx, fairrelay.FlowsParams{Paused: true, Limit: 10}); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	ds, err := s.q.Deliveries(ctx, now.Add(-time.Hour), sampleLimit)
+	if err != nil {
+		return nil, err
+	}
+	d.Charts = chartsOf(ds, now, len(ds) == sampleLimit)
+	if o.Oldest != nil {
+		d.OldestAge = fmt.Sprintf("%d ticks", o.Clock.Tick-o.Oldest.EnqueuedAt)
+	}
+	return d, nil
+}
+
+type flowsData struct {
+	Prefix, After string
+	Paused        bool
+	Flows         []fairrelay.FlowInfo
+	Tick          int64
+	Next          string
+}
+
+func (s *Server) flows(r *http.Request) (any, error) {
+	qs := r.URL.Query()
+	d := flowsData{Prefix: qs.Get("prefix"), After: qs.Get("after"), Paused: qs.Get("paused") == "1"}
+	c, err := s.q.Clock(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	d.Tick = c.Tick
+	p := fairrelay.FlowsParams{Prefix: d.Prefix, After: d.After, Paused: d.Paused, Limit: pageSize}
+	if d.Paused {
+		p.Prefix = ""
+	}
+	if d.Flows, err = s.q.Flows(r.Context(), p); err != nil {
+		return nil, err
+	}
+	if len(d.Flows) == pageSize {
+		d.Next = d.Flows[len(d.Flows)-1].Flow
+	}
+	return d, nil
+}
+
+// why says in words why a flow is not moving, or that it is.
+func why(f fairrelay.FlowInfo, tick int64) string {
+	h := f.Head.Head
+	switch {
+	case f.Paused && f.PausedBy != "":
+		return fmt.Sprintf("paused by %s because %q (at tick %d)", f.PausedBy, f.PausedReason, f.PausedAt)
+	case f.Paused:
+		return fmt.Sprintf("paused because %q (at tick %d)", f.PausedReason, f.PausedAt)
+	case h == nil:
+		return "drained: every event is acked"
+	case h.State == fairrelay.StateQuarantined:
+		return fmt.Sprintf("quarantined because %s: waits for a redrive", deref(h.Reason))
+	case h.State == fairrelay.StateInflight:
+		return fmt.Sprintf("leased until tick %d (generation %d, attempt %d): a delivery is under way", derefInt(h.LeaseUntil), h.Generation, h.Attempts)
+	case h.NextAt != nil && *h.NextAt > tick:
+		return fmt.Sprintf("backing off until tick %d (%d ticks from now) after %d attempts", *h.NextAt, *h.NextAt-tick, h.Attempts)
+	}
+	return fmt.Sprintf("eligible: waits for its turn (served %d)", f.Served)
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func derefInt(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+type eventData struct {
+	E          *fairrelay.EventRecord
+	Flow       *fairrelay.FlowInfo
+	Body       string
+	JSON       bool
+	Attempts   []fairrelay.Attempt
+	Tick       int64
+	CanRedrive bool
+	CanExpedit bool
+	IsHead     bool
+}
+
+func (s *Server) event(r *http.Request) (any, error) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	if err := fairrelay.CheckID("id", id); err != nil {
+		return nil, err
+	}
+	e, err := s.q.Event(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	d := eventData{E: e, Body: string(e.Body)}
+	var pretty bytes.Buffer
+	if json.Valid(e.Body) && json.Indent(&pretty, e.Body, "", "  ") == nil {
+		d.Body, d.JSON = pretty.String(), true
+	}
+	if d.Attempts, err = s.q.Attempts(ctx, id); err != nil {
+		return nil, err
+	}
+	if d.Flow, err = s.q.Flow(ctx, e.Flow); err != nil {
+		return nil, err
+	}
+	c, err := s.q.Clock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.Tick = c.Tick
+	d.IsHead = d.Flow.Head.Head != nil && d.Flow.Head.Head.ID == e.ID
+	d.CanRedrive = e.State == fairrelay.StateQuarantined
+	d.CanExpedit = e.State == fairrelay.StateReady && e.NextAt != nil && *e.NextAt > c.Tick
+	return d, nil
+}
+
+type quarantineData struct {
+	Reason, Prefix, After string
+	Heads                 []fairrelay.EventState
+	Next                  string
+	Reasons               []string
+}
+
+// quarantineReasons are the reasons a head is quarantined for (SPEC §2).
+var quarantineReasons = []string{"budget_exhausted", "id_conflict", "sequence_conflict", "unsupported_delta", "invalid_body", "rejected"}
+
+func (s *Server) quarantine(r *http.Request) (any, error) {
+	qs := r.URL.Query()
+	d := quarantineData{Reason: qs.Get("reason"), Prefix: qs.Get("prefix"), After: qs.Get("after"), Reasons: quarantineReasons}
+	var err error
+	d.Heads, err = s.q.QuarantinedWhere(r.Context(), fairrelay.QuarantinedParams{After: d.After, Prefix: d.Prefix, Reason: d.Reason, Limit: pageSize})
+	if err != nil {
+		return nil, err
+	}
+	if len(d.Heads) == pageSize {
+		d.Next = d.Heads[len(d.Heads)-1].Flow
+	}
+	return d, nil
+}
+
+type auditData struct {
+	Rows []fairrelay.AuditEntry
+	Next int64
+}
+
+func (s *Server) audit(r *http.Request) (any, error) {
+	after, err := intParam(r, "after", 0)
+	if err != nil {
+		return nil, err
+	}
+	var d auditData
+	if d.Rows, err = s.q.Audit(r.Context(), after, pageSize); err != nil {
+		return nil, err
+	}
+	if len(d.Rows) == pageSize {
+		d.Next = d.Rows[len(d.Rows)-1].No
+	}
+	return d, nil
+}
+
+type inboxData struct {
+	None  bool
+	After string
+	Rows  []inbox.Projection
+	Next  string
+}
+
+func (s *Server) inbox(r *http.Request) (any, error) {
+	if s.cfg.Inbox == nil {
+		return inboxData{None: true}, nil
+	}
+	d := inboxData{After: r.URL.Query().Get("after")}
+	var err error
+	if d.Rows, err = s.cfg.Inbox.Projections(r.Context(), d.After, pageSize); err != nil {
+		return nil, err
+	}
+	if len(d.Rows) == pageSize {
+		d.Next = d.Rows[len(d.Rows)-1].Flow
+	}
+	return d, nil
+}
