@@ -60,8 +60,9 @@ type RedriveResult struct {
 // body unchanged) and an audit row records the operator, the reason, the
 // quarantine reason it cleared and the new generation. Otherwise it answers
 // rejected and changes nothing, not even the tick. Errors (SPEC §2 order):
-// ErrClockRegressed; ErrInvalidInput naming at, id, operator (CheckID's
-// rule) or reason (CheckReason's: one line, no control characters);
+// ErrClockRegressed; ErrInvalidInput naming at, id, expected_generation
+// (negative), operator (CheckID's rule) or reason (CheckReason's: one line,
+// no control characters);
 // ErrNotFound for an unknown id; ErrBusy; ErrDatabase (an audit insert that
 // fails rolls the whole redrive back).
 func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, error) {
@@ -69,6 +70,9 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 	op := writeOp{name: "redrive", lanes: store.LaneSettle, at: p.At, read: store.ReadSet{Events: []string{p.EventID}},
 		check: func() error {
 			if err := checkID("id", p.EventID); err != nil {
+				return err
+			}
+			if err := checkGeneration("expected_generation", p.ExpectedGeneration); err != nil {
 				return err
 			}
 			return checkAudited(p.Operator, p.Reason)

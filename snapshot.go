@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -308,12 +309,24 @@ type QuarantinedParams struct {
 }
 
 // QuarantinedWhere lists quarantined heads by flow as p selects them, in
-// one read transaction. Errors: ErrInvalidInput (field "limit" below 1),
-// ErrBusy, ErrDatabase.
+// one read transaction. Errors: ErrInvalidInput (field "limit" below 1;
+// "flow" not a valid flow id; "after", "prefix" not UTF-8), ErrBusy,
+// ErrDatabase.
 func (q *Queue) QuarantinedWhere(ctx context.Context, p QuarantinedParams) ([]EventState, error) {
 	afterFlow, limit := p.After, p.Limit
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	// A filter that no flow id could match is a typo, not an empty answer.
+	for _, f := range []struct{ field, v string }{{"after", p.After}, {"flow", p.Flow}, {"prefix", p.Prefix}} {
+		if f.v != "" && !utf8.ValidString(f.v) {
+			return nil, invalid(f.field, "is not valid UTF-8")
+		}
+	}
+	if p.Flow != "" {
+		if err := checkID("flow", p.Flow); err != nil {
+			return nil, err
+		}
 	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {
@@ -437,4 +450,21 @@ func (q *Queue) NextDue(ctx context.Context) (stored, due int64, ok bool, err er
 		return c.Tick, 0, false, nil
 	}
 	return c.Tick, wait, true, nil
+}
+
+// CheckTick answers what the clock checks of a write at tick at would
+// answer now, in SPEC §2's order, without writing: ErrClockRegressed for a
+// tick below the stored one (unless floor), ErrInvalidInput naming "at" for
+// a tick further ahead than the policy's max_tick_jump or above MaxTick,
+// nil otherwise. A caller that refuses a field of its own before calling
+// the queue (a command line's --delta or --outcome, say) asks it first, so
+// that its errors come in the SPEC's order too. op names the operation in
+// the message. Errors also: ErrBusy, ErrDatabase.
+func (q *Queue) CheckTick(ctx context.Context, op string, at int64, floor bool) error {
+	c, err := q.Clock(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = q.resolveTick(op, at, floor, c.Tick)
+	return err
 }

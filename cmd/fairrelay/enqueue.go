@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 
 	"github.com/spf13/cobra"
@@ -52,11 +53,11 @@ full, or a bulk line failed or was refused), 2 an error.`,
 			if cmd.Flags().Changed("body") {
 				b = json.RawMessage(body)
 			}
+			at := atFlag(cmd, at)
 			payload, err := script.Body(d, b)
 			if err != nil {
-				return err
+				return bodyAfterTick(cmd, queue, pol, &pf, at, err)
 			}
-			at := atFlag(cmd, at)
 			q, err := openQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {
 				return err
@@ -88,4 +89,19 @@ full, or a bulk line failed or was refused), 2 an error.`,
 	f.Int64Var(&at, "at", 0, atUsage)
 	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
+}
+
+// bodyAfterTick answers an enqueue whose body the command refused: the
+// clock's answer comes first when the store has one (SPEC §2 order), else
+// bodyErr. A missing store is not created for it.
+func bodyAfterTick(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags, at int64, bodyErr error) error {
+	q, err := openExistingQueue(cmd.Context(), queue, pol, pf)
+	if err != nil {
+		if missingStore(err, "queue") {
+			return bodyErr
+		}
+		return err
+	}
+	defer q.Close()
+	return cmp.Or(q.CheckTick(cmd.Context(), "enqueue", at, false), bodyErr)
 }

@@ -57,7 +57,7 @@ store's limit): a pause of dispatch as long as that count.`,
 				p.MaxSlots = &maxSlots
 			}
 			if p.Weight == nil && p.MaxBacklog == nil && p.MaxFlowBacklog == nil && p.MaxSlots == nil && group == "" {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-backlog",
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max_backlog",
 					Message: "nothing to set: give --max-backlog, --max-flow-backlog, or --group with --weight or --max-backlog"}
 			}
 			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -78,5 +80,43 @@ func TestTenancyAndOperatorCommands(t *testing.T) {
 	}
 	if got := run(0, "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "10"); got != `{"seq":1,"status":"existing"}` {
 		t.Fatalf("enqueue of a pruned id: %s", got)
+	}
+}
+
+// The commands check --delta, --body and --outcome themselves, but answer
+// in SPEC §2's order all the same: at a tick behind the store's,
+// clock_regressed comes before a bad field; at a good tick the field is
+// named. A bad body against a store that does not exist creates nothing.
+// Redrive and QuarantinedWhere refuse a negative generation and a flow no
+// flow id could be (invalid_input), rather than answering rejected or
+// nothing.
+func TestCommandsAnswerTheClockBeforeTheirFields(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", filepath.Join(dir, "none.db"), "--id", "a", "--flow", "f", "--delta", "0"); code != 2 || !strings.Contains(e, "invalid_input: delta:") {
+		t.Errorf("bad delta, no store: exit %d, %s", code, e)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "none.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused enqueue created the store: %v", err)
+	}
+	if _, e, code := cli(t, "", "enqueue", "--queue", q, "--id", "a", "--flow", "f", "--delta", "1", "--at", "10"); code != 0 {
+		t.Fatal(e)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"enqueue", "--queue", q, "--id", "b", "--flow", "f", "--delta", "0", "--at", "5"}, "clock_regressed"},
+		{[]string{"enqueue", "--queue", q, "--id", "b", "--flow", "f", "--body", `{"a":1,"a":2}`, "--at", "5"}, "clock_regressed"},
+		{[]string{"enqueue", "--queue", q, "--id", "b", "--flow", "f", "--delta", "0", "--at", "10"}, "invalid_input: delta:"},
+		{[]string{"settle", "--queue", q, "--id", "a", "--generation", "1", "--outcome", "bogus", "--at", "5"}, "clock_regressed"},
+		{[]string{"settle", "--queue", q, "--id", "a", "--generation", "1", "--outcome", "bogus", "--at", "10"}, "invalid_input: outcome:"},
+		{[]string{"redrive", "--queue", q, "--id", "a", "--expected-generation", "-1", "--reason", "r"}, "invalid_input: expected_generation:"},
+		{[]string{"redrive", "--queue", q, "--all", "--flow", "f\xff", "--reason", "r"}, "invalid_input: flow:"},
+	} {
+		if _, e, code := cli(t, "", tc.args...); code != 2 || !strings.Contains(e, tc.want) {
+			t.Errorf("%q: exit %d, %s; want exit 2 and %s", tc.args, code, e, tc.want)
+		}
 	}
 }

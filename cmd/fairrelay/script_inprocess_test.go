@@ -137,6 +137,13 @@ func TestScriptBadInput(t *testing.T) {
 				{`{"op":"receive","id":"NOPE","generation":1}`, "not_found", ""},
 				{`{"op":"redrive","id":"NOPE","expected_generation":1,"reason":"r","at":3}`, "not_found", ""},
 				{`{"op":"claim","at":2}`, "clock_regressed", ""},
+				// SPEC §2 order: the clock before the fields, including
+				// those the runner checks itself.
+				{`{"op":"enqueue","id":"Z1","flow":"Z","delta":0,"at":2}`, "clock_regressed", ""},
+				{`{"op":"enqueue","flow":"Z","delta":1,"at":2}`, "clock_regressed", ""},
+				{`{"op":"enqueue","id":"Z1","flow":"Z","body":{"delta":1,"delta":2},"at":2}`, "clock_regressed", ""},
+				{`{"op":"settle","id":"A1","generation":1,"outcome":"acepted","at":2}`, "clock_regressed", ""},
+				{`{"op":"redrive","id":"A1","expected_generation":-1,"reason":"r","at":3}`, "invalid_input", "expected_generation"},
 				{`{"op":"frobnicate","at":3}`, "invalid_input", "op"},
 				{`{"op":"claim","at":3,"colour":"red"}`, "invalid_input", "colour"},
 				{`{"OP":"claim","At":3}`, "invalid_input", "OP"},

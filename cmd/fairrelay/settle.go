@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
@@ -25,10 +26,6 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 			if err != nil {
 				return err
 			}
-			o, err := fairrelay.ParseOutcome(outcome)
-			if err != nil {
-				return err
-			}
 			at := atFlag(cmd, at)
 			for _, name := range []string{"id", "generation"} {
 				if !cmd.Flags().Changed(name) {
@@ -40,6 +37,11 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 				return err
 			}
 			defer q.Close()
+			o, err := fairrelay.ParseOutcome(outcome)
+			if err != nil {
+				// After the clock's own answer, in SPEC §2's order.
+				return cmp.Or(q.CheckTick(cmd.Context(), "settle", at, false), err)
+			}
 			r, err := q.Settle(cmd.Context(), fairrelay.SettleParams{Token: fairrelay.Token{EventID: id, Generation: gen}, Outcome: o, At: at})
 			if err != nil {
 				return err

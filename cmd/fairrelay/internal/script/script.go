@@ -242,6 +242,16 @@ func Members(line []byte) ([]jsontext.Member, error) {
 	return members, nil
 }
 
+// tickFirst returns the clock's answer to a write of op at tick at, when
+// it has one, else err: a field this runner refuses before the queue sees
+// it still comes after clock_regressed and max_tick_jump (SPEC §2 order).
+func (rn *Runner) tickFirst(ctx context.Context, op string, at int64, err error) error {
+	if terr := rn.Queue.CheckTick(ctx, op, at, false); terr != nil {
+		return terr
+	}
+	return err
+}
+
 func need[T any](field string, p *T) (T, error) {
 	if p == nil {
 		var zero T
@@ -279,25 +289,25 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		}
 		return Result{"status": string(out)}, nil
 	case "settle":
-		id, err := need("id", o.ID)
-		if err != nil {
-			return nil, err
-		}
-		gen, err := need("generation", o.Generation)
-		if err != nil {
-			return nil, err
-		}
-		name, err := need("outcome", o.Outcome)
-		if err != nil {
-			return nil, err
-		}
 		at, err := need("at", o.At)
 		if err != nil {
 			return nil, err
 		}
+		id, err := need("id", o.ID)
+		if err != nil {
+			return nil, rn.tickFirst(ctx, "settle", at, err)
+		}
+		gen, err := need("generation", o.Generation)
+		if err != nil {
+			return nil, rn.tickFirst(ctx, "settle", at, err)
+		}
+		name, err := need("outcome", o.Outcome)
+		if err != nil {
+			return nil, rn.tickFirst(ctx, "settle", at, err)
+		}
 		outcome, err := fairrelay.ParseOutcome(name)
 		if err != nil {
-			return nil, err
+			return nil, rn.tickFirst(ctx, "settle", at, err)
 		}
 		r, err := rn.Queue.Settle(ctx, fairrelay.SettleParams{Token: fairrelay.Token{EventID: id, Generation: gen}, Outcome: outcome, At: at})
 		if err != nil {
@@ -453,26 +463,26 @@ func Body(delta, body json.RawMessage) ([]byte, error) {
 }
 
 func (rn *Runner) enqueue(ctx context.Context, o op) (Result, error) {
-	id, err := need("id", o.ID)
-	if err != nil {
-		return nil, err
-	}
-	flow, err := need("flow", o.Flow)
-	if err != nil {
-		return nil, err
-	}
 	at, err := need("at", o.At)
 	if err != nil {
 		return nil, err
 	}
+	id, err := need("id", o.ID)
+	if err != nil {
+		return nil, rn.tickFirst(ctx, "enqueue", at, err)
+	}
+	flow, err := need("flow", o.Flow)
+	if err != nil {
+		return nil, rn.tickFirst(ctx, "enqueue", at, err)
+	}
 	body, err := Body(o.Delta, o.Body)
 	if err != nil {
-		return nil, err
+		return nil, rn.tickFirst(ctx, "enqueue", at, err)
 	}
 	p := fairrelay.EnqueueParams{ID: id, Flow: flow, Body: body, At: at}
 	if o.Group != nil {
 		if *o.Group == "" {
-			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "group", Message: "empty"}
+			return nil, rn.tickFirst(ctx, "enqueue", at, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "group", Message: "empty"})
 		}
 		p.Group = *o.Group
 	}
