@@ -273,14 +273,25 @@ func (b *bulk) flush(ctx context.Context) error {
 	for _, a := range b.answers {
 		if a.item != nil {
 			a.answer, k = rs[k], k+1
-			if _, bad := a.answer["error"]; bad || a.answer["status"] == string(fairrelay.EnqueueConflict) || a.answer["status"] == string(fairrelay.EnqueueFull) {
+			n := b.failedFlows[a.flow]
+			_, bad := a.answer["error"]
+			switch status := a.answer["status"]; {
+			case n != 0 && n < a.line && (bad || status == string(fairrelay.EnqueueConflict) || status == string(fairrelay.EnqueueFull)):
+				// Not written, after an earlier line of its flow failed in
+				// this batch: refused, as the flow's later lines of the
+				// next batches will be.
+				a.answer = refusal("flow", fmt.Sprintf("line %d of flow %q failed, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, a.flow, n))
+				b.failed++
+			case bad || status == string(fairrelay.EnqueueConflict) || status == string(fairrelay.EnqueueFull):
 				b.fail(a, true)
-			} else if n := b.failedFlows[a.flow]; n != 0 && n < a.line {
+			case n != 0 && n < a.line && status == string(fairrelay.EnqueueCreated):
 				// Only a writer beside this one gets here: line n looked
 				// safe when the batch was built, then conflicted in it.
 				a.answer["warning"] = fmt.Sprintf("stored after line %d of this flow conflicted in the same transaction (another writer stored its id meanwhile): fix line %d and check this flow's order", n, n)
 				b.failed++
 			}
+			// existing after a failed line: stored before, nothing written
+			// now, nothing overtaken.
 		}
 		a.answer["line"] = a.line
 		if a.id != "" {

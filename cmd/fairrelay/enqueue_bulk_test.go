@@ -85,6 +85,47 @@ func TestBulkEnqueueConflictRefusesTheFlowsLaterLines(t *testing.T) {
 	}
 }
 
+// A line that answers full (SPEC §8) fails its flow as a conflict does:
+// the flow's later lines in the same transaction are refused (not answered
+// full again), a later line whose id an earlier line stored answers
+// existing without a warning (nothing was written, nothing overtaken), and
+// the summary counts the full line and the refused one.
+func TestBulkEnqueueFullRefusesTheFlowsLaterLines(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", queue, "--id", "X1", "--flow", "X", "--delta", "1"); code != 0 {
+		t.Fatal(e)
+	}
+	if _, e, code := cli(t, "", "configure", "--queue", queue, "--max-flow-backlog", "2"); code != 0 {
+		t.Fatal(e)
+	}
+	in := `{"id":"a1","flow":"A","delta":1}
+{"id":"a2","flow":"A","delta":1}
+{"id":"a3","flow":"A","delta":1}
+{"id":"a2","flow":"A","delta":1}
+{"id":"a4","flow":"A","delta":1}
+`
+	out, errOut, code := cli(t, in, "enqueue", "--queue", queue)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != exitNotApplied || len(lines) != 5 {
+		t.Fatalf("exit %d, %d answers:\n%s", code, len(lines), out)
+	}
+	for i, want := range []string{`"status":"created"`, `"status":"created"`, `"limit":"flow","line":3,"status":"full"`, `"seq":2,"status":"existing"`, `{"error":"refused","field":"flow","id":"a4","line":5`} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("line %d: %s, want %s", i+1, lines[i], want)
+		}
+	}
+	if strings.Contains(out, "warning") {
+		t.Errorf("a warning about a conflict no line had:\n%s", out)
+	}
+	if !strings.Contains(errOut, "2 of 5 lines") {
+		t.Errorf("summary %q, want 2 of 5 lines not applied", errOut)
+	}
+	if got := flowOrder(t, queue, "A"); strings.Join(got, ",") != "a1,a2" {
+		t.Fatalf("flow A: %v, want a1,a2", got)
+	}
+}
+
 // `tail -f events | fairrelay enqueue`: with the input paused after a line,
 // that line is committed and answered at once, not when 500 lines have
 // come or the input ends. A real child process reads a pipe this test
