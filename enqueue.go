@@ -117,8 +117,9 @@ func (p EnqueueParams) event() NewEvent {
 
 // EnqueueMany stores p.Events in one transaction at one tick, each with the
 // answer Enqueue would give in that order. A bad event fails the whole batch
-// and nothing is written (the error names the field). The caller's slices
-// are not changed. Errors as Enqueue.
+// and nothing is written (the error names the field). An empty batch writes
+// nothing, not even the tick, and answers only the clock's checks. The
+// caller's slices are not changed. Errors as Enqueue.
 func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]EnqueueResult, error) {
 	return q.enqueue(ctx, nil, p)
 }
@@ -168,6 +169,15 @@ func (q *Queue) enqueueOne(ctx context.Context, caller any, p EnqueueParams) (En
 // on PostgreSQL) in its own transaction (caller nil) or the caller's, and
 // translates its answers and errors.
 func (q *Queue) enqueue(ctx context.Context, caller any, p EnqueueManyParams) ([]EnqueueResult, error) {
+	if len(p.Events) == 0 {
+		// Nothing to write: the clock's checks answer, and the tick stays
+		// (on every backend alike; a tick is recorded on rows an enqueue
+		// writes, SPEC §10, and an empty one writes none).
+		if err := q.CheckTick(ctx, "enqueue", p.At, p.Floor); err != nil {
+			return nil, err
+		}
+		return []EnqueueResult{}, nil
+	}
 	evs := make([]store.NewEvent, len(p.Events))
 	for i, e := range p.Events {
 		evs[i] = store.NewEvent{ID: e.ID, Flow: e.Flow, Group: e.Group, Body: e.Body}

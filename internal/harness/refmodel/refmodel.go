@@ -610,6 +610,10 @@ func (m *Model) Redrive(p fairrelay.RedriveParams) (fairrelay.RedriveResult, err
 	if err := m.checkClock(p.At); err != nil {
 		return fairrelay.RedriveResult{}, err
 	}
+	if p.ExpectedGeneration < 0 {
+		// Generations start at 0 and only grow: a typo, not a stale token.
+		return fairrelay.RedriveResult{}, invalid("expected_generation", "must not be negative, got %d", p.ExpectedGeneration)
+	}
 	e, ok := m.events[p.EventID]
 	if !ok {
 		return fairrelay.RedriveResult{}, errorCode(fairrelay.CodeNotFound, "no event %q", p.EventID)

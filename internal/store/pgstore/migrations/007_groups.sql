@@ -187,17 +187,16 @@ BEGIN
             r_limit := r_limit || NULL::text;
             CONTINUE;
         END IF;
-        -- The limits (SPEC §8), store, group, flow: a limit's row is
-        -- locked only while the limit is set, and a full answer records
-        -- its tick there. A flow that answered full in this call answers
-        -- full again, whatever acks committed since.
+        -- The limits (SPEC §8), store, group, flow, in that order: a
+        -- limit's row is locked only while the limit is set, and a full
+        -- answer records its tick there. A flow that answered full in this
+        -- call answers full again, whatever acks committed since (its
+        -- later event must not overtake the refused one), naming the first
+        -- limit that applies now, else the one it answered before.
         v_full := NULL;
         v_store_counted := false;
         v_group_counted := false;
-        IF p_flows[i] = ANY (full_flows) THEN
-            v_full := full_limits[array_position(full_flows, p_flows[i])];
-        END IF;
-        IF v_full IS NULL AND v_max_backlog > 0 THEN
+        IF v_max_backlog > 0 THEN
             SELECT s.max_backlog, s.enqueued INTO gl FROM settings s WHERE s.id = 1 AND s.max_backlog > 0 FOR NO KEY UPDATE;
             IF FOUND THEN
                 IF gl.enqueued - (SELECT c.acked FROM clock c WHERE c.id = 3) >= gl.max_backlog THEN
@@ -222,6 +221,9 @@ BEGIN
         IF v_full IS NULL AND pr.has_flow AND v_max_flow_backlog > 0 AND pr.f_seq - pr.f_head + 1 >= v_max_flow_backlog THEN
             UPDATE flow f SET tick = v_at WHERE f.flow_id = p_flows[i] AND f.tick < v_at;
             v_full := 'flow';
+        END IF;
+        IF v_full IS NULL AND p_flows[i] = ANY (full_flows) THEN
+            v_full := full_limits[array_position(full_flows, p_flows[i])];
         END IF;
         IF v_full IS NOT NULL THEN
             r_status := r_status || 'full'::text; r_seq := r_seq || NULL::bigint; r_limit := r_limit || v_full;

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/harness/conformance"
 )
 
 // TestPruneShrinksANewSQLiteFile: a store created by Open keeps free pages
@@ -117,4 +118,80 @@ func checkpointedSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Size()
+}
+
+// An empty EnqueueMany writes nothing, not even the tick, on every backend
+// alike (SQLite moved its tick, PostgreSQL did not), and still answers the
+// clock's checks: clock_regressed behind the stored tick.
+func TestEmptyEnqueueManyWritesNothing(t *testing.T) {
+	t.Parallel()
+	for _, b := range conformance.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			q := referenceQueue(t, b)
+			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: 3}); err != nil {
+				t.Fatal(err)
+			}
+			rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 5})
+			if err != nil || len(rs) != 0 {
+				t.Fatalf("empty batch at 5: %v, %v", rs, err)
+			}
+			if c, err := q.Clock(ctx); err != nil || c.Tick != 3 {
+				t.Errorf("tick after an empty batch: %+v, %v; want 3", c, err)
+			}
+			if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 2}); fairrelay.CodeOf(err) != fairrelay.CodeClockRegressed {
+				t.Errorf("empty batch at 2: %v, want clock_regressed", err)
+			}
+		})
+	}
+}
+
+// In one batch, a flow that answered full answers full again for its later
+// events, naming the first limit (store, group, flow: SPEC §8's order) that
+// applies at that event: here flow D is full by its flow limit, then the
+// store fills, and D's next event answers store. PostgreSQL answered flow,
+// repeating D's first answer (found by the property test).
+func TestFullInABatchNamesTheLimitInOrder(t *testing.T) {
+	t.Parallel()
+	for _, b := range conformance.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			q := referenceQueue(t, b)
+			body := []byte(`{"delta":1}`)
+			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "D1", Flow: "D", Body: body, At: 1}); err != nil {
+				t.Fatal(err)
+			}
+			one, two := int64(1), int64(2)
+			if _, err := q.Configure(ctx, fairrelay.ConfigureParams{At: 1, MaxBacklog: &two, MaxFlowBacklog: &one}); err != nil {
+				t.Fatal(err)
+			}
+			rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 2, Events: []fairrelay.NewEvent{
+				{ID: "D2", Flow: "D", Body: body}, {ID: "N1", Flow: "N", Body: body}, {ID: "B1", Flow: "B", Body: body}, {ID: "D3", Flow: "D", Body: body}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range rs {
+				got = append(got, string(r.Status)+":"+r.Limit)
+			}
+			if want := "full:flow created: full:store full:store"; strings.Join(got, " ") != want {
+				t.Errorf("answers %v, want %s", got, want)
+			}
+		})
+	}
+}
+
+// referenceQueue opens a fresh store of b under the reference policy,
+// closed when the test ends.
+func referenceQueue(t *testing.T, b conformance.Backend) *fairrelay.Queue {
+	t.Helper()
+	path, _ := b.New(t)
+	q, err := fairrelay.Open(context.Background(), path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
 }
