@@ -29,8 +29,8 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 }
 
 // prune runs one prune: batch after batch of at most PruneBatch events,
-// each its own transaction, until nothing older than the retention is
-// left or ctx ends. A store error is logged and left for the next prune.
+// each its own transaction followed by a rest as long as it took, until
+// nothing older than the retention is left or ctx ends. A store error is logged and left for the next prune.
 func (r *Relay) prune(ctx context.Context) {
 	now := r.clock.Now()
 	p := fairrelay.PruneParams{At: now, Floor: true, AckedBefore: now - r.cfg.RetainAcked.Milliseconds(), IDsBefore: math.MinInt64, Limit: r.cfg.PruneBatch}
@@ -39,6 +39,7 @@ func (r *Relay) prune(ctx context.Context) {
 	}
 	var events, tombstones int64
 	for ctx.Err() == nil {
+		start := r.cfg.Source.Elapsed()
 		res, err := r.q.Prune(ctx, p)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
@@ -53,6 +54,15 @@ func (r *Relay) prune(ctx context.Context) {
 		r.cfg.Metrics.pruned(res.Events, res.Tombstones)
 		if !res.More {
 			break
+		}
+		// Pace: rest as long as the batch took, so that a long prune
+		// holds the store's write lock at most half of the time and
+		// dispatch keeps the other half.
+		rest := time.NewTimer(r.cfg.Source.Elapsed() - start)
+		select {
+		case <-ctx.Done():
+			rest.Stop()
+		case <-rest.C:
 		}
 	}
 	if events > 0 || tombstones > 0 {

@@ -65,6 +65,7 @@ longer than bodies, as --retain-ids > --retain-acked does).`,
 	f.IntVar(&opts.BodyBytes, "body-bytes", 256, "bytes per event body")
 	f.IntVar(&opts.Batch, "batch", 1000, "events per prune transaction (the relay's default)")
 	f.BoolVar(&opts.Tombstones, "tombstones", false, "every pruned event leaves a tombstone")
+	f.BoolVar(&opts.Refill, "refill", false, "after the prune, enqueue and ack as many events again and measure the size: is the space reused")
 	f.DurationVar(&opts.Baseline, "baseline", 0, "how long dispatch is measured alone (default 5s)")
 	f.StringVar(&backends, "backends", "sqlite,postgres", "backends to measure, comma-separated")
 	f.StringVar(&pg, "pg", outboxbench.DefaultPG(), "PostgreSQL server on this machine (default: $"+outboxbench.PGEnvVar+", else the tests' server)")

@@ -38,11 +38,17 @@ type PruneOptions struct {
 	// Baseline is how long the dispatch loop is measured alone before the
 	// prune (default 5 s).
 	Baseline time.Duration
+	// Refill, after the prune (and PostgreSQL's VACUUM), enqueues and acks
+	// Events new events and measures the size again: whether the freed
+	// space is reused.
+	Refill bool
 	// Dir holds the SQLite file; PgURL is the server (a fresh schema is
 	// created and dropped).
 	Dir, PgURL string
 	// OnProgress, when set, hears what the run is doing.
 	OnProgress func(backend, phase string, done, total int)
+
+	idPrefix string // of the event ids fillAcked writes
 }
 
 // PruneReport is one backend's figures. Times in milliseconds, sizes in
@@ -71,6 +77,8 @@ type PruneReport struct {
 	SizeBefore   int64 `json:"size_before"`
 	SizeAfter    int64 `json:"size_after"`
 	SizeVacuumed int64 `json:"size_vacuumed,omitempty"`
+	// SizeRefilled is the size after Refill (0 without it).
+	SizeRefilled int64 `json:"size_refilled,omitempty"`
 }
 
 // Latency summarises step durations in milliseconds.
@@ -249,6 +257,15 @@ func runPrune(ctx context.Context, backend string, o PruneOptions) (PruneReport,
 			return rep, err
 		}
 	}
+	if o.Refill {
+		o.idPrefix = "r"
+		if err := fillAcked(ctx, q, o, progress); err != nil {
+			return rep, err
+		}
+		if rep.SizeRefilled, err = size(); err != nil {
+			return rep, err
+		}
+	}
 	return rep, nil
 }
 
@@ -263,9 +280,9 @@ func fillAcked(ctx context.Context, q *fairrelay.Queue, o PruneOptions, progress
 	for i := range o.Events {
 		f := i % o.Flows
 		seq[f]++
-		ps = append(ps, fairrelay.NewEvent{ID: EventID(f, seq[f]), Flow: FlowID(f), Body: body})
+		ps = append(ps, fairrelay.NewEvent{ID: o.idPrefix + EventID(f, seq[f]), Flow: FlowID(f), Body: body})
 		if len(ps) == loadChunk || i == o.Events-1 {
-			if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: loadTick, Events: ps}); err != nil {
+			if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: loadTick, Floor: true, Events: ps}); err != nil {
 				return fmt.Errorf("load: %w", err)
 			}
 			ps = ps[:0]
@@ -275,7 +292,7 @@ func fillAcked(ctx context.Context, q *fairrelay.Queue, o PruneOptions, progress
 	acked := 0
 	var held []fairrelay.Settlement
 	for {
-		res, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: ackTick, Settles: held, ClaimLimit: 512})
+		res, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: ackTick, Floor: true, Settles: held, ClaimLimit: 512})
 		if err != nil {
 			return fmt.Errorf("ack: %w", err)
 		}
@@ -289,7 +306,8 @@ func fillAcked(ctx context.Context, q *fairrelay.Queue, o PruneOptions, progress
 			held = append(held, fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
 		}
 	}
-	if acked != o.Events {
+	// A refill also acks what the dispatch loop left of its live flows.
+	if acked < o.Events {
 		return fmt.Errorf("ack: acked %d events, want %d", acked, o.Events)
 	}
 	return nil
@@ -426,8 +444,8 @@ func pgVacuum(ctx context.Context, url, schema string) error {
 // WritePruneTable prints reports as a Markdown table.
 func WritePruneTable(w io.Writer, reps []PruneReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "| backend\t| events pruned\t| tombstones\t| txns\t| s\t| longest txn ms\t| p99 txn ms\t| dispatch alone p50/p99/max ms\t| dispatch during prune p50/p99/max ms\t| size before\t| after\t| after VACUUM\t|")
-	fmt.Fprintln(tw, "|---\t|---:\t|---:\t|---:\t|---:\t|---:\t|---:\t|---\t|---\t|---:\t|---:\t|---:\t|")
+	fmt.Fprintln(tw, "| backend\t| events pruned\t| tombstones\t| txns\t| s\t| longest txn ms\t| p99 txn ms\t| dispatch alone p50/p99/max ms\t| dispatch during prune p50/p99/max ms\t| size before\t| after\t| after VACUUM\t| after refill\t|")
+	fmt.Fprintln(tw, "|---\t|---:\t|---:\t|---:\t|---:\t|---:\t|---:\t|---\t|---\t|---:\t|---:\t|---:\t|---:\t|")
 	mb := func(n int64) string {
 		if n == 0 {
 			return "–"
@@ -435,11 +453,11 @@ func WritePruneTable(w io.Writer, reps []PruneReport) error {
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
 	}
 	for _, r := range reps {
-		fmt.Fprintf(tw, "| %s\t| %d\t| %d\t| %d\t| %.1f\t| %.1f\t| %.1f\t| %.2f / %.2f / %.1f\t| %.2f / %.2f / %.1f\t| %s\t| %s\t| %s\t|\n",
+		fmt.Fprintf(tw, "| %s\t| %d\t| %d\t| %d\t| %.1f\t| %.1f\t| %.1f\t| %.2f / %.2f / %.1f\t| %.2f / %.2f / %.1f\t| %s\t| %s\t| %s\t| %s\t|\n",
 			r.Backend, r.Pruned, r.Tombstones, r.Transactions, r.Seconds, r.LongestMs, r.P99Ms,
 			r.DispatchAlone.P50, r.DispatchAlone.P99, r.DispatchAlone.Max,
 			r.DispatchDuring.P50, r.DispatchDuring.P99, r.DispatchDuring.Max,
-			mb(r.SizeBefore), mb(r.SizeAfter), mb(r.SizeVacuumed))
+			mb(r.SizeBefore), mb(r.SizeAfter), mb(r.SizeVacuumed), mb(r.SizeRefilled))
 	}
 	return tw.Flush()
 }
