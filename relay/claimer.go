@@ -104,7 +104,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			case len(ps) > 0:
 				// A settle does not wait for a flow an outbox transaction
 				// holds: the other answers of its batch would wait with it.
-				res, err := r.q.SettleMany(settleCtx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, ClaimLimit: k})
+				res, err := r.q.SettleMany(settleCtx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, ClaimLimit: k, Relay: r.cfg.Name})
 				if err != nil {
 					return at, err
 				}

@@ -74,6 +74,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,6 +129,10 @@ type Config struct {
 	// them. (Waits — poll intervals, timeouts, the pauses between tries —
 	// are timers of the runtime.) Defaults to SystemMonotonic().
 	Source Monotonic
+	// Name names this relay in the attempt history of every event it
+	// delivers (fairrelay.Attempt.Relay; CheckID's rule). Defaults to
+	// HOST:PID, the host name and the process id.
+	Name string
 	// Logger receives the relay's logs. Defaults to discarding.
 	Logger *slog.Logger
 	// Metrics, when set, counts claims, settles and delivery latency (see
@@ -193,6 +199,9 @@ func (c Config) withDefaults() Config {
 	if c.Source == nil {
 		c.Source = SystemMonotonic()
 	}
+	if c.Name == "" {
+		c.Name = defaultName()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -237,6 +246,11 @@ func (c Config) Validate() error {
 		return invalid("prune_interval", "must not be negative, got %s", c.PruneInterval)
 	case c.PruneBatch < 0:
 		return invalid("prune_batch", "must not be negative, got %d", c.PruneBatch)
+	}
+	if c.Name != "" {
+		if err := fairrelay.CheckID("name", c.Name); err != nil {
+			return err
+		}
 	}
 	return CheckLease(c.Queue.Policy().Lease, c.DeliveryTimeout, c.LeaseMargin)
 }
@@ -416,7 +430,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		})
 	}
 	p := &pipeline{combine: r.mode.start(), inDelivery: map[string]chan struct{}{}, claimKick: make(chan struct{}, 1), settleKick: make(chan struct{}, 1)}
-	r.log.Info("relay: started", "workers", r.cfg.Workers, "tick", r.clock.Now(),
+	r.log.Info("relay: started", "name", r.cfg.Name, "workers", r.cfg.Workers, "tick", r.clock.Now(),
 		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry,
 		"budget", r.q.Policy().Budget, "backoff_base_ms", r.q.Policy().BackoffBase, "backoff_cap_ms", r.q.Policy().BackoffCap,
 		"retain_acked", r.cfg.RetainAcked, "retain_ids", r.cfg.RetainIDs, "settles", r.mode)
@@ -473,4 +487,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	p.mu.Unlock()
 	r.log.Info("relay: stopped", "tick", r.clock.Now())
 	return fatal
+}
+
+// defaultName is HOST:PID, the relay's name in the attempt history when
+// Config.Name is not set; a host name that is not a valid id gives
+// "relay:PID".
+func defaultName() string {
+	pid := strconv.Itoa(os.Getpid())
+	if h, err := os.Hostname(); err == nil && fairrelay.CheckID("name", h+":"+pid) == nil {
+		return h + ":" + pid
+	}
+	return "relay:" + pid
 }

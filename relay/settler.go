@@ -3,7 +3,9 @@ package relay
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
 )
@@ -21,13 +23,28 @@ func settleParams(at int64, as []answer) ([]fairrelay.Settlement, []Settled) {
 			out[i].LeaseLost = true
 			continue
 		}
-		p := fairrelay.Settlement{Token: a.s.Claim.Token, Outcome: a.s.Outcome}
+		p := fairrelay.Settlement{Token: a.s.Claim.Token, Outcome: a.s.Outcome, Detail: attemptDetail(a.s.Detail), Duration: max(a.s.Latency, 0)}
 		if a.retryAfter > 0 {
 			p.NotBefore = at + a.retryAfter.Milliseconds()
 		}
 		ps = append(ps, p)
 	}
 	return ps, out
+}
+
+// attemptDetail is detail as the attempt history keeps it: valid UTF-8
+// (invalid bytes replaced), cut to fairrelay.MaxDetailBytes at a rune
+// boundary.
+func attemptDetail(detail string) string {
+	d := strings.ToValidUTF8(detail, "\uFFFD")
+	if len(d) <= fairrelay.MaxDetailBytes {
+		return d
+	}
+	cut := fairrelay.MaxDetailBytes
+	for cut > 0 && !utf8.RuneStart(d[cut]) {
+		cut--
+	}
+	return d[:cut]
 }
 
 // setResults gives the reports that were sent their results, in order.
@@ -213,7 +230,7 @@ func (r *Relay) settle(ctx context.Context, as []answer) (again []answer, wrote 
 		if len(ps) == 0 {
 			return at, nil
 		}
-		res, err := r.q.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps}) // as the claimer's
+		res, err := r.q.SettleMany(ctx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, Relay: r.cfg.Name}) // as the claimer's
 		if err != nil {
 			return at, err
 		}

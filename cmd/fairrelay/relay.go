@@ -26,12 +26,12 @@ func init() { rootCmd.AddCommand(newRelayCmd()) }
 
 func newRelayCmd() *cobra.Command {
 	var (
-		queue, sinkURL, secret, metricsAddr, logLevel, permanent string
-		consoleAddr                                              string
-		cf                                                       consoleFlags
-		workers                                                  int
-		timeout, margin, shutdown, retainAcked, retainIDs        time.Duration
-		pf                                                       policyFlags
+		queue, sinkURL, secret, metricsAddr, logLevel, permanent, name string
+		consoleAddr                                                    string
+		cf                                                             consoleFlags
+		workers                                                        int
+		timeout, margin, shutdown, retainAcked, retainIDs              time.Duration
+		pf                                                             policyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "relay --queue Q --sink URL [--secret S] [--workers N] [--policy fair]",
@@ -147,7 +147,7 @@ in --permanent-status.`,
 			if created {
 				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
 			}
-			cfg := relay.Config{Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
+			cfg := relay.Config{Name: name, Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
 				ShutdownTimeout: shutdown, Logger: log, RetainAcked: retainAcked, RetainIDs: retainIDs}
 			var reg *prometheus.Registry
 			if metricsAddr != "" {
@@ -206,6 +206,7 @@ in --permanent-status.`,
 	f.DurationVar(&retainIDs, "retain-ids", 30*24*time.Hour, "keep a pruned event's id idempotent (its tombstone) this long after its ack; 0 keeps tombstones forever; at least --retain-acked")
 	f.StringVar(&permanent, "permanent-status", "", "webhook sink: comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
+	f.StringVar(&name, "name", "", "this relay's name in the attempt history of what it delivers (default HOST:PID)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	f.StringVar(&consoleAddr, "console-addr", "", "serve the operator console on this address, sharing the relay's queue (docs/console.md)")
 	cf.register(cmd)

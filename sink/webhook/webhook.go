@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/sink"
@@ -227,7 +228,30 @@ func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) 
 	if res.Outcome.Class() == fairrelay.ClassTransient {
 		res.RetryAfter = s.retryAfter(h.Get("Retry-After"))
 	}
+	if status < 200 || status > 299 {
+		if b := bodyStart(body); b != "" {
+			res.Detail += "; body: " + b
+		}
+	}
 	return res
+}
+
+// DetailBodyBytes is how much of a refusing answer's body (non-2xx) the
+// detail of its result quotes, in bytes, for the attempt history.
+const DetailBodyBytes = 256
+
+// bodyStart is the start of an answer's body as a detail quotes it: at
+// most DetailBodyBytes bytes, cut at a rune boundary, invalid UTF-8
+// replaced, white space at the ends trimmed.
+func bodyStart(body []byte) string {
+	b := body
+	if len(b) > DetailBodyBytes {
+		b = b[:DetailBodyBytes]
+		for len(b) > 0 && !utf8.RuneStart(body[len(b)]) {
+			b = b[:len(b)-1]
+		}
+	}
+	return strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
 }
 
 // refusal explains a 401 or 403: by the cause a fairrelay receiver names
