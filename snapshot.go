@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -310,23 +311,29 @@ type QuarantinedParams struct {
 
 // QuarantinedWhere lists quarantined heads by flow as p selects them, in
 // one read transaction. Errors: ErrInvalidInput (field "limit" below 1;
-// "flow" not a valid flow id; "after", "prefix" not UTF-8), ErrBusy,
-// ErrDatabase.
+// "flow" not a valid flow id; "after", "prefix" not valid UTF-8 or holding
+// a control character, which no flow id holds; "reason" not a quarantine
+// reason), ErrBusy, ErrDatabase.
 func (q *Queue) QuarantinedWhere(ctx context.Context, p QuarantinedParams) ([]EventState, error) {
 	afterFlow, limit := p.After, p.Limit
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
 	}
-	// A filter that no flow id could match is a typo, not an empty answer.
-	for _, f := range []struct{ field, v string }{{"after", p.After}, {"flow", p.Flow}, {"prefix", p.Prefix}} {
-		if f.v != "" && !utf8.ValidString(f.v) {
-			return nil, invalid(f.field, "is not valid UTF-8")
-		}
+	// A filter that nothing stored could match is a typo, not an empty
+	// answer.
+	if err := checkSearch("after", p.After); err != nil {
+		return nil, err
+	}
+	if err := checkSearch("prefix", p.Prefix); err != nil {
+		return nil, err
 	}
 	if p.Flow != "" {
 		if err := checkID("flow", p.Flow); err != nil {
 			return nil, err
 		}
+	}
+	if p.Reason != "" && p.Reason != ReasonBudgetExhausted && Outcome(p.Reason).Class() != ClassPermanent {
+		return nil, invalid("reason", "%s is no quarantine reason: %s or a permanent outcome (id_conflict, sequence_conflict, unsupported_delta, invalid_body, rejected)", quote(p.Reason), ReasonBudgetExhausted)
 	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {
@@ -467,4 +474,18 @@ func (q *Queue) CheckTick(ctx context.Context, op string, at int64, floor bool) 
 	}
 	_, err = q.resolveTick(op, at, floor, c.Tick)
 	return err
+}
+
+// checkSearch refuses a search text (a prefix, a paging key) that no
+// stored id could match: invalid UTF-8 or a control character (CheckID
+// refuses both in ids), which PostgreSQL would answer with an error of its
+// own and SQLite with nothing.
+func checkSearch(field, v string) error {
+	if !utf8.ValidString(v) {
+		return invalid(field, "is not valid UTF-8")
+	}
+	if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
+		return invalid(field, "holds a control character at byte %d (no id does)", i)
+	}
+	return nil
 }

@@ -148,13 +148,20 @@ type FlowsParams struct {
 
 // Flows lists a page of flows with their heads, in one read transaction.
 // Errors: ErrInvalidInput (field "limit" outside 1 to 1000, "prefix" with
-// paused); ErrBusy; ErrDatabase.
+// paused; "prefix" or "after" not valid UTF-8 or holding a control
+// character); ErrBusy; ErrDatabase.
 func (q *Queue) Flows(ctx context.Context, p FlowsParams) ([]FlowInfo, error) {
 	switch {
 	case p.Limit < 1 || p.Limit > pageSize:
 		return nil, invalid("limit", "must be in [1, %d], got %d", pageSize, p.Limit)
 	case p.Paused && p.Prefix != "":
 		return nil, invalid("prefix", "cannot be combined with paused")
+	}
+	if err := checkSearch("prefix", p.Prefix); err != nil {
+		return nil, err
+	}
+	if err := checkSearch("after", p.After); err != nil {
+		return nil, err
 	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {

@@ -58,11 +58,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		st := statusOf(err)
-		if st == http.StatusInternalServerError {
-			s.log.Error("console: action failed", "action", action, "user", ss.user.Name, "err", err)
-		}
-		s.fail(w, r, st, err.Error())
+		s.failErr(w, r, err, "action", action, "user", ss.user.Name)
 		return
 	}
 	s.log.Info("console: action", "action", action, "user", ss.user.Name, "result", msg)

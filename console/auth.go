@@ -162,13 +162,13 @@ func CheckAddr(addr string, cfg Config) error {
 	if cfg.Tokens != nil || cfg.AuthHeader != "" {
 		return nil
 	}
-	if host == "localhost" {
+	if loopbackHost(host) {
 		return nil
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
+	if host == "" {
+		host = "every interface"
 	}
-	return fairrelay.InvalidInput("addr", "%s is not a loopback address: give --tokens FILE or --auth-header NAME so that only operators can act", host)
+	return fairrelay.InvalidInput("addr", "%s is not a loopback address, and the console has no sign-in (fairrelay console and relay take --tokens FILE or --auth-header NAME; the demo's console is loopback only)", host)
 }
 
 // session is a signed-in browser: its user and its CSRF token.

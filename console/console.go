@@ -130,7 +130,36 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if s.cfg.Tokens == nil && s.cfg.AuthHeader == "" && !loopbackHost(r.Host) {
+		// Without sign-in, the console trusts whoever reaches it, which
+		// must be this machine: a page elsewhere that points its own host
+		// name at 127.0.0.1 (DNS rebinding) must not be served.
+		s.fail(w, r, http.StatusMisdirectedRequest, "this console has no sign-in and answers only to a loopback host name (localhost, 127.0.0.1, [::1]), not "+strconv.Quote(r.Host))
+		return
+	}
+	if r.Method == http.MethodPost {
+		if o := r.Header.Get("Origin"); o != "" && o != "null" {
+			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+				s.fail(w, r, http.StatusForbidden, "cross-origin request refused")
+				return
+			}
+		}
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// loopbackHost reports whether a request's Host names this machine:
+// localhost or a loopback address, with or without a port.
+func loopbackHost(host string) bool {
+	h, _, err := net.SplitHostPort(host)
+	if err != nil {
+		h = strings.Trim(host, "[]")
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Serve serves the console on ln until ctx is done, then shuts down
@@ -189,10 +218,7 @@ func (s *Server) page(name string, load func(r *http.Request) (any, error)) http
 		}
 		data, err := load(r)
 		if err != nil {
-			s.fail(w, r, statusOf(err), err.Error())
-			if statusOf(err) == http.StatusInternalServerError {
-				s.log.Error("console: page failed", "page", name, "err", err)
-			}
+			s.failErr(w, r, err, "page", name)
 			return
 		}
 		s.render(w, r, http.StatusOK, name, ss, data)
@@ -220,6 +246,19 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 func (s *Server) fail(w http.ResponseWriter, _ *http.Request, status int, msg string) {
 	w.Header().Set("Cache-Control", "no-store")
 	http.Error(w, msg, status)
+}
+
+// failErr answers err: bad input, not found and busy with the library's
+// message; anything else (a database error) as a 500 whose text goes to
+// the log only, with the context given (key, value pairs).
+func (s *Server) failErr(w http.ResponseWriter, r *http.Request, err error, context ...any) {
+	st := statusOf(err)
+	if st != http.StatusInternalServerError {
+		s.fail(w, r, st, err.Error())
+		return
+	}
+	s.log.Error("console: request failed", append(context, "err", err)...)
+	s.fail(w, r, st, "internal error: the store failed; see the console's log")
 }
 
 // statusOf maps a library error to an HTTP status: bad input 400, not

@@ -339,7 +339,8 @@ func TestPages(t *testing.T) {
 			t.Errorf("GET %s lists flow A", path)
 		}
 	}
-	for path, want := range map[string]int{"/audit?after=-1": 400, "/event/nope": 404, "/event/%20x": 400} {
+	for path, want := range map[string]int{"/audit?after=-1": 400, "/event/nope": 404, "/event/%20x": 400,
+		"/quarantine?reason=bogus": 400, "/flows?prefix=%00": 400, "/quarantine?prefix=%1b": 400, "/flows?after=%ff": 400} {
 		if st, body := c.do("GET", path, nil); st != want {
 			t.Errorf("GET %s: %d %s, want %d", path, st, body, want)
 		}
@@ -348,10 +349,61 @@ func TestPages(t *testing.T) {
 	if st, body := c.do("POST", "/action/redrive", url.Values{"csrf": {csrf}, "sel": {"A1"}, "reason": {"r"}}); st != 400 || !strings.Contains(body, "sel") {
 		t.Errorf("redrive of a bad selection: %d %s, want 400 naming sel", st, body)
 	}
-	// A database error is a 500, never an empty page.
+	// A database error is a 500, never an empty page, and its text stays
+	// in the log.
 	q.Close()
-	if st, _ := c.do("GET", "/", nil); st != http.StatusInternalServerError {
-		t.Errorf("GET / on a closed store: %d, want 500", st)
+	if st, body := c.do("GET", "/", nil); st != http.StatusInternalServerError || strings.Contains(body, "database") || strings.Contains(body, "sql") {
+		t.Errorf("GET / on a closed store: %d %q, want 500 without the store's error text", st, body)
+	}
+}
+
+// Without sign-in the console answers only to loopback host names: a page
+// elsewhere that resolves its own name to 127.0.0.1 (DNS rebinding) gets
+// 421 and changes nothing; and any POST from another origin is refused.
+func TestConsoleRefusesOtherHostsAndOrigins(t *testing.T) {
+	q := scenario(t)
+	base := serve(t, console.Config{Queue: q, LocalOperator: "local-op"})
+	c := newClient(t, base)
+	csrf := c.csrf("/")
+	before := snapshot(t, q)
+	_, port, _ := strings.Cut(strings.TrimPrefix(base, "http://"), ":")
+	for _, host := range []string{"evil.example:" + port, "evil.example", "192.168.1.7:" + port} {
+		req, _ := http.NewRequest("GET", base+"/flows", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest {
+			t.Errorf("GET /flows with Host %s: %d, want 421", host, resp.StatusCode)
+		}
+		req, _ = http.NewRequest("POST", base+"/action/pause", strings.NewReader(url.Values{"csrf": {csrf}, "flow": {"B"}, "reason": {"x"}}.Encode()))
+		req.Host = host
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for _, ck := range c.hc.Jar.Cookies(req.URL) {
+			req.AddCookie(ck)
+		}
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest {
+			t.Errorf("POST pause with Host %s: %d, want 421", host, resp.StatusCode)
+		}
+	}
+	c.hdr.Del("Host")
+	c.hdr.Set("Origin", "http://evil.example")
+	if st, _ := c.do("POST", "/action/pause", url.Values{"csrf": {csrf}, "flow": {"B"}, "reason": {"x"}}); st != http.StatusForbidden {
+		t.Errorf("POST from another origin: %d, want 403", st)
+	}
+	if diff := cmp.Diff(before, snapshot(t, q)); diff != "" {
+		t.Errorf("the store changed (-before +after):\n%s", diff)
+	}
+	c.hdr.Set("Origin", base)
+	if st, body := c.do("POST", "/action/pause", url.Values{"csrf": {csrf}, "flow": {"B"}, "reason": {"x"}}); st != http.StatusSeeOther {
+		t.Errorf("POST from the console's own origin: %d %.200s, want 303", st, body)
 	}
 }
 

@@ -25,7 +25,7 @@ type consoleFlags struct {
 
 func (c *consoleFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&c.tokens, "tokens", "", "console: require signing in with a token of this file (`fairrelay console token add`)")
+	f.StringVar(&c.tokens, "tokens", "", "console: require signing in with a token of this `FILE` (made by fairrelay console token add)")
 	f.StringVar(&c.authHeader, "auth-header", "", "console: trust this header, set by an authenticating proxy, to name the user (e.g. X-Forwarded-User); only behind that proxy")
 	f.StringVar(&c.readOnly, "readonly-users", "", "console, with --auth-header: comma-separated users who may only read")
 	f.StringVar(&c.certFile, "tls-cert", "", "console: serve HTTPS with this certificate (and --tls-key)")
