@@ -81,7 +81,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	}
 	d.Charts = chartsOf(ds, now, len(ds) == sampleLimit)
 	if o.Oldest != nil {
-		d.OldestAge = fmt.Sprintf("%d ticks", o.Clock.Tick-o.Oldest.EnqueuedAt)
+		d.OldestAge = ticks(o.Clock.Tick - o.Oldest.EnqueuedAt)
 	}
 	return d, nil
 }
@@ -120,19 +120,33 @@ func why(f fairrelay.FlowInfo, tick int64) string {
 	h := f.Head.Head
 	switch {
 	case f.Paused && f.PausedBy != "":
-		return fmt.Sprintf("paused by %s because %q (at tick %d)", f.PausedBy, f.PausedReason, f.PausedAt)
+		return fmt.Sprintf("paused by %s because %q (at tick %d, %s ago)", f.PausedBy, f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
 	case f.Paused:
-		return fmt.Sprintf("paused because %q (at tick %d)", f.PausedReason, f.PausedAt)
+		return fmt.Sprintf("paused because %q (at tick %d, %s ago)", f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
 	case h == nil:
 		return "drained: every event is acked"
 	case h.State == fairrelay.StateQuarantined:
 		return fmt.Sprintf("quarantined because %s: waits for a redrive", deref(h.Reason))
 	case h.State == fairrelay.StateInflight:
-		return fmt.Sprintf("leased until tick %d (generation %d, attempt %d): a delivery is under way", derefInt(h.LeaseUntil), h.Generation, h.Attempts)
+		return fmt.Sprintf("leased until tick %d (in %s; generation %d, attempt %d): a delivery is under way", derefInt(h.LeaseUntil), ticks(derefInt(h.LeaseUntil)-tick), h.Generation, h.Attempts)
 	case h.NextAt != nil && *h.NextAt > tick:
-		return fmt.Sprintf("backing off until tick %d (%d ticks from now) after %d attempts", *h.NextAt, *h.NextAt-tick, h.Attempts)
+		return fmt.Sprintf("backing off until tick %d (in %s) after %s", *h.NextAt, ticks(*h.NextAt-tick), plural(h.Attempts, "attempt"))
 	}
 	return fmt.Sprintf("eligible: waits for its turn (served %d)", f.Served)
+}
+
+// ticks says n ticks of the store's clock as the relay keeps it (1 tick =
+// 1 ms, SPEC §7): "147 ticks (0.147 s)", "90000 ticks (1m30s)".
+func ticks(n int64) string {
+	return fmt.Sprintf("%s (%s)", plural(n, "tick"), time.Duration(n)*time.Millisecond)
+}
+
+// plural is "1 attempt", "2 attempts".
+func plural(n int64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func deref(p *string) string {
