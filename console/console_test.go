@@ -314,7 +314,7 @@ func TestPages(t *testing.T) {
 	c := newClient(t, base)
 	for path, want := range map[string][]string{
 		"/":                                    {`id="quarantined">1<`, `href="/event/A1"`, "local-op", "<svg"},
-		"/flows":                               {"quarantined because unsupported_delta", "backing off until tick", "s) after 1 attempt", "drained"},
+		"/flows":                               {"quarantined because unsupported_delta", "backing off until tick", "s), after 1 attempt", "drained"},
 		"/flows?prefix=B":                      {`data-flow="B"`},
 		"/event/A1":                            {`&#34;delta&#34;: 10`, `id="redrive"`, "unsupported_delta"},
 		"/event/B1":                            {`id="expedite"`, `id="pause"`},

@@ -120,17 +120,17 @@ func why(f fairrelay.FlowInfo, tick int64) string {
 	h := f.Head.Head
 	switch {
 	case f.Paused && f.PausedBy != "":
-		return fmt.Sprintf("paused by %s because %q (at tick %d, %s ago)", f.PausedBy, f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
+		return fmt.Sprintf("paused by %s because %q, at tick %d, %s ago", f.PausedBy, f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
 	case f.Paused:
-		return fmt.Sprintf("paused because %q (at tick %d, %s ago)", f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
+		return fmt.Sprintf("paused because %q, at tick %d, %s ago", f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
 	case h == nil:
 		return "drained: every event is acked"
 	case h.State == fairrelay.StateQuarantined:
 		return fmt.Sprintf("quarantined because %s: waits for a redrive", deref(h.Reason))
 	case h.State == fairrelay.StateInflight:
-		return fmt.Sprintf("leased until tick %d (in %s; generation %d, attempt %d): a delivery is under way", derefInt(h.LeaseUntil), ticks(derefInt(h.LeaseUntil)-tick), h.Generation, h.Attempts)
+		return fmt.Sprintf("leased until tick %d, in %s (generation %d, attempt %d): a delivery is under way", derefInt(h.LeaseUntil), ticks(derefInt(h.LeaseUntil)-tick), h.Generation, h.Attempts)
 	case h.NextAt != nil && *h.NextAt > tick:
-		return fmt.Sprintf("backing off until tick %d (in %s) after %s", *h.NextAt, ticks(*h.NextAt-tick), plural(h.Attempts, "attempt"))
+		return fmt.Sprintf("backing off until tick %d, in %s, after %s", *h.NextAt, ticks(*h.NextAt-tick), plural(h.Attempts, "attempt"))
 	}
 	return fmt.Sprintf("eligible: waits for its turn (served %d)", f.Served)
 }
