@@ -109,6 +109,9 @@ func TestDemoKeepsTheConsoleUp(t *testing.T) {
 		case <-time.After(100 * time.Millisecond): // the demo runs in another process: poll its console
 		}
 	}
+	// The redrive is in the audit before the demo has drained; the signal
+	// must come once it says it keeps running.
+	d.waitStdout(t, "press Ctrl-C to end the demo")
 	if code := d.signal(t, syscall.SIGINT); code != 0 {
 		t.Fatalf("demo exit %d on SIGINT: %s", code, d.stderr())
 	}

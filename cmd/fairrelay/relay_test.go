@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,7 +34,8 @@ type daemon struct {
 
 	mu    sync.Mutex
 	lines []string      // its stderr so far
-	grew  chan struct{} // a token when lines grew
+	out   []string      // its stdout after the first line, so far
+	grew  chan struct{} // a token when lines or out grew
 }
 
 func startCLI(t *testing.T, args ...string) *daemon {
@@ -58,7 +60,18 @@ func startCLI(t *testing.T, args ...string) *daemon {
 		r := bufio.NewReader(out)
 		line, _ := r.ReadBytes('\n')
 		d.firstLine <- line
-		io.Copy(io.Discard, r) // never block the child on a full pipe
+		s := bufio.NewScanner(r) // read all: never block the child on a full pipe
+		s.Buffer(nil, 1<<20)
+		for s.Scan() {
+			d.mu.Lock()
+			d.out = append(d.out, s.Text())
+			d.mu.Unlock()
+			select {
+			case d.grew <- struct{}{}:
+			default:
+			}
+		}
+		io.Copy(io.Discard, r)
 	}()
 	go func() {
 		s := bufio.NewScanner(errOut)
@@ -116,6 +129,28 @@ func (d *daemon) line(want string) string {
 		}
 	}
 	return ""
+}
+
+// waitStdout waits up to 60 s for a stdout line (after the first) that
+// contains want.
+func (d *daemon) waitStdout(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		d.mu.Lock()
+		found := slices.ContainsFunc(d.out, func(l string) bool { return strings.Contains(l, want) })
+		d.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-d.grew:
+		case <-d.exited:
+			t.Fatalf("exited (%d) before a stdout line with %q; stderr:\n%s", d.code, want, d.stderr())
+		case <-deadline:
+			t.Fatalf("no stdout line with %q within 60 s; stderr:\n%s", want, d.stderr())
+		}
+	}
 }
 
 // waitLine returns the first stderr line that contains want, waiting for
