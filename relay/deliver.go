@@ -28,7 +28,10 @@ type answer struct {
 // stored tick, which another process may have written far ahead), or the
 // delivery outlived its lease. The first delivery's settle is then skipped
 // or answered stale, and the second delivery is the one that settles.
-func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliveries *sync.WaitGroup, cl fairrelay.Claim) {
+//
+// start is the claim's start of slot time (timeshare): the slot is charged
+// to the claim's group from then to the answer.
+func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliveries *sync.WaitGroup, cl fairrelay.Claim, start time.Duration) {
 	r.cfg.Metrics.claim()
 	deliveries.Add(1)
 	done := make(chan struct{})
@@ -46,6 +49,7 @@ func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliverie
 			<-after
 		}
 		a := r.deliver(deliverCtx, &cl)
+		r.ts.released(cl.Group, start)
 		p.mu.Lock()
 		close(done)
 		if p.inDelivery[cl.Flow] == done {

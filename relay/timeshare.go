@@ -1,0 +1,341 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// Fair by worker time (SPEC §11): the relay shares its delivery slots by
+// the time each group holds them, not by the number of claims.
+//
+// The charge. Every group (SPEC §8; a flow without one is its own, named by
+// its id: fairrelay.Claim.Group) has a charge: the slot time of its
+// deliveries, from the claim (its transaction answered) to the answer (the
+// sink returned, or the delivery timed out: a timeout charges the whole
+// timeout), divided by the group's weight. Time is read from
+// Config.Source. A delivery under way is charged as it goes (its elapsed
+// time counts in the group's charge at every claim), so that a receiver
+// that hangs is seen ahead before it answers.
+//
+// The claim. Before each claim the relay computes the floor V: the smallest
+// charge among the active groups (a group is active while it holds a slot
+// or was claimed, answered or excluded within IdleAfter = 4 × Quantum),
+// never lowered. The claim excludes (fairrelay.ClaimParams.Exclude, and
+// SettleManyParams.Exclude when it settles too) every group whose charge is
+// more than Config.Quantum ahead of V, and every group that holds its cap
+// of slots (Config.MaxGroupSlots, or the group's own max_slots). When the
+// exclusion leaves the claim short while it excluded groups for their
+// charge, the relay claims again at once, still honouring the caps but not
+// the charges (work-conserving: no slot stays idle while work exists). The
+// store still rotates flows within a group by served (SPEC §2) and still
+// spends the flow's turn at claim time.
+//
+// Idle groups. A group claimed while inactive starts at V: no banked credit
+// (SPEC §11), as a new flow joins at clock.ticket under fair. A group that
+// is ahead keeps its charge while idle, so waiting does not forgive a
+// debt; V overtakes it as the others run.
+//
+// Caps. The relay never holds more slots for a group than its cap: capped
+// groups are excluded, and one claim takes at most the smallest room left
+// (cap minus held) among the groups with a cap — every group when
+// MaxGroupSlots is set — so a small cap makes claims smaller.
+//
+// Several relays. The charges are per relay, kept in memory: each relay is
+// fair over its own slots. On one relay, while two groups both stay
+// eligible, the difference of their charges stays below Quantum + H × D /
+// w, where D is the longest slot hold (at most DeliveryTimeout), H the
+// slots the group holds at once and w its weight: a group is claimed only
+// within Quantum of the floor, and what it holds then adds at most H × D /
+// w. With R relays on one store the weighted slot times summed over the
+// relays therefore differ by at most R × (Quantum + H × D / w): R times one
+// relay's bound, whatever the relays' loads. Since the bound does not grow
+// with time, the long-run shares are the weights' on every relay and so on
+// all of them together.
+//
+// Weights and caps are read from the store (fairrelay.Queue.Groups) at New
+// and every Config.GroupsRefresh after; a failed refresh keeps the last
+// values and counts as a store error (Health).
+
+// timeshare is the per-relay scheduler above. All methods are safe for
+// concurrent use.
+type timeshare struct {
+	src       Monotonic
+	quantum   time.Duration
+	idleAfter time.Duration
+	capAll    int64 // Config.MaxGroupSlots; 0: none
+	metrics   *Metrics
+
+	mu      sync.Mutex
+	floor   float64 // V, ns of weighted slot time; never lowered
+	groups  map[string]*groupTime
+	weights map[string]int64 // from the store: the groups of weight != 1
+	caps    map[string]int64 // from the store: the groups with max_slots > 0
+}
+
+// groupTime is one group's account.
+type groupTime struct {
+	charge   float64       // weighted slot time of the ended deliveries, ns
+	held     int64         // slots held now
+	startSum time.Duration // sum of the claim times of the held slots
+	seen     time.Duration // the last claim, answer or exclusion
+	slotTime time.Duration // unweighted slot time of ended deliveries
+	lastSeen bool          // seen at least once (seen is valid)
+}
+
+// maxTracked bounds the groups a relay keeps an account for: past it, the
+// idle groups without debt are forgotten (they would start at V anyway).
+const maxTracked = 16384
+
+func newTimeshare(src Monotonic, quantum time.Duration, capAll int, m *Metrics) *timeshare {
+	return &timeshare{src: src, quantum: quantum, idleAfter: 4 * quantum, capAll: int64(capAll), metrics: m,
+		groups: map[string]*groupTime{}, weights: map[string]int64{}, caps: map[string]int64{}}
+}
+
+func (ts *timeshare) weight(g string) int64 {
+	if w := ts.weights[g]; w > 0 {
+		return w
+	}
+	return 1
+}
+
+func (ts *timeshare) capOf(g string) int64 {
+	if c := ts.caps[g]; c > 0 {
+		return c
+	}
+	return ts.capAll
+}
+
+// effective is g's charge now, its deliveries under way included.
+func (ts *timeshare) effective(name string, g *groupTime, now time.Duration) float64 {
+	return g.charge + float64(time.Duration(g.held)*now-g.startSum)/float64(ts.weight(name))
+}
+
+func (ts *timeshare) active(g *groupTime, now time.Duration) bool {
+	return g.held > 0 || (g.lastSeen && now-g.seen < ts.idleAfter)
+}
+
+// plan is one claim's exclusions: limit is how many heads it may take
+// (k, or less so that no cap is exceeded), capped the groups at their cap,
+// ahead the groups more than a quantum ahead of the floor (empty when
+// fair is false). Together they are at most fairrelay.MaxExclude long; the
+// groups furthest ahead are kept.
+func (ts *timeshare) plan(k int, fair bool) (limit int, capped, ahead []string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	limit = k
+	room := func(name string, held int64) {
+		if c := ts.capOf(name); c > 0 && held < c {
+			limit = min(limit, int(c-held))
+		}
+	}
+	if ts.capAll > 0 {
+		room("", 0) // a group the relay holds nothing of
+	}
+	for name := range ts.caps {
+		if ts.groups[name] == nil {
+			room(name, 0)
+		}
+	}
+	min0, any := 0.0, false
+	for name, g := range ts.groups {
+		if c := ts.capOf(name); c > 0 && g.held >= c {
+			capped = append(capped, name)
+			continue
+		}
+		room(name, g.held)
+		if ts.active(g, now) {
+			if e := ts.effective(name, g, now); !any || e < min0 {
+				min0, any = e, true
+			}
+		}
+	}
+	if any {
+		ts.floor = max(ts.floor, min0)
+	}
+	if len(capped) > fairrelay.MaxExclude {
+		capped = capped[:fairrelay.MaxExclude]
+	}
+	if !fair {
+		return limit, capped, nil
+	}
+	type far struct {
+		name string
+		e    float64
+	}
+	var fs []far
+	bound := ts.floor + float64(ts.quantum)
+	for name, g := range ts.groups {
+		if c := ts.capOf(name); c > 0 && g.held >= c {
+			continue
+		}
+		if e := ts.effective(name, g, now); e > bound {
+			fs = append(fs, far{name, e})
+			g.seen, g.lastSeen = now, true // waiting, not idle
+		}
+	}
+	if n := fairrelay.MaxExclude - len(capped); len(fs) > n {
+		slices.SortFunc(fs, func(a, b far) int { return cmp.Compare(b.e, a.e) })
+		fs = fs[:n]
+	}
+	for _, f := range fs {
+		ahead = append(ahead, f.name)
+	}
+	return limit, capped, ahead
+}
+
+// started records the claims cs, taken now, and appends now (the start of
+// their slot time) to starts once for each.
+func (ts *timeshare) started(starts []time.Duration, cs []fairrelay.Claim) []time.Duration {
+	if len(cs) == 0 {
+		return starts
+	}
+	now := ts.claimed(cs)
+	for range cs {
+		starts = append(starts, now)
+	}
+	return starts
+}
+
+// claimed records the claims cs, taken now, and returns now: the start of
+// their slot time.
+func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	for _, c := range cs {
+		g := ts.groups[c.Group]
+		if g == nil {
+			g = &groupTime{}
+			ts.groups[c.Group] = g
+		}
+		if !ts.active(g, now) {
+			// Idle: no banked credit (a debt is kept).
+			g.charge = max(g.charge, ts.floor)
+		}
+		g.held++
+		g.startSum += now
+		g.seen, g.lastSeen = now, true
+		ts.metrics.groupSlots(c.Group, 1)
+	}
+	if len(ts.groups) > maxTracked {
+		ts.forget(now)
+	}
+	return now
+}
+
+// forget drops the idle groups without debt. mu must be held.
+func (ts *timeshare) forget(now time.Duration) {
+	for name, g := range ts.groups {
+		if !ts.active(g, now) && g.charge <= ts.floor {
+			delete(ts.groups, name)
+		}
+	}
+}
+
+// released ends a slot of group, claimed at start: the group is charged
+// the slot time, divided by its weight.
+func (ts *timeshare) released(group string, start time.Duration) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	d := now - start
+	g := ts.groups[group]
+	if g == nil { // forgotten while it held a slot: cannot happen (active)
+		g = &groupTime{}
+		ts.groups[group] = g
+	}
+	g.charge += float64(d) / float64(ts.weight(group))
+	g.held--
+	g.startSum -= start
+	g.slotTime += d
+	g.seen, g.lastSeen = now, true
+	ts.metrics.groupSlotTime(group, d)
+	ts.metrics.groupSlots(group, -1)
+}
+
+// refresh reads every group's weight and slot cap from the store, 1000
+// groups a read. Errors: the store's (ErrBusy, ErrDatabase).
+func (ts *timeshare) refresh(ctx context.Context, q *fairrelay.Queue) error {
+	weights, caps := map[string]int64{}, map[string]int64{}
+	const page = 1000
+	for after := ""; ; {
+		gs, err := q.Groups(ctx, after, page)
+		if err != nil {
+			return err
+		}
+		for _, g := range gs {
+			if g.Weight > 1 {
+				weights[g.Group] = g.Weight
+			}
+			if g.MaxSlots > 0 {
+				caps[g.Group] = g.MaxSlots
+			}
+		}
+		if len(gs) < page {
+			break
+		}
+		after = gs[len(gs)-1].Group
+	}
+	ts.mu.Lock()
+	ts.weights, ts.caps = weights, caps
+	ts.mu.Unlock()
+	return nil
+}
+
+// GroupTime is one group's account in a relay (SPEC §11), as
+// Relay.GroupTimes reports it.
+type GroupTime struct {
+	// Group is the group's name (a flow's id for a flow that is its own).
+	Group string
+	// SlotTime is the slot time of the group's ended deliveries, from claim
+	// to answer, as Config.Source measures it, since the relay started
+	// (or since it last forgot the group: see Relay.GroupTimes).
+	SlotTime time.Duration
+	// Charge is the group's charge: weighted slot time (SlotTime / weight,
+	// plus what its entries at the floor added), deliveries under way
+	// included.
+	Charge time.Duration
+	// Slots is how many delivery slots the group holds now.
+	Slots int
+	// Weight is the group's weight as the relay last read it (1 to
+	// fairrelay.MaxWeight).
+	Weight int64
+}
+
+// GroupTimes reports the relay's time-sharing accounts (SPEC §11), sorted
+// by group: every group the relay claimed for, but an idle group without
+// debt is forgotten once the relay tracks more than 16384 groups.
+func (r *Relay) GroupTimes() []GroupTime {
+	ts := r.ts
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	out := make([]GroupTime, 0, len(ts.groups))
+	for name, g := range ts.groups {
+		out = append(out, GroupTime{Group: name, SlotTime: g.slotTime, Charge: time.Duration(ts.effective(name, g, now)),
+			Slots: int(g.held), Weight: ts.weight(name)})
+	}
+	slices.SortFunc(out, func(a, b GroupTime) int { return cmp.Compare(a.Group, b.Group) })
+	return out
+}
+
+// refreshLoop reads the groups' weights and caps every
+// Config.GroupsRefresh until ctx is done; a failed read keeps the last
+// ones and counts in Health.
+func (r *Relay) refreshLoop(ctx context.Context) {
+	every(ctx, r.cfg.GroupsRefresh, r.cfg.GroupsRefresh, func() {
+		if err := r.ts.refresh(ctx, r.q); err != nil {
+			if ctx.Err() == nil {
+				r.health.failed("groups", err)
+			}
+			return
+		}
+		r.health.read()
+	})
+}
