@@ -104,7 +104,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			ps, settled = settleParams(at, ans)
 			var capped, ahead []string
 			if k > 0 {
-				kk, capped, ahead = r.ts.plan(k, true)
+				kk, capped, ahead = r.ts.plan(k, relaxNone)
 			}
 			exclude := append(capped, ahead...)
 			tick := at
@@ -129,16 +129,17 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				return at, nil
 			}
 			starts = r.ts.started(starts, cs)
-			if len(cs) < kk && len(ahead) > 0 {
+			for relax := relaxOnce; relax <= relaxAll && len(cs) < kk && len(ahead) > 0; relax++ {
 				// Short, with groups left out for their charge: nothing
 				// else is runnable, and a slot must not stay idle while
 				// work exists (SPEC §11, work-conserving). Claim again,
-				// still within the caps.
-				more, mtick := r.claimMore(settleCtx, tick, kk-len(cs))
+				// still within the caps, from the least ahead.
+				var more []fairrelay.Claim
+				more, ahead, tick = r.claimMore(settleCtx, tick, kk-len(cs), relax)
 				if more != nil {
 					kinds = append(kinds, txClaim)
 				}
-				cs, tick = append(cs, more...), mtick
+				cs = append(cs, more...)
 				starts = r.ts.started(starts, more)
 			}
 			return tick, nil
@@ -214,17 +215,18 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 	return nil
 }
 
-// claimMore is the work-conserving claim of SPEC §11: up to n more heads
-// at tick at, leaving out only the groups at their slot cap. It returns
-// the claims (nil when it failed: the write before it committed, so its
-// failure is only recorded, and the claimer tries again at its next
-// round) and the tick it ran at.
-func (r *Relay) claimMore(ctx context.Context, at int64, n int) ([]fairrelay.Claim, int64) {
-	n, capped, _ := r.ts.plan(n, false)
-	res, err := r.q.Claim(ctx, fairrelay.ClaimParams{At: at, Limit: n, Floor: true, Exclude: capped})
+// claimMore is a work-conserving claim of SPEC §11: up to n more heads at
+// tick at, with the exclusions of relaxation level relax (timeshare.plan).
+// It returns the claims, the groups it left out for their charge and the
+// tick it ran at. When it fails it claims nothing (nil, nil, at): the
+// write before it committed, so its failure is only recorded, and the
+// claimer tries again at its next round.
+func (r *Relay) claimMore(ctx context.Context, at int64, n, relax int) ([]fairrelay.Claim, []string, int64) {
+	n, capped, ahead := r.ts.plan(n, relax)
+	res, err := r.q.Claim(ctx, fairrelay.ClaimParams{At: at, Limit: n, Floor: true, Exclude: append(capped, ahead...)})
 	if err != nil {
 		r.health.failed("claim", err)
-		return nil, at
+		return nil, nil, at
 	}
-	return res.Claims, res.Tick
+	return res.Claims, ahead, res.Tick
 }

@@ -23,15 +23,21 @@ import (
 // that hangs is seen ahead before it answers.
 //
 // The claim. Before each claim the relay computes the floor V: the smallest
-// charge among the active groups (a group is active while it holds a slot
-// or was claimed, answered or excluded within IdleAfter = 4 × Quantum),
-// never lowered. The claim excludes (fairrelay.ClaimParams.Exclude, and
+// charge among the active groups, never lowered. A group is active while it
+// holds a slot or was claimed, answered or left out within 4 × Quantum or
+// within the claimer's last 8 rounds (while long deliveries hold every
+// slot no round is made, and the groups waiting are not idle). The claim excludes (fairrelay.ClaimParams.Exclude, and
 // SettleManyParams.Exclude when it settles too) every group whose charge is
 // more than Config.Quantum ahead of V, and every group that holds its cap
 // of slots (Config.MaxGroupSlots, or the group's own max_slots). When the
 // exclusion leaves the claim short while it excluded groups for their
-// charge, the relay claims again at once, still honouring the caps but not
-// the charges (work-conserving: no slot stays idle while work exists). The
+// charge, nothing else is runnable, and the relay claims again at once for
+// the slots left (work-conserving: no slot stays idle while work exists),
+// still honouring the caps: first leaving out only the groups more than a
+// quantum ahead of the least ahead of them (so the slot still goes to the
+// smallest charge that has work), then, if still short, no group for its
+// charge. A round therefore costs one to three transactions; the extra ones
+// only when it comes back short. The
 // store still rotates flows within a group by served (SPEC §2) and still
 // spends the flow's turn at claim time.
 //
@@ -46,16 +52,20 @@ import (
 // MaxGroupSlots is set — so a small cap makes claims smaller.
 //
 // Several relays. The charges are per relay, kept in memory: each relay is
-// fair over its own slots. On one relay, while two groups both stay
-// eligible, the difference of their charges stays below Quantum + H × D /
-// w, where D is the longest slot hold (at most DeliveryTimeout), H the
-// slots the group holds at once and w its weight: a group is claimed only
-// within Quantum of the floor, and what it holds then adds at most H × D /
-// w. With R relays on one store the weighted slot times summed over the
-// relays therefore differ by at most R × (Quantum + H × D / w): R times one
-// relay's bound, whatever the relays' loads. Since the bound does not grow
-// with time, the long-run shares are the weights' on every relay and so on
-// all of them together.
+// fair over its own slots. On one relay, while the active groups all have
+// a claimable head at every claim (saturated: no claim comes back short,
+// so none is relaxed), every active group's charge stays within
+// [V, V + B], B = Quantum + max over groups of H × D / w, where D is the
+// group's longest slot hold (at most DeliveryTimeout), H the most slots it
+// held at once and w its weight (GroupTime.MaxHold, PeakSlots, Weight): a
+// group is claimed only while its charge is within Quantum of V, and what
+// it then holds adds at most H × D / w before it answers. So two saturated
+// groups' charges differ by at most B on each relay, and their charges
+// summed over R relays on one store differ by at most the sum of the
+// relays' B, at most R × B: the error grows with the number of relays, not
+// with time, so the long-run shares of slot time are the weights' on every
+// relay and on all of them together. (A charge is the weighted slot time
+// since the group became active, its entry at the floor included.)
 //
 // Weights and caps are read from the store (fairrelay.Queue.Groups) at New
 // and every Config.GroupsRefresh after; a failed refresh keeps the last
@@ -72,6 +82,7 @@ type timeshare struct {
 
 	mu      sync.Mutex
 	floor   float64 // V, ns of weighted slot time; never lowered
+	plans   int64   // plans made: the claimer's rounds
 	groups  map[string]*groupTime
 	weights map[string]int64 // from the store: the groups of weight != 1
 	caps    map[string]int64 // from the store: the groups with max_slots > 0
@@ -83,8 +94,11 @@ type groupTime struct {
 	held     int64         // slots held now
 	startSum time.Duration // sum of the claim times of the held slots
 	seen     time.Duration // the last claim, answer or exclusion
+	seenPlan int64         // plans made by then
 	slotTime time.Duration // unweighted slot time of ended deliveries
 	lastSeen bool          // seen at least once (seen is valid)
+	maxHold  time.Duration // the longest slot hold
+	peak     int64         // the most slots held at once
 }
 
 // maxTracked bounds the groups a relay keeps an account for: past it, the
@@ -115,19 +129,49 @@ func (ts *timeshare) effective(name string, g *groupTime, now time.Duration) flo
 	return g.charge + float64(time.Duration(g.held)*now-g.startSum)/float64(ts.weight(name))
 }
 
+// idlePlans is how many claim rounds must pass without a group (besides
+// idleAfter) before it counts as idle.
+const idlePlans = 8
+
+// active: g holds a slot, or was seen within idleAfter or within the last
+// idlePlans claim rounds. The rounds matter while every slot is held for
+// long: no claim is made then, and a group waiting for a slot is not
+// idle.
 func (ts *timeshare) active(g *groupTime, now time.Duration) bool {
-	return g.held > 0 || (g.lastSeen && now-g.seen < ts.idleAfter)
+	return g.held > 0 || (g.lastSeen && (now-g.seen < ts.idleAfter || ts.plans-g.seenPlan < idlePlans))
 }
 
-// plan is one claim's exclusions: limit is how many heads it may take
-// (k, or less so that no cap is exceeded), capped the groups at their cap,
-// ahead the groups more than a quantum ahead of the floor (empty when
-// fair is false). Together they are at most fairrelay.MaxExclude long; the
-// groups furthest ahead are kept.
-func (ts *timeshare) plan(k int, fair bool) (limit int, capped, ahead []string) {
+// touch marks g seen now. mu must be held.
+func (ts *timeshare) touch(g *groupTime, now time.Duration) {
+	g.seen, g.seenPlan, g.lastSeen = now, ts.plans, true
+}
+
+// Relaxation levels of plan: the claims of one round of the claimer, each
+// tried only when the one before came back short while it left groups out
+// for their charge.
+const (
+	// relaxNone leaves out the groups more than a quantum ahead of the
+	// floor.
+	relaxNone = iota
+	// relaxOnce takes the floor up to the smallest charge among those
+	// groups: it leaves out only the groups more than a quantum ahead of
+	// the least ahead, so that the next slot still goes to the smallest
+	// charge that has work.
+	relaxOnce
+	// relaxAll leaves out no group for its charge.
+	relaxAll
+)
+
+// plan is one claim's exclusions at relaxation level relax: limit is how
+// many heads it may take (k, or less so that no cap is exceeded), capped
+// the groups at their cap, ahead the groups left out for their charge.
+// Together they are at most fairrelay.MaxExclude long; the groups furthest
+// ahead are kept.
+func (ts *timeshare) plan(k int, relax int) (limit int, capped, ahead []string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	now := ts.src.Elapsed()
+	ts.plans++
 	limit = k
 	room := func(name string, held int64) {
 		if c := ts.capOf(name); c > 0 && held < c {
@@ -161,7 +205,7 @@ func (ts *timeshare) plan(k int, fair bool) (limit int, capped, ahead []string) 
 	if len(capped) > fairrelay.MaxExclude {
 		capped = capped[:fairrelay.MaxExclude]
 	}
-	if !fair {
+	if relax == relaxAll {
 		return limit, capped, nil
 	}
 	type far struct {
@@ -170,14 +214,22 @@ func (ts *timeshare) plan(k int, fair bool) (limit int, capped, ahead []string) 
 	}
 	var fs []far
 	bound := ts.floor + float64(ts.quantum)
+	least := 0.0
 	for name, g := range ts.groups {
 		if c := ts.capOf(name); c > 0 && g.held >= c {
 			continue
 		}
 		if e := ts.effective(name, g, now); e > bound {
 			fs = append(fs, far{name, e})
-			g.seen, g.lastSeen = now, true // waiting, not idle
+			if len(fs) == 1 || e < least {
+				least = e
+			}
+			ts.touch(g, now) // waiting, not idle
 		}
+	}
+	if relax == relaxOnce {
+		bound = least + float64(ts.quantum)
+		fs = slices.DeleteFunc(fs, func(f far) bool { return f.e <= bound })
 	}
 	if n := fairrelay.MaxExclude - len(capped); len(fs) > n {
 		slices.SortFunc(fs, func(a, b far) int { return cmp.Compare(b.e, a.e) })
@@ -219,8 +271,9 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 			g.charge = max(g.charge, ts.floor)
 		}
 		g.held++
+		g.peak = max(g.peak, g.held)
 		g.startSum += now
-		g.seen, g.lastSeen = now, true
+		ts.touch(g, now)
 		ts.metrics.groupSlots(c.Group, 1)
 	}
 	if len(ts.groups) > maxTracked {
@@ -254,7 +307,8 @@ func (ts *timeshare) released(group string, start time.Duration) {
 	g.held--
 	g.startSum -= start
 	g.slotTime += d
-	g.seen, g.lastSeen = now, true
+	g.maxHold = max(g.maxHold, d)
+	ts.touch(g, now)
 	ts.metrics.groupSlotTime(group, d)
 	ts.metrics.groupSlots(group, -1)
 }
@@ -306,6 +360,11 @@ type GroupTime struct {
 	// Weight is the group's weight as the relay last read it (1 to
 	// fairrelay.MaxWeight).
 	Weight int64
+	// MaxHold is the longest slot hold of one of the group's deliveries
+	// (claim to answer): D in the bound of SPEC §11 several relays obey.
+	MaxHold time.Duration
+	// PeakSlots is the most slots the group held at once: H in that bound.
+	PeakSlots int
 }
 
 // GroupTimes reports the relay's time-sharing accounts (SPEC §11), sorted
@@ -319,7 +378,7 @@ func (r *Relay) GroupTimes() []GroupTime {
 	out := make([]GroupTime, 0, len(ts.groups))
 	for name, g := range ts.groups {
 		out = append(out, GroupTime{Group: name, SlotTime: g.slotTime, Charge: time.Duration(ts.effective(name, g, now)),
-			Slots: int(g.held), Weight: ts.weight(name)})
+			Slots: int(g.held), Weight: ts.weight(name), MaxHold: g.maxHold, PeakSlots: int(g.peak)})
 	}
 	slices.SortFunc(out, func(a, b GroupTime) int { return cmp.Compare(a.Group, b.Group) })
 	return out
