@@ -347,7 +347,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		serial: !cfg.Queue.ConcurrentWriters(), mode: besideClaims{}, wake: make(chan struct{}, 1), changed: make(chan struct{}, 1),
 		heartbeat: max(1, (cfg.Queue.Policy().Lease-(cfg.DeliveryTimeout+cfg.LeaseMargin).Milliseconds())/2),
 		health:    newHealth(cfg.Source, cfg.Logger, cfg.Metrics),
-		ts:        newTimeshare(cfg.Source, cfg.Quantum, cfg.MaxGroupSlots, cfg.Metrics),
+		ts:        newTimeshare(cfg.Source, cfg.Workers, cfg.Quantum, cfg.MaxGroupSlots, cfg.Metrics),
 	}
 	if err := r.ts.refresh(ctx, cfg.Queue); err != nil {
 		return nil, fmt.Errorf("relay: read the groups' weights: %w", err)

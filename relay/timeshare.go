@@ -22,11 +22,21 @@ import (
 // time counts in the group's charge at every claim), so that a receiver
 // that hangs is seen ahead before it answers.
 //
-// The claim. Before each claim the relay computes the floor V: the smallest
-// charge among the active groups, never lowered. A group is active while it
-// holds a slot or was claimed, answered or left out within 4 × Quantum or
-// within the claimer's last 8 rounds (while long deliveries hold every
-// slot no round is made, and the groups waiting are not idle). The claim excludes (fairrelay.ClaimParams.Exclude, and
+// The floor. The relay keeps a floor V, the charge a group would have had
+// with its fair share: V moves at the pace of every slot busy and shared by
+// the active groups' weights (Workers / the sum of their weights, per
+// second of Config.Source), and never stays below the smallest charge
+// among them; it never goes down. A group is active while it holds a slot
+// or was claimed, answered or left out within 4 × Quantum or within the
+// claimer's last 8 rounds (while long deliveries hold every slot no round
+// is made, and the groups waiting are not idle). A group that cannot use
+// its share (its receiver answers so fast that it never holds many slots)
+// falls behind V, and what it leaves goes to the others: a slow group
+// beside fast ones gets its share of the slots and what the fast ones do
+// not use, not only as much slot time as they use (max-min fair, as
+// weighted fair queuing's virtual time).
+//
+// The claim. The claim excludes (fairrelay.ClaimParams.Exclude, and
 // SettleManyParams.Exclude when it settles too) every group whose charge is
 // more than Config.Quantum ahead of V, and every group that holds its cap
 // of slots (Config.MaxGroupSlots, or the group's own max_slots). When the
@@ -42,9 +52,11 @@ import (
 // spends the flow's turn at claim time.
 //
 // Idle groups. A group claimed while inactive starts at V: no banked credit
-// (SPEC §11), as a new flow joins at clock.ticket under fair. A group that
-// is ahead keeps its charge while idle, so waiting does not forgive a
-// debt; V overtakes it as the others run.
+// (SPEC §11), as a new flow joins at clock.ticket under fair; an active
+// group claimed more than a quantum behind V is raised to V - Quantum, so
+// a share it did not use is not banked either. A group that is ahead keeps
+// its charge while idle, so waiting does not forgive a debt; V overtakes
+// it.
 //
 // Caps. The relay never holds more slots for a group than its cap: capped
 // groups are excluded, and one claim takes at most the smallest room left
@@ -52,20 +64,20 @@ import (
 // MaxGroupSlots is set — so a small cap makes claims smaller.
 //
 // Several relays. The charges are per relay, kept in memory: each relay is
-// fair over its own slots. On one relay, while the active groups all have
-// a claimable head at every claim (saturated: no claim comes back short,
-// so none is relaxed), every active group's charge stays within
-// [V, V + B], B = Quantum + max over groups of H × D / w, where D is the
+// fair over its own slots, and nothing is shared but the store. On one
+// relay, let B = Quantum + max over groups of H × D / w, where D is the
 // group's longest slot hold (at most DeliveryTimeout), H the most slots it
-// held at once and w its weight (GroupTime.MaxHold, PeakSlots, Weight): a
-// group is claimed only while its charge is within Quantum of V, and what
-// it then holds adds at most H × D / w before it answers. So two saturated
-// groups' charges differ by at most B on each relay, and their charges
-// summed over R relays on one store differ by at most the sum of the
-// relays' B, at most R × B: the error grows with the number of relays, not
-// with time, so the long-run shares of slot time are the weights' on every
-// relay and on all of them together. (A charge is the weighted slot time
-// since the group became active, its entry at the floor included.)
+// held at once and w its weight (GroupTime.MaxHold, PeakSlots, Weight). No
+// group's charge runs more than B ahead of V: a group is claimed only
+// within Quantum of V, and what it then holds adds at most H × D / w
+// before it answers. A group that can use its share is never more than
+// Quantum behind V after its claims (a claim raises it there). So two such
+// groups' charges differ by at most B + Quantum on one relay, and, summed
+// over R relays on one store, by at most the sum of the relays' bounds,
+// R × (B + Quantum) when the relays are alike: the error grows with the
+// number of relays, not with time, so the long-run shares of slot time are
+// the weights' on every relay and on all of them together.
+// (TestTimeFairTwoRelaysOnPostgres checks the bound and the shares.)
 //
 // Weights and caps are read from the store (fairrelay.Queue.Groups) at New
 // and every Config.GroupsRefresh after; a failed refresh keeps the last
@@ -80,12 +92,16 @@ type timeshare struct {
 	capAll    int64 // Config.MaxGroupSlots; 0: none
 	metrics   *Metrics
 
-	mu      sync.Mutex
-	floor   float64 // V, ns of weighted slot time; never lowered
-	plans   int64   // plans made: the claimer's rounds
-	groups  map[string]*groupTime
-	weights map[string]int64 // from the store: the groups of weight != 1
-	caps    map[string]int64 // from the store: the groups with max_slots > 0
+	mu    sync.Mutex
+	floor float64 // V, ns of weighted slot time; never lowered
+	slots int     // Config.Workers
+	// lastPlan is when floor last moved (planned: it has).
+	lastPlan time.Duration
+	planned  bool
+	plans    int64 // plans made: the claimer's rounds
+	groups   map[string]*groupTime
+	weights  map[string]int64 // from the store: the groups of weight != 1
+	caps     map[string]int64 // from the store: the groups with max_slots > 0
 }
 
 // groupTime is one group's account.
@@ -105,8 +121,8 @@ type groupTime struct {
 // idle groups without debt are forgotten (they would start at V anyway).
 const maxTracked = 16384
 
-func newTimeshare(src Monotonic, quantum time.Duration, capAll int, m *Metrics) *timeshare {
-	return &timeshare{src: src, quantum: quantum, idleAfter: 4 * quantum, capAll: int64(capAll), metrics: m,
+func newTimeshare(src Monotonic, slots int, quantum time.Duration, capAll int, m *Metrics) *timeshare {
+	return &timeshare{src: src, slots: slots, quantum: quantum, idleAfter: 4 * quantum, capAll: int64(capAll), metrics: m,
 		groups: map[string]*groupTime{}, weights: map[string]int64{}, caps: map[string]int64{}}
 }
 
@@ -186,19 +202,26 @@ func (ts *timeshare) plan(k int, relax int) (limit int, capped, ahead []string) 
 			room(name, 0)
 		}
 	}
-	min0, any := 0.0, false
+	min0, any, weights := 0.0, false, int64(0)
 	for name, g := range ts.groups {
+		if ts.active(g, now) {
+			weights += ts.weight(name)
+			if e := ts.effective(name, g, now); !any || e < min0 {
+				min0, any = e, true
+			}
+		}
 		if c := ts.capOf(name); c > 0 && g.held >= c {
 			capped = append(capped, name)
 			continue
 		}
 		room(name, g.held)
-		if ts.active(g, now) {
-			if e := ts.effective(name, g, now); !any || e < min0 {
-				min0, any = e, true
-			}
-		}
 	}
+	if ts.planned && weights > 0 {
+		// The fair share's pace: every slot busy, shared by the weights of
+		// the active groups.
+		ts.floor += float64(now-ts.lastPlan) * float64(ts.slots) / float64(weights)
+	}
+	ts.lastPlan, ts.planned = now, true
 	if any {
 		ts.floor = max(ts.floor, min0)
 	}
@@ -266,7 +289,11 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 			g = &groupTime{}
 			ts.groups[c.Group] = g
 		}
-		if !ts.active(g, now) {
+		if ts.active(g, now) {
+			// A group that used less than its share banks at most a
+			// quantum of it.
+			g.charge = max(g.charge, ts.floor-float64(ts.quantum))
+		} else {
 			// Idle: no banked credit (a debt is kept).
 			g.charge = max(g.charge, ts.floor)
 		}
@@ -360,6 +387,9 @@ type GroupTime struct {
 	// Weight is the group's weight as the relay last read it (1 to
 	// fairrelay.MaxWeight).
 	Weight int64
+	// Holding is the slot time so far of the deliveries under way: SlotTime
+	// + Holding is all the slot time the group held until now.
+	Holding time.Duration
 	// MaxHold is the longest slot hold of one of the group's deliveries
 	// (claim to answer): D in the bound of SPEC §11 several relays obey.
 	MaxHold time.Duration
@@ -378,7 +408,8 @@ func (r *Relay) GroupTimes() []GroupTime {
 	out := make([]GroupTime, 0, len(ts.groups))
 	for name, g := range ts.groups {
 		out = append(out, GroupTime{Group: name, SlotTime: g.slotTime, Charge: time.Duration(ts.effective(name, g, now)),
-			Slots: int(g.held), Weight: ts.weight(name), MaxHold: g.maxHold, PeakSlots: int(g.peak)})
+			Slots: int(g.held), Weight: ts.weight(name), MaxHold: g.maxHold, PeakSlots: int(g.peak),
+			Holding: time.Duration(g.held)*now - g.startSum})
 	}
 	slices.SortFunc(out, func(a, b GroupTime) int { return cmp.Compare(a.Group, b.Group) })
 	return out

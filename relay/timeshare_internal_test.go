@@ -37,7 +37,7 @@ func TestGroupLabelIsBounded(t *testing.T) {
 // and claims no more heads than the smallest room left under a cap.
 func TestPlanExcludesAndBoundsTheClaim(t *testing.T) {
 	src := &stepTime{}
-	ts := newTimeshare(src, 10*time.Millisecond, 2, nil)
+	ts := newTimeshare(src, 1, 10*time.Millisecond, 2, nil)
 	ts.caps = map[string]int64{"one": 1}
 	start := ts.claimed([]fairrelay.Claim{{Group: "a"}, {Group: "a"}, {Group: "b"}})
 	src.d = 50 * time.Millisecond
@@ -52,7 +52,7 @@ func TestPlanExcludesAndBoundsTheClaim(t *testing.T) {
 	src.d = 100 * time.Millisecond
 	ts.released("c", 50*time.Millisecond) // c: 50 + 50 ms, b: 50 ms
 	if _, _, ahead := ts.plan(8, relaxNone); len(ahead) != 1 || ahead[0] != "c" {
-		t.Errorf("ahead %v, want [c]: 50 ms ahead of the floor, quantum 10 ms", ahead)
+		t.Errorf("ahead %v, want [c]: 100 ms, the floor 67 ms (b at 50 ms, then one slot over three groups for 50 ms), quantum 10 ms", ahead)
 	}
 	if _, _, ahead := ts.plan(8, relaxAll); len(ahead) != 0 {
 		t.Errorf("relaxed: ahead %v, want none", ahead)
