@@ -29,7 +29,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		if !p.combine && len(p.answers) >= 2*r.cfg.Workers {
 			k = 0 // the settler is behind: let it catch up first
 		}
-		if k > 0 && p.delivering > 0 && batch.open() {
+		if k > 0 && p.delivering > 0 && p.batching(r.cfg.Source.Elapsed()) && batch.open() {
 			// Deliveries are under way: wait a moment for more of them to
 			// end, to claim their slots (and, combine, settle their
 			// answers) in one transaction.

@@ -38,6 +38,7 @@ func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliverie
 	p.mu.Lock()
 	after := p.inDelivery[cl.Flow]
 	p.inDelivery[cl.Flow] = done
+	p.started = append(p.started, start)
 	p.mu.Unlock()
 	if after != nil {
 		r.log.Warn("relay: claimed a flow still in delivery (its lease looked expired: did the stored tick jump ahead?); delivering the new claim once the first delivery ends",
@@ -51,6 +52,7 @@ func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliverie
 		a := r.deliver(deliverCtx, &cl)
 		r.ts.released(cl.Group, start)
 		p.mu.Lock()
+		p.ended(start)
 		close(done)
 		if p.inDelivery[cl.Flow] == done {
 			delete(p.inDelivery, cl.Flow)
