@@ -129,11 +129,14 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				return at, nil
 			}
 			starts = r.ts.started(starts, cs)
-			for relax := relaxOnce; relax <= relaxAll && len(cs) < kk && len(ahead) > 0; relax++ {
-				// Short, with groups left out for their charge: nothing
-				// else is runnable, and a slot must not stay idle while
-				// work exists (SPEC §11, work-conserving). Claim again,
-				// still within the caps, from the least ahead.
+			r.ts.came(len(cs) < kk)
+			relaxing := r.ts.short(len(cs) < kk && len(ahead) > 0)
+			for relax := relaxOnce; relaxing && relax <= relaxAll && len(cs) < kk && len(ahead) > 0; relax++ {
+				// Short, with groups left out for their charge, for a
+				// quantum: nothing else is runnable, and a slot must not
+				// stay idle while work exists (SPEC §11, work-conserving).
+				// Claim again, still within the caps, from the least
+				// ahead.
 				var more []fairrelay.Claim
 				more, ahead, tick = r.claimMore(settleCtx, tick, kk-len(cs), relax)
 				if more != nil {
@@ -141,6 +144,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				}
 				cs = append(cs, more...)
 				starts = r.ts.started(starts, more)
+				r.ts.came(len(cs) < kk)
 			}
 			return tick, nil
 		})

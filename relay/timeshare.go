@@ -27,9 +27,9 @@ import (
 // the active groups' weights (Workers / the sum of their weights, per
 // second of Config.Source), and never stays below the smallest charge
 // among them; it never goes down. A group is active while it holds a slot
-// or was claimed, answered or left out within 4 × Quantum or within the
-// claimer's last 8 rounds (while long deliveries hold every slot no round
-// is made, and the groups waiting are not idle). A group that cannot use
+// or was claimed, answered or left out within 4 × Quantum or before the
+// last 2 claims that came back short (only a claim with room left shows
+// that a group it did not take has no work: see active). A group that cannot use
 // its share (its receiver answers so fast that it never holds many slots)
 // falls behind V, and what it leaves goes to the others: a slow group
 // beside fast ones gets its share of the slots and what the fast ones do
@@ -41,9 +41,10 @@ import (
 // more than Config.Quantum ahead of V, and every group that holds its cap
 // of slots (Config.MaxGroupSlots, or the group's own max_slots). When the
 // exclusion leaves the claim short while it excluded groups for their
-// charge, nothing else is runnable, and the relay claims again at once for
-// the slots left (work-conserving: no slot stays idle while work exists),
-// still honouring the caps: first leaving out only the groups more than a
+// charge, nothing else is runnable now; once that has lasted a quantum the
+// relay claims again at once for the slots left (work-conserving: no slot
+// stays idle longer than a quantum while work exists; see short for why
+// not at once), still honouring the caps: first leaving out only the groups more than a
 // quantum ahead of the least ahead of them (so the slot still goes to the
 // smallest charge that has work), then, if still short, no group for its
 // charge. A round therefore costs one to three transactions; the extra ones
@@ -98,23 +99,27 @@ type timeshare struct {
 	// lastPlan is when floor last moved (planned: it has).
 	lastPlan time.Duration
 	planned  bool
-	plans    int64 // plans made: the claimer's rounds
-	groups   map[string]*groupTime
-	weights  map[string]int64 // from the store: the groups of weight != 1
-	caps     map[string]int64 // from the store: the groups with max_slots > 0
+	// shortSince is when the claims began to come back short while they
+	// left groups out for their charge (isShort: they do).
+	shortSince time.Duration
+	isShort    bool
+	shorts     int64 // claims that came back short: there was room
+	groups     map[string]*groupTime
+	weights    map[string]int64 // from the store: the groups of weight != 1
+	caps       map[string]int64 // from the store: the groups with max_slots > 0
 }
 
 // groupTime is one group's account.
 type groupTime struct {
-	charge   float64       // weighted slot time of the ended deliveries, ns
-	held     int64         // slots held now
-	startSum time.Duration // sum of the claim times of the held slots
-	seen     time.Duration // the last claim, answer or exclusion
-	seenPlan int64         // plans made by then
-	slotTime time.Duration // unweighted slot time of ended deliveries
-	lastSeen bool          // seen at least once (seen is valid)
-	maxHold  time.Duration // the longest slot hold
-	peak     int64         // the most slots held at once
+	charge    float64       // weighted slot time of the ended deliveries, ns
+	held      int64         // slots held now
+	startSum  time.Duration // sum of the claim times of the held slots
+	seen      time.Duration // the last claim, answer or exclusion
+	seenShort int64         // shorts by then
+	slotTime  time.Duration // unweighted slot time of ended deliveries
+	lastSeen  bool          // seen at least once (seen is valid)
+	maxHold   time.Duration // the longest slot hold
+	peak      int64         // the most slots held at once
 }
 
 // maxTracked bounds the groups a relay keeps an account for: past it, the
@@ -145,21 +150,34 @@ func (ts *timeshare) effective(name string, g *groupTime, now time.Duration) flo
 	return g.charge + float64(time.Duration(g.held)*now-g.startSum)/float64(ts.weight(name))
 }
 
-// idlePlans is how many claim rounds must pass without a group (besides
-// idleAfter) before it counts as idle.
-const idlePlans = 8
+// idleShorts is how many claims must have come back short since a group
+// was last seen (besides idleAfter) before it counts as idle.
+const idleShorts = 2
 
-// active: g holds a slot, or was seen within idleAfter or within the last
-// idlePlans claim rounds. The rounds matter while every slot is held for
-// long: no claim is made then, and a group waiting for a slot is not
-// idle.
+// active: g holds a slot, or was seen within idleAfter, or fewer than
+// idleShorts claims have come back short since. Only a short claim shows
+// that a group not seen has no work: it had room for it, and the group
+// was not left out. A claim that takes all it asks for says nothing of the
+// groups the store did not reach (it prefers the groups served least, and
+// with several relays the ones another relay served), nor does a relay
+// whose slots are all held for long, which claims nothing.
 func (ts *timeshare) active(g *groupTime, now time.Duration) bool {
-	return g.held > 0 || (g.lastSeen && (now-g.seen < ts.idleAfter || ts.plans-g.seenPlan < idlePlans))
+	return g.held > 0 || (g.lastSeen && (now-g.seen < ts.idleAfter || ts.shorts-g.seenShort < idleShorts))
 }
 
 // touch marks g seen now. mu must be held.
 func (ts *timeshare) touch(g *groupTime, now time.Duration) {
-	g.seen, g.seenPlan, g.lastSeen = now, ts.plans, true
+	g.seen, g.seenShort, g.lastSeen = now, ts.shorts, true
+}
+
+// came records a claim's answer: short, it took fewer heads than it asked
+// for.
+func (ts *timeshare) came(short bool) {
+	if short {
+		ts.mu.Lock()
+		ts.shorts++
+		ts.mu.Unlock()
+	}
 }
 
 // Relaxation levels of plan: the claims of one round of the claimer, each
@@ -187,7 +205,6 @@ func (ts *timeshare) plan(k int, relax int) (limit int, capped, ahead []string) 
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	now := ts.src.Elapsed()
-	ts.plans++
 	limit = k
 	room := func(name string, held int64) {
 		if c := ts.capOf(name); c > 0 && held < c {
@@ -262,6 +279,30 @@ func (ts *timeshare) plan(k int, relax int) (limit int, capped, ahead []string) 
 		ahead = append(ahead, f.name)
 	}
 	return limit, capped, ahead
+}
+
+// short records whether a claim came back short while it left groups out
+// for their charge, and reports whether the claimer should claim again
+// without them: once its claims have been short so for a quantum. A claim
+// comes back short for a moment all the time on a busy store (the
+// uncharged groups' heads wait for their settles, most of all with
+// several relays on PostgreSQL), and a slot given then to a group ahead is
+// held for that group's whole delivery: measured with 4 relays, relaxing
+// at once gave the 2 s flows 7.6 of 8 slots and left the fast ones 20 % of
+// their throughput (BENCHMARKS.md). So a free slot waits at most a quantum
+// (and the claimer's poll) for a group that is not ahead.
+func (ts *timeshare) short(short bool) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	switch {
+	case !short:
+		ts.shortSince, ts.isShort = 0, false
+		return false
+	case !ts.isShort:
+		ts.shortSince, ts.isShort = now, true
+	}
+	return now-ts.shortSince >= ts.quantum
 }
 
 // started records the claims cs, taken now, and appends now (the start of

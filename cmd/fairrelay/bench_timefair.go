@@ -44,6 +44,9 @@ at least 0.8), and the weighted shares (target within 20 % of 1:2:5).`,
 					return fairrelay.InvalidInput(name, "must be positive, got %s", d)
 				}
 			}
+			if opts.Quantum < 0 {
+				return fairrelay.InvalidInput("quantum", "must not be negative, got %s", opts.Quantum)
+			}
 			if opts.Slots < 1 {
 				return fairrelay.InvalidInput("slots", "must be at least 1, got %d", opts.Slots)
 			}
@@ -74,6 +77,7 @@ at least 0.8), and the weighted shares (target within 20 % of 1:2:5).`,
 	f.DurationVar(&opts.SlowLatency, "slow-latency", 2*time.Second, "how long the receiver takes to answer a slow flow")
 	f.DurationVar(&opts.Warmup, "warmup", 10*time.Second, "time before the measurement of the run beside the slow flows")
 	f.DurationVar(&opts.Measure, "measure", 30*time.Second, "measured time of the run beside the slow flows (a third of it for the other runs)")
+	f.DurationVar(&opts.Quantum, "quantum", 0, "the relays' --quantum (default: the relay's, 100ms); 1h shares the slots by claims, as before SPEC §11, for comparison")
 	f.StringVar(&dir, "dir", "", "directory for the SQLite stores; defaults to a fresh temporary directory")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd

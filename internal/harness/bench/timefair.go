@@ -51,6 +51,10 @@ type TimeFairOptions struct {
 	// WeightLatency is the latency of the weighted run's groups (weights
 	// 1, 2 and 5). Defaults to 50ms.
 	WeightLatency time.Duration
+	// Quantum is the relays' Config.Quantum (0: its default). A quantum
+	// far longer than the run (1h) leaves no group out of a claim: the
+	// slots go by claims, as before SPEC §11, for comparison.
+	Quantum time.Duration
 	// OnPhase, when set, is told the name of each run as it starts.
 	OnPhase func(name string)
 }
@@ -250,7 +254,8 @@ func timeFairRun(ctx context.Context, opts TimeFairOptions, rc *latencyReceiver,
 			return nil, err
 		}
 		defer s.Close()
-		r, err := relay.New(ctx, relay.Config{Queue: q, Sink: s, Workers: opts.Slots / relays, DeliveryTimeout: opts.SlowLatency + 5*time.Second})
+		r, err := relay.New(ctx, relay.Config{Queue: q, Sink: s, Workers: opts.Slots / relays, DeliveryTimeout: opts.SlowLatency + 5*time.Second,
+			Quantum: opts.Quantum})
 		if err != nil {
 			return nil, err
 		}
