@@ -184,19 +184,46 @@ func startRelay(t *testing.T, cfg relay.Config, rc *slowReceiver) (*relay.Relay,
 	}
 }
 
-// times sums a relay's accounts by class; SlotTime includes the
-// deliveries under way.
-func times(r *relay.Relay) map[string]relay.GroupTime {
+// times sums relays' accounts by class; SlotTime includes the deliveries
+// under way.
+func times(rs ...*relay.Relay) map[string]relay.GroupTime {
 	out := map[string]relay.GroupTime{}
-	for _, g := range r.GroupTimes() {
-		c := out[class(g.Group)]
-		c.SlotTime += g.SlotTime + g.Holding
-		c.Charge += g.Charge
-		c.Slots += g.Slots
-		c.Weight = g.Weight
-		out[class(g.Group)] = c
+	for _, r := range rs {
+		for _, g := range r.GroupTimes() {
+			c := out[class(g.Group)]
+			c.SlotTime += g.SlotTime + g.Holding
+			c.Charge += g.Charge
+			c.Slots += g.Slots
+			c.Weight = g.Weight
+			out[class(g.Group)] = c
+		}
 	}
 	return out
+}
+
+// pgRelays runs n relays of workers slots and quantum q on one fresh
+// PostgreSQL store, which load fills first; stop stops them all.
+func pgRelays(t *testing.T, n, workers int, q time.Duration, rc *slowReceiver, load func(*fairrelay.Queue)) (rs []*relay.Relay, stop func()) {
+	t.Helper()
+	dsn := pgtest.Schema(t, "relay_timefair_")
+	var stops []func()
+	for i := range n {
+		qu, err := fairrelay.Open(t.Context(), dsn, fairrelay.Config{Policy: timefairPolicy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { qu.Close() })
+		if i == 0 {
+			load(qu)
+		}
+		r, stop := startRelay(t, relay.Config{Queue: qu, Workers: workers, Quantum: q}, rc)
+		rs, stops = append(rs, r), append(stops, stop)
+	}
+	return rs, func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
 
 // shares is each class's share of the slot time between two snapshots.
@@ -229,12 +256,12 @@ type window struct {
 // measure waits for warm deliveries of class c (the warm-up), then for n
 // more, and returns what r did in between. The average slots are slot
 // time over the window's length: a measurement, not a deadline.
-func measure(t *testing.T, r *relay.Relay, rc *slowReceiver, c string, warm, n int) window {
+func measure(t *testing.T, rc *slowReceiver, c string, warm, n int, rs ...*relay.Relay) window {
 	t.Helper()
 	wait(t, rc.reached(c, warm), "the warm-up")
-	before, n0, t0 := times(r), rc.counts(), time.Now()
+	before, n0, t0 := times(rs...), rc.counts(), time.Now()
 	wait(t, rc.reached(c, warm+n), fmt.Sprintf("%d deliveries of %s", n, c))
-	after, n1, elapsed := times(r), rc.counts(), time.Since(t0)
+	after, n1, elapsed := times(rs...), rc.counts(), time.Since(t0)
 	for k := range n1 {
 		n1[k] -= n0[k]
 	}
@@ -274,7 +301,7 @@ func TestTimeFairFastBesideSlow(t *testing.T) {
 	}
 	r, stop := startRelay(t, relay.Config{Queue: q, Quantum: 20 * time.Millisecond, Metrics: m}, rc)
 	// Warm-up: every slow group enters once at the floor.
-	w := measure(t, r, rc, "slow", 10, 60)
+	w := measure(t, rc, "slow", 10, 60, r)
 	stop()
 	fast := w.counts["fast"]
 	if s := w.slots["slow"]; s > 4*1.2 || s < 4*0.5 {
@@ -341,6 +368,27 @@ func groupsRun(t *testing.T, weights map[string]int64, gs ...groupSpec) (*relay.
 	return r, rc, stop
 }
 
+// (a) with two relays on one PostgreSQL store, 4 slots each: each relay
+// keeps its own charges and sees only its own deliveries, yet together the
+// slow groups hold their half of the 8 slots, not all of them.
+func TestTimeFairFastBesideSlowTwoRelays(t *testing.T) {
+	t.Parallel()
+	rc := newSlowReceiver(t, map[string]time.Duration{"slow": 100 * time.Millisecond})
+	rs, stop := pgRelays(t, 2, 4, 20*time.Millisecond, rc, func(q *fairrelay.Queue) {
+		enqueueFlows(t.Context(), t, q, fairrelay.AtStored,
+			tfFlows{class: "slow", flows: 10, events: 40}, tfFlows{class: "fast", flows: 10, events: 1000})
+	})
+	// Warm-up: every slow group enters once at the floor of each relay.
+	w := measure(t, rc, "slow", 20, 60, rs...)
+	stop()
+	if s := w.slots["slow"]; s > 4*1.2 || s < 4*0.5 {
+		t.Errorf("the slow groups held %.1f slots on average, want their half, 4, within 20%% (or at least 2 if the run was starved)", s)
+	}
+	if fast := w.counts["fast"]; fast < 2*60 {
+		t.Errorf("%d fast deliveries beside 60 slow ones, want at least 120", fast)
+	}
+}
+
 // (b) Three groups whose receivers take 1 ms, 20 ms and 200 ms. None
 // holds more than its third of the slots (counting claims, the 200 ms
 // group would hold nearly all), the 200 ms one, which can use its third,
@@ -350,7 +398,7 @@ func TestTimeFairThreeLatencies(t *testing.T) {
 	t.Parallel()
 	r, rc, stop := groupsRun(t, nil, groupSpec{"ms1", time.Millisecond, 8, 1000}, groupSpec{"ms20", 20 * time.Millisecond, 16, 150},
 		groupSpec{"ms200", 200 * time.Millisecond, 8, 40})
-	w := measure(t, r, rc, "ms200", 4, 24)
+	w := measure(t, rc, "ms200", 4, 24, r)
 	stop()
 	n1, n20 := w.counts["ms1"], w.counts["ms20"]
 	const share = 8.0 / 3
@@ -373,7 +421,7 @@ func TestTimeFairWeights(t *testing.T) {
 	t.Parallel()
 	r, rc, stop := groupsRun(t, map[string]int64{"w1": 1, "w2": 2, "w5": 5},
 		groupSpec{"w1", 20 * time.Millisecond, 8, 100}, groupSpec{"w2", 20 * time.Millisecond, 8, 150}, groupSpec{"w5", 20 * time.Millisecond, 16, 150})
-	sh := measure(t, r, rc, "w1", 10, 60).shares
+	sh := measure(t, rc, "w1", 10, 60, r).shares
 	stop()
 	for c, w := range map[string]float64{"w1": 1, "w2": 2, "w5": 5} {
 		if want := w / 8; math.Abs(sh[c]-want) > 0.2*want {
@@ -516,37 +564,22 @@ func TestTimeFairConfig(t *testing.T) {
 // together are the weights' within 20 %.
 func TestTimeFairTwoRelaysOnPostgres(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.Schema(t, "relay_timefair_")
-	ctx := t.Context()
 	rc := newSlowReceiver(t, map[string]time.Duration{"w1": 20 * time.Millisecond, "w3": 20 * time.Millisecond})
 	const quantum = 20 * time.Millisecond
-	var rs []*relay.Relay
-	var stops []func()
-	for i := range 2 {
-		q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: timefairPolicy()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { q.Close() })
-		if i == 0 {
-			setWeight(t, q, "w1", 1)
-			setWeight(t, q, "w3", 3)
-			enqueueFlows(ctx, t, q, fairrelay.AtStored,
-				tfFlows{class: "w1", flows: 8, events: 100, group: "w1"},
-				tfFlows{class: "w3", flows: 24, events: 100, group: "w3"})
-		}
-		r, stop := startRelay(t, relay.Config{Queue: q, Workers: 4, Quantum: quantum}, rc)
-		rs, stops = append(rs, r), append(stops, stop)
-	}
+	rs, stop := pgRelays(t, 2, 4, quantum, rc, func(q *fairrelay.Queue) {
+		setWeight(t, q, "w1", 1)
+		setWeight(t, q, "w3", 3)
+		enqueueFlows(t.Context(), t, q, fairrelay.AtStored,
+			tfFlows{class: "w1", flows: 8, events: 100, group: "w1"},
+			tfFlows{class: "w3", flows: 24, events: 100, group: "w3"})
+	})
 	wait(t, rc.reached("w1", 10), "the warm-up")
 	var before []map[string]relay.GroupTime
 	for _, r := range rs {
 		before = append(before, times(r))
 	}
 	wait(t, rc.reached("w1", 10+60), "60 deliveries of the weight-1 group")
-	for _, stop := range stops {
-		stop()
-	}
+	stop()
 	var slot1, slot3 time.Duration
 	var gap, bound float64 // the charges' difference summed over the relays, and the sum of the bounds
 	for i, r := range rs {
