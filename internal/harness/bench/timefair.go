@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -149,7 +150,7 @@ func RunTimeFair(ctx context.Context, opts TimeFairOptions) (*TimeFairReport, er
 			row.Store = "postgres"
 		}
 		// Enough for 3000 fast deliveries a second, the longest run.
-		fast := []flowSet{{class: "fast", flows: opts.FastFlows, events: int(3000*(opts.Warmup+opts.Measure).Seconds()) / opts.FastFlows}}
+		fast := []flowSet{{class: "fast", flows: opts.FastFlows, events: int(3000*(max(opts.Warmup, 2*time.Second)+opts.Measure).Seconds()) / opts.FastFlows}}
 		opts.OnPhase(fmt.Sprintf("%d relay(s): fast flows alone", n))
 		alone, err := timeFairRun(ctx, opts, rc, n, fast, nil, 2*time.Second, short)
 		if err != nil {
@@ -173,9 +174,9 @@ func RunTimeFair(ctx context.Context, opts TimeFairOptions) (*TimeFairReport, er
 		}
 		row.FastAlone = alone.rate["fast"]
 		row.FastBeside, row.Slow = beside.rate["fast"], beside.rate["slow"]
-		row.FastRatio = row.FastBeside / row.FastAlone
+		row.FastRatio = ratio(row.FastBeside, row.FastAlone)
 		row.SlowFair = float64(opts.Slots) / 2 / opts.SlowLatency.Seconds()
-		row.SlowRatio = row.Slow / row.SlowFair
+		row.SlowRatio = ratio(row.Slow, row.SlowFair)
 		row.SlowSlots, row.FastSlots = beside.slots["slow"], beside.slots["fast"]
 		var total float64
 		for _, c := range []string{"w1", "w2", "w5"} {
@@ -183,7 +184,7 @@ func RunTimeFair(ctx context.Context, opts TimeFairOptions) (*TimeFairReport, er
 		}
 		for i, c := range []string{"w1", "w2", "w5"} {
 			want := []float64{1.0 / 8, 2.0 / 8, 5.0 / 8}[i]
-			row.WeightShares[i] = weighted.slots[c] / total
+			row.WeightShares[i] = ratio(weighted.slots[c], total)
 			row.WeightsWorst = max(row.WeightsWorst, abs(row.WeightShares[i]-want)/want)
 		}
 		rep.Rows = append(rep.Rows, row)
@@ -192,6 +193,14 @@ func RunTimeFair(ctx context.Context, opts TimeFairOptions) (*TimeFairReport, er
 }
 
 func abs(x float64) float64 { return max(x, -x) }
+
+// ratio is a / b, or 0 when b is 0 (nothing was measured).
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
 
 // flowSet is flows flows of one class (named CLASS/N), events events each,
 // in group (their own when "").
@@ -213,7 +222,13 @@ type runResult struct {
 func timeFairRun(ctx context.Context, opts TimeFairOptions, rc *latencyReceiver, relays int, sets []flowSet,
 	weights map[string]int64, warmup, window time.Duration) (*runResult, error) {
 	dsn := filepath.Join(opts.Dir, outboxbench.RandomName("timefair")+".db")
-	if relays > 1 {
+	if relays == 1 {
+		defer func() {
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				_ = os.Remove(dsn + suffix)
+			}
+		}()
+	} else {
 		schema := outboxbench.RandomName("bench_timefair")
 		var err error
 		if dsn, err = outboxbench.WithParams(opts.PostgresURL, "schema", schema); err != nil {
