@@ -20,6 +20,18 @@
 // claimer and the settler wait up to a millisecond for more of them to
 // end, so that one transaction takes many.
 //
+// The slots are shared by time, not by claims (SPEC §11): each group
+// (a flow without one is its own) is charged the time its deliveries hold
+// a slot, from claim to answer, divided by its weight; while slots are
+// scarce a claim leaves out (fairrelay.ClaimParams.Exclude) the groups
+// charged more than Config.Quantum ahead of a fair share, and those at
+// their slot cap (Config.MaxGroupSlots, or the group's own max_slots), and
+// claims them after all only when nothing else is runnable. So a receiver
+// that takes 2 s does not hold every slot beside one that answers at once.
+// The charges are per relay; the bound for several relays and every rule
+// are in the comment at the top of timeshare.go, and Relay.GroupTimes
+// reports the accounts.
+//
 // Several relays may dispatch one store: on PostgreSQL from many machines,
 // on SQLite from processes of one machine (they take the file's write lock
 // in turn, so they add no throughput). They share nothing but the store.
@@ -153,12 +165,13 @@ type Config struct {
 	// call at a time per goroutine. It must not block for long: the
 	// dispatch waits for it.
 	OnSettle func(Settled)
-	// Quantum is how far ahead of the smallest charge a group may be and
+	// Quantum is how far a group's charge (its slot time over its weight)
+	// may run ahead of the floor (the charge of a fair share) and the group
 	// still be claimed while slots are scarce (SPEC §11, fair by worker
-	// time; see the doc of GroupTimes' accounts in timeshare.go): the
-	// smaller, the closer the slot-time shares follow the weights over
-	// short windows, at the cost of more claims that exclude groups. A
-	// group idle for 4 × Quantum re-enters at the smallest charge.
+	// time; the package doc): the smaller, the closer the slot-time shares
+	// follow the weights over short windows, at the cost of more claims
+	// that leave groups out. It also bounds how long a free slot waits for
+	// a group that is not ahead before the relay gives it to one that is.
 	// Defaults to 100ms.
 	Quantum time.Duration
 	// MaxGroupSlots caps the delivery slots one group's deliveries hold at
