@@ -17,19 +17,19 @@ import (
 // its id: fairrelay.Claim.Group) has a charge: the slot time of its
 // deliveries, from the claim (its transaction answered) to the answer (the
 // sink returned, or the delivery timed out: a timeout charges the whole
-// timeout), divided by the group's weight. Time is read from
-// Config.Source. A delivery under way is charged as it goes (its elapsed
-// time counts in the group's charge at every claim), so that a receiver
-// that hangs is seen ahead before it answers.
+// timeout), divided by the group's weight. Time is read from Config.Source.
+// A delivery under way is charged as it goes (its elapsed time counts in
+// the group's charge at every claim), so that a receiver that hangs is seen
+// ahead before it answers.
 //
 // The floor. The relay keeps a floor V, the charge a group would have had
 // with its fair share: V moves at the pace of every slot busy and shared by
 // the active groups' weights (Workers / the sum of their weights, per
-// second of Config.Source), and never stays below the smallest charge
-// among them; it never goes down. A group is active while it holds a slot
-// or was claimed, answered or left out within 4 × Quantum or before the
-// last 2 claims that came back short (only a claim with room left shows
-// that a group it did not take has no work: see active). A group that cannot use
+// second of Config.Source), and never stays below the smallest charge among
+// them; it never goes down. A group is active while it holds a slot or was
+// claimed, answered or left out within 4 × Quantum or before the last 2
+// claims that came back short (only a claim with room left shows that a
+// group it did not take has no work: see active). A group that cannot use
 // its share (its receiver answers so fast that it never holds many slots)
 // falls behind V, and what it leaves goes to the others: a slow group
 // beside fast ones gets its share of the slots and what the fast ones do
@@ -43,19 +43,19 @@ import (
 // exclusion leaves the claim short while it excluded groups for their
 // charge, nothing else is runnable now; once that has lasted a quantum the
 // relay claims again at once for the slots left (work-conserving: no slot
-// stays idle longer than a quantum while work exists; see short for why
-// not at once), still honouring the caps: first leaving out only the groups more than a
-// quantum ahead of the least ahead of them (so the slot still goes to the
-// smallest charge that has work), then, if still short, no group for its
-// charge. A round therefore costs one to three transactions; the extra ones
-// only when it comes back short. The
-// store still rotates flows within a group by served (SPEC §2) and still
-// spends the flow's turn at claim time.
+// stays idle longer than a quantum while work exists; see short for why not
+// at once), still honouring the caps: first leaving out only the groups
+// more than a quantum ahead of the least ahead of them (so the slot still
+// goes to the smallest charge that has work), then, if still short, no
+// group for its charge. A round therefore costs one to three transactions;
+// the extra ones only when it comes back short. The store still rotates
+// flows within a group by served (SPEC §2) and still spends the flow's turn
+// at claim time.
 //
 // Idle groups. A group claimed while inactive starts at V: no banked credit
 // (SPEC §11), as a new flow joins at clock.ticket under fair; an active
-// group claimed more than a quantum behind V is raised to V - Quantum, so
-// a share it did not use is not banked either. A group that is ahead keeps
+// group claimed more than a quantum behind V is raised to V - Quantum, so a
+// share it did not use is not banked either. A group that is ahead keeps
 // its charge while idle, so waiting does not forgive a debt; V overtakes
 // it.
 //
@@ -70,14 +70,14 @@ import (
 // group's longest slot hold (at most DeliveryTimeout), H the most slots it
 // held at once and w its weight (GroupTime.MaxHold, PeakSlots, Weight). No
 // group's charge runs more than B ahead of V: a group is claimed only
-// within Quantum of V, and what it then holds adds at most H × D / w
-// before it answers. A group that can use its share is never more than
-// Quantum behind V after its claims (a claim raises it there). So two such
-// groups' charges differ by at most B + Quantum on one relay, and, summed
-// over R relays on one store, by at most the sum of the relays' bounds,
-// R × (B + Quantum) when the relays are alike: the error grows with the
-// number of relays, not with time, so the long-run shares of slot time are
-// the weights' on every relay and on all of them together.
+// within Quantum of V, and what it then holds adds at most H × D / w before
+// it answers. A group that can use its share is never more than Quantum
+// behind V after its claims (a claim raises it there). So two such groups'
+// charges differ by at most B + Quantum on one relay, and, summed over R
+// relays on one store, by at most the sum of the relays' bounds, R × (B +
+// Quantum) when the relays are alike: the error grows with the number of
+// relays, not with time, so the long-run shares of slot time are the
+// weights' on every relay and on all of them together.
 // (TestTimeFairTwoRelaysOnPostgres checks the bound and the shares.)
 //
 // Weights and caps are read from the store (fairrelay.Queue.Groups) at New
