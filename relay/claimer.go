@@ -29,7 +29,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		if !p.combine && len(p.answers) >= 2*r.cfg.Workers {
 			k = 0 // the settler is behind: let it catch up first
 		}
-		if k > 0 && p.delivering > 0 && batch.open() {
+		if k > 0 && p.delivering > 0 && p.batching(r.cfg.Source.Elapsed()) && batch.open() {
 			// Deliveries are under way: wait a moment for more of them to
 			// end, to claim their slots (and, combine, settle their
 			// answers) in one transaction.
@@ -93,34 +93,60 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			// Due now, the heartbeat, or the read failed: the claim decides.
 		}
 		var cs []fairrelay.Claim
+		var starts []time.Duration // each claim's start of slot time
 		var settled []Settled
-		kind := ""
+		var kinds []string
+		kk := k // the heads this write may claim (caps: timeshare.plan)
 		// The claim itself runs on settleCtx: a signal arriving mid-claim
 		// must not leave us unsure whether it committed.
 		ran, err := r.write(settleCtx, func(at int64) (int64, error) {
 			var ps []fairrelay.Settlement
 			ps, settled = settleParams(at, ans)
+			var capped, ahead []string
+			if k > 0 {
+				kk, capped, ahead = r.ts.plan(k, relaxNone)
+			}
+			exclude := append(capped, ahead...)
+			tick := at
 			switch {
 			case len(ps) > 0:
 				// A settle does not wait for a flow an outbox transaction
 				// holds: the other answers of its batch would wait with it.
-				res, err := r.q.SettleMany(settleCtx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, ClaimLimit: k, Relay: r.cfg.Name})
+				res, err := r.q.SettleMany(settleCtx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, ClaimLimit: kk, Exclude: exclude, Relay: r.cfg.Name})
 				if err != nil {
 					return at, err
 				}
-				kind, cs = txSettleAndClaim, res.Claims
+				kinds, cs, tick = append(kinds, txSettleAndClaim), res.Claims, res.Tick
 				setResults(settled, res.Results)
-				return res.Tick, nil
 			case k > 0:
-				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: k, Floor: true})
+				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: kk, Floor: true, Exclude: exclude})
 				if err != nil {
 					return at, err
 				}
-				kind, cs = txClaim, res.Claims
-				return res.Tick, nil
+				kinds, cs, tick = append(kinds, txClaim), res.Claims, res.Tick
+			default:
+				cs = nil // every answer's lease ran out: nothing to write
+				return at, nil
 			}
-			cs = nil // every answer's lease ran out: nothing to write
-			return at, nil
+			starts = r.ts.started(starts, cs)
+			r.ts.came(len(cs) < kk)
+			relaxing := r.ts.short(len(cs) < kk && len(ahead) > 0)
+			for relax := relaxOnce; relaxing && relax <= relaxAll && len(cs) < kk && len(ahead) > 0; relax++ {
+				// Short, with groups left out for their charge, for a
+				// quantum: nothing else is runnable, and a slot must not
+				// stay idle while work exists (SPEC §11, work-conserving).
+				// Claim again, still within the caps, from the least
+				// ahead.
+				var more []fairrelay.Claim
+				more, ahead, tick = r.claimMore(settleCtx, tick, kk-len(cs), relax)
+				if more != nil {
+					kinds = append(kinds, txClaim)
+				}
+				cs = append(cs, more...)
+				starts = r.ts.started(starts, more)
+				r.ts.came(len(cs) < kk)
+			}
+			return tick, nil
 		})
 		if err != nil && retryable(err) {
 			// Nothing of the write is known to have committed: its answers
@@ -144,16 +170,18 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			return fmt.Errorf("claim: %w", err)
 		}
 		fails = 0
-		if kind != "" {
+		if len(kinds) > 0 {
 			r.health.wrote()
-			r.cfg.Metrics.transaction(kind)
+			for _, kind := range kinds {
+				r.cfg.Metrics.transaction(kind)
+			}
 		}
 		var heldAns []answer
 		heldAns, settled = r.reportSettles(ans, settled, ran)
 		p.mu.Lock()
 		p.recycle(ans)
 		p.answers = append(p.answers, heldAns...)
-		if p.combine = r.mode.next(p.combine, settled, k, cs, len(p.answers)+p.settling); !p.combine {
+		if p.combine = r.mode.next(p.combine, settled, kk, cs, len(p.answers)+p.settling); !p.combine {
 			kick(p.settleKick)
 		}
 		p.delivering += len(cs)
@@ -162,8 +190,8 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		if len(heldAns) == 0 {
 			held = heldStreak{}
 		}
-		for _, cl := range cs {
-			r.startDelivery(deliverCtx, p, deliveries, cl)
+		for i, cl := range cs {
+			r.startDelivery(deliverCtx, p, deliveries, cl, starts[i])
 		}
 		switch {
 		case heldOnly:
@@ -181,7 +209,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		case len(cs) > 0:
 			idle = false
 			wait = r.cfg.PollInterval
-			if len(cs) < k {
+			if len(cs) < kk {
 				// Nothing else is eligible now: more becomes so with an
 				// ack, an enqueue (Wake) or time (a backoff, a lease).
 				r.idle(claimCtx, p, wait)
@@ -189,4 +217,20 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		}
 	}
 	return nil
+}
+
+// claimMore is a work-conserving claim of SPEC §11: up to n more heads at
+// tick at, with the exclusions of relaxation level relax (timeshare.plan).
+// It returns the claims, the groups it left out for their charge and the
+// tick it ran at. When it fails it claims nothing (nil, nil, at): the
+// write before it committed, so its failure is only recorded, and the
+// claimer tries again at its next round.
+func (r *Relay) claimMore(ctx context.Context, at int64, n, relax int) ([]fairrelay.Claim, []string, int64) {
+	n, capped, ahead := r.ts.plan(n, relax)
+	res, err := r.q.Claim(ctx, fairrelay.ClaimParams{At: at, Limit: n, Floor: true, Exclude: append(capped, ahead...)})
+	if err != nil {
+		r.health.failed("claim", err)
+		return nil, nil, at
+	}
+	return res.Claims, ahead, res.Tick
 }

@@ -28,13 +28,17 @@ type answer struct {
 // stored tick, which another process may have written far ahead), or the
 // delivery outlived its lease. The first delivery's settle is then skipped
 // or answered stale, and the second delivery is the one that settles.
-func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliveries *sync.WaitGroup, cl fairrelay.Claim) {
+//
+// start is the claim's start of slot time (timeshare): the slot is charged
+// to the claim's group from then to the answer.
+func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliveries *sync.WaitGroup, cl fairrelay.Claim, start time.Duration) {
 	r.cfg.Metrics.claim()
 	deliveries.Add(1)
 	done := make(chan struct{})
 	p.mu.Lock()
 	after := p.inDelivery[cl.Flow]
 	p.inDelivery[cl.Flow] = done
+	p.started = append(p.started, start)
 	p.mu.Unlock()
 	if after != nil {
 		r.log.Warn("relay: claimed a flow still in delivery (its lease looked expired: did the stored tick jump ahead?); delivering the new claim once the first delivery ends",
@@ -46,7 +50,9 @@ func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliverie
 			<-after
 		}
 		a := r.deliver(deliverCtx, &cl)
+		r.ts.released(cl.Group, start)
 		p.mu.Lock()
+		p.ended(start)
 		close(done)
 		if p.inDelivery[cl.Flow] == done {
 			delete(p.inDelivery, cl.Flow)

@@ -144,6 +144,13 @@ func (h *harness) config(t *testing.T) relay.Config {
 // start runs a relay; stop cancels it and returns Run's error.
 func (h *harness) start(t *testing.T, cfg relay.Config) (r *relay.Relay, stop func() error) {
 	t.Helper()
+	return runRelay(t, cfg)
+}
+
+// runRelay creates and runs a relay of cfg; stop cancels it and returns
+// Run's error (the test's cleanup stops it too).
+func runRelay(t *testing.T, cfg relay.Config) (r *relay.Relay, stop func() error) {
+	t.Helper()
 	r, err := relay.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,23 @@ type Metrics struct {
 	storeErrs prometheus.Counter
 	prunedEv  prometheus.Counter
 	prunedTS  prometheus.Counter
+	slotSecs  *prometheus.CounterVec
+	slots     *prometheus.GaugeVec
+	labelMu   sync.Mutex
+	labelled  map[string]bool // the groups with series of their own
 }
+
+// MetricGroups is how many groups get series of their own in
+// fairrelay_relay_group_slot_seconds_total and fairrelay_relay_group_slots:
+// the first MetricGroups groups the relay claims for, for the life of the
+// process; every later group counts under the label OtherGroups. So a store
+// of a million flows, each its own group, makes at most MetricGroups + 1
+// series per metric.
+const MetricGroups = 50
+
+// OtherGroups is the group label of the groups beyond MetricGroups. A group
+// named so (a valid name) shares its series.
+const OtherGroups = "(other)"
 
 // NewMetrics creates the relay's metrics and registers them on reg:
 //   - fairrelay_claims_total: claims that took a head;
@@ -46,7 +63,15 @@ type Metrics struct {
 //     that failed and were tried again after a pause (the database
 //     unreachable, restarting, busy or out of space; see Relay.Health);
 //   - fairrelay_pruned_events_total, fairrelay_pruned_tombstones_total:
-//     what the relay's own prunes deleted (Config.RetainAcked).
+//     what the relay's own prunes deleted (Config.RetainAcked);
+//   - fairrelay_relay_group_slot_seconds_total{group}: the slot time of the
+//     group's ended deliveries, from claim to answer, in seconds (SPEC §11:
+//     what the relay's time sharing charges, before the weight);
+//   - fairrelay_relay_group_slots{group}: the delivery slots the group
+//     holds now.
+//
+// The group label of the last two is bounded: the first MetricGroups
+// groups get their own, every later one OtherGroups.
 //
 // Errors: reg's registration error (for example a duplicate).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -74,13 +99,47 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fairrelay_pruned_tombstones_total", Help: "Tombstones the relay's prunes deleted (SPEC §8 retention)."}),
 		storeErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_store_errors_total", Help: "Store round trips that failed and were tried again after a pause."}),
+		slotSecs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairrelay_relay_group_slot_seconds_total", Help: "Slot time of a group's ended deliveries, claim to answer (SPEC §11); the first 50 groups by label, the rest as (other)."},
+			[]string{"group"}),
+		slots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fairrelay_relay_group_slots", Help: "Delivery slots a group holds now; the first 50 groups by label, the rest as (other)."},
+			[]string{"group"}),
+		labelled: map[string]bool{},
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS} {
+	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS, m.slotSecs, m.slots} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// groupLabel is the group label of g: its own name for the first
+// MetricGroups groups, OtherGroups after.
+func (m *Metrics) groupLabel(g string) string {
+	m.labelMu.Lock()
+	defer m.labelMu.Unlock()
+	if m.labelled[g] {
+		return g
+	}
+	if len(m.labelled) < MetricGroups {
+		m.labelled[g] = true
+		return g
+	}
+	return OtherGroups
+}
+
+func (m *Metrics) groupSlots(g string, delta int) {
+	if m != nil {
+		m.slots.WithLabelValues(m.groupLabel(g)).Add(float64(delta))
+	}
+}
+
+func (m *Metrics) groupSlotTime(g string, d time.Duration) {
+	if m != nil {
+		m.slotSecs.WithLabelValues(m.groupLabel(g)).Add(d.Seconds())
+	}
 }
 
 func (m *Metrics) claim() {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -29,6 +30,9 @@ type pipeline struct {
 	// inDelivery maps each flow with a delivery under way (or waiting for
 	// one: startDelivery) to a channel closed when the last of them ends.
 	inDelivery map[string]chan struct{}
+	// started holds the start (slot time, timeshare) of each delivery
+	// under way, in no order.
+	started    []time.Duration
 	answers    []answer // answered, waiting for a settle
 	spare      []answer // an emptied answers slice, for the next batch
 	settling   int      // answers in the settler's transaction under way
@@ -68,6 +72,30 @@ func kick(c chan struct{}) {
 // the settler for more answers, while deliveries are under way, so that one
 // transaction claims or settles many events (group commit).
 const batchWait = time.Millisecond
+
+// youngDelivery is how recently a delivery under way must have started for
+// a batch wait to wait for it: one older (a slow receiver) is unlikely to
+// end within the wait, and waiting for it only slows the others down.
+const youngDelivery = 10 * time.Millisecond
+
+// batching reports whether a batch wait is worth it at now: some delivery
+// under way started less than youngDelivery ago. mu must be held.
+func (p *pipeline) batching(now time.Duration) bool {
+	for _, s := range p.started {
+		if now-s < youngDelivery {
+			return true
+		}
+	}
+	return false
+}
+
+// ended removes one delivery that started at start. mu must be held.
+func (p *pipeline) ended(start time.Duration) {
+	if i := slices.Index(p.started, start); i >= 0 {
+		p.started[i] = p.started[len(p.started)-1]
+		p.started = p.started[:len(p.started)-1]
+	}
+}
 
 // batchWindow is one such wait of batchWait: it opens at the first wait
 // and closes when its timer fires, however many wake-ups came in between.

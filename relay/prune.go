@@ -15,7 +15,13 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 	if r.cfg.RetainAcked <= 0 {
 		return
 	}
-	t := time.NewTimer(0)
+	every(ctx, 0, r.cfg.PruneInterval, func() { r.prune(ctx) })
+}
+
+// every runs fn after first, then every interval after each run ends,
+// until ctx is done.
+func every(ctx context.Context, first, interval time.Duration, fn func()) {
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
@@ -23,8 +29,8 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r.prune(ctx)
-		t.Reset(r.cfg.PruneInterval)
+		fn()
+		t.Reset(interval)
 	}
 }
 

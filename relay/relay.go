@@ -20,6 +20,18 @@
 // claimer and the settler wait up to a millisecond for more of them to
 // end, so that one transaction takes many.
 //
+// The slots are shared by time, not by claims (SPEC §11): each group
+// (a flow without one is its own) is charged the time its deliveries hold
+// a slot, from claim to answer, divided by its weight; while slots are
+// scarce a claim leaves out (fairrelay.ClaimParams.Exclude) the groups
+// charged more than Config.Quantum ahead of a fair share, and those at
+// their slot cap (Config.MaxGroupSlots, or the group's own max_slots), and
+// claims them after all only when nothing else is runnable. So a receiver
+// that takes 2 s does not hold every slot beside one that answers at once.
+// The charges are per relay; the bound for several relays and every rule
+// are in the comment at the top of timeshare.go, and Relay.GroupTimes
+// reports the accounts.
+//
 // Several relays may dispatch one store: on PostgreSQL from many machines,
 // on SQLite from processes of one machine (they take the file's write lock
 // in turn, so they add no throughput). They share nothing but the store.
@@ -160,6 +172,24 @@ type Config struct {
 	// call at a time per goroutine. It must not block for long: the
 	// dispatch waits for it.
 	OnSettle func(Settled)
+	// Quantum is how far a group's charge (its slot time over its weight)
+	// may run ahead of the floor (the charge of a fair share) and the group
+	// still be claimed while slots are scarce (SPEC §11, fair by worker
+	// time; the package doc): the smaller, the closer the slot-time shares
+	// follow the weights over short windows, at the cost of more claims
+	// that leave groups out. It also bounds how long a free slot waits for
+	// a group that is not ahead before the relay gives it to one that is.
+	// Defaults to 100ms.
+	Quantum time.Duration
+	// MaxGroupSlots caps the delivery slots one group's deliveries hold at
+	// once on this relay, for every group whose own cap (fairrelay
+	// ConfigureParams.MaxSlots) is 0; 0 is no cap (the default). At most
+	// Workers.
+	MaxGroupSlots int
+	// GroupsRefresh is how often the relay reads the groups' weights and
+	// slot caps again (fairrelay.Queue.Groups); New reads them first.
+	// Defaults to 10s.
+	GroupsRefresh time.Duration
 }
 
 // MaxWorkers is the largest Config.Workers accepted.
@@ -196,6 +226,12 @@ func (c Config) withDefaults() Config {
 	if c.PruneBatch == 0 {
 		c.PruneBatch = 100
 	}
+	if c.Quantum == 0 {
+		c.Quantum = 100 * time.Millisecond
+	}
+	if c.GroupsRefresh == 0 {
+		c.GroupsRefresh = 10 * time.Second
+	}
 	if c.Source == nil {
 		c.Source = SystemMonotonic()
 	}
@@ -215,7 +251,8 @@ func invalid(field, format string, args ...any) error {
 // Validate reports the first field out of range as ErrInvalidInput naming
 // it: "queue", "sink", "workers", "timeout", "lease_margin",
 // "shutdown_timeout", "poll_interval", "retry_wait", "retain_acked",
-// "retain_ids", "prune_interval", "prune_batch", or "lease" when the
+// "retain_ids", "prune_interval", "prune_batch", "quantum",
+// "max_group_slots", "groups_refresh", or "lease" when the
 // policy's lease (ms) does not exceed DeliveryTimeout + LeaseMargin.
 func (c Config) Validate() error {
 	c = c.withDefaults()
@@ -246,6 +283,12 @@ func (c Config) Validate() error {
 		return invalid("prune_interval", "must not be negative, got %s", c.PruneInterval)
 	case c.PruneBatch < 0:
 		return invalid("prune_batch", "must not be negative, got %d", c.PruneBatch)
+	case c.Quantum < 0:
+		return invalid("quantum", "must not be negative, got %s", c.Quantum)
+	case c.MaxGroupSlots < 0 || c.MaxGroupSlots > c.Workers:
+		return invalid("max_group_slots", "must be 0 (no cap) to workers (%d), got %d", c.Workers, c.MaxGroupSlots)
+	case c.GroupsRefresh < 0:
+		return invalid("groups_refresh", "must not be negative, got %s", c.GroupsRefresh)
 	}
 	if c.Name != "" {
 		if err := fairrelay.CheckID("name", c.Name); err != nil {
@@ -310,12 +353,14 @@ type Relay struct {
 	running   atomic.Bool
 	phase     atomic.Int32 // phaseNew … phaseStopped, for Ready
 	health    *health      // the store round trips: error streaks, readiness
+	ts        *timeshare   // fair by worker time (SPEC §11)
 }
 
-// New validates cfg and starts the daemon clock at the queue's stored tick
-// (SPEC §7). Errors: ErrInvalidInput naming the field (see
-// Config.Validate); ErrBusy or ErrDatabase reading the clock (New does not
-// retry: a store that cannot be read at start may as well be misnamed).
+// New validates cfg, starts the daemon clock at the queue's stored tick
+// (SPEC §7) and reads the groups' weights and slot caps (SPEC §11).
+// Errors: ErrInvalidInput naming the field (see Config.Validate); ErrBusy
+// or ErrDatabase reading the clock or the groups (New does not retry: a
+// store that cannot be read at start may as well be misnamed).
 func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -330,6 +375,10 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		serial: !cfg.Queue.ConcurrentWriters(), mode: besideClaims{}, wake: make(chan struct{}, 1), changed: make(chan struct{}, 1),
 		heartbeat: max(1, (cfg.Queue.Policy().Lease-(cfg.DeliveryTimeout+cfg.LeaseMargin).Milliseconds())/2),
 		health:    newHealth(cfg.Source, cfg.Logger, cfg.Metrics),
+		ts:        newTimeshare(cfg.Source, cfg.Workers, cfg.Quantum, cfg.MaxGroupSlots, cfg.Metrics),
+	}
+	if err := r.ts.refresh(ctx, cfg.Queue); err != nil {
+		return nil, fmt.Errorf("relay: read the groups' weights: %w", err)
 	}
 	if r.serial {
 		r.mode = withClaims{}
@@ -439,7 +488,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	claimerDone, settlerDone, prunerDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(prunerDone)
+		groupsDone := make(chan struct{})
+		go func() {
+			defer close(groupsDone)
+			r.refreshLoop(claimCtx)
+		}()
 		r.pruneLoop(claimCtx)
+		<-groupsDone
 	}()
 	go func() {
 		defer close(claimerDone)

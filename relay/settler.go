@@ -82,7 +82,7 @@ func (r *Relay) settleLoop(ctx, cutoff context.Context, p *pipeline) error {
 			<-p.settleKick
 			continue
 		}
-		if p.delivering > 0 && batch.open() {
+		if p.delivering > 0 && p.batching(r.cfg.Source.Elapsed()) && batch.open() {
 			// More answers are coming: wait a moment for them, to settle
 			// them along.
 			p.mu.Unlock()

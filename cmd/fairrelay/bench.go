@@ -21,7 +21,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure on this machine: claims on its disk, the outbox under concurrency, the relay to a broker",
 	}
-	cmd.AddCommand(newBenchClaimCmd(), newBenchOutboxCmd(), newBenchOutboxProducerCmd(), newBenchBrokerCmd(), newBenchPruneCmd())
+	cmd.AddCommand(newBenchClaimCmd(), newBenchOutboxCmd(), newBenchOutboxProducerCmd(), newBenchBrokerCmd(), newBenchPruneCmd(), newBenchTimeFairCmd())
 	return cmd
 }
 
@@ -59,13 +59,11 @@ the peak of the whole run, all stores open.`,
 			if opts.Policy, err = pf.policy(); err != nil {
 				return err
 			}
-			if dir == "" {
-				if dir, err = os.MkdirTemp("", "fairrelay-bench-"); err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
+			var cleanup func()
+			if opts.Dir, cleanup, err = benchDir(dir); err != nil {
+				return err
 			}
-			opts.Dir = dir
+			defer cleanup()
 			if !asJSON {
 				opts.OnLoad = loadProgress(cmd)
 			}
@@ -97,6 +95,19 @@ the peak of the whole run, all stores open.`,
 }
 
 // parseCounts parses "10,1000" into positive integers.
+// benchDir returns dir, or when it is "" a fresh temporary directory and
+// a function that removes it.
+func benchDir(dir string) (string, func(), error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "fairrelay-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
 func parseCounts(field, s string) ([]int, error) { return parseCountsFrom(field, s, 1) }
 
 // parseCountsFrom is parseCounts with a smallest allowed count.

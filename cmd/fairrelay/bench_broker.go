@@ -34,13 +34,11 @@ credentials come from $` + brokerUserEnv + ` and $` + brokerPasswordEnv + ` (def
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if dir == "" {
-				if dir, err = os.MkdirTemp("", "fairrelay-bench-"); err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
+			var cleanup func()
+			if opts.Dir, cleanup, err = benchDir(dir); err != nil {
+				return err
 			}
-			opts.Dir = dir
+			defer cleanup()
 			opts.User, opts.Password = os.Getenv(brokerUserEnv), os.Getenv(brokerPasswordEnv)
 			if !asJSON {
 				opts.OnPhase = func(name string) { cmd.PrintErrln("measuring: " + name) }

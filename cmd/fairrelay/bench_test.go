@@ -75,3 +75,47 @@ func TestBenchClaimTableAndBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// A tiny `fairrelay bench timefair --json` (issue 19): one row with its
+// fields, no files left behind; bad flags are named.
+func TestBenchTimeFair(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out, errOut, code := cli(t, "", "bench", "timefair", "--relays", "1", "--slots", "4", "--slow-flows", "2", "--fast-flows", "2",
+		"--slow-latency", "50ms", "--warmup", "100ms", "--measure", "300ms", "--dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if len(rep.Rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rep.Rows))
+	}
+	want := []string{"fast_alone_per_s", "fast_beside_per_s", "fast_ratio", "fast_slots", "relays", "slow_fair_per_s", "slow_per_s",
+		"slow_ratio", "slow_slots", "store", "weight_shares", "weights_worst_error"}
+	if got := slices.Sorted(maps.Keys(rep.Rows[0])); !slices.Equal(got, want) {
+		t.Errorf("row keys %v, want %v", got, want)
+	}
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Errorf("bench left %d files in --dir (%v)", len(left), err)
+	}
+	for _, tc := range []struct{ args []string }{
+		{[]string{"--relays", "3"}},
+		{[]string{"--relays", "2"}},
+		{[]string{"--warmup", "0s"}},
+		{[]string{"--quantum", "-1s"}},
+	} {
+		_, errOut, code := cli(t, "", append([]string{"bench", "timefair", "--dir", t.TempDir()}, tc.args...)...)
+		name := strings.TrimPrefix(tc.args[0], "--")
+		if tc.args[1] == "2" {
+			name = "pg" // two relays need a PostgreSQL server
+		}
+		if code == 0 || !strings.Contains(errOut, name) {
+			t.Errorf("%v: exit %d, error %q, want one naming %s", tc.args, code, errOut, name)
+		}
+	}
+}

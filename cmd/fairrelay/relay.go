@@ -29,8 +29,9 @@ func newRelayCmd() *cobra.Command {
 		queue, sinkURL, secret, metricsAddr, logLevel, permanent, name string
 		consoleAddr                                                    string
 		cf                                                             consoleFlags
-		workers                                                        int
+		workers, maxGroupSlots                                         int
 		timeout, margin, shutdown, retainAcked, retainIDs              time.Duration
+		quantum                                                        time.Duration
 		pf                                                             policyFlags
 	)
 	cmd := &cobra.Command{
@@ -73,7 +74,13 @@ Webhook receiver contract: a JSON answer {"status": "<outcome>"} is that outcome
 the HTTP status agrees (an ack needs a 2xx, a permanent outcome a 4xx other
 than 408/425/429, retry and gap go with any status); otherwise 2xx is accepted, 408/425/429/5xx, timeouts and connection errors are
 retried (Retry-After sets a floor), any other status is retried unless listed
-in --permanent-status.`,
+in --permanent-status.
+
+Slots are shared by time, not by claims (SPEC §11): each group (a flow
+without one is its own) is charged the time its deliveries hold a slot,
+divided by its weight, and while slots are scarce they go to the groups
+charged least; --max-group-slots caps any group's slots (configure
+--max-slots sets one group's cap). See docs/relay.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			secret := secretFlag(cmd, secret)
@@ -89,6 +96,12 @@ in --permanent-status.`,
 			if workers < 1 || workers > relay.MaxWorkers {
 				// Checked here: the library reads 0 as "the default".
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "workers", Message: fmt.Sprintf("must be 1 to %d, got %d", relay.MaxWorkers, workers)}
+			}
+			if maxGroupSlots < 0 || maxGroupSlots > workers {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-group-slots", Message: fmt.Sprintf("must be 0 (no cap) to --workers (%d), got %d", workers, maxGroupSlots)}
+			}
+			if quantum <= 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "quantum", Message: fmt.Sprintf("must be positive, got %s", quantum)}
 			}
 			if sinkURL == "" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: "missing: give --sink URL"}
@@ -148,7 +161,8 @@ in --permanent-status.`,
 				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
 			}
 			cfg := relay.Config{Name: name, Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
-				ShutdownTimeout: shutdown, Logger: log, RetainAcked: retainAcked, RetainIDs: retainIDs}
+				ShutdownTimeout: shutdown, Logger: log, RetainAcked: retainAcked, RetainIDs: retainIDs,
+				MaxGroupSlots: maxGroupSlots, Quantum: quantum}
 			var reg *prometheus.Registry
 			if metricsAddr != "" {
 				reg = prometheus.NewRegistry()
@@ -200,6 +214,8 @@ in --permanent-status.`,
 	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
 	f.IntVar(&workers, "workers", 4, "concurrent deliveries")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-delivery timeout")
+	f.IntVar(&maxGroupSlots, "max-group-slots", 0, "the most delivery slots one group's deliveries hold at once, for every group without its own cap (configure --max-slots); 0: no cap; at most --workers")
+	f.DurationVar(&quantum, "quantum", 100*time.Millisecond, "how far a group's charge of slot time may run ahead of the smallest and still be claimed while slots are scarce (SPEC §11; docs/relay.md)")
 	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")
 	f.DurationVar(&shutdown, "shutdown-timeout", 0, "how long in-flight deliveries may run after a signal (default: --timeout)")
 	f.DurationVar(&retainAcked, "retain-acked", 7*24*time.Hour, "prune acked events (and their bodies) acked longer ago than this, every minute in short batches (SPEC §8); 0 keeps them forever")

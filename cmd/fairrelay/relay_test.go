@@ -362,6 +362,9 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 	}{
 		{[]string{"--lease", "5s", "--timeout", "10s"}, "lease"},
 		{[]string{"--workers", "0"}, "workers"},
+		{[]string{"--workers", "4", "--max-group-slots", "5"}, "max-group-slots"},
+		{[]string{"--max-group-slots", "-1"}, "max-group-slots"},
+		{[]string{"--quantum", "0s"}, "quantum"},
 		{[]string{"--permanent-status", "503"}, "permanent_status"},
 		{[]string{"--secret", "whsec_!!"}, "secret"},
 	} {

@@ -1,0 +1,472 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// Fair by worker time (SPEC §11): the relay shares its delivery slots by
+// the time each group holds them, not by the number of claims.
+//
+// The charge. Every group (SPEC §8; a flow without one is its own, named by
+// its id: fairrelay.Claim.Group) has a charge: the slot time of its
+// deliveries, from the claim (its transaction answered) to the answer (the
+// sink returned, or the delivery timed out: a timeout charges the whole
+// timeout), divided by the group's weight. Time is read from Config.Source.
+// A delivery under way is charged as it goes (its elapsed time counts in
+// the group's charge at every claim), so that a receiver that hangs is seen
+// ahead before it answers.
+//
+// The floor. The relay keeps a floor V, the charge a group would have had
+// with its fair share: V moves at the pace of every slot busy and shared by
+// the active groups' weights (Workers / the sum of their weights, per
+// second of Config.Source), and never stays below the smallest charge among
+// them; it never goes down. A group is active while it holds a slot or was
+// claimed, answered or left out within 4 × Quantum or before the last 2
+// claims that came back short (only a claim with room left shows that a
+// group it did not take has no work: see active). A group that cannot use
+// its share (its receiver answers so fast that it never holds many slots)
+// falls behind V, and what it leaves goes to the others: a slow group
+// beside fast ones gets its share of the slots and what the fast ones do
+// not use, not only as much slot time as they use (max-min fair, as
+// weighted fair queuing's virtual time).
+//
+// The claim. The claim excludes (fairrelay.ClaimParams.Exclude, and
+// SettleManyParams.Exclude when it settles too) every group whose charge is
+// more than Config.Quantum ahead of V, and every group that holds its cap
+// of slots (Config.MaxGroupSlots, or the group's own max_slots). When the
+// exclusion leaves the claim short while it excluded groups for their
+// charge, nothing else is runnable now; once that has lasted a quantum the
+// relay claims again at once for the slots left (work-conserving: no slot
+// stays idle longer than a quantum while work exists; see short for why not
+// at once), still honouring the caps: first leaving out only the groups
+// more than a quantum ahead of the least ahead of them (so the slot still
+// goes to the smallest charge that has work), then, if still short, no
+// group for its charge. A round therefore costs one to three transactions;
+// the extra ones only when it comes back short. The store still rotates
+// flows within a group by served (SPEC §2) and still spends the flow's turn
+// at claim time.
+//
+// Idle groups. A group claimed while inactive starts at V: no banked credit
+// (SPEC §11), as a new flow joins at clock.ticket under fair; an active
+// group claimed more than a quantum behind V is raised to V - Quantum, so a
+// share it did not use is not banked either. A group that is ahead keeps
+// its charge while idle, so waiting does not forgive a debt; V overtakes
+// it.
+//
+// Caps. The relay never holds more slots for a group than its cap: capped
+// groups are excluded, and one claim takes at most the smallest room left
+// (cap minus held) among the groups with a cap — every group when
+// MaxGroupSlots is set — so a small cap makes claims smaller.
+//
+// Several relays. The charges are per relay, kept in memory: each relay is
+// fair over its own slots, and nothing is shared but the store. On one
+// relay, let B = Quantum + max over groups of H × D / w, where D is the
+// group's longest slot hold (at most DeliveryTimeout), H the most slots it
+// held at once and w its weight (GroupTime.MaxHold, PeakSlots, Weight). No
+// group's charge runs more than B ahead of V: a group is claimed only
+// within Quantum of V, and what it then holds adds at most H × D / w before
+// it answers. A group that can use its share is never more than Quantum
+// behind V after its claims (a claim raises it there). So two such groups'
+// charges differ by at most B + Quantum on one relay, and, summed over R
+// relays on one store, by at most the sum of the relays' bounds, R × (B +
+// Quantum) when the relays are alike: the error grows with the number of
+// relays, not with time, so the long-run shares of slot time are the
+// weights' on every relay and on all of them together.
+// (TestTimeFairTwoRelaysOnPostgres checks the bound and the shares.)
+//
+// Weights and caps are read from the store (fairrelay.Queue.Groups) at New
+// and every Config.GroupsRefresh after; a failed refresh keeps the last
+// values and counts as a store error (Health).
+
+// timeshare is the per-relay scheduler above. All methods are safe for
+// concurrent use.
+type timeshare struct {
+	src       Monotonic
+	quantum   time.Duration
+	idleAfter time.Duration
+	capAll    int64 // Config.MaxGroupSlots; 0: none
+	metrics   *Metrics
+
+	mu    sync.Mutex
+	floor float64 // V, ns of weighted slot time; never lowered
+	slots int     // Config.Workers
+	// lastPlan is when floor last moved (planned: it has).
+	lastPlan time.Duration
+	planned  bool
+	// shortSince is when the claims began to come back short while they
+	// left groups out for their charge (isShort: they do).
+	shortSince time.Duration
+	isShort    bool
+	shorts     int64 // claims that came back short: there was room
+	groups     map[string]*groupTime
+	weights    map[string]int64 // from the store: the groups of weight != 1
+	caps       map[string]int64 // from the store: the groups with max_slots > 0
+}
+
+// groupTime is one group's account.
+type groupTime struct {
+	charge    float64       // weighted slot time of the ended deliveries, ns
+	held      int64         // slots held now
+	startSum  time.Duration // sum of the claim times of the held slots
+	seen      time.Duration // the last claim, answer or exclusion
+	seenShort int64         // shorts by then
+	slotTime  time.Duration // unweighted slot time of ended deliveries
+	lastSeen  bool          // seen at least once (seen is valid)
+	maxHold   time.Duration // the longest slot hold
+	peak      int64         // the most slots held at once
+}
+
+// maxTracked bounds the groups a relay keeps an account for: past it, the
+// idle groups without debt are forgotten (they would start at V anyway).
+const maxTracked = 16384
+
+func newTimeshare(src Monotonic, slots int, quantum time.Duration, capAll int, m *Metrics) *timeshare {
+	return &timeshare{src: src, slots: slots, quantum: quantum, idleAfter: 4 * quantum, capAll: int64(capAll), metrics: m,
+		groups: map[string]*groupTime{}, weights: map[string]int64{}, caps: map[string]int64{}}
+}
+
+func (ts *timeshare) weight(g string) int64 {
+	if w := ts.weights[g]; w > 0 {
+		return w
+	}
+	return 1
+}
+
+func (ts *timeshare) capOf(g string) int64 {
+	if c := ts.caps[g]; c > 0 {
+		return c
+	}
+	return ts.capAll
+}
+
+// effective is g's charge now, its deliveries under way included.
+func (ts *timeshare) effective(name string, g *groupTime, now time.Duration) float64 {
+	return g.charge + float64(time.Duration(g.held)*now-g.startSum)/float64(ts.weight(name))
+}
+
+// idleShorts is how many claims must have come back short since a group
+// was last seen (besides idleAfter) before it counts as idle.
+const idleShorts = 2
+
+// active: g holds a slot, or was seen within idleAfter, or fewer than
+// idleShorts claims have come back short since. Only a short claim shows
+// that a group not seen has no work: it had room for it, and the group
+// was not left out. A claim that takes all it asks for says nothing of the
+// groups the store did not reach (it prefers the groups served least, and
+// with several relays the ones another relay served), nor does a relay
+// whose slots are all held for long, which claims nothing.
+func (ts *timeshare) active(g *groupTime, now time.Duration) bool {
+	return g.held > 0 || (g.lastSeen && (now-g.seen < ts.idleAfter || ts.shorts-g.seenShort < idleShorts))
+}
+
+// touch marks g seen now. mu must be held.
+func (ts *timeshare) touch(g *groupTime, now time.Duration) {
+	g.seen, g.seenShort, g.lastSeen = now, ts.shorts, true
+}
+
+// came records a claim's answer: short, it took fewer heads than it asked
+// for.
+func (ts *timeshare) came(short bool) {
+	if short {
+		ts.mu.Lock()
+		ts.shorts++
+		ts.mu.Unlock()
+	}
+}
+
+// Relaxation levels of plan: the claims of one round of the claimer, each
+// tried only when the one before came back short while it left groups out
+// for their charge.
+const (
+	// relaxNone leaves out the groups more than a quantum ahead of the
+	// floor.
+	relaxNone = iota
+	// relaxOnce takes the floor up to the smallest charge among those
+	// groups: it leaves out only the groups more than a quantum ahead of
+	// the least ahead, so that the next slot still goes to the smallest
+	// charge that has work.
+	relaxOnce
+	// relaxAll leaves out no group for its charge.
+	relaxAll
+)
+
+// plan is one claim's exclusions at relaxation level relax: limit is how
+// many heads it may take (k, or less so that no cap is exceeded), capped
+// the groups at their cap, ahead the groups left out for their charge.
+// Together they are at most fairrelay.MaxExclude long; the groups furthest
+// ahead are kept.
+func (ts *timeshare) plan(k int, relax int) (limit int, capped, ahead []string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	limit = k
+	room := func(name string, held int64) {
+		if c := ts.capOf(name); c > 0 && held < c {
+			limit = min(limit, int(c-held))
+		}
+	}
+	if ts.capAll > 0 {
+		room("", 0) // a group the relay holds nothing of
+	}
+	for name := range ts.caps {
+		if ts.groups[name] == nil {
+			room(name, 0)
+		}
+	}
+	min0, any, weights := 0.0, false, int64(0)
+	for name, g := range ts.groups {
+		if ts.active(g, now) {
+			weights += ts.weight(name)
+			if e := ts.effective(name, g, now); !any || e < min0 {
+				min0, any = e, true
+			}
+		}
+		if c := ts.capOf(name); c > 0 && g.held >= c {
+			capped = append(capped, name)
+			continue
+		}
+		room(name, g.held)
+	}
+	if ts.planned && weights > 0 {
+		// The fair share's pace: every slot busy, shared by the weights of
+		// the active groups.
+		ts.floor += float64(now-ts.lastPlan) * float64(ts.slots) / float64(weights)
+	}
+	ts.lastPlan, ts.planned = now, true
+	if any {
+		ts.floor = max(ts.floor, min0)
+	}
+	if len(capped) > fairrelay.MaxExclude {
+		capped = capped[:fairrelay.MaxExclude]
+	}
+	if relax == relaxAll {
+		return limit, capped, nil
+	}
+	type far struct {
+		name string
+		e    float64
+	}
+	var fs []far
+	bound := ts.floor + float64(ts.quantum)
+	least := 0.0
+	for name, g := range ts.groups {
+		if c := ts.capOf(name); c > 0 && g.held >= c {
+			continue
+		}
+		if e := ts.effective(name, g, now); e > bound {
+			fs = append(fs, far{name, e})
+			if len(fs) == 1 || e < least {
+				least = e
+			}
+			ts.touch(g, now) // waiting, not idle
+		}
+	}
+	if relax == relaxOnce {
+		bound = least + float64(ts.quantum)
+		fs = slices.DeleteFunc(fs, func(f far) bool { return f.e <= bound })
+	}
+	if n := fairrelay.MaxExclude - len(capped); len(fs) > n {
+		slices.SortFunc(fs, func(a, b far) int { return cmp.Compare(b.e, a.e) })
+		fs = fs[:n]
+	}
+	for _, f := range fs {
+		ahead = append(ahead, f.name)
+	}
+	return limit, capped, ahead
+}
+
+// short records whether a claim came back short while it left groups out
+// for their charge, and reports whether the claimer should claim again
+// without them: once its claims have been short so for a quantum. A claim
+// comes back short for a moment all the time on a busy store (the
+// uncharged groups' heads wait for their settles, most of all with
+// several relays on PostgreSQL), and a slot given then to a group ahead is
+// held for that group's whole delivery: measured with 4 relays, relaxing
+// at once gave the 2 s flows 7.6 of 8 slots and left the fast ones 20 % of
+// their throughput (BENCHMARKS.md). So a free slot waits at most a quantum
+// (and the claimer's poll) for a group that is not ahead.
+func (ts *timeshare) short(short bool) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	switch {
+	case !short:
+		ts.shortSince, ts.isShort = 0, false
+		return false
+	case !ts.isShort:
+		ts.shortSince, ts.isShort = now, true
+	}
+	return now-ts.shortSince >= ts.quantum
+}
+
+// started records the claims cs, taken now, and appends now (the start of
+// their slot time) to starts once for each.
+func (ts *timeshare) started(starts []time.Duration, cs []fairrelay.Claim) []time.Duration {
+	if len(cs) == 0 {
+		return starts
+	}
+	now := ts.claimed(cs)
+	for range cs {
+		starts = append(starts, now)
+	}
+	return starts
+}
+
+// claimed records the claims cs, taken now, and returns now: the start of
+// their slot time.
+func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	for _, c := range cs {
+		g := ts.groups[c.Group]
+		if g == nil {
+			g = &groupTime{}
+			ts.groups[c.Group] = g
+		}
+		if ts.active(g, now) {
+			// A group that used less than its share banks at most a
+			// quantum of it.
+			g.charge = max(g.charge, ts.floor-float64(ts.quantum))
+		} else {
+			// Idle: no banked credit (a debt is kept).
+			g.charge = max(g.charge, ts.floor)
+		}
+		g.held++
+		g.peak = max(g.peak, g.held)
+		g.startSum += now
+		ts.touch(g, now)
+		ts.metrics.groupSlots(c.Group, 1)
+	}
+	if len(ts.groups) > maxTracked {
+		ts.forget(now)
+	}
+	return now
+}
+
+// forget drops the idle groups without debt. mu must be held.
+func (ts *timeshare) forget(now time.Duration) {
+	for name, g := range ts.groups {
+		if !ts.active(g, now) && g.charge <= ts.floor {
+			delete(ts.groups, name)
+		}
+	}
+}
+
+// released ends a slot of group, claimed at start: the group is charged
+// the slot time, divided by its weight.
+func (ts *timeshare) released(group string, start time.Duration) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	d := now - start
+	g := ts.groups[group]
+	if g == nil { // forgotten while it held a slot: cannot happen (active)
+		g = &groupTime{}
+		ts.groups[group] = g
+	}
+	g.charge += float64(d) / float64(ts.weight(group))
+	g.held--
+	g.startSum -= start
+	g.slotTime += d
+	g.maxHold = max(g.maxHold, d)
+	ts.touch(g, now)
+	ts.metrics.groupSlotTime(group, d)
+	ts.metrics.groupSlots(group, -1)
+}
+
+// refresh reads every group's weight and slot cap from the store, 1000
+// groups a read. Errors: the store's (ErrBusy, ErrDatabase).
+func (ts *timeshare) refresh(ctx context.Context, q *fairrelay.Queue) error {
+	weights, caps := map[string]int64{}, map[string]int64{}
+	const page = 1000
+	for after := ""; ; {
+		gs, err := q.Groups(ctx, after, page)
+		if err != nil {
+			return err
+		}
+		for _, g := range gs {
+			if g.Weight > 1 {
+				weights[g.Group] = g.Weight
+			}
+			if g.MaxSlots > 0 {
+				caps[g.Group] = g.MaxSlots
+			}
+		}
+		if len(gs) < page {
+			break
+		}
+		after = gs[len(gs)-1].Group
+	}
+	ts.mu.Lock()
+	ts.weights, ts.caps = weights, caps
+	ts.mu.Unlock()
+	return nil
+}
+
+// GroupTime is one group's account in a relay (SPEC §11), as
+// Relay.GroupTimes reports it.
+type GroupTime struct {
+	// Group is the group's name (a flow's id for a flow that is its own).
+	Group string
+	// SlotTime is the slot time of the group's ended deliveries, from claim
+	// to answer, as Config.Source measures it, since the relay started
+	// (or since it last forgot the group: see Relay.GroupTimes).
+	SlotTime time.Duration
+	// Charge is the group's charge: weighted slot time (SlotTime / weight,
+	// plus what its entries at the floor added), deliveries under way
+	// included.
+	Charge time.Duration
+	// Slots is how many delivery slots the group holds now.
+	Slots int
+	// Weight is the group's weight as the relay last read it (1 to
+	// fairrelay.MaxWeight).
+	Weight int64
+	// Holding is the slot time so far of the deliveries under way: SlotTime
+	// + Holding is all the slot time the group held until now.
+	Holding time.Duration
+	// MaxHold is the longest slot hold of one of the group's deliveries
+	// (claim to answer): D in the bound of SPEC §11 several relays obey.
+	MaxHold time.Duration
+	// PeakSlots is the most slots the group held at once: H in that bound.
+	PeakSlots int
+}
+
+// GroupTimes reports the relay's time-sharing accounts (SPEC §11), sorted
+// by group: every group the relay claimed for, but an idle group without
+// debt is forgotten once the relay tracks more than 16384 groups.
+func (r *Relay) GroupTimes() []GroupTime {
+	ts := r.ts
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	out := make([]GroupTime, 0, len(ts.groups))
+	for name, g := range ts.groups {
+		out = append(out, GroupTime{Group: name, SlotTime: g.slotTime, Charge: time.Duration(ts.effective(name, g, now)),
+			Slots: int(g.held), Weight: ts.weight(name), MaxHold: g.maxHold, PeakSlots: int(g.peak),
+			Holding: time.Duration(g.held)*now - g.startSum})
+	}
+	slices.SortFunc(out, func(a, b GroupTime) int { return cmp.Compare(a.Group, b.Group) })
+	return out
+}
+
+// refreshLoop reads the groups' weights and caps every
+// Config.GroupsRefresh until ctx is done; a failed read keeps the last
+// ones and counts in Health.
+func (r *Relay) refreshLoop(ctx context.Context) {
+	every(ctx, r.cfg.GroupsRefresh, r.cfg.GroupsRefresh, func() {
+		if err := r.ts.refresh(ctx, r.q); err != nil {
+			if ctx.Err() == nil {
+				r.health.failed("groups", err)
+			}
+			return
+		}
+		r.health.read()
+	})
+}
