@@ -163,7 +163,7 @@ type Config struct {
 	// PruneInterval is the pause between prunes. Defaults to 1 minute.
 	PruneInterval time.Duration
 	// PruneBatch bounds the events (and tombstones) one prune transaction
-	// deletes. Defaults to 100 (a few milliseconds of the write lock; see
+	// deletes. Defaults to 20 (a few milliseconds of the write lock; see
 	// BENCHMARKS.md, "Retention").
 	PruneBatch int
 	// OnSettle, when set, is called for every answer after its settle
@@ -224,7 +224,7 @@ func (c Config) withDefaults() Config {
 		c.PruneInterval = time.Minute
 	}
 	if c.PruneBatch == 0 {
-		c.PruneBatch = 100
+		c.PruneBatch = 20
 	}
 	if c.Quantum == 0 {
 		c.Quantum = 100 * time.Millisecond

@@ -63,7 +63,7 @@ longer than bodies, as --retain-ids > --retain-acked does).`,
 	f.IntVar(&opts.Events, "events", 1_000_000, "acked events in the store before the prune")
 	f.IntVar(&opts.Flows, "flows", 1000, "flows the events are spread over")
 	f.IntVar(&opts.BodyBytes, "body-bytes", 256, "bytes per event body")
-	f.IntVar(&opts.Batch, "batch", 100, "events per prune transaction (the relay's default)")
+	f.IntVar(&opts.Batch, "batch", 20, "events per prune transaction (the relay's default)")
 	f.BoolVar(&opts.Tombstones, "tombstones", false, "every pruned event leaves a tombstone")
 	f.BoolVar(&opts.Refill, "refill", false, "after the prune, enqueue and ack as many events again and measure the size: is the space reused")
 	f.DurationVar(&opts.Baseline, "baseline", 0, "how long dispatch is measured alone (default 5s)")

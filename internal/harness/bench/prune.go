@@ -30,7 +30,7 @@ type PruneOptions struct {
 	// with a body of BodyBytes bytes (default 256).
 	Events, Flows, BodyBytes int
 	// Batch is the prune's Limit per transaction, as the relay's
-	// PruneBatch (default 100).
+	// PruneBatch (default 20).
 	Batch int
 	// Tombstones: every pruned event leaves a tombstone (its id younger
 	// than retain_ids); otherwise none does.
@@ -103,7 +103,7 @@ func (o *PruneOptions) defaults() {
 		o.BodyBytes = 256
 	}
 	if o.Batch == 0 {
-		o.Batch = 100
+		o.Batch = 20
 	}
 	if o.Baseline == 0 {
 		o.Baseline = 5 * time.Second

@@ -172,12 +172,24 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		return store.PruneResult{}, Translate(fmt.Errorf("commit: %w", err))
 	}
 	if res.Events > 0 || res.Tombstones > 0 {
-		// A no-op unless the file was created with auto_vacuum=INCREMENTAL
-		// (a new store is); bounded, so a prune never holds the write lock
-		// long.
-		if _, err := s.write.ExecContext(ctx, "PRAGMA incremental_vacuum(2048)"); err != nil {
-			return res, Translate(fmt.Errorf("incremental vacuum: %w", err))
+		// Hand free pages back to the file system once there are enough of
+		// them to matter (a write and an fsync of its own, so not after
+		// every small prune): a no-op unless the file was created with
+		// auto_vacuum=INCREMENTAL (a new store is); bounded, so a prune
+		// never holds the write lock long.
+		var free int64
+		if err := s.write.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
+			return res, Translate(fmt.Errorf("freelist_count: %w", err))
+		}
+		if free >= vacuumPages {
+			if _, err := s.write.ExecContext(ctx, "PRAGMA incremental_vacuum(2048)"); err != nil {
+				return res, Translate(fmt.Errorf("incremental vacuum: %w", err))
+			}
 		}
 	}
 	return res, nil
 }
+
+// vacuumPages is how many free pages (of 4 KiB) a prune leaves before it
+// hands them back to the file system: 1 MiB.
+const vacuumPages = 256
