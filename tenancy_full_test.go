@@ -24,12 +24,7 @@ import (
 func TestFullChangesNothing(t *testing.T) {
 	forWorkloads(t, func(t *testing.T, b conformance.Backend, rng *rand.Rand) {
 		ctx := context.Background()
-		path, _ := b.New(t)
-		q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
+		q := referenceQueue(t, b)
 		flows := []string{"a", "b", "c", "d", "e", "f"}
 		groups := []string{"", "g1", "g2"}
 		groupOf := map[string]string{"a": "g1", "b": "g1", "c": "g2", "d": "g2"} // e, f: their own

@@ -34,12 +34,7 @@ import (
 func TestPruneKeepsWhatIsNotAcked(t *testing.T) {
 	forWorkloads(t, func(t *testing.T, b conformance.Backend, rng *rand.Rand) {
 		ctx := context.Background()
-		path, _ := b.New(t)
-		q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
+		q := referenceQueue(t, b)
 		p := &pruneRun{t: t, ctx: ctx, q: q, rng: rng, ackedAt: map[string]int64{}, tombs: map[string]pruneTomb{},
 			events: map[string]fairrelay.EnqueueParams{}, again: map[string]int{}, groupOf: map[string]string{"a": "g1", "b": "g1", "c": "g2"}}
 		for range 300 {

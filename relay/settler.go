@@ -3,11 +3,10 @@ package relay
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/sink"
 )
 
 // settleParams returns the settles of as at tick at, and their reports: an
@@ -23,28 +22,13 @@ func settleParams(at int64, as []answer) ([]fairrelay.Settlement, []Settled) {
 			out[i].LeaseLost = true
 			continue
 		}
-		p := fairrelay.Settlement{Token: a.s.Claim.Token, Outcome: a.s.Outcome, Detail: attemptDetail(a.s.Detail), Duration: max(a.s.Latency, 0)}
+		p := fairrelay.Settlement{Token: a.s.Claim.Token, Outcome: a.s.Outcome, Detail: sink.Excerpt(a.s.Detail, fairrelay.MaxDetailBytes), Duration: max(a.s.Latency, 0)}
 		if a.retryAfter > 0 {
 			p.NotBefore = at + a.retryAfter.Milliseconds()
 		}
 		ps = append(ps, p)
 	}
 	return ps, out
-}
-
-// attemptDetail is detail as the attempt history keeps it: valid UTF-8
-// (invalid bytes replaced), cut to fairrelay.MaxDetailBytes at a rune
-// boundary.
-func attemptDetail(detail string) string {
-	d := strings.ToValidUTF8(detail, "\uFFFD")
-	if len(d) <= fairrelay.MaxDetailBytes {
-		return d
-	}
-	cut := fairrelay.MaxDetailBytes
-	for cut > 0 && !utf8.RuneStart(d[cut]) {
-		cut--
-	}
-	return d[:cut]
 }
 
 // setResults gives the reports that were sent their results, in order.

@@ -7,7 +7,9 @@ package sink
 
 import (
 	"context"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
 )
@@ -65,3 +67,18 @@ type Func func(ctx context.Context, d Delivery) (Result, error)
 func (f Func) Deliver(ctx context.Context, d Delivery) (Result, error) { return f(ctx, d) }
 
 var _ Sink = Func(nil)
+
+// Excerpt is s as a detail quotes it (Result.Detail, the attempt history):
+// invalid UTF-8 replaced by U+FFFD, then cut to at most max bytes at a rune
+// boundary.
+func Excerpt(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}

@@ -277,3 +277,14 @@ func redactDSN(dsn string) string {
 	}
 	return u.Redacted()
 }
+
+// requireFlags refuses a command line that leaves out one of the named
+// flags: invalid_input naming the first missing one.
+func requireFlags(cmd *cobra.Command, names ...string) error {
+	for _, name := range names {
+		if !cmd.Flags().Changed(name) {
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
+		}
+	}
+	return nil
+}

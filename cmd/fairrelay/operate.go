@@ -109,10 +109,8 @@ beside a running relay, and prints {"status":"pruned","events":N,"tombstones":M}
 			if err != nil {
 				return err
 			}
-			for _, name := range []string{"acked-before", "ids-before"} {
-				if !cmd.Flags().Changed(name) {
-					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
-				}
+			if err := requireFlags(cmd, "acked-before", "ids-before"); err != nil {
+				return err
 			}
 			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {
@@ -161,10 +159,8 @@ generation_mismatch; exit 1, nothing changed).`,
 			if err != nil {
 				return err
 			}
-			for _, name := range []string{"id", "expected-generation", "reason"} {
-				if !cmd.Flags().Changed(name) {
-					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
-				}
+			if err := requireFlags(cmd, "id", "expected-generation", "reason"); err != nil {
+				return err
 			}
 			if operator == "" {
 				operator = osUser()
@@ -218,10 +214,8 @@ not_paused; exit 1).`
 			if err != nil {
 				return err
 			}
-			for _, name := range []string{"flow", "reason"} {
-				if !cmd.Flags().Changed(name) {
-					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
-				}
+			if err := requireFlags(cmd, "flow", "reason"); err != nil {
+				return err
 			}
 			if operator == "" {
 				operator = osUser()

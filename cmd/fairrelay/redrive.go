@@ -45,10 +45,8 @@ alone.`,
 				}
 				need = []string{"reason"}
 			}
-			for _, name := range need {
-				if !cmd.Flags().Changed(name) {
-					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
-				}
+			if err := requireFlags(cmd, need...); err != nil {
+				return err
 			}
 			if operator == "" {
 				// An audited decision names who made it: the account

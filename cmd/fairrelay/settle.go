@@ -27,10 +27,8 @@ retry or gap. Prints acked, ready (with next_at), quarantined, stale or expired.
 				return err
 			}
 			at := atFlag(cmd, at)
-			for _, name := range []string{"id", "generation"} {
-				if !cmd.Flags().Changed(name) {
-					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
-				}
+			if err := requireFlags(cmd, "id", "generation"); err != nil {
+				return err
 			}
 			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {

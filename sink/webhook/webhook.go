@@ -241,17 +241,10 @@ func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) 
 const DetailBodyBytes = 256
 
 // bodyStart is the start of an answer's body as a detail quotes it: at
-// most DetailBodyBytes bytes, cut at a rune boundary, invalid UTF-8
-// replaced, white space at the ends trimmed.
+// most DetailBodyBytes bytes (sink.Excerpt), white space at the ends
+// trimmed.
 func bodyStart(body []byte) string {
-	b := body
-	if len(b) > DetailBodyBytes {
-		b = b[:DetailBodyBytes]
-		for len(b) > 0 && !utf8.RuneStart(body[len(b)]) {
-			b = b[:len(b)-1]
-		}
-	}
-	return strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	return strings.TrimSpace(sink.Excerpt(string(body[:min(len(body), DetailBodyBytes+utf8.UTFMax)]), DetailBodyBytes))
 }
 
 // refusal explains a 401 or 403: by the cause a fairrelay receiver names
