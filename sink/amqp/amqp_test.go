@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,16 +97,16 @@ func rig(t *testing.T) brokertest.Rig {
 	if err := ch.QueueBind(queue, "fr.*", exch, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	rigNames[t.Name()] = name
+	rigNames.Store(t.Name(), name)
 	s := newSink(t, amqp.Options{Dial: dialer(t, name+"/relay"), Exchange: exch, RoutingKey: "fr.{flow}", Timeout: 5 * time.Second, Channels: 16})
 	return brokertest.Rig{Sink: s, Consume: func(ctx context.Context, opts consume.Options) error {
 		return amqp.Consume(ctx, amqp.ConsumerOptions{Dial: dialer(t, name+"/consumer"), Queue: queue, Exchange: exch, BindingKey: "fr.*"}, opts)
 	}}
 }
 
-// rigNames maps a test to its rig's connection name (tests that use it are
-// not parallel with themselves).
-var rigNames = map[string]string{}
+// rigNames maps a test to its rig's connection name; the conformance
+// suite's subtests make their rigs in parallel.
+var rigNames sync.Map // test name → string
 
 func TestConformance(t *testing.T) {
 	brokertest.RunConformance(t, rig)
@@ -124,7 +125,8 @@ func TestConnectionsClosedByServer(t *testing.T) {
 	var closed []string
 	brokertest.Outage(t, func(t *testing.T) brokertest.Rig {
 		r := rig(t)
-		name = rigNames[t.Name()]
+		v, _ := rigNames.Load(t.Name())
+		name = v.(string)
 		return r
 	}, func(t *testing.T) {
 		closed = connections(t, name)
