@@ -221,9 +221,9 @@ can forge lines or drive the terminal.`,
 							settledAt = strconv.FormatInt(*a.SettledAt, 10)
 						}
 						if !a.Settled.IsZero() {
-							settled = a.Settled.UTC().Format(time.RFC3339Nano)
+							settled = wallTime(a.Settled.UnixMilli())
 						}
-						fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Generation, a.Claimed.UTC().Format(time.RFC3339Nano), a.LeaseUntil,
+						fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Generation, wallTime(a.Claimed.UnixMilli()), a.LeaseUntil,
 							settledAt, settled, cell(orDash(a.Outcome)), cell(a.Status), a.Duration, cell(orDash(a.Relay)), cell(orDash(a.Detail)))
 					}
 				}

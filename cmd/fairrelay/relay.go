@@ -130,6 +130,10 @@ charged least; --max-group-slots caps any group's slots (configure
 				defer closeSink()
 				s, shown = bs, u
 			} else {
+				if !strings.HasPrefix(sinkURL, "http://") && !strings.HasPrefix(sinkURL, "https://") {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink",
+						Message: fmt.Sprintf("must be an http(s):// receiver, a nats:// JetStream server or an amqp(s):// RabbitMQ, got %q", sinkURL)}
+				}
 				codes, err := parseStatuses(permanent)
 				if err != nil {
 					return err

@@ -376,6 +376,11 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 	if _, errOut, code := cli(t, "", "relay", "--queue", queue); code == 0 || !strings.Contains(errOut, "sink") {
 		t.Errorf("no --sink: exit %d, %q", code, errOut)
 	}
+	// A sink of no kind the relay has names all three.
+	if _, errOut, code := cli(t, "", "relay", "--queue", queue, "--sink", "ftp://x"); code != 2 || !strings.Contains(errOut, "invalid_input: sink:") ||
+		!strings.Contains(errOut, "nats://") || !strings.Contains(errOut, "amqp") {
+		t.Errorf("--sink ftp://x: exit %d, %q; want an input error naming the three kinds", code, errOut)
+	}
 	// A refused run creates nothing.
 	if _, err := os.Stat(queue); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("queue store after refused runs: %v, want none", err)
