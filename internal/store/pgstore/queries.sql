@@ -367,11 +367,18 @@ WHERE paused AND flow_id > $1 ORDER BY flow_id LIMIT $2;
 -- Each count reads at most $1 entries: inflight heads through the due
 -- index (an inflight head waits there for its lease's end), quarantined
 -- heads through flow_parked_head (as QuarantinedList), paused flows
--- through flow_paused.
-SELECT (SELECT count(*) FROM (SELECT 1 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-                              WHERE f.wait_until IS NOT NULL AND e.state = 'inflight' LIMIT $1) i),
-       (SELECT count(*) FROM (SELECT 1 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-                              WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq AND e.state = 'quarantined' LIMIT $1) q),
+-- through flow_paused. A head's state is event_now's, read without the
+-- view: the flow row's head state when it holds the head's (migration
+-- 004), else the event row's own (the view joins the flow row a second
+-- time: 19 ms against 4 for 2 000 quarantined heads).
+SELECT (SELECT count(*) FROM (SELECT 1 FROM flow f WHERE f.wait_until IS NOT NULL
+                              AND CASE WHEN f.head_state_seq = f.head_seq THEN f.head_state
+                                       ELSE (SELECT e.own_state FROM event e WHERE e.flow_id = f.flow_id AND e.seq = f.head_seq) END = 'inflight'
+                              LIMIT $1) i),
+       (SELECT count(*) FROM (SELECT 1 FROM flow f WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
+                              AND CASE WHEN f.head_state_seq = f.head_seq THEN f.head_state
+                                       ELSE (SELECT e.own_state FROM event e WHERE e.flow_id = f.flow_id AND e.seq = f.head_seq) END = 'quarantined'
+                              LIMIT $1) q),
        (SELECT count(*) FROM (SELECT 1 FROM flow WHERE paused LIMIT $1) p);
 
 -- name: OldestWaiting
