@@ -19,8 +19,11 @@ const MaxCount = 100000
 type Overview struct {
 	// Clock is the stored clock.
 	Clock ClockState `json:"clock"`
-	// Backlog counts the events not acked (ready, inflight, quarantined).
-	Backlog int64 `json:"backlog"`
+	// Backlog counts the events not acked (ready, inflight, quarantined)
+	// when OverviewParams.Backlog asked for it (BacklogCounted); 0
+	// otherwise.
+	Backlog        int64 `json:"backlog"`
+	BacklogCounted bool  `json:"backlog_counted"`
 	// Inflight, Quarantined and Paused count the inflight heads, the
 	// quarantined heads (each blocks its flow) and the paused flows, each
 	// up to MaxCount.
@@ -39,9 +42,20 @@ type WaitingEvent struct {
 	EnqueuedAt int64 `json:"enqueued_at"`
 }
 
-// Overview reads the counts of the queue in one read transaction. Errors:
-// ErrBusy, ErrDatabase.
-func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
+// OverviewParams chooses what Overview reads.
+type OverviewParams struct {
+	// Backlog counts the events not acked too, at Queue.Backlog's cost:
+	// a counter on SQLite, a read of every flow on PostgreSQL (O(flows)).
+	// A console page leaves it out and counts in the background
+	// (package console).
+	Backlog bool
+}
+
+// Overview reads the counts of the queue in one read transaction: the
+// stored clock, the inflight and quarantined heads and the paused flows
+// (each up to MaxCount, through indexes), the oldest event not acked and,
+// when p.Backlog, the backlog. Errors: ErrBusy, ErrDatabase.
+func (q *Queue) Overview(ctx context.Context, p OverviewParams) (*Overview, error) {
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {
 		return nil, dbError("overview", err)
@@ -51,16 +65,18 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 	if err != nil {
 		return nil, dbError("overview", err)
 	}
-	backlog, err := tx.Backlog(ctx)
-	if err != nil {
-		return nil, dbError("overview", err)
+	o := &Overview{Clock: ClockState{Tick: c.Tick, Ticket: c.Ticket}}
+	if p.Backlog {
+		if o.Backlog, err = tx.Backlog(ctx); err != nil {
+			return nil, dbError("overview", err)
+		}
+		o.BacklogCounted = true
 	}
 	n, err := tx.Counts(ctx, MaxCount)
 	if err != nil {
 		return nil, dbError("overview", err)
 	}
-	o := &Overview{Clock: ClockState{Tick: c.Tick, Ticket: c.Ticket}, Backlog: backlog,
-		Inflight: n.Inflight, Quarantined: n.Quarantined, Paused: n.Paused}
+	o.Inflight, o.Quarantined, o.Paused = n.Inflight, n.Quarantined, n.Paused
 	e, err := tx.OldestWaiting(ctx)
 	if err != nil {
 		return nil, dbError("overview", err)
@@ -69,6 +85,26 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 		o.Oldest = &WaitingEvent{EventState: eventState(*e), EnqueuedAt: e.EnqueuedAt}
 	}
 	return o, nil
+}
+
+// Backlog counts the events not acked (ready, inflight and quarantined;
+// SPEC §8's backlog), in one read. Its cost depends on the backend: SQLite
+// keeps a store-wide counter (O(1)); PostgreSQL keeps none, because every
+// enqueue would write it and enqueues must share no lock (SPEC §10), so
+// it sums every flow's backlog, one read of the flow table (O(flows): 44 ms
+// at 100 000 flows, BENCHMARKS.md). Call it in the background, not per
+// request, on a large PostgreSQL store. Errors: ErrBusy, ErrDatabase.
+func (q *Queue) Backlog(ctx context.Context) (int64, error) {
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return 0, dbError("backlog", err)
+	}
+	defer tx.Rollback(ctx)
+	n, err := tx.Backlog(ctx)
+	if err != nil {
+		return 0, dbError("backlog", err)
+	}
+	return n, nil
 }
 
 // Delivery is one settled attempt, as Deliveries lists them.

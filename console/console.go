@@ -4,12 +4,14 @@
 // actions (SPEC §2 redrive, §9 expedite, pause, resume).
 //
 // Pages: the overview (events by state, blocked flows, deliveries per
-// second and delivery latency over the last hour, the oldest waiting head),
-// flows (search by id prefix, keyset paging, why each is not moving), an
-// event (body, state, attempt history, the actions that apply), the
-// quarantine (filter, select many, redrive with one reason), the audit log
-// and, with an inbox, the receiver's projection. Every page reads bounded
-// ranges of indexes, so a page costs the same on a store of any size.
+// second and delivery latency over the last hour, the oldest event not
+// acked), flows (search by id prefix, keyset paging, why each is not
+// moving), an event (body, state, attempt history, the actions that
+// apply), the quarantine (filter, select many, redrive with one reason),
+// the audit log and, with an inbox, the receiver's projection. Every page reads bounded
+// ranges of indexes, so a page costs the same on a store of any size; the
+// backlog, which PostgreSQL can only count by reading every flow, is
+// counted in the background (backlogCount).
 //
 // Authentication: a token file (LoadTokens) with a sign-in form, or a
 // header set by an authenticating proxy (Config.AuthHeader), or none on a
@@ -75,6 +77,7 @@ type Server struct {
 	mux      *http.ServeMux
 	sessions *sessions
 	readOnly map[string]bool
+	backlog  *backlogCount
 }
 
 // New makes a console. Errors: a missing queue (field "queue"), an
@@ -104,6 +107,8 @@ func New(cfg Config) (*Server, error) {
 	for _, u := range cfg.ReadOnlyUsers {
 		s.readOnly[u] = true
 	}
+	s.backlog = &backlogCount{count: s.q.Backlog, now: s.now, timeout: time.Minute, log: s.log}
+	s.backlog.view() // the first count, so that the first overview has one
 	t, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
 	if err != nil {
 		return nil, err
@@ -286,6 +291,19 @@ func intParam(r *http.Request, name string, def int64) (int64, error) {
 		return 0, fairrelay.InvalidInput(name, "want a non-negative integer, got %q", v)
 	}
 	return n, nil
+}
+
+// boolParam reads an optional query parameter of "1" (true) or "0"
+// (false; also when absent or empty).
+func boolParam(r *http.Request, name string) (bool, error) {
+	switch v := r.URL.Query().Get(name); v {
+	case "", "0":
+		return false, nil
+	case "1":
+		return true, nil
+	default:
+		return false, fairrelay.InvalidInput(name, "want 1 or 0, got %q", v)
+	}
 }
 
 // localPath is back when it is a path of this site, else "/".

@@ -340,7 +340,8 @@ func TestPages(t *testing.T) {
 		}
 	}
 	for path, want := range map[string]int{"/audit?after=-1": 400, "/event/nope": 404, "/event/%20x": 400,
-		"/quarantine?reason=bogus": 400, "/flows?prefix=%00": 400, "/quarantine?prefix=%1b": 400, "/flows?after=%ff": 400} {
+		"/quarantine?reason=bogus": 400, "/flows?prefix=%00": 400, "/quarantine?prefix=%1b": 400, "/flows?after=%ff": 400,
+		"/flows?paused=yes": 400} {
 		if st, body := c.do("GET", path, nil); st != want {
 			t.Errorf("GET %s: %d %s, want %d", path, st, body, want)
 		}

@@ -51,8 +51,13 @@ var funcs = template.FuncMap{
 }
 
 type overviewData struct {
-	O         *fairrelay.Overview
+	O *fairrelay.Overview
+	// Backlog is the last count of the events not acked (backlogCount);
+	// Ready is that count less the inflight and quarantined heads, shown
+	// when there is a count and no count is capped.
+	Backlog   backlogView
 	Ready     int64
+	ShowReady bool
 	Capped    bool
 	Blocked   []fairrelay.EventState
 	Paused    []fairrelay.FlowInfo
@@ -62,12 +67,15 @@ type overviewData struct {
 
 func (s *Server) overview(r *http.Request) (any, error) {
 	ctx := r.Context()
-	o, err := s.q.Overview(ctx)
+	o, err := s.q.Overview(ctx, fairrelay.OverviewParams{})
 	if err != nil {
 		return nil, err
 	}
-	d := overviewData{O: o, Ready: o.Backlog - o.Inflight - o.Quarantined,
+	d := overviewData{O: o, Backlog: s.backlog.view(),
 		Capped: o.Inflight >= fairrelay.MaxCount || o.Quarantined >= fairrelay.MaxCount || o.Paused >= fairrelay.MaxCount}
+	// Ready is the count less this read's heads: as old as the count.
+	d.Ready = d.Backlog.N - o.Inflight - o.Quarantined
+	d.ShowReady = d.Backlog.Counted && !d.Capped && d.Ready >= 0
 	if d.Blocked, err = s.q.QuarantinedWhere(ctx, fairrelay.QuarantinedParams{Limit: 10}); err != nil {
 		return nil, err
 	}
@@ -96,7 +104,11 @@ type flowsData struct {
 
 func (s *Server) flows(r *http.Request) (any, error) {
 	qs := r.URL.Query()
-	d := flowsData{Prefix: qs.Get("prefix"), After: qs.Get("after"), Paused: qs.Get("paused") == "1"}
+	paused, err := boolParam(r, "paused")
+	if err != nil {
+		return nil, err
+	}
+	d := flowsData{Prefix: qs.Get("prefix"), After: qs.Get("after"), Paused: paused}
 	c, err := s.q.Clock(r.Context())
 	if err != nil {
 		return nil, err
