@@ -9,6 +9,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/bench"
@@ -123,6 +124,16 @@ func parseCountsFrom(field, s string, least int) ([]int, error) {
 	return out, nil
 }
 
+// newBar is a progress bar of max steps on the command's standard error,
+// drawn only when that is a terminal: redirected to a file or a CI log,
+// a bar's redraws would fill it with thousands of lines.
+func newBar(cmd *cobra.Command, max int, opts ...progressbar.Option) *progressbar.ProgressBar {
+	w := cmd.ErrOrStderr()
+	f, ok := w.(*os.File)
+	visible := ok && term.IsTerminal(int(f.Fd()))
+	return progressbar.NewOptions(max, append([]progressbar.Option{progressbar.OptionSetWriter(w), progressbar.OptionSetVisibility(visible)}, opts...)...)
+}
+
 // loadProgress draws one progress bar per store while it loads.
 func loadProgress(cmd *cobra.Command) func(flows, done, total int) {
 	var bar *progressbar.ProgressBar
@@ -130,8 +141,7 @@ func loadProgress(cmd *cobra.Command) func(flows, done, total int) {
 	return func(flows, done, total int) {
 		if flows != barFlows {
 			barFlows = flows
-			bar = progressbar.NewOptions(total,
-				progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+			bar = newBar(cmd, total,
 				progressbar.OptionSetDescription(fmt.Sprintf("loading %d events over %d flows", total, flows)),
 				progressbar.OptionShowCount(),
 				progressbar.OptionShowIts(),

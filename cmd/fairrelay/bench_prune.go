@@ -85,7 +85,7 @@ func pruneProgress(cmd *cobra.Command) func(backend, phase string, done, total i
 			if bar != nil {
 				bar.Finish()
 			}
-			bar = progressbar.NewOptions(max(total, -1), progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+			bar = newBar(cmd, max(total, -1),
 				progressbar.OptionSetDescription(fmt.Sprintf("%s: %s", backend, phase)),
 				progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 		}

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 )
 
 // TestBenchClaimJSON runs a tiny `fairrelay bench claim --json` and checks the
@@ -117,5 +121,22 @@ func TestBenchTimeFair(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, name) {
 			t.Errorf("%v: exit %d, error %q, want one naming %s", tc.args, code, errOut, name)
 		}
+	}
+}
+
+// A progress bar is drawn only on a terminal: on a standard error
+// redirected to a file or a pipe (a CI log) its redraws would fill it
+// (bench prune's 200 000 events wrote 32 000 lines).
+func TestProgressBarsOnlyOnATerminal(t *testing.T) {
+	var errOut bytes.Buffer
+	cmd := &cobra.Command{}
+	cmd.SetErr(&errOut)
+	bar := newBar(cmd, 100, progressbar.OptionSetDescription("loading"))
+	for i := range 101 {
+		bar.Set(i)
+	}
+	bar.Finish()
+	if errOut.Len() != 0 {
+		t.Errorf("a progress bar on a standard error that is not a terminal: %q", errOut.String())
 	}
 }
