@@ -175,14 +175,21 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		// Hand free pages back to the file system once there are enough of
 		// them to matter (a write and an fsync of its own, so not after
 		// every small prune): a no-op unless the file was created with
-		// auto_vacuum=INCREMENTAL (a new store is); bounded, so a prune
-		// never holds the write lock long.
-		var free int64
-		if err := s.write.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
-			return res, Translate(fmt.Errorf("freelist_count: %w", err))
-		}
-		if free >= vacuumPages {
-			if _, err := s.write.ExecContext(ctx, "PRAGMA incremental_vacuum(2048)"); err != nil {
+		// auto_vacuum=INCREMENTAL (a new store is). In steps of
+		// vacuumStep pages, each its own write, so that another writer
+		// (the relay's dispatch) waits for one step, not for all of them.
+		// A file in another auto_vacuum mode keeps its free pages for reuse:
+		// the loop ends when a step freed nothing.
+		for last := int64(-1); ; {
+			var free int64
+			if err := s.write.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
+				return res, Translate(fmt.Errorf("freelist_count: %w", err))
+			}
+			if free < vacuumPages || free == last {
+				break
+			}
+			last = free
+			if _, err := s.write.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", vacuumStep)); err != nil {
 				return res, Translate(fmt.Errorf("incremental vacuum: %w", err))
 			}
 		}
@@ -191,5 +198,9 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 }
 
 // vacuumPages is how many free pages (of 4 KiB) a prune leaves before it
-// hands them back to the file system: 1 MiB.
-const vacuumPages = 256
+// hands them back to the file system: 1 MiB. vacuumStep is how many one
+// write of the vacuum hands back.
+const (
+	vacuumPages = 256
+	vacuumStep  = 64
+)
