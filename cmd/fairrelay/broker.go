@@ -56,7 +56,10 @@ func brokerSink(raw string, workers int, timeout time.Duration, log *slog.Logger
 		if err != nil {
 			return nil, "", nil, err
 		}
-		nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay relay", Credentials: natsCredentials(), Logger: log})
+		// A server that is not up yet is an outage, not a usage error: the
+		// relay starts, its deliveries are retried, and it connects when it
+		// can, as the RabbitMQ sink does.
+		nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay relay", Credentials: natsCredentials(), Logger: log, Retry: true})
 		if err != nil {
 			return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: err.Error()}
 		}

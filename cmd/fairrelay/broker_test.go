@@ -14,6 +14,7 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/brokertest"
 )
 
@@ -66,6 +67,63 @@ func overBroker(t *testing.T, sinkURL, fromURL string) {
 	}
 	if logs := rel.stderr(); !strings.Contains(logs, "relay: starting") || strings.Contains(logs, brokertest.AMQPPassword+"@") {
 		t.Errorf("the relay's log does not show the sink URL without its password:\n%s", logs)
+	}
+}
+
+// relay --sink nats:// with no server listening yet starts and retries, as
+// with RabbitMQ: a broker that is not up is an outage, not a usage error.
+// Once a server starts on that port the relay connects and the event is
+// delivered.
+func TestRelayWaitsForANATSServerNotUpYet(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t, "")
+	// The stream is kept in the server's store: it is there again when the
+	// server starts, before the relay's connection is accepted (a delivery
+	// that finds no stream would be quarantined).
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := js.New(nc)
+	if _, err := j.CreateStream(t.Context(), js.StreamConfig{Name: "S", Subjects: []string{"fr.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	srv.Stop(t)
+
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	rel := startCLI(t, "relay", "--queue", queue, "--sink", srv.URL()+"?subject=fr.{flow}&stream=S",
+		"--backoff-base", "50ms", "--backoff-cap", "500ms", "--budget", "1000")
+	rel.waitLine(t, "nats: cannot connect")
+	if _, errOut, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, errOut)
+	}
+	if l := rel.waitLine(t, "relay: delivery failed; will retry"); !strings.Contains(l, "no connection to the server yet") {
+		t.Errorf("the failed delivery does not say why: %s", l)
+	}
+
+	srv.Start(t)
+	rel.waitLine(t, "nats: connected")
+	waitFor(t, queue, "A1 acked", func(s *fairrelay.Snapshot) bool { return countState(s, fairrelay.StateAcked) == 1 })
+	nc, err = nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	j, _ = js.New(nc)
+	st, err := j.Stream(t.Context(), "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(t.Context(), "fr.A")
+	if err != nil {
+		t.Fatalf("the stream has no message of flow A: %v", err)
+	}
+	if id := m.Header.Get("Nats-Msg-Id"); id != "A1" || string(m.Data) != `{"delta":1}` {
+		t.Errorf("the stream holds %s %q, want A1 {\"delta\":1}", id, m.Data)
+	}
+	if code := rel.signal(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("relay exited %d on SIGTERM: %s", code, rel.stderr())
 	}
 }
 

@@ -28,8 +28,23 @@ func newInspectCmd() *cobra.Command {
   flows        each flow with its last seq, served ticket, group and whether paused
   heads        each flow with its head event (the default)
   quarantined  the quarantined heads, with the generation a redrive needs
-  groups       the groups (SPEC §8): weight, backlog limit, served, flows, backlog
-               (a flow created without a group is its own and not listed)
+  groups       the groups (SPEC §8); a flow created without a group is its own
+               and not listed. The columns:
+                 WEIGHT       the group's share of claims, 1-1000 (configure --weight):
+                              saturated, it gets WEIGHT claims for every claim of a
+                              saturated group of weight 1
+                 MAX BACKLOG  its limit on events not acked; none: no limit
+                 SERVED       its place in the rotation, a ticket: a claim picks the
+                              group with the smallest SERVED, then in it the flow
+                              served least. With weight 1 it is the ticket of the
+                              group's last claim. With weight w it moves once every
+                              w claims, to the ticket of the w-th (deficit round
+                              robin): the group keeps its place for w claims, so
+                              SERVED may be older than its last claim. -: no flow
+                              yet, so not in the rotation
+                 FLOWS        its flows
+                 BACKLOG      its events not acked (ready, inflight, quarantined)
+               --json adds max_slots, its cap on relay slots (configure --max-slots)
   settings     the store-wide backlog limits and the backlog
   audit        the operators' decisions (redrive, expedite, pause, resume), as written,
                with the tick and the wall-clock time (UTC, RFC 3339) of each

@@ -139,3 +139,47 @@ func TestInspectAttemptsAndAuditWallTime(t *testing.T) {
 		t.Errorf("unknown id: exit %d, %s; want not_found", code, e)
 	}
 }
+
+// inspect --help explains every column the groups table prints, and what
+// SERVED means for a weighted group, whose SERVED stays behind its claims
+// (deficit round robin, SPEC §8).
+func TestInspectHelpExplainsTheGroupsColumns(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, args := range [][]string{
+		{"migrate", "--queue", q},
+		{"configure", "--queue", q, "--group", "big", "--weight", "3"},
+		{"enqueue", "--queue", q, "--id", "b1-1", "--flow", "b1", "--group", "big", "--delta", "1"},
+		{"enqueue", "--queue", q, "--id", "b2-1", "--flow", "b2", "--group", "big", "--delta", "1"},
+		{"claim", "--queue", q},
+	} {
+		if out, errOut, code := cli(t, "", args...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+	out, errOut, code := cli(t, "", "inspect", "--queue", q, "groups")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 {
+		t.Fatalf("inspect groups: exit %d\n%s%s", code, out, errOut)
+	}
+	// One claim of a group of weight 3 leaves its SERVED where it was.
+	if cells := regexp.MustCompile(`\s{2,}`).Split(lines[1], -1); len(cells) != 6 || cells[3] != "0" {
+		t.Fatalf("after one claim, big's row is %q; want SERVED 0", lines[1])
+	}
+	help, _, _ := cli(t, "", "inspect", "--help")
+	start, end := strings.Index(help, "  groups "), strings.Index(help, "  settings ")
+	if start < 0 || end < start {
+		t.Fatalf("inspect --help has no groups view:\n%s", help)
+	}
+	groups := help[start:end]
+	for _, col := range regexp.MustCompile(`\s{2,}`).Split(lines[0], -1)[1:] {
+		if !strings.Contains(groups, "  "+col+" ") {
+			t.Errorf("inspect --help does not explain the groups column %s:\n%s", col, groups)
+		}
+	}
+	for _, want := range []string{"deficit round", "With weight w"} {
+		if !strings.Contains(groups, want) {
+			t.Errorf("inspect --help does not say what SERVED is for a weighted group (%q):\n%s", want, groups)
+		}
+	}
+}

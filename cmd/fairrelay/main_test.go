@@ -281,6 +281,42 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// cobra's own flag-parse errors (an unknown flag, a value that does not
+// parse, a flag without its value) are input errors like the commands'
+// own: one stderr line `fairrelay: invalid_input: FLAG: message`, exit 2,
+// nothing created.
+func TestFlagParseErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"relay", "--queue", q, "--workers", "abc"}, `workers: "abc" is not an integer`},
+		{[]string{"relay", "--queue", q, "--workers", "99999999999999999999"}, `workers: "99999999999999999999" is out of range for an integer`},
+		{[]string{"relay", "--queue", q, "--timeout", "soon"}, `timeout: "soon" is not a duration such as 30s`},
+		{[]string{"relay", "--queue", q, "--jitter", "x"}, `jitter: "x" is not a number`},
+		{[]string{"relay", "--queue", q, "--lease", "30000"}, `lease: "30000" has no unit: give a duration such as 30s`},
+		{[]string{"inspect", "--queue", q, "--json=maybe"}, `json: "maybe" is not true or false`},
+		{[]string{"enqueue", "--queue", q, "--id"}, "id: needs a value: give --id VALUE"},
+		{[]string{"experiment", "run", "-o"}, "output: needs a value: give --output VALUE"},
+		{[]string{"claim", "--queue", q, "--bogus"}, "bogus: unknown flag --bogus for fairrelay claim"},
+		{[]string{"--bogus"}, "bogus: unknown flag --bogus for fairrelay"},
+		{[]string{"claim", "--queue", q, "-x"}, "x: unknown flag -x for fairrelay claim"},
+		{[]string{"claim", "--queue", q, "---at", "5"}, `at: bad flag syntax "---at"`},
+	} {
+		out, errOut, code := cli(t, "", c.args...)
+		want := "fairrelay: invalid_input: " + c.want
+		if code != exitFailed || out != "" || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d stdout %q stderr %q; want exit %d and one stderr line starting %q", c.args, code, out, errOut, exitFailed, want)
+		}
+	}
+	if _, err := os.Stat(q); err == nil {
+		t.Error("a command refused for its flags created the store")
+	}
+}
+
 // TestSameStore: the queue and the inbox are separate stores (SPEC §4); a
 // PostgreSQL store is a schema of a database of a server.
 func TestSameStore(t *testing.T) {

@@ -52,7 +52,9 @@ is chosen by the URL's scheme:
                      lost connection: retried)
 
 {flow} is the flow's token: the flow id, with every byte but A-Z a-z 0-9 - _
-written %XX. Broker ` + brokerEnvHelp + `.
+written %XX. Broker ` + brokerEnvHelp + `. A broker
+that is down, when the relay starts or later, is an outage: deliveries are
+retried with backoff and the sink connects once the broker is back.
 
 Time is the daemon clock of SPEC §7: 1 tick = 1 ms; --lease and the backoff
 flags are durations (30s, 5m), whole milliseconds.

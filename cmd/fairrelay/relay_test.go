@@ -154,7 +154,7 @@ func (d *daemon) waitStdout(t *testing.T, want string) {
 }
 
 // waitLine returns the first stderr line that contains want, waiting for
-// it up to 30 s.
+// it up to 30 s, or until the child exits without writing it.
 func (d *daemon) waitLine(t *testing.T, want string) string {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
@@ -164,6 +164,11 @@ func (d *daemon) waitLine(t *testing.T, want string) string {
 		}
 		select {
 		case <-d.grew:
+		case <-d.exited:
+			if l := d.line(want); l != "" {
+				return l
+			}
+			t.Fatalf("exited (%d) before a stderr line with %q:\n%s", d.code, want, d.stderr())
 		case <-deadline:
 			t.Fatalf("no stderr line with %q within 30 s:\n%s", want, d.stderr())
 		}

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -111,21 +113,39 @@ type ConnectOptions struct {
 	// Credentials authenticate the connection.
 	Credentials Credentials
 	// Logger receives a line when the connection drops (warn), comes back
-	// (info) or the server reports an asynchronous error (warn). Defaults
-	// to discarding.
+	// (info) or the server reports an asynchronous error (warn); with
+	// Retry, also when the first connection fails (warn, once) and when it
+	// is made at last (info). Defaults to discarding.
 	Logger *slog.Logger
+	// Retry makes a server that cannot be reached at first (or refuses the
+	// login) a passing condition, as a connection lost later is: Connect
+	// returns the connection at once, still connecting, and it keeps
+	// trying every 250 ms for ever. A Sink on it answers every delivery
+	// with an error (transient) until the first connection is made. For a
+	// publisher such as the relay, which must outlive a broker that starts
+	// after it; a consumer is better off failing loudly at start (a typo
+	// is not an outage).
+	Retry bool
 }
 
 // Connect connects to e.Server, reconnecting every 250 ms for ever when the
 // connection drops (publishes made meanwhile wait in the client's buffer,
-// up to their timeout). It fails when the first connection cannot be made
-// within 5s.
+// up to their timeout). Without opts.Retry it fails when the first
+// connection cannot be made within 5s; with it, only when
+// opts.Credentials.CredsFile cannot be read.
 func Connect(e Endpoint, opts ConnectOptions) (*nats.Conn, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := opts.Credentials
+	if c.CredsFile != "" {
+		// The client reads it only while connecting: with Retry, a missing
+		// file would be retried for ever.
+		if _, err := os.ReadFile(c.CredsFile); err != nil {
+			return nil, fmt.Errorf("jetstream: credentials file: %w", err)
+		}
+	}
 	nopts := []nats.Option{nats.Name(opts.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -133,6 +153,22 @@ func Connect(e Endpoint, opts ConnectOptions) (*nats.Conn, error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats: server error", "err", err) }),
+	}
+	if opts.Retry {
+		// The client reports every failed attempt, 4 a second: only the
+		// first before the first connection is logged (later outages
+		// have the disconnect line above).
+		var connected, warned atomic.Bool
+		nopts = append(nopts, nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(),
+			nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+				if !connected.Load() && warned.CompareAndSwap(false, true) {
+					log.Warn("nats: cannot connect; trying again every 250ms (deliveries are retried meanwhile)", "server", e.Server, "err", err)
+				}
+			}),
+			nats.ConnectHandler(func(nc *nats.Conn) {
+				connected.Store(true)
+				log.Info("nats: connected", "server", nc.ConnectedUrlRedacted())
+			}))
 	}
 	if c.User != "" || c.Password != "" {
 		nopts = append(nopts, nats.UserInfo(c.User, c.Password))

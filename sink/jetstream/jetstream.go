@@ -23,9 +23,9 @@
 // confirms there is none), a body over the server's max_payload or the
 // stream's max_msg_size, a subject that lands in another stream than
 // Options.Stream, and a publish the server's permissions refuse. Every other
-// failure — a timeout, a lost connection, a stream that is full or
-// temporarily unavailable, an API error nobody classified — is an error or
-// retry: transient.
+// failure — a timeout, a lost connection, no connection yet (Connect with
+// ConnectOptions.Retry), a stream that is full or temporarily unavailable,
+// an API error nobody classified — is an error or retry: transient.
 //
 // The broker acks that it stored the message, not that anyone applied it.
 // Consumers get at least once; for an effect exactly once beyond the
@@ -58,7 +58,8 @@ const DefaultSubject = "fairrelay." + topic.Placeholder
 
 // Options configure a Sink.
 type Options struct {
-	// Conn is an open connection (see Connect). Required. The sink does
+	// Conn is an open connection, or one still making its first
+	// connection (see Connect and ConnectOptions.Retry). Required. The sink does
 	// not close it; New chains its asynchronous error handler (the server
 	// reports refused publishes there).
 	Conn *nats.Conn
@@ -79,7 +80,7 @@ type Options struct {
 // Sink publishes deliveries to JetStream. Safe for concurrent use.
 type Sink struct {
 	js      js.JetStream
-	maxPay  func() int64
+	conn    *nats.Conn
 	subject topic.Template
 	stream  string
 	timeout time.Duration
@@ -118,7 +119,7 @@ func New(opts Options) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	s := &Sink{js: j, maxPay: opts.Conn.MaxPayload, subject: tpl, stream: opts.Stream, timeout: opts.Timeout,
+	s := &Sink{js: j, conn: opts.Conn, subject: tpl, stream: opts.Stream, timeout: opts.Timeout,
 		refused: &refusals{waiting: map[string]map[*refusalWaiter]struct{}{}}}
 	prev := opts.Conn.ErrorHandler()
 	opts.Conn.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
@@ -165,7 +166,12 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 		return sink.Result{}, err
 	}
 	subj := s.subject.Expand(d.Flow)
-	if max := s.maxPay(); max > 0 && int64(len(d.Body)) > max {
+	if s.conn.Status() != nats.CONNECTED && !s.conn.HeadersSupported() {
+		// Not connected yet (ConnectOptions.Retry): the client knows
+		// nothing of the server, and would refuse the headers.
+		return sink.Result{}, fmt.Errorf("jetstream: publish %s: no connection to the server yet (the client keeps trying)", d.EventID)
+	}
+	if max := s.conn.MaxPayload(); max > 0 && int64(len(d.Body)) > max {
 		// The client would refuse it too (nats.ErrMaxPayload); say how big.
 		return rejected("nats: maximum payload exceeded: the body has %d bytes, the server's max_payload is %d", len(d.Body), max), nil
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -233,6 +234,66 @@ func TestServerDownIsTransient(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after the restart: %q %v", res.Outcome, err)
+		}
+	}
+}
+
+// A server that is not up when the connection is made (Retry) is a passing
+// condition, as a server that went away is: Connect returns, the deliveries
+// fail at once with an error (transient), and once the server is up the
+// connection is made and a delivery is acked.
+func TestServerNotUpAtStartIsTransient(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t, "")
+	// The stream is kept in the server's store: it is there again when the
+	// server starts, before it accepts the sink's connection.
+	nc0 := connect(t, srv.URL(), jetstream.Credentials{})
+	j, _ := js.New(nc0)
+	if _, err := j.CreateStream(t.Context(), js.StreamConfig{Name: "S", Subjects: []string{"fr.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	nc0.Close()
+	srv.Stop(t)
+
+	nc, err := jetstream.Connect(jetstream.Endpoint{Server: srv.URL()}, jetstream.ConnectOptions{Name: "fairrelay-test", Retry: true})
+	if err != nil {
+		t.Fatalf("connect with Retry to a server that is not up: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	connected := nc.StatusChanged(nats.CONNECTED)
+	s := newSink(t, jetstream.Options{Conn: nc, Subject: "fr.{flow}", Stream: "S", Timeout: 5 * time.Second})
+	start := time.Now()
+	res, err := s.Deliver(t.Context(), delivery("e1", "A", []byte(`{"delta":1}`)))
+	if err == nil || !strings.Contains(err.Error(), "no connection to the server yet") {
+		t.Fatalf("no server yet: %q (%s), %v; want an error saying there is no connection yet", res.Outcome, res.Detail, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the delivery took %s to fail: it waited instead of answering at once", d)
+	}
+
+	srv.Start(t)
+	select {
+	case <-connected:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the connection was not made within 30s of the server's start (status %s)", nc.Status())
+	}
+	deliver(t, s, delivery("e1", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeAccepted, "stream S seq 1")
+}
+
+// A credentials file that cannot be read fails Connect at once, Retry or
+// not: the client reads it only while connecting, so it would be retried
+// for ever.
+func TestUnreadableCredsFileFailsConnect(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "relay.creds")
+	for _, retry := range []bool{false, true} {
+		nc, err := jetstream.Connect(jetstream.Endpoint{Server: "nats://127.0.0.1:1"},
+			jetstream.ConnectOptions{Credentials: jetstream.Credentials{CredsFile: missing}, Retry: retry})
+		if err == nil {
+			nc.Close()
+			t.Errorf("retry %v: connected with a credentials file that does not exist", retry)
+		} else if !strings.Contains(err.Error(), "credentials file") || !strings.Contains(err.Error(), missing) {
+			t.Errorf("retry %v: %v; want an error naming the credentials file", retry, err)
 		}
 	}
 }

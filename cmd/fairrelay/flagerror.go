@@ -1,0 +1,88 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// Every command's flag-parse errors (an unknown flag, a value that does not
+// parse, a flag without its value) come out like the commands' own input
+// errors: invalid_input naming the flag, exit code exitFailed. Subcommands
+// inherit the root's function.
+func init() { rootCmd.SetFlagErrorFunc(flagError) }
+
+// flagError turns an error of pflag's parser into a fairrelay.Error with
+// CodeInvalidInput whose field is the flag's name, as the user wrote it
+// for a flag that does not exist.
+func flagError(cmd *cobra.Command, err error) error {
+	if errors.Is(err, pflag.ErrHelp) {
+		return err // cobra prints the help
+	}
+	var (
+		bad      *pflag.InvalidValueError
+		noValue  *pflag.ValueRequiredError
+		unknown  *pflag.NotExistError
+		badShape *pflag.InvalidSyntaxError
+	)
+	switch {
+	case errors.As(err, &bad):
+		f := bad.GetFlag()
+		return fairrelay.InvalidInput(f.Name, "%s", badValue(f, bad.GetValue(), errors.Unwrap(bad)))
+	case errors.As(err, &noValue):
+		name := noValue.GetFlag().Name
+		return fairrelay.InvalidInput(name, "needs a value: give --%s VALUE", name)
+	case errors.As(err, &unknown):
+		name, dashes := unknown.GetSpecifiedName(), "--"
+		if unknown.GetSpecifiedShortnames() != "" {
+			dashes = "-"
+		}
+		return fairrelay.InvalidInput(name, "unknown flag %s%s for %s (%s --help lists its flags)", dashes, name, cmd.CommandPath(), cmd.CommandPath())
+	case errors.As(err, &badShape):
+		spec := badShape.GetSpecifiedFlag()
+		name := strings.TrimLeft(spec, "-")
+		if i := strings.IndexByte(name, '='); i >= 0 {
+			name = name[:i]
+		}
+		if name == "" {
+			name = "flags"
+		}
+		return fairrelay.InvalidInput(name, "bad flag syntax %q: write --NAME VALUE or --NAME=VALUE", spec)
+	}
+	return fairrelay.InvalidInput("flags", "%v", err)
+}
+
+// badValue says why value is not one of f's: for the value types of
+// package strconv and time, in words rather than the parser's; for the
+// project's own flag types, their own message.
+func badValue(f *pflag.Flag, value string, cause error) string {
+	var num *strconv.NumError
+	if errors.As(cause, &num) {
+		want := "an integer"
+		switch t := f.Value.Type(); {
+		case t == "bool":
+			return fmt.Sprintf("%q is not true or false", value)
+		case strings.HasPrefix(t, "float"):
+			want = "a number"
+		case strings.HasPrefix(t, "uint"):
+			want = "a non-negative integer"
+		}
+		if errors.Is(num.Err, strconv.ErrRange) {
+			return fmt.Sprintf("%q is out of range for %s", value, want)
+		}
+		return fmt.Sprintf("%q is not %s", value, want)
+	}
+	if cause == nil {
+		return fmt.Sprintf("%q is not a valid value", value)
+	}
+	if f.Value.Type() == "duration" && strings.HasPrefix(cause.Error(), "time: ") {
+		return fmt.Sprintf("%q is not a duration such as 30s, 5m or 1500ms", value)
+	}
+	return cause.Error()
+}
