@@ -1,5 +1,7 @@
 package fairrelay
 
+import "strings"
+
 // Outcome is what the receiver answered for one delivery (SPEC §2 settle,
 // SPEC §3). Settle maps it to the event's next state by its Class.
 type Outcome string
@@ -73,5 +75,9 @@ func ParseOutcome(s string) (Outcome, error) {
 			return o, nil
 		}
 	}
-	return "", invalid("outcome", "unknown outcome %q", s)
+	names := make([]string, 0, len(Outcomes()))
+	for _, o := range Outcomes() {
+		names = append(names, string(o))
+	}
+	return "", invalid("outcome", "unknown outcome %q (want one of %s)", s, strings.Join(names, ", "))
 }

@@ -62,7 +62,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("console: action", "action", action, "user", ss.user.Name, "result", msg)
-	http.Redirect(w, r, withMsg(localPath(r.PostFormValue("back")), msg), http.StatusSeeOther)
+	http.Redirect(w, r, s.withMsg(localPath(r.PostFormValue("back")), msg), http.StatusSeeOther)
 }
 
 // selection is one "ID:GENERATION" of a redrive form.

@@ -23,7 +23,11 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"errors"
 	"html/template"
 	"log/slog"
@@ -78,6 +82,7 @@ type Server struct {
 	sessions *sessions
 	readOnly map[string]bool
 	backlog  *backlogCount
+	msgKey   []byte // signs the result messages of actions (msgSig)
 }
 
 // New makes a console. Errors: a missing queue (field "queue"), an
@@ -106,6 +111,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	for _, u := range cfg.ReadOnlyUsers {
 		s.readOnly[u] = true
+	}
+	s.msgKey = make([]byte, 32)
+	if _, err := rand.Read(s.msgKey); err != nil {
+		return nil, err
 	}
 	s.backlog = &backlogCount{count: s.q.Backlog, now: s.now, timeout: time.Minute, log: s.log}
 	s.backlog.view() // the first count, so that the first overview has one
@@ -231,7 +240,7 @@ func (s *Server) page(name string, load func(r *http.Request) (any, error)) http
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, ss *session, data any) {
-	v := view{Title: name, Nav: name, Msg: r.URL.Query().Get("msg"), Path: r.URL.RequestURI(), Data: data, Auth: s.cfg.Tokens != nil}
+	v := view{Title: name, Nav: name, Msg: s.shownMsg(r), Path: r.URL.RequestURI(), Data: data, Auth: s.cfg.Tokens != nil}
 	if ss != nil {
 		v.User, v.CSRF, v.ReadOnly = ss.user, ss.csrf, ss.user.ReadOnly
 	}
@@ -315,11 +324,33 @@ func localPath(back string) string {
 	return back
 }
 
-// withMsg adds msg to path's query.
-func withMsg(path, msg string) string {
+// withMsg adds msg to path's query, signed (msgSig) so that the page
+// shows it: an action's result, after its redirect.
+func (s *Server) withMsg(path, msg string) string {
 	u, _ := url.Parse(path)
 	q := u.Query()
 	q.Set("msg", msg)
+	q.Set("msgsig", s.msgSig(msg))
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// msgSig is the signature of a page's msg: an HMAC-SHA256 under a key
+// made at New, base64url. A page shows a msg only with its signature, so a
+// link made elsewhere cannot make the console say what it did not do
+// ("all events deleted").
+func (s *Server) msgSig(msg string) string {
+	m := hmac.New(sha256.New, s.msgKey)
+	m.Write([]byte(msg))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// shownMsg is the request's msg when its signature is good, else "".
+func (s *Server) shownMsg(r *http.Request) string {
+	q := r.URL.Query()
+	msg := q.Get("msg")
+	if msg == "" || !hmac.Equal([]byte(q.Get("msgsig")), []byte(s.msgSig(msg))) {
+		return ""
+	}
+	return msg
 }

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -249,6 +250,19 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 		loc, _ := url.Parse(resp.Header.Get("Location"))
 		if resp.StatusCode != http.StatusSeeOther || loc.Path != "/flows" || !strings.Contains(loc.Query().Get("msg"), s.msg) {
 			t.Fatalf("%s: %d %s, want a redirect to /flows saying %q", s.action, resp.StatusCode, loc, s.msg)
+		}
+		// The page the redirect leads to shows the result; the same
+		// message in a link made elsewhere (no signature, or another
+		// message's) is not shown.
+		if _, body := alice.do("GET", loc.RequestURI(), nil); !strings.Contains(body, `id="msg"`) || !strings.Contains(body, html.EscapeString(s.msg)) {
+			t.Errorf("%s: the page after the redirect does not show %q", s.action, s.msg)
+		}
+		forged := loc.Query()
+		forged.Set("msg", "All events deleted")
+		for _, u := range []string{"/flows?msg=All+events+deleted", "/flows?" + forged.Encode()} {
+			if _, body := alice.do("GET", u, nil); strings.Contains(body, "All events deleted") {
+				t.Errorf("GET %s shows a message the console did not write", u)
+			}
 		}
 	}
 	audit, err := q.Audit(bg, 0, 10)

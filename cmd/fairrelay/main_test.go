@@ -229,7 +229,7 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"claim", "--queue", q, "--lease", "30000"}, `"30000" has no unit: give a duration such as 30s`},
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "retry", "--backoff-base", "1.5ms"}, "backoff-base: must be a whole number of milliseconds"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--at", "4"}, "clock_regressed"},
-		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "acepted", "--at", "5"}, `outcome: unknown outcome "acepted"`},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "acepted", "--at", "5"}, `outcome: unknown outcome "acepted" (want one of accepted, duplicate,`},
 		{[]string{"settle", "--queue", q, "--id", "NOPE", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "not_found"},
 		{[]string{"claim", "--queue", filepath.Join(dir, "missing", "q.db"), "--at", "0"}, "queue: cannot open: directory"},
 		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database"},

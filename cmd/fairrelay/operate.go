@@ -58,7 +58,7 @@ store's limit): a pause of dispatch as long as that count.`,
 			}
 			if p.Weight == nil && p.MaxBacklog == nil && p.MaxFlowBacklog == nil && p.MaxSlots == nil && group == "" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max_backlog",
-					Message: "nothing to set: give --max-backlog, --max-flow-backlog, or --group with --weight or --max-backlog"}
+					Message: "nothing to set: give --max-backlog, --max-flow-backlog, or --group with --weight, --max-backlog or --max-slots"}
 			}
 			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {

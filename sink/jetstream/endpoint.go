@@ -112,8 +112,9 @@ type ConnectOptions struct {
 	Name string
 	// Credentials authenticate the connection.
 	Credentials Credentials
-	// Logger receives a line when the connection drops (warn), comes back
-	// (info) or the server reports an asynchronous error (warn); with
+	// Logger receives a line when the connection drops (warn; not when its
+	// owner closes it, which is logged at debug), comes back (info) or the
+	// server reports an asynchronous error (warn); with
 	// Retry, also when the first connection fails (warn, once) and when it
 	// is made at last (info). Defaults to discarding.
 	Logger *slog.Logger
@@ -148,9 +149,13 @@ func Connect(e Endpoint, opts ConnectOptions) (*nats.Conn, error) {
 	}
 	nopts := []nats.Option{nats.Name(opts.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // closed by its owner: not an outage
+			}
 			log.Warn("nats: disconnected; reconnecting", "server", e.Server, "err", err)
 		}),
+		nats.ClosedHandler(func(*nats.Conn) { log.Debug("nats: closed", "server", e.Server) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats: server error", "err", err) }),
 	}

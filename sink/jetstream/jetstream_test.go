@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -365,3 +367,36 @@ func TestFullStreamIsTransient(t *testing.T) {
 	deliver(t, s, delivery("e1", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeAccepted, "")
 	deliver(t, s, delivery("e2", "A", []byte(`{"delta":1}`)), fairrelay.OutcomeRetry, "maximum messages exceeded")
 }
+
+// Closing a connection is not an outage: no "disconnected" warning, only
+// a debug line that it closed (the relay logged a warning with err=<nil>
+// at every clean stop).
+func TestCloseIsNotLoggedAsAnOutage(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var logged strings.Builder
+	closed := make(chan struct{})
+	h := slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Contains(string(p), "nats: closed") {
+			close(closed)
+		}
+		return logged.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug})
+	nc, err := jetstream.Connect(jetstream.Endpoint{Server: brokertest.NATS(t)}, jetstream.ConnectOptions{Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	<-closed // the client's callbacks run in order: a disconnect line would be before it
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logged.String(), "disconnected") {
+		t.Errorf("a clean close logged an outage:\n%s", logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
