@@ -175,14 +175,20 @@ func describeConfigure(p fairrelay.ConfigureParams) string {
 }
 
 // pruneParams draws a prune whose horizons fall anywhere in the run's
-// ticks, one time in ten with ids_before above acked_before
-// (invalid_input).
+// ticks, one time in ten with ids_before above acked_before and one in ten
+// with horizons that are not ticks (negative, beyond MaxTick): each
+// invalid_input.
 func (r *propertyRun) pruneParams() fairrelay.PruneParams {
 	p := fairrelay.PruneParams{At: r.tick()}
 	p.AckedBefore = r.rng.Int64N(max(p.At, r.m.Tick()) + 3)
 	p.IDsBefore = r.rng.Int64N(p.AckedBefore + 1)
-	if r.rng.IntN(10) == 0 {
+	switch r.rng.IntN(20) {
+	case 0, 1:
 		p.IDsBefore = p.AckedBefore + 1 + r.rng.Int64N(3)
+	case 2: // not ticks (invalid_input naming them)
+		p.AckedBefore = -1 - r.rng.Int64N(3)
+	case 3:
+		p.AckedBefore, p.IDsBefore = fairrelay.MaxTick+1, fairrelay.MaxTick+1
 	}
 	return p
 }

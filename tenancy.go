@@ -115,10 +115,21 @@ type PruneResult struct {
 // Prune deletes acked events and tombstones as p says (SPEC §8). Heads,
 // seqs, served and the audit are untouched; an event that is not acked is
 // never deleted. Errors (SPEC §2 order): ErrClockRegressed;
-// ErrInvalidInput naming at, ids_before (above acked_before) or limit
-// (negative); ErrBusy; ErrDatabase.
+// ErrInvalidInput naming at, acked_before or ids_before (not a tick in
+// [0, MaxTick]), ids_before (above acked_before) or limit (negative);
+// ErrBusy; ErrDatabase.
 func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 	check := func() error {
+		// Ticks are non-negative (SPEC §1) and at most MaxTick: -1 or a
+		// tick beyond the range is a typo, not "nothing" or "everything".
+		for _, f := range []struct {
+			name string
+			v    int64
+		}{{"acked_before", p.AckedBefore}, {"ids_before", p.IDsBefore}} {
+			if f.v < 0 || f.v > MaxTick {
+				return invalid(f.name, "must be a tick in [0, %d], got %d", int64(MaxTick), f.v)
+			}
+		}
 		if p.IDsBefore > p.AckedBefore {
 			return invalid("ids_before", "must be at most acked_before (%d), got %d: a tombstone outlives its event", p.AckedBefore, p.IDsBefore)
 		}

@@ -55,6 +55,12 @@ func (m *Model) Prune(p fairrelay.PruneParams) (fairrelay.PruneResult, error) {
 	if err := m.checkClock(p.At); err != nil {
 		return fairrelay.PruneResult{}, err
 	}
+	if p.AckedBefore < 0 || p.AckedBefore > fairrelay.MaxTick {
+		return fairrelay.PruneResult{}, invalid("acked_before", "%d is not a tick", p.AckedBefore)
+	}
+	if p.IDsBefore < 0 || p.IDsBefore > fairrelay.MaxTick {
+		return fairrelay.PruneResult{}, invalid("ids_before", "%d is not a tick", p.IDsBefore)
+	}
 	if p.IDsBefore > p.AckedBefore {
 		return fairrelay.PruneResult{}, invalid("ids_before", "%d > acked_before %d", p.IDsBefore, p.AckedBefore)
 	}
