@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/fairrelay/fairrelay"
@@ -39,9 +38,12 @@ func every(ctx context.Context, first, interval time.Duration, fn func()) {
 // nothing older than the retention is left or ctx ends. A store error is logged and left for the next prune.
 func (r *Relay) prune(ctx context.Context) {
 	now := r.clock.Now()
-	p := fairrelay.PruneParams{At: now, Floor: true, AckedBefore: now - r.cfg.RetainAcked.Milliseconds(), IDsBefore: math.MinInt64, Limit: r.cfg.PruneBatch}
+	// Horizons are ticks (never below 0: a store younger than the
+	// retention has nothing that old); IDsBefore 0 deletes no tombstone
+	// (RetainIDs 0 keeps the ids for ever).
+	p := fairrelay.PruneParams{At: now, Floor: true, AckedBefore: max(0, now-r.cfg.RetainAcked.Milliseconds()), Limit: r.cfg.PruneBatch}
 	if r.cfg.RetainIDs > 0 {
-		p.IDsBefore = min(now-r.cfg.RetainIDs.Milliseconds(), p.AckedBefore)
+		p.IDsBefore = min(max(0, now-r.cfg.RetainIDs.Milliseconds()), p.AckedBefore)
 	}
 	var events, tombstones int64
 	for ctx.Err() == nil {

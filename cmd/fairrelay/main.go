@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fairrelay/fairrelay"
 )
@@ -66,16 +68,48 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go exitOnSecondSignal(sigs)
-	err := rootCmd.ExecuteContext(ctx)
+	cmd, err := rootCmd.ExecuteContextC(ctx)
 	if err == nil {
 		return
 	}
-	fmt.Fprintln(os.Stderr, "fairrelay: "+errorLine(err))
+	fmt.Fprintln(os.Stderr, "fairrelay: "+errorLine(flagNames(cmd, err)))
 	var ee *exitError
 	if errors.As(err, &ee) {
 		os.Exit(ee.code)
 	}
 	os.Exit(exitFailed)
+}
+
+// flagNames returns err with the library's field names that are flags of
+// cmd written as the flags are (ids_before → ids-before), in the field and
+// in the message, so that a CLI user reads the names they typed; the
+// library, the script format and JSON keep the underscores (SPEC §6). Any
+// other error is returned as it is.
+func flagNames(cmd *cobra.Command, err error) error {
+	var fe *fairrelay.Error
+	if cmd == nil || !errors.As(err, &fe) {
+		return err
+	}
+	out := *fe
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !strings.Contains(f.Name, "-") {
+			return
+		}
+		under := strings.ReplaceAll(f.Name, "-", "_")
+		if out.Field == under {
+			out.Field = f.Name
+		}
+		out.Message = fieldWord(under).ReplaceAllString(out.Message, "${1}"+f.Name)
+	})
+	if out == *fe {
+		return err
+	}
+	return &out
+}
+
+// fieldWord matches name as a whole word (not inside a longer name).
+func fieldWord(name string) *regexp.Regexp {
+	return regexp.MustCompile(`(^|[^A-Za-z0-9_])` + regexp.QuoteMeta(name) + `\b`)
 }
 
 // errorLine renders an error as one line that names the code and field;

@@ -232,6 +232,10 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "acepted", "--at", "5"}, `outcome: unknown outcome "acepted" (want one of accepted, duplicate,`},
 		{[]string{"settle", "--queue", q, "--id", "NOPE", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "not_found"},
 		{[]string{"claim", "--queue", filepath.Join(dir, "missing", "q.db"), "--at", "0"}, "queue: cannot open: directory"},
+		// The library's field names, written as the flags the user typed.
+		{[]string{"prune", "--queue", q, "--acked-before", "3", "--ids-before", "5", "--at", "5"}, "invalid_input: ids-before: must be at most acked-before (3)"},
+		{[]string{"prune", "--queue", q, "--acked-before", "-1", "--ids-before", "0", "--at", "5"}, "invalid_input: acked-before: must be a tick"},
+		{[]string{"configure", "--queue", q, "--max-flow-backlog", "-3", "--at", "5"}, "invalid_input: max-flow-backlog: must not be negative"},
 		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database"},
 		{[]string{"claim", "--queue", q, "--at", "5", "--policy", "lifo"}, "policy: must be seed or fair"},
 		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},

@@ -112,7 +112,7 @@ func TestCommandsAnswerTheClockBeforeTheirFields(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "b", "--flow", "f", "--delta", "0", "--at", "10"}, "invalid_input: delta:"},
 		{[]string{"settle", "--queue", q, "--id", "a", "--generation", "1", "--outcome", "bogus", "--at", "5"}, "clock_regressed"},
 		{[]string{"settle", "--queue", q, "--id", "a", "--generation", "1", "--outcome", "bogus", "--at", "10"}, "invalid_input: outcome:"},
-		{[]string{"redrive", "--queue", q, "--id", "a", "--expected-generation", "-1", "--reason", "r"}, "invalid_input: expected_generation:"},
+		{[]string{"redrive", "--queue", q, "--id", "a", "--expected-generation", "-1", "--reason", "r"}, "invalid_input: expected-generation:"},
 		{[]string{"redrive", "--queue", q, "--all", "--flow", "f\xff", "--reason", "r"}, "invalid_input: flow:"},
 	} {
 		if _, e, code := cli(t, "", tc.args...); code != 2 || !strings.Contains(e, tc.want) {

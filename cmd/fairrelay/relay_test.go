@@ -370,7 +370,7 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--workers", "4", "--max-group-slots", "5"}, "max-group-slots"},
 		{[]string{"--max-group-slots", "-1"}, "max-group-slots"},
 		{[]string{"--quantum", "0s"}, "quantum"},
-		{[]string{"--permanent-status", "503"}, "permanent_status"},
+		{[]string{"--permanent-status", "503"}, "permanent-status"},
 		{[]string{"--secret", "whsec_!!"}, "secret"},
 	} {
 		_, errOut, code := cli(t, "", append([]string{"relay", "--queue", queue, "--sink", "http://127.0.0.1:1/"}, tc.args...)...)
