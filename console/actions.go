@@ -1,8 +1,11 @@
 package console
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -108,6 +111,12 @@ func (s *Server) redrive(r *http.Request, operator, reason string) (string, erro
 	for _, sel := range sels {
 		res, err := s.q.Redrive(r.Context(), fairrelay.RedriveParams{EventID: sel.id, ExpectedGeneration: sel.gen,
 			Reason: reason, Operator: operator, At: fairrelay.AtStored})
+		if errors.Is(err, fairrelay.ErrNotFound) {
+			// Gone since the page was read (pruned): like a head that
+			// changed meanwhile, counted, and the others still redriven.
+			rejected["not_found"]++
+			continue
+		}
 		if err != nil {
 			if ok > 0 {
 				return "", fmt.Errorf("redrove %d, then %s: %w", ok, sel.id, err)
@@ -121,8 +130,8 @@ func (s *Server) redrive(r *http.Request, operator, reason string) (string, erro
 		}
 	}
 	msg := fmt.Sprintf("redrive: %d redriven", ok)
-	for k, n := range rejected {
-		msg += fmt.Sprintf(", %d rejected (%s)", n, k)
+	for _, k := range slices.Sorted(maps.Keys(rejected)) {
+		msg += fmt.Sprintf(", %d rejected (%s)", rejected[k], k)
 	}
 	return msg, nil
 }

@@ -19,9 +19,11 @@ import (
 // counts at once, so that a small store's overview is never stale. The
 // interval is 100 times what the last count took, at least minRefresh:
 // SQLite's counter is read at most every second, 100 000 flows on
-// PostgreSQL (44 ms) every ~4 s, and a store so large that counting takes
-// a second every 100 s — the counting never takes more than 1 % of one
-// connection's time. (River UI does the same with its counts by state.)
+// PostgreSQL (44 ms) every ~4 s, and a store where a count takes 600 ms or
+// more (or waited for a lock that long) every minute, maxRefresh — so
+// the counting takes at most 1 % of one connection's time unless a count
+// takes longer than 600 ms. (River UI does the same with its counts by
+// state.)
 // Safe for concurrent use.
 type backlogCount struct {
 	// count counts; it is fairrelay.Queue.Backlog but for tests.
@@ -44,8 +46,13 @@ type backlogCount struct {
 	err     error         // the last count's error, nil once one succeeds
 }
 
-// minRefresh is the shortest refresh interval of the backlog count.
-const minRefresh = time.Second
+// minRefresh and maxRefresh bound the refresh interval of the backlog
+// count: a count slowed by a lock (PostgreSQL waits up to its lock
+// timeout) must not leave the number stale for 100 times that.
+const (
+	minRefresh = time.Second
+	maxRefresh = time.Minute
+)
 
 // inlineCount: a backlog count that took less is run by the page itself
 // the next time (a counter's read, or a few flows).
@@ -72,7 +79,7 @@ func (b *backlogCount) view() backlogView {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	if !b.running && (!b.counted || now.Sub(b.at) >= max(minRefresh, 100*b.took)) {
+	if !b.running && (!b.counted || now.Sub(b.at) >= min(maxRefresh, max(minRefresh, 100*b.took))) {
 		b.running = true
 		if b.counted && b.took < inlineCount {
 			b.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
 )
 
 // fakeWall is a wall clock a test moves.
@@ -122,11 +123,7 @@ func TestOverviewShowsTheBacklogCountedInTheBackground(t *testing.T) {
 	if got := backlogOf(t, overviewOf(t, s)); got != "3" {
 		t.Errorf("half a second later: backlog %q, want the last count, 3", got)
 	}
-	select {
-	case <-ended:
-		t.Fatal("a count ran within the refresh interval")
-	default:
-	}
+	noCount(t, s.backlog, ended, "within the refresh interval")
 
 	// Past it (100 times the 50 ms the count took): the last count with
 	// its age, and a new count, then its answer.
@@ -185,6 +182,88 @@ func TestOverviewCountsACheapBacklogItself(t *testing.T) {
 	}
 }
 
+// noCount fails the test if a count of b ran or runs: one that ended
+// (ended) or one started and not ended yet (running).
+func noCount(t *testing.T, b *backlogCount, ended chan struct{}, when string) {
+	t.Helper()
+	b.mu.Lock()
+	running := b.running
+	b.mu.Unlock()
+	select {
+	case <-ended:
+		running = true
+	default:
+	}
+	if running {
+		t.Fatalf("a count ran %s", when)
+	}
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A count that waited long (PostgreSQL waits for a lock up to its lock
+// timeout) is refreshed after a minute at most, not after 100 times its
+// time: the number is never minutes stale.
+func TestBacklogRefreshIsCappedAtAMinute(t *testing.T) {
+	_, s, wall := wallServer(t)
+	ended := make(chan struct{}, 8)
+	counts := 0
+	s.backlog = &backlogCount{count: func(context.Context) (int64, error) {
+		counts++
+		wall.Add(5 * time.Second) // a count that waited 5 s for a lock
+		return int64(counts), nil
+	}, now: wall.Now, timeout: time.Minute, log: s.log, done: func() { ended <- struct{}{} }}
+	overviewOf(t, s)
+	<-ended
+	wall.Add(50 * time.Second) // 55 s after the count began
+	if got := backlogOf(t, overviewOf(t, s)); got != "1" {
+		t.Fatalf("55 s after the count: backlog %q, want the first count", got)
+	}
+	noCount(t, s.backlog, ended, "within a minute of the last")
+	wall.Add(6 * time.Second)
+	overviewOf(t, s) // 61 s: a new count, not 500 s later
+	<-ended
+	if got := backlogOf(t, overviewOf(t, s)); got != "2" {
+		t.Errorf("after the refresh: backlog %q, want the second count", got)
+	}
+}
+
+// A busy store answers 503 without the store's text (a lock timeout's
+// message names tables and statements): that goes to the log.
+func TestBusyPagesDoNotShowTheStoreText(t *testing.T) {
+	_, s, _ := wallServer(t)
+	w := httptest.NewRecorder()
+	s.failErr(w, httptest.NewRequest("GET", "http://127.0.0.1/flows", nil),
+		fmt.Errorf("clock: %w: ClockGet: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)", fairrelay.ErrBusy))
+	if w.Code != 503 || strings.Contains(w.Body.String(), "ClockGet") || strings.Contains(w.Body.String(), "SQLSTATE") {
+		t.Errorf("busy: %d %q, want 503 without the store's text", w.Code, w.Body.String())
+	}
+}
+
+// The inbox page's after is a flow id: one that is not (invalid UTF-8, a
+// control character) answers 400 naming it, as on the other pages.
+func TestInboxAfterMustBeAFlowID(t *testing.T) {
+	q, err := fairrelay.Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	in, err := inbox.Open(context.Background(), filepath.Join(t.TempDir(), "i.db"), inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	s, err := New(Config{Queue: q, Inbox: in, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, after := range []string{"%ff", "%00"} {
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1/inbox?after="+after, nil))
+		if w.Code != 400 || !strings.Contains(w.Body.String(), "after") {
+			t.Errorf("/inbox?after=%s: %d %q, want 400 naming after", after, w.Code, w.Body.String())
+		}
+	}
+}

@@ -262,11 +262,17 @@ func (s *Server) fail(w http.ResponseWriter, _ *http.Request, status int, msg st
 	http.Error(w, msg, status)
 }
 
-// failErr answers err: bad input, not found and busy with the library's
-// message; anything else (a database error) as a 500 whose text goes to
-// the log only, with the context given (key, value pairs).
+// failErr answers err: bad input and not found with the library's message
+// (about the request); busy as a 503 and anything else (a database error)
+// as a 500, whose store text goes to the log only, with the context given
+// (key, value pairs).
 func (s *Server) failErr(w http.ResponseWriter, r *http.Request, err error, context ...any) {
 	st := statusOf(err)
+	if st == http.StatusServiceUnavailable {
+		s.log.Warn("console: store busy", append(context, "err", err)...)
+		s.fail(w, r, st, "the store is busy (a lock held too long): try again; see the console's log")
+		return
+	}
 	if st != http.StatusInternalServerError {
 		s.fail(w, r, st, err.Error())
 		return

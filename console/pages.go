@@ -115,9 +115,6 @@ func (s *Server) flows(r *http.Request) (any, error) {
 	}
 	d.Tick = c.Tick
 	p := fairrelay.FlowsParams{Prefix: d.Prefix, After: d.After, Paused: d.Paused, Limit: pageSize}
-	if d.Paused {
-		p.Prefix = ""
-	}
 	if d.Flows, err = s.q.Flows(r.Context(), p); err != nil {
 		return nil, err
 	}
@@ -275,6 +272,11 @@ func (s *Server) inbox(r *http.Request) (any, error) {
 		return inboxData{None: true}, nil
 	}
 	d := inboxData{After: r.URL.Query().Get("after")}
+	if d.After != "" {
+		if err := fairrelay.CheckID("after", d.After); err != nil {
+			return nil, err
+		}
+	}
 	var err error
 	if d.Rows, err = s.cfg.Inbox.Projections(r.Context(), d.After, pageSize); err != nil {
 		return nil, err

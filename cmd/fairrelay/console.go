@@ -120,7 +120,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 			defer q.Close()
 			var in *inbox.Inbox
 			if inboxDSN != "" {
-				if in, err = openInbox(ctx, inboxDSN, inbox.Options{}); err != nil {
+				if in, err = openInbox(ctx, inboxDSN, inbox.Options{MustExist: true}); err != nil {
 					return err
 				}
 				defer in.Close()

@@ -37,6 +37,14 @@ func TestConsoleCommand(t *testing.T) {
 	if _, errOut, code := cli(t, "", "console", "--queue", queue, "--addr", "0.0.0.0:0"); code != 2 || !strings.Contains(errOut, "invalid_input: addr:") {
 		t.Fatalf("a non-loopback address without credentials: %d %s", code, errOut)
 	}
+	// An inbox that does not exist is refused, not created empty.
+	missing := filepath.Join(dir, "missing-inbox.db")
+	if _, errOut, code := cli(t, "", "console", "--queue", queue, "--inbox", missing, "--addr", "127.0.0.1:0"); code != 2 || !strings.Contains(errOut, "inbox") {
+		t.Fatalf("a missing inbox: %d %s", code, errOut)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("the console created the missing inbox: %v", err)
+	}
 	if _, errOut, code := cli(t, "", "console", "--queue", filepath.Join(dir, "nope.db"), "--addr", "127.0.0.1:0"); code != 2 {
 		t.Fatalf("a missing store: %d %s", code, errOut)
 	}

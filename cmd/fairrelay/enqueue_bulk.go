@@ -19,9 +19,11 @@ import (
 // runBulkEnqueue is enqueue without --id: JSON lines from stdin. at is
 // --at when given, else the stored tick (fairrelay.AtStored).
 func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags, at int64) error {
-	for _, name := range []string{"flow", "body", "delta"} {
+	// A flag that applies to one event is refused, not ignored: --group
+	// ignored would put every new flow in its own group for good.
+	for _, name := range []string{"flow", "group", "body", "delta"} {
 		if cmd.Flags().Changed(name) {
-			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "give --id too, or put it in the stdin lines"}
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "give --id too, or put it in the stdin lines (\"" + name + "\": …)"}
 		}
 	}
 	q, err := openQueue(cmd.Context(), queue, pol, pf)

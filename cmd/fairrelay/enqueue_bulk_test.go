@@ -223,3 +223,20 @@ func TestBulkEnqueueBatchesAStream(t *testing.T) {
 	}
 	t.Logf("%d lines in %d transactions", lines, rep.transactions)
 }
+
+// A one-event flag with events on standard input is refused before
+// anything is read or written: --group ignored would have put every new
+// flow in its own group for good (a flow's group is fixed at creation).
+func TestBulkEnqueueRefusesOneEventFlags(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	for _, flag := range [][]string{{"--group", "acme"}, {"--flow", "Z"}, {"--delta", "1"}, {"--body", `{"a":1}`}} {
+		_, errOut, code := cli(t, `{"id":"Z1","flow":"Z","delta":1}`+"\n", append([]string{"enqueue", "--queue", queue}, flag...)...)
+		if name := strings.TrimPrefix(flag[0], "--"); code != 2 || !strings.Contains(errOut, "invalid_input: "+name+": give --id too") {
+			t.Errorf("%v with stdin: exit %d, %q; want exit 2 naming %s", flag, code, errOut, name)
+		}
+	}
+	if _, err := os.Stat(queue); !os.IsNotExist(err) {
+		t.Errorf("the refused enqueues touched %s: %v", queue, err)
+	}
+}
