@@ -255,12 +255,25 @@ func invalid(field, format string, args ...any) error {
 // "max_group_slots", "groups_refresh", or "lease" when the
 // policy's lease (ms) does not exceed DeliveryTimeout + LeaseMargin.
 func (c Config) Validate() error {
-	c = c.withDefaults()
 	switch {
 	case c.Queue == nil:
 		return invalid("queue", "missing")
 	case c.Sink == nil:
 		return invalid("sink", "missing")
+	}
+	if err := c.ValidateSettings(); err != nil {
+		return err
+	}
+	return CheckLease(c.Queue.Policy().Lease, c.withDefaults().DeliveryTimeout, c.LeaseMargin)
+}
+
+// ValidateSettings is Validate without the queue, the sink and the lease
+// check (CheckLease): for a caller that checks its settings before it
+// opens, or creates, the queue store, so that a refused configuration
+// leaves nothing behind. Errors: as Validate's.
+func (c Config) ValidateSettings() error {
+	c = c.withDefaults()
+	switch {
 	case c.Workers < 1 || c.Workers > MaxWorkers:
 		return invalid("workers", "must be 1 to %d, got %d", MaxWorkers, c.Workers)
 	case c.DeliveryTimeout < time.Millisecond:
@@ -295,7 +308,7 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
-	return CheckLease(c.Queue.Policy().Lease, c.DeliveryTimeout, c.LeaseMargin)
+	return nil
 }
 
 // CheckLease reports ErrInvalidInput (field "lease") unless a policy's lease

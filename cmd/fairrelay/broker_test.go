@@ -228,6 +228,7 @@ func TestBrokerFlagErrors(t *testing.T) {
 		{[]string{"receive", "--inbox", inboxPath, "--from", "http://127.0.0.1:1/"}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/?queue=q&exchange=x.{flow}"}, "exchange:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D", "--addr", "127.0.0.1:0"}, "from:"},
+		{[]string{"receive", "--inbox", inboxPath, "--addr", "nope"}, "addr:"},
 	} {
 		_, errOut, code := cli(t, "", tc.args...)
 		if code == 0 || !strings.Contains(errOut, "invalid_input: "+tc.field) {

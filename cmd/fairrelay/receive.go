@@ -87,17 +87,19 @@ Broker ` + brokerEnvHelp + `.`,
 			} else {
 				log.Warn("receive: no --secret: unsigned requests are accepted")
 			}
+			// The address first: a refused run creates no inbox.
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: err.Error()}
+			}
 			in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
 			if err != nil {
+				ln.Close()
 				return err
 			}
 			defer in.Close()
 			if created {
 				log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
-			}
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: err.Error()}
 			}
 			if err := printJSON(cmd.OutOrStdout(), map[string]string{"status": "listening", "addr": ln.Addr().String()}); err != nil {
 				ln.Close()

@@ -156,6 +156,18 @@ charged least; --max-group-slots caps any group's slots (configure
 					log.Warn("relay: no --secret: deliveries are unsigned")
 				}
 			}
+			// Every setting and address checked before the store is opened
+			// (or created): a refused run leaves nothing behind.
+			settings := relay.Config{Name: name, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
+				ShutdownTimeout: shutdown, RetainAcked: retainAcked, RetainIDs: retainIDs, MaxGroupSlots: maxGroupSlots, Quantum: quantum}
+			if err := settings.ValidateSettings(); err != nil {
+				return err
+			}
+			if metricsAddr != "" {
+				if err := checkListenAddr("metrics-addr", metricsAddr); err != nil {
+					return err
+				}
+			}
 			q, created, err := openQueueCreating(ctx, queue, pol, &pf)
 			if err != nil {
 				return err
@@ -166,9 +178,8 @@ charged least; --max-group-slots caps any group's slots (configure
 			if created {
 				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
 			}
-			cfg := relay.Config{Name: name, Queue: q, Sink: s, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
-				ShutdownTimeout: shutdown, Logger: log, RetainAcked: retainAcked, RetainIDs: retainIDs,
-				MaxGroupSlots: maxGroupSlots, Quantum: quantum}
+			cfg := settings
+			cfg.Queue, cfg.Sink, cfg.Logger = q, s, log
 			var reg *prometheus.Registry
 			if metricsAddr != "" {
 				reg = prometheus.NewRegistry()
@@ -257,6 +268,19 @@ func parseStatuses(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// checkListenAddr refuses an address that is not HOST:PORT with a numeric
+// port (ErrInvalidInput naming field), before anything is opened.
+func checkListenAddr(field, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: fmt.Sprintf("want HOST:PORT, got %q", addr)}
+	}
+	return nil
 }
 
 // serveMetrics serves, on addr until stop is called, reg at /metrics and

@@ -372,6 +372,12 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--quantum", "0s"}, "quantum"},
 		{[]string{"--permanent-status", "503"}, "permanent-status"},
 		{[]string{"--secret", "whsec_!!"}, "secret"},
+		// Settings checked by the relay package, and addresses: before the
+		// store is created too.
+		{[]string{"--retain-acked", "2h", "--retain-ids", "1h"}, "retain-ids"},
+		{[]string{"--shutdown-timeout", "-1s"}, "shutdown-timeout"},
+		{[]string{"--name", "a b "}, "name"},
+		{[]string{"--metrics-addr", "nonsense"}, "metrics-addr"},
 	} {
 		_, errOut, code := cli(t, "", append([]string{"relay", "--queue", queue, "--sink", "http://127.0.0.1:1/"}, tc.args...)...)
 		if code == 0 || !strings.Contains(errOut, "invalid_input: "+tc.want) {
