@@ -7,6 +7,9 @@ package sink
 
 import (
 	"context"
+	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -81,4 +84,18 @@ func Excerpt(s string, max int) string {
 		cut--
 	}
 	return s[:cut]
+}
+
+// BadPort reports why u's port is not a TCP port (1 to 65535), or "" when
+// it is one or u has none: a broker URL with port 99999 would otherwise be
+// retried for ever as an outage.
+func BadPort(u *url.URL) string {
+	p := u.Port()
+	if p == "" {
+		return ""
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return fmt.Sprintf("port %q is not a TCP port (1 to 65535)", p)
+	}
+	return ""
 }

@@ -229,6 +229,10 @@ func TestBrokerFlagErrors(t *testing.T) {
 		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/?queue=q&exchange=x.{flow}"}, "exchange:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D", "--addr", "127.0.0.1:0"}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--addr", "nope"}, "addr:"},
+		// Not a port: refused, not retried for ever as an outage.
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:99999"}, "sink:"},
+		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:99999/"}, "sink:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:0?stream=S&durable=D"}, "from:"},
 	} {
 		_, errOut, code := cli(t, "", tc.args...)
 		if code == 0 || !strings.Contains(errOut, "invalid_input: "+tc.field) {

@@ -23,6 +23,9 @@ type consoleFlags struct {
 	tokens, authHeader, readOnly, certFile, keyFile string
 }
 
+// consoleFlagNames are the flags register adds.
+var consoleFlagNames = []string{"tokens", "auth-header", "readonly-users", "tls-cert", "tls-key"}
+
 func (c *consoleFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&c.tokens, "tokens", "", "console: require signing in with a token of this `FILE` (made by fairrelay console token add)")

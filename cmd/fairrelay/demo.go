@@ -87,6 +87,9 @@ and ends with every event acked once (A: seq 2, total 11).`,
 					}
 				}
 			}
+			if o.workers < 1 || o.workers > relay.MaxWorkers {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "workers", Message: fmt.Sprintf("must be 1 to %d, got %d", relay.MaxWorkers, o.workers)}
+			}
 			if o.console != "" {
 				if o.sink != "webhook" {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "console", Message: "runs with the webhook demo only"}

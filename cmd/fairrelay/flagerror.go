@@ -86,3 +86,34 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 	}
 	return cause.Error()
 }
+
+// argsAsInput makes the argument errors of c and every command under it
+// (an unknown command, too many or too few arguments: cobra's own text,
+// and for a command that only groups others, its help with exit code 0)
+// come out as input errors too: invalid_input naming "command" or "args",
+// exit code exitFailed. main runs it once every command is added.
+func argsAsInput(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		argsAsInput(sub)
+	}
+	if !c.Runnable() && c.HasSubCommands() {
+		// A group of commands: its help without arguments, else an unknown
+		// command.
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fairrelay.InvalidInput("command", "unknown command %q for %s (%s --help lists its commands)", args[0], cmd.CommandPath(), cmd.CommandPath())
+			}
+			return cmd.Help()
+		}
+		return
+	}
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return fairrelay.InvalidInput("args", "%v (%s --help shows its usage)", err, cmd.CommandPath())
+			}
+			return nil
+		}
+	}
+}

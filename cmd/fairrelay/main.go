@@ -68,6 +68,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go exitOnSecondSignal(sigs)
+	argsAsInput(rootCmd)
 	cmd, err := rootCmd.ExecuteContextC(ctx)
 	if err == nil {
 		return

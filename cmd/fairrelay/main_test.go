@@ -236,6 +236,7 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"prune", "--queue", q, "--acked-before", "3", "--ids-before", "5", "--at", "5"}, "invalid_input: ids-before: must be at most acked-before (3)"},
 		{[]string{"prune", "--queue", q, "--acked-before", "-1", "--ids-before", "0", "--at", "5"}, "invalid_input: acked-before: must be a tick"},
 		{[]string{"configure", "--queue", q, "--max-flow-backlog", "-3", "--at", "5"}, "invalid_input: max-flow-backlog: must not be negative"},
+		{[]string{"demo", "--workers", "0", "--dir", filepath.Join(dir, "demo")}, "invalid_input: workers: must be 1 to"},
 		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database"},
 		{[]string{"claim", "--queue", q, "--at", "5", "--policy", "lifo"}, "policy: must be seed or fair"},
 		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},
@@ -605,5 +606,30 @@ func TestMissingStoreSaysSoOnce(t *testing.T) {
 	_, errOut, code := cli(t, "", "inspect", "--queue", path)
 	if code != 2 || strings.Count(errOut, "no queue store there") != 1 || !strings.Contains(errOut, "queue: no queue store there: "+path) {
 		t.Fatalf("exit %d, stderr %q: want exit 2 and the reason once, after the field", code, errOut)
+	}
+}
+
+// Argument errors come out as input errors, like the flags': an unknown
+// command (cobra printed its own text, and for a group of commands its
+// help with exit code 0), too many or too few arguments.
+func TestArgumentErrorsAreInputErrors(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nosuchcmd"}, "invalid_input: command: unknown command \"nosuchcmd\""},
+		{[]string{"console", "token", "bogus"}, "invalid_input: command: unknown command \"bogus\""},
+		{[]string{"claim", "--queue", q, "extra"}, "invalid_input: args:"},
+		{[]string{"console", "token", "add", "--tokens", filepath.Join(t.TempDir(), "t")}, "invalid_input: args: accepts 1 arg(s), received 0"},
+	} {
+		if _, errOut, code := cli(t, "", tc.args...); code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%q: exit %d, %q; want exit 2 and %s", tc.args, code, errOut, tc.want)
+		}
+	}
+	// A group of commands without arguments still shows its help.
+	if out, _, code := cli(t, "", "console", "token"); code != 0 || !strings.Contains(out, "add") {
+		t.Errorf("console token: exit %d, %q; want its help", code, out)
 	}
 }

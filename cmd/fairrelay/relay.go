@@ -116,6 +116,15 @@ charged least; --max-group-slots caps any group's slots (configure
 				if _, err := cf.config("console-addr", consoleAddr, nil, nil, log); err != nil {
 					return err
 				}
+			} else {
+				// A console flag without the console would be ignored: a
+				// relay an operator believes to serve HTTPS or to require
+				// sign-in would serve nothing.
+				for _, name := range consoleFlagNames {
+					if cmd.Flags().Changed(name) {
+						return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "is for the relay's console: give --console-addr too"}
+					}
+				}
 			}
 			var s sink.Sink
 			shown := redactDSN(sinkURL)

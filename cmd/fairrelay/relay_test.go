@@ -378,6 +378,9 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--shutdown-timeout", "-1s"}, "shutdown-timeout"},
 		{[]string{"--name", "a b "}, "name"},
 		{[]string{"--metrics-addr", "nonsense"}, "metrics-addr"},
+		// A console flag without the console would be ignored.
+		{[]string{"--tls-cert", "c.pem", "--tls-key", "k.pem"}, "tls-cert"},
+		{[]string{"--tokens", "t.txt"}, "tokens"},
 	} {
 		_, errOut, code := cli(t, "", append([]string{"relay", "--queue", queue, "--sink", "http://127.0.0.1:1/"}, tc.args...)...)
 		if code == 0 || !strings.Contains(errOut, "invalid_input: "+tc.want) {

@@ -8,6 +8,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/fairrelay/fairrelay/sink/topic"
+
+	"github.com/fairrelay/fairrelay/sink"
 )
 
 // Endpoint is a parsed amqp:// (or amqps://) URL of the command line:
@@ -41,6 +43,9 @@ func ParseEndpoint(field, raw string) (Endpoint, error) {
 	}
 	if u.User != nil {
 		return Endpoint{}, invalid(field, "no credentials in the URL (it shows in ps): set them in the environment")
+	}
+	if bad := sink.BadPort(u); bad != "" {
+		return Endpoint{}, invalid(field, "%s", bad)
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fairrelay/fairrelay/sink/topic"
+
+	"github.com/fairrelay/fairrelay/sink"
 )
 
 // Endpoint is a parsed nats:// URL of the command line:
@@ -74,6 +76,9 @@ func ParseEndpoint(field, raw string) (Endpoint, error) {
 		return Endpoint{}, invalid("durable", "%q is not a consumer name (no spaces, '.', '*', '>', '/' or '\\')", e.Durable)
 	}
 	host := u.Host
+	if bad := sink.BadPort(u); bad != "" {
+		return Endpoint{}, invalid(field, "%s", bad)
+	}
 	if u.Port() == "" {
 		host += ":4222"
 	}
