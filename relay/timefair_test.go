@@ -289,6 +289,7 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 // time, the slow groups hold their half of the slots (within 20 %), so the
 // fast ones keep the other half.
 func TestTimeFairFastBesideSlow(t *testing.T) {
+	skipTimingUnderRace(t)
 	t.Parallel()
 	q := sqliteQueue(t)
 	rc := newSlowReceiver(t, map[string]time.Duration{"slow": 100 * time.Millisecond})
@@ -373,6 +374,7 @@ func groupsRun(t *testing.T, weights map[string]int64, gs ...groupSpec) (*relay.
 // keeps its own charges and sees only its own deliveries, yet together the
 // slow groups hold their half of the 8 slots, not all of them.
 func TestTimeFairFastBesideSlowTwoRelays(t *testing.T) {
+	skipTimingUnderRace(t)
 	t.Parallel()
 	rc := newSlowReceiver(t, map[string]time.Duration{"slow": 100 * time.Millisecond})
 	rs, stop := pgRelays(t, 2, 4, 20*time.Millisecond, rc, func(q *fairrelay.Queue) {
@@ -399,6 +401,7 @@ func TestTimeFairFastBesideSlowTwoRelays(t *testing.T) {
 // group would hold nearly all), the 200 ms one, which can use its third,
 // holds it, and the 1 ms group, which cannot, is not starved.
 func TestTimeFairThreeLatencies(t *testing.T) {
+	skipTimingUnderRace(t)
 	t.Parallel()
 	r, rc, stop := groupsRun(t, nil, groupSpec{"ms1", time.Millisecond, 8, 1000}, groupSpec{"ms20", 20 * time.Millisecond, 16, 150},
 		groupSpec{"ms200", 200 * time.Millisecond, 8, 40})
@@ -422,6 +425,7 @@ func TestTimeFairThreeLatencies(t *testing.T) {
 // (c) Weights 1:2:5 at equal latencies: slot-time shares within 20 % of
 // 1/8, 2/8, 5/8.
 func TestTimeFairWeights(t *testing.T) {
+	skipTimingUnderRace(t)
 	t.Parallel()
 	r, rc, stop := groupsRun(t, map[string]int64{"w1": 1, "w2": 2, "w5": 5},
 		groupSpec{"w1", 20 * time.Millisecond, 8, 100}, groupSpec{"w2", 20 * time.Millisecond, 8, 150}, groupSpec{"w5", 20 * time.Millisecond, 16, 150})
@@ -473,6 +477,7 @@ func TestTimeFairTimeoutChargesTheWholeTimeout(t *testing.T) {
 // it starts at the smallest charge, so over the window its share is its
 // third, not the whole relay until it catches up.
 func TestTimeFairIdleGroupGetsNoBurst(t *testing.T) {
+	skipTimingUnderRace(t)
 	t.Parallel()
 	q := sqliteQueue(t)
 	rc := newSlowReceiver(t, map[string]time.Duration{"a": 20 * time.Millisecond, "b": 20 * time.Millisecond, "idle": 20 * time.Millisecond})
@@ -567,6 +572,7 @@ func TestTimeFairConfig(t *testing.T) {
 // B + Quantum, B = Quantum + max H × D / w, of the doc of timeshare.go
 // (which holds while claims keep up), as does their sum over the relays.
 func TestTimeFairTwoRelaysOnPostgres(t *testing.T) {
+	skipTimingUnderRace(t)
 	t.Parallel()
 	rc := newSlowReceiver(t, map[string]time.Duration{"w1": 20 * time.Millisecond, "w3": 20 * time.Millisecond})
 	const quantum = 20 * time.Millisecond
@@ -614,5 +620,19 @@ func TestTimeFairTwoRelaysOnPostgres(t *testing.T) {
 	t.Logf("both relays: slot time w1 %s, w3 %s: share of w1 %.3f", slot1, slot3, share1)
 	if want := 0.25; math.Abs(share1-want) > 0.2*want {
 		t.Errorf("the weight-1 group held %.3f of the slot time on both relays, want 0.25 within 20%%", share1)
+	}
+}
+
+// skipTimingUnderRace skips a test that measures shares of slot time or
+// delivery counts when the race detector is on: it slows the relay's claim
+// transactions about tenfold, so the claims, not the slots, bound what
+// each group gets (CI saw 60 fast deliveries beside 60 slow ones). These
+// tests run without it in the README's test command; under it, the
+// time-sharing code still runs in TestTimeFairGroupSlotCap,
+// TestTimeFairTimeoutChargesTheWholeTimeout and the timeshare unit tests.
+func skipTimingUnderRace(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("measures shares of slot time, which the race detector's slowdown distorts; runs without -race")
 	}
 }
