@@ -177,27 +177,22 @@ func checkpointedSize(t *testing.T, path string) int64 {
 // alike (SQLite moved its tick, PostgreSQL did not), and still answers the
 // clock's checks: clock_regressed behind the stored tick.
 func TestEmptyEnqueueManyWritesNothing(t *testing.T) {
-	t.Parallel()
-	for _, b := range conformance.Backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			q := referenceQueue(t, b)
-			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: 3}); err != nil {
-				t.Fatal(err)
-			}
-			rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 5})
-			if err != nil || len(rs) != 0 {
-				t.Fatalf("empty batch at 5: %v, %v", rs, err)
-			}
-			if c, err := q.Clock(ctx); err != nil || c.Tick != 3 {
-				t.Errorf("tick after an empty batch: %+v, %v; want 3", c, err)
-			}
-			if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 2}); fairrelay.CodeOf(err) != fairrelay.CodeClockRegressed {
-				t.Errorf("empty batch at 2: %v, want clock_regressed", err)
-			}
-		})
-	}
+	eachReferenceQueue(t, func(t *testing.T, q *fairrelay.Queue) {
+		ctx := context.Background()
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: 3}); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 5})
+		if err != nil || len(rs) != 0 {
+			t.Fatalf("empty batch at 5: %v, %v", rs, err)
+		}
+		if c, err := q.Clock(ctx); err != nil || c.Tick != 3 {
+			t.Errorf("tick after an empty batch: %+v, %v; want 3", c, err)
+		}
+		if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 2}); fairrelay.CodeOf(err) != fairrelay.CodeClockRegressed {
+			t.Errorf("empty batch at 2: %v, want clock_regressed", err)
+		}
+	})
 }
 
 // In one batch, a flow that answered full answers full again for its later
@@ -206,32 +201,40 @@ func TestEmptyEnqueueManyWritesNothing(t *testing.T) {
 // store fills, and D's next event answers store. PostgreSQL answered flow,
 // repeating D's first answer (found by the property test).
 func TestFullInABatchNamesTheLimitInOrder(t *testing.T) {
+	eachReferenceQueue(t, func(t *testing.T, q *fairrelay.Queue) {
+		ctx := context.Background()
+		body := []byte(`{"delta":1}`)
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "D1", Flow: "D", Body: body, At: 1}); err != nil {
+			t.Fatal(err)
+		}
+		one, two := int64(1), int64(2)
+		if _, err := q.Configure(ctx, fairrelay.ConfigureParams{At: 1, MaxBacklog: &two, MaxFlowBacklog: &one}); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 2, Events: []fairrelay.NewEvent{
+			{ID: "D2", Flow: "D", Body: body}, {ID: "N1", Flow: "N", Body: body}, {ID: "B1", Flow: "B", Body: body}, {ID: "D3", Flow: "D", Body: body}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rs {
+			got = append(got, string(r.Status)+":"+r.Limit)
+		}
+		if want := "full:flow created: full:store full:store"; strings.Join(got, " ") != want {
+			t.Errorf("answers %v, want %s", got, want)
+		}
+	})
+}
+
+// eachReferenceQueue runs test, in parallel, on a fresh store of every
+// backend under the reference policy (referenceQueue), each a subtest
+// named by its backend.
+func eachReferenceQueue(t *testing.T, test func(t *testing.T, q *fairrelay.Queue)) {
 	t.Parallel()
 	for _, b := range conformance.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
-			q := referenceQueue(t, b)
-			body := []byte(`{"delta":1}`)
-			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "D1", Flow: "D", Body: body, At: 1}); err != nil {
-				t.Fatal(err)
-			}
-			one, two := int64(1), int64(2)
-			if _, err := q.Configure(ctx, fairrelay.ConfigureParams{At: 1, MaxBacklog: &two, MaxFlowBacklog: &one}); err != nil {
-				t.Fatal(err)
-			}
-			rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 2, Events: []fairrelay.NewEvent{
-				{ID: "D2", Flow: "D", Body: body}, {ID: "N1", Flow: "N", Body: body}, {ID: "B1", Flow: "B", Body: body}, {ID: "D3", Flow: "D", Body: body}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, r := range rs {
-				got = append(got, string(r.Status)+":"+r.Limit)
-			}
-			if want := "full:flow created: full:store full:store"; strings.Join(got, " ") != want {
-				t.Errorf("answers %v, want %s", got, want)
-			}
+			test(t, referenceQueue(t, b))
 		})
 	}
 }
