@@ -25,6 +25,11 @@ func flagError(cmd *cobra.Command, err error) error {
 	if errors.Is(err, pflag.ErrHelp) {
 		return err // cobra prints the help
 	}
+	if args := cmd.Flags().Args(); cmd.HasSubCommands() && len(args) > 0 {
+		// "fairrelay claimm --queue q.db": the misspelt command, not the
+		// flags the group of commands does not take, is what went wrong.
+		return unknownCommand(cmd, args[0])
+	}
 	var (
 		bad      *pflag.InvalidValueError
 		noValue  *pflag.ValueRequiredError
@@ -102,7 +107,7 @@ func argsAsInput(c *cobra.Command) {
 		c.Args = cobra.ArbitraryArgs
 		c.RunE = func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return fairrelay.InvalidInput("command", "unknown command %q for %s (%s --help lists its commands)", args[0], cmd.CommandPath(), cmd.CommandPath())
+				return unknownCommand(cmd, args[0])
 			}
 			return cmd.Help()
 		}
@@ -111,9 +116,18 @@ func argsAsInput(c *cobra.Command) {
 	if check := c.Args; check != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if err := check(cmd, args); err != nil {
+				if cmd.HasSubCommands() && len(args) > 0 {
+					return unknownCommand(cmd, args[0]) // console tokn
+				}
 				return fairrelay.InvalidInput("args", "%v (%s --help shows its usage)", err, cmd.CommandPath())
 			}
 			return nil
 		}
 	}
+}
+
+// unknownCommand is the input error of name given where cmd, a group of
+// commands, expects one of its commands.
+func unknownCommand(cmd *cobra.Command, name string) error {
+	return fairrelay.InvalidInput("command", "unknown command %q for %s (%s --help lists its commands)", name, cmd.CommandPath(), cmd.CommandPath())
 }

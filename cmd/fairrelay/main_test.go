@@ -620,6 +620,8 @@ func TestArgumentErrorsAreInputErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"nosuchcmd"}, "invalid_input: command: unknown command \"nosuchcmd\""},
+		{[]string{"claimm", "--queue", q}, "invalid_input: command: unknown command \"claimm\""},
+		{[]string{"console", "tokn", "--tokens", q}, "invalid_input: command: unknown command \"tokn\""},
 		{[]string{"console", "token", "bogus"}, "invalid_input: command: unknown command \"bogus\""},
 		{[]string{"claim", "--queue", q, "extra"}, "invalid_input: args:"},
 		{[]string{"console", "token", "add", "--tokens", filepath.Join(t.TempDir(), "t")}, "invalid_input: args: accepts 1 arg(s), received 0"},
