@@ -7,13 +7,19 @@
 package brokertest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
 )
 
 // The shared brokers, and the environment variables that name others.
@@ -39,8 +45,50 @@ const (
 
 // NATS returns the shared NATS server's URL after checking that it accepts
 // a TCP connection within 3s; otherwise it fails the test under CI=true and
-// skips it elsewhere.
-func NATS(t testing.TB) string { return reachable(t, "NATS", NATSEnv, DefaultNATS) }
+// skips it elsewhere. It also makes sure the server holds the anchor stream
+// (AnchorStream) before any test creates or deletes a stream of its own.
+func NATS(t testing.TB) string {
+	t.Helper()
+	u := reachable(t, "NATS", NATSEnv, DefaultNATS)
+	anchor.once.Do(func() { anchor.err = ensureAnchor(u) })
+	if anchor.err != nil {
+		t.Fatalf("NATS at %s: anchor stream %s: %v", u, AnchorStream, anchor.err)
+	}
+	return u
+}
+
+// AnchorStream is a file-backed stream the tests leave on the shared NATS
+// server for good. nats-server 2.9 removes an account's store directory
+// when its last stream is deleted, and a stream created at that moment
+// fails with "error creating store for stream: mkdir …/$G/streams: no such
+// file or directory"; test packages run in parallel and each deletes the
+// streams it made, so without a stream that outlives them all that race
+// failed a test now and then. With the anchor in place the directory is
+// never empty. It captures a subject nothing publishes to and keeps at most
+// one message.
+const AnchorStream = "FAIRRELAY_TEST_ANCHOR"
+
+var anchor struct {
+	once sync.Once
+	err  error
+}
+
+func ensureAnchor(u string) error {
+	nc, err := nats.Connect(u, nats.Name("fairrelay-test-anchor"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer nc.Close()
+	j, err := js.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = j.CreateOrUpdateStream(ctx, js.StreamConfig{Name: AnchorStream,
+		Subjects: []string{"fairrelay-test-anchor.>"}, Storage: js.FileStorage, MaxMsgs: 1})
+	return err
+}
 
 // AMQP returns the shared RabbitMQ server's URL (no credentials in it) as
 // NATS does.
