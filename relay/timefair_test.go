@@ -350,6 +350,9 @@ type groupSpec struct {
 	events  int
 }
 
+// groupsQuantum is the quantum of groupsRun's relay.
+const groupsQuantum = 20 * time.Millisecond
+
 // groupsRun runs a relay of 8 slots and a quantum of 20 ms on a fresh
 // SQLite store holding the groups gs, with the weights given.
 func groupsRun(t *testing.T, weights map[string]int64, gs ...groupSpec) (*relay.Relay, *slowReceiver, func()) {
@@ -366,7 +369,7 @@ func groupsRun(t *testing.T, weights map[string]int64, gs ...groupSpec) (*relay.
 	}
 	rc := newSlowReceiver(t, lat)
 	enqueueFlows(t.Context(), t, q, fairrelay.AtStored, fs...)
-	r, stop := startRelay(t, relay.Config{Queue: q, Quantum: 20 * time.Millisecond}, rc)
+	r, stop := startRelay(t, relay.Config{Queue: q, Quantum: groupsQuantum}, rc)
 	return r, rc, stop
 }
 
@@ -423,7 +426,8 @@ func TestTimeFairThreeLatencies(t *testing.T) {
 }
 
 // (c) Weights 1:2:5 at equal latencies: slot-time shares within 20 % of
-// 1/8, 2/8, 5/8.
+// 1/8, 2/8, 5/8, and the groups' charges within the bound of timeshare.go's
+// doc.
 func TestTimeFairWeights(t *testing.T) {
 	skipTimingUnderRace(t)
 	t.Parallel()
@@ -431,6 +435,7 @@ func TestTimeFairWeights(t *testing.T) {
 		groupSpec{"w1", 20 * time.Millisecond, 8, 100}, groupSpec{"w2", 20 * time.Millisecond, 8, 150}, groupSpec{"w5", 20 * time.Millisecond, 16, 150})
 	sh := measure(t, rc, "w1", 10, 60, r).shares
 	stop()
+	checkChargeBound(t, r, groupsQuantum, "w1", "w2", "w5")
 	for c, w := range map[string]float64{"w1": 1, "w2": 2, "w5": 5} {
 		if want := w / 8; math.Abs(sh[c]-want) > 0.2*want {
 			t.Errorf("group %s (weight %.0f) held %.3f of the slot time, want %.3f within 20%%", c, w, sh[c], want)
@@ -485,7 +490,7 @@ func TestTimeFairIdleGroupGetsNoBurst(t *testing.T) {
 		tfFlows{class: "a", flows: 8, events: 200, group: "a"},
 		tfFlows{class: "b", flows: 8, events: 200, group: "b"},
 		tfFlows{class: "idle", flows: 8, events: 1, group: "idle"})
-	r, stop := startRelay(t, relay.Config{Queue: q, Quantum: 20 * time.Millisecond}, rc)
+	r, stop := startRelay(t, relay.Config{Queue: q, Quantum: groupsQuantum}, rc)
 	// The group runs its 8 events, then a and b run alone: 200
 	// deliveries, 4 s of slot time, while it is idle.
 	wait(t, rc.reached("idle", 8), "the group's first 8 deliveries")
@@ -567,10 +572,14 @@ func TestTimeFairConfig(t *testing.T) {
 }
 
 // (f) Two relays on one PostgreSQL store, weights 1:3: the slot-time
-// shares of both relays together are the weights' within 20 % (SPEC §11),
-// and on each relay the two groups' charges stay within twice the bound
-// B + Quantum, B = Quantum + max H × D / w, of the doc of timeshare.go
-// (which holds while claims keep up), as does their sum over the relays.
+// shares of both relays together are the weights' within 20 % (SPEC §11).
+// The charges are per relay, and the bound of timeshare.go's doc holds on
+// each relay only for groups that can use their share there: here a group's
+// flows are claimed by both relays, and a head in flight on one is not
+// claimable by the other, so on one relay a group can trail V for a while
+// (CI saw 0.32 s against 4.4 s on one relay while the summed shares were
+// exactly 0.250). The bound is checked on one relay (TestTimeFairWeights);
+// here, what SPEC §11 asks of several relays: the shares of their sum.
 func TestTimeFairTwoRelaysOnPostgres(t *testing.T) {
 	skipTimingUnderRace(t)
 	t.Parallel()
@@ -591,35 +600,42 @@ func TestTimeFairTwoRelaysOnPostgres(t *testing.T) {
 	wait(t, rc.reached("w1", 10+60), "60 deliveries of the weight-1 group")
 	stop()
 	var slot1, slot3 time.Duration
-	var gap, bound float64 // the charges' difference summed over the relays, and the sum of the bounds
 	for i, r := range rs {
 		after := times(r)
-		slot1 += after["w1"].SlotTime - before[i]["w1"].SlotTime
-		slot3 += after["w3"].SlotTime - before[i]["w3"].SlotTime
-		// B + Quantum, B = Quantum + max H × D / w.
-		b := 2 * float64(quantum)
-		for _, g := range r.GroupTimes() {
-			b = max(b, 2*float64(quantum)+float64(g.PeakSlots)*float64(g.MaxHold)/float64(g.Weight))
-		}
-		d := float64(after["w3"].Charge - after["w1"].Charge)
-		t.Logf("relay %d: charges w1 %s, w3 %s; bound %s", i, after["w1"].Charge, after["w3"].Charge, time.Duration(b))
-		// The bound assumes claims keep up (a group able to use its share
-		// is claimed within a quantum); on a loaded machine a claim can take
-		// longer, and CI saw 118 ms against a bound of 96 ms. Twice the
-		// bound still fails a scheduler that lets a group run away.
-		if math.Abs(d) > 2*b {
-			t.Errorf("relay %d: the charges differ by %s, beyond twice its bound %s", i, time.Duration(math.Abs(d)), time.Duration(b))
-		}
-		gap += d
-		bound += b
-	}
-	if math.Abs(gap) > 2*bound {
-		t.Errorf("summed over the relays the charges differ by %s, beyond twice the sum of the bounds %s", time.Duration(math.Abs(gap)), time.Duration(bound))
+		d1, d3 := after["w1"].SlotTime-before[i]["w1"].SlotTime, after["w3"].SlotTime-before[i]["w3"].SlotTime
+		t.Logf("relay %d: slot time w1 %s, w3 %s; charges w1 %s, w3 %s", i, d1, d3, after["w1"].Charge, after["w3"].Charge)
+		slot1, slot3 = slot1+d1, slot3+d3
 	}
 	share1 := float64(slot1) / float64(slot1+slot3)
 	t.Logf("both relays: slot time w1 %s, w3 %s: share of w1 %.3f", slot1, slot3, share1)
 	if want := 0.25; math.Abs(share1-want) > 0.2*want {
 		t.Errorf("the weight-1 group held %.3f of the slot time on both relays, want 0.25 within 20%%", share1)
+	}
+}
+
+// checkChargeBound checks, on one relay whose groups can all use their
+// share, the bound of timeshare.go's doc: no two groups' charges differ by
+// more than B + Quantum, B = Quantum + max over groups of H × D / w. The
+// bound assumes claims keep up (a group able to use its share is claimed
+// within a quantum); on a loaded machine a claim can take longer (CI saw
+// 118 ms against a bound of 96 ms), so the test allows twice it: that
+// still fails a scheduler that lets a group run away, whose gap grows with
+// the run.
+func checkChargeBound(t *testing.T, r *relay.Relay, quantum time.Duration, groups ...string) {
+	t.Helper()
+	b := 2 * float64(quantum)
+	for _, g := range r.GroupTimes() {
+		b = max(b, 2*float64(quantum)+float64(g.PeakSlots)*float64(g.MaxHold)/float64(g.Weight))
+	}
+	now := times(r)
+	for i, a := range groups {
+		for _, c := range groups[i+1:] {
+			d := math.Abs(float64(now[a].Charge - now[c].Charge))
+			t.Logf("charges %s %s, %s %s: gap %s, bound %s", a, now[a].Charge, c, now[c].Charge, time.Duration(d), time.Duration(b))
+			if d > 2*b {
+				t.Errorf("the charges of %s and %s differ by %s, beyond twice the bound %s", a, c, time.Duration(d), time.Duration(b))
+			}
+		}
 	}
 }
 
