@@ -140,14 +140,16 @@ can forge lines or drive the terminal.`,
 						}
 						return
 					}
-					fmt.Fprintln(w, "FLOW\tSEQ\tSERVED\tHEAD\tHEAD SEQ\tSTATE\tGEN\tATTEMPTS\tDUE\tREASON")
+					// PAUSED: a paused flow's head is not claimed whatever its
+					// state (SPEC §9), so the operator sees why it waits.
+					fmt.Fprintln(w, "FLOW\tSEQ\tSERVED\tPAUSED\tHEAD\tHEAD SEQ\tSTATE\tGEN\tATTEMPTS\tDUE\tREASON")
 					for _, h := range hs {
 						if h.Head == nil {
-							fmt.Fprintf(w, "%s\t%d\t%d\t-\t-\t(all acked)\t\t\t\t\n", cell(h.Flow), h.Seq, h.Served)
+							fmt.Fprintf(w, "%s\t%d\t%d\t%t\t-\t-\t(all acked)\t\t\t\t\n", cell(h.Flow), h.Seq, h.Served, h.Paused)
 							continue
 						}
 						e := h.Head
-						fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", cell(h.Flow), h.Seq, h.Served, cell(e.ID), e.Seq, e.State, e.Generation, e.Attempts, due(*e), cell(deref(e.Reason)))
+						fmt.Fprintf(w, "%s\t%d\t%d\t%t\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", cell(h.Flow), h.Seq, h.Served, h.Paused, cell(e.ID), e.Seq, e.State, e.Generation, e.Attempts, due(*e), cell(deref(e.Reason)))
 					}
 				}
 			case "quarantined":

@@ -183,3 +183,42 @@ func TestInspectHelpExplainsTheGroupsColumns(t *testing.T) {
 		}
 	}
 }
+
+// inspect heads shows whether each flow is paused: a paused flow's head is
+// never claimed whatever its state (SPEC §9), and the heads view is the
+// default an operator looks at when a flow does not move.
+func TestInspectHeadsShowsPaused(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, f := range []string{"A", "B"} {
+		if _, e, code := cli(t, "", "enqueue", "--queue", q, "--id", f+"1", "--flow", f, "--delta", "1"); code != 0 {
+			t.Fatal(e)
+		}
+	}
+	if _, e, code := cli(t, "", "pause", "--queue", q, "--flow", "A", "--reason", "hold", "--operator", "ana"); code != 0 {
+		t.Fatal(e)
+	}
+	out, e, code := cli(t, "", "inspect", "--queue", q, "heads")
+	if code != 0 {
+		t.Fatal(e)
+	}
+	paused := map[string]string{}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	header := strings.Fields(lines[0])
+	col := -1
+	for i, h := range header {
+		if h == "PAUSED" {
+			col = i
+		}
+	}
+	if col < 0 {
+		t.Fatalf("no PAUSED column:\n%s", out)
+	}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		paused[f[0]] = f[col]
+	}
+	if paused["A"] != "true" || paused["B"] != "false" {
+		t.Errorf("PAUSED: A %q, B %q, want true and false:\n%s", paused["A"], paused["B"], out)
+	}
+}
