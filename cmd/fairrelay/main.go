@@ -68,6 +68,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go exitOnSecondSignal(sigs)
+	// cobra adds its completion command at execution; add it now so that
+	// argsAsInput covers it too (completion bogus: an unknown command).
+	rootCmd.InitDefaultCompletionCmd()
 	argsAsInput(rootCmd)
 	cmd, err := rootCmd.ExecuteContextC(ctx)
 	if err == nil {

@@ -623,6 +623,7 @@ func TestArgumentErrorsAreInputErrors(t *testing.T) {
 		{[]string{"claimm", "--queue", q}, "invalid_input: command: unknown command \"claimm\""},
 		{[]string{"console", "tokn", "--tokens", q}, "invalid_input: command: unknown command \"tokn\""},
 		{[]string{"console", "token", "bogus"}, "invalid_input: command: unknown command \"bogus\""},
+		{[]string{"completion", "bogus"}, "invalid_input: command: unknown command \"bogus\""},
 		{[]string{"claim", "--queue", q, "extra"}, "invalid_input: args:"},
 		{[]string{"console", "token", "add", "--tokens", filepath.Join(t.TempDir(), "t")}, "invalid_input: args: accepts 1 arg(s), received 0"},
 	} {
@@ -633,5 +634,8 @@ func TestArgumentErrorsAreInputErrors(t *testing.T) {
 	// A group of commands without arguments still shows its help.
 	if out, _, code := cli(t, "", "console", "token"); code != 0 || !strings.Contains(out, "add") {
 		t.Errorf("console token: exit %d, %q; want its help", code, out)
+	}
+	if out, _, code := cli(t, "", "completion", "bash"); code != 0 || !strings.Contains(out, "bash completion") {
+		t.Errorf("completion bash: exit %d, %.80q; want the script", code, out)
 	}
 }
