@@ -131,6 +131,7 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("GET /flows", s.page("flows", s.flows))
 	m.HandleFunc("GET /event/{id}", s.page("event", s.event))
 	m.HandleFunc("GET /quarantine", s.page("quarantine", s.quarantine))
+	m.HandleFunc("GET /groups", s.page("groups", s.groups))
 	m.HandleFunc("GET /audit", s.page("audit", s.audit))
 	m.HandleFunc("GET /inbox", s.page("inbox", s.inbox))
 	m.HandleFunc("POST /action/{action}", s.act)

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"html"
 	"io"
 	"log/slog"
@@ -482,5 +483,60 @@ func TestCookies(t *testing.T) {
 			t.Errorf("tls %v: cookies %+v, want one HttpOnly, SameSite=Strict, Secure only over TLS", tls, cs)
 		}
 		srv.Close()
+	}
+}
+
+// The groups page (SPEC §8) lists each group's weight, limits, flows and
+// backlog, fifty to a page, and refuses a bad after.
+func TestGroupsPage(t *testing.T) {
+	t.Parallel()
+	q, err := fairrelay.Open(bg, filepath.Join(t.TempDir(), "queue.db"), fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	w, mb, slots := int64(5), int64(100), int64(2)
+	if _, err := q.Configure(bg, fairrelay.ConfigureParams{At: fairrelay.AtStored, Group: "gold", Weight: &w, MaxBacklog: &mb, MaxSlots: &slots}); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range []struct{ flow, group string }{{"o1", "gold"}, {"o1", "gold"}, {"o2", "gold"}, {"f1", "free"}} {
+		if _, err := q.Enqueue(bg, fairrelay.EnqueueParams{ID: fmt.Sprintf("E%d", i), Flow: e.flow, Group: e.group, Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 50 more groups, named after gold: the first page ends inside them.
+	one := int64(1)
+	for i := range 50 {
+		if _, err := q.Configure(bg, fairrelay.ConfigureParams{At: fairrelay.AtStored, Group: fmt.Sprintf("z%02d", i), Weight: &one}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, serve(t, console.Config{Queue: q, LocalOperator: "op"}))
+	st, body := c.do("GET", "/groups", nil)
+	if st != http.StatusOK {
+		t.Fatalf("GET /groups: %d %.200s", st, body)
+	}
+	row := func(body, g string) string {
+		i := strings.Index(body, `<tr data-group="`+g+`">`)
+		if i < 0 {
+			return ""
+		}
+		return body[i : i+strings.Index(body[i:], "</tr>")]
+	}
+	// gold: weight 5, max backlog 100, 2 slots, 2 flows, 3 events not acked.
+	if r := row(body, "gold"); !strings.Contains(r, "<td>5</td><td>100</td><td>2</td><td>2</td><td>3</td>") {
+		t.Errorf("gold's row: %q", r)
+	}
+	if r := row(body, "free"); !strings.Contains(r, "<td>1</td><td>none</td><td>none</td><td>1</td><td>1</td>") {
+		t.Errorf("free's row: %q", r)
+	}
+	if got := strings.Count(body, "<tr data-group="); got != 50 || !strings.Contains(body, `href="/groups?after=z47"`) {
+		t.Errorf("first page: %d rows, want 50 and a link after z47", got)
+	}
+	if _, body := c.do("GET", "/groups?after=z47", nil); strings.Count(body, "<tr data-group=") != 2 || row(body, "z49") == "" {
+		t.Errorf("second page: want z48 and z49:\n%.400s", body)
+	}
+	if st, body := c.do("GET", "/groups?after=%00", nil); st != 400 || !strings.Contains(body, "after") {
+		t.Errorf("GET /groups?after=%%00: %d %.200s, want 400 naming after", st, body)
 	}
 }

@@ -240,6 +240,31 @@ func (s *Server) quarantine(r *http.Request) (any, error) {
 	return d, nil
 }
 
+type groupsData struct {
+	Groups []fairrelay.GroupInfo
+	Next   string
+}
+
+// groups lists the groups (SPEC §8) by name, a page at a time: weight,
+// limits, flows and backlog, as inspect groups shows them.
+func (s *Server) groups(r *http.Request) (any, error) {
+	after := r.URL.Query().Get("after")
+	if after != "" {
+		if err := fairrelay.CheckID("after", after); err != nil {
+			return nil, err
+		}
+	}
+	var d groupsData
+	var err error
+	if d.Groups, err = s.q.Groups(r.Context(), after, pageSize); err != nil {
+		return nil, err
+	}
+	if len(d.Groups) == pageSize {
+		d.Next = d.Groups[len(d.Groups)-1].Group
+	}
+	return d, nil
+}
+
 type auditData struct {
 	Rows []fairrelay.AuditEntry
 	Next int64
