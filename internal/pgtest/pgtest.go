@@ -137,3 +137,34 @@ func Connect(t testing.TB, dsn string) *pgx.Conn {
 	}
 	return conn
 }
+
+// WaitForWriters waits until no transaction holds a lock that writes, or
+// locks rows, on a table of dsn's schema: in one transaction it locks every
+// table of the schema IN EXCLUSIVE MODE, which waits for each such holder
+// to end, and rolls back. A test whose child process died inside a
+// transaction calls it before it claims again: the server aborts a dead
+// client's transaction only once it notices the closed socket, and until
+// then claims skip the rows that transaction locked (FOR UPDATE SKIP
+// LOCKED) and answer idle. It fails the test after a minute.
+func WaitForWriters(t testing.TB, dsn string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := Connect(t, dsn)
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	var tables *string
+	if err := tx.QueryRow(ctx, "SELECT string_agg(format('%I.%I', schemaname, tablename), ', ') FROM pg_tables WHERE schemaname = current_schema()").Scan(&tables); err != nil {
+		t.Fatalf("wait for writers: %v", err)
+	}
+	if tables == nil {
+		return
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+*tables+" IN EXCLUSIVE MODE"); err != nil {
+		t.Fatalf("wait for writers: %v", err)
+	}
+}

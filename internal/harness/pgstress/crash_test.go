@@ -10,6 +10,7 @@ import (
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
 
 // view is what the stores show about A1, the one event of a crash row.
@@ -84,6 +85,11 @@ func TestCrashMatrix(t *testing.T) {
 			if got := look(t, q, in); got != row.before {
 				t.Fatalf("before recovery: %+v, want %+v", got, row.before)
 			}
+			// The child died inside a transaction at some points; the
+			// server ends it once it sees the socket closed, and until then
+			// the claim skips A's locked row (idle). Recovery starts after.
+			pgtest.WaitForWriters(t, qdsn)
+			pgtest.WaitForWriters(t, idsn)
 			d, err := deliver(ctx, q, in, 5)
 			if err != nil {
 				t.Fatal(err)
