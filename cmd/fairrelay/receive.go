@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -85,7 +86,19 @@ Broker ` + brokerEnvHelp + `.`,
 				v.Tolerance = tolerance
 				opts.Verify = v.Verify
 			} else {
-				log.Warn("receive: no --secret: unsigned requests are accepted")
+				// Unsigned requests write to the inbox: only from this
+				// machine, as the console without sign-in.
+				host, _, err := net.SplitHostPort(addr)
+				if err != nil {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: fmt.Sprintf("want HOST:PORT, got %q", addr)}
+				}
+				if !loopbackHost(host) {
+					if host == "" {
+						host = "every interface"
+					}
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "secret", Message: fmt.Sprintf("required on %s, which is not a loopback address: without it anyone who can reach the port writes to the inbox (give --secret or $%s, the relay's)", host, secretEnv)}
+				}
+				log.Warn("receive: no --secret: unsigned requests are accepted (loopback only)")
 			}
 			// The address first: a refused run creates no inbox.
 			ln, err := net.Listen("tcp", addr)
@@ -199,4 +212,15 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, l serv
 	}
 	log.Info("receive: stopped")
 	return nil
+}
+
+// loopbackHost reports whether host (no port) names this machine only:
+// localhost or a loopback IP.
+func loopbackHost(host string) bool {
+	h := strings.Trim(host, "[]")
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }

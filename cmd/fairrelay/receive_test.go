@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -130,4 +132,22 @@ func TestReceiveLimitsConcurrentRequests(t *testing.T) {
 		c.Close()
 	}
 	waitStatus(http.StatusMethodNotAllowed, false) // a GET reaches the handler again
+}
+
+// Without --secret, receive listens on loopback only: on any other address
+// unsigned requests would write to the inbox from anywhere. It is refused
+// before anything is opened (no inbox file), naming secret; a signed
+// receiver may listen anywhere (not tried here: tests listen on loopback).
+func TestReceiveWithoutSecretIsLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0"} {
+		in := filepath.Join(t.TempDir(), "i.db")
+		_, errOut, code := cli(t, "", "receive", "--inbox", in, "--addr", addr)
+		if code != 2 || !strings.Contains(errOut, "invalid_input: secret:") {
+			t.Errorf("receive --addr %s without a secret: exit %d, %q; want invalid_input naming secret", addr, code, errOut)
+		}
+		if _, err := os.Stat(in); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("receive --addr %s refused, yet the inbox exists (%v)", addr, err)
+		}
+	}
 }
