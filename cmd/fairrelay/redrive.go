@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/user"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -101,6 +104,7 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 	}
 	const page = 1000
 	n, rejected := 0, 0
+	why := map[string]int{} // rejections by reason
 	after := ""
 	for done := false; !done; {
 		es, err := q.QuarantinedWhere(ctx, fairrelay.QuarantinedParams{After: after, Flow: flow, Reason: reasonIs, Limit: page})
@@ -118,6 +122,7 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 			}
 			if r.Status == fairrelay.RedriveRejected {
 				rejected++
+				why[r.RejectReason]++
 			}
 			line := script.RedriveResult(r)
 			line["id"] = e.ID
@@ -131,7 +136,11 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 		return notApplied("redrive: no quarantined head matched; nothing changed")
 	}
 	if rejected > 0 {
-		return notApplied("redrive: %d of %d rejected (changed meanwhile); nothing changed for them", rejected, n)
+		reasons := make([]string, 0, len(why))
+		for _, k := range slices.Sorted(maps.Keys(why)) {
+			reasons = append(reasons, fmt.Sprintf("%s %d", k, why[k]))
+		}
+		return notApplied("redrive: %d of %d rejected (%s); nothing changed for them", rejected, n, strings.Join(reasons, ", "))
 	}
 	return nil
 }
