@@ -95,15 +95,17 @@ func flagNames(cmd *cobra.Command, err error) error {
 		return err
 	}
 	out := *fe
+	// A field of a nested value (policy.jitter: fairrelay.Policy's) is
+	// named by its last part when a flag sets it (--jitter).
+	leaf := out.Field[strings.LastIndex(out.Field, ".")+1:]
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if !strings.Contains(f.Name, "-") {
-			return
-		}
 		under := strings.ReplaceAll(f.Name, "-", "_")
-		if out.Field == under {
+		if out.Field == under || leaf == under {
 			out.Field = f.Name
 		}
-		out.Message = fieldWord(under).ReplaceAllString(out.Message, "${1}"+f.Name)
+		if strings.Contains(f.Name, "-") {
+			out.Message = fieldWord(under).ReplaceAllString(out.Message, "${1}"+f.Name)
+		}
 	})
 	if out == *fe {
 		return err

@@ -239,6 +239,10 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"demo", "--workers", "0", "--dir", filepath.Join(dir, "demo")}, "invalid_input: workers: must be 1 to"},
 		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database"},
 		{[]string{"claim", "--queue", q, "--at", "5", "--policy", "lifo"}, "policy: must be seed or fair"},
+		// A fairrelay.Policy field (policy.jitter) is named by its flag.
+		{[]string{"claim", "--queue", q, "--at", "5", "--jitter", "1"}, "invalid_input: jitter: must be in [0, 1)"},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--jitter", "-0.5"}, "invalid_input: jitter: must be in [0, 1)"},
+		{[]string{"claim", "--queue", q, "--at", "5", "--backoff-base", "10s", "--backoff-cap", "1s"}, "invalid_input: backoff-cap: must be from backoff-base"},
 		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},
 		{[]string{"inspect", "--queue", filepath.Join(dir, "typo.db")}, "typo.db does not exist"},
 		{[]string{"settle", "--queue", filepath.Join(dir, "typo.db"), "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "typo.db does not exist"},
