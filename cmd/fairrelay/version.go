@@ -9,7 +9,12 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { rootCmd.AddCommand(newVersionCmd()) }
+func init() {
+	rootCmd.AddCommand(newVersionCmd())
+	// fairrelay --version prints the same line as fairrelay version.
+	rootCmd.Version = readVersion().String()
+	rootCmd.SetVersionTemplate("{{.Version}}\n")
+}
 
 // version is the release this binary was built as, set at link time:
 //

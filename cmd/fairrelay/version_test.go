@@ -16,6 +16,10 @@ func TestVersion(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "fairrelay ") || !strings.Contains(out, runtime.Version()) || strings.Count(out, "\n") != 1 {
 		t.Fatalf("version: exit %d %q %q", code, out, errOut)
 	}
+	// --version, the flag most tools take, prints the same line.
+	if flag, errOut, code := cli(t, "", "--version"); code != 0 || flag != out {
+		t.Errorf("--version: exit %d %q %q; want %q", code, flag, errOut, out)
+	}
 	out, _, _ = cli(t, "", "version", "--json")
 	var v buildVersion
 	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Version == "" || v.Go != runtime.Version() {
