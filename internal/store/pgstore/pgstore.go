@@ -189,6 +189,14 @@ func Migrate(ctx context.Context, db *sql.DB, schema string, fsys embed.FS, dir,
 	}
 	v, err := sqlfile.Apply(ctx, db, migs, MigrationLock)
 	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P07" { // duplicate_table
+			where := "schema " + schema
+			if schema == "" {
+				where = "the connection's default schema (search_path; usually public: the URL has no schema=NAME)"
+			}
+			return v, fmt.Errorf("%w; %s already holds a table of that name that is not fairrelay's: give the store a schema of its own (schema=NAME in the URL)", err, where)
+		}
 		return v, Translate(err)
 	}
 	var found sql.NullString

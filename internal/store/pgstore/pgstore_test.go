@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
@@ -191,3 +194,25 @@ func TestStoreSeam(t *testing.T) {
 // fixedNow is the wall clock of both stores: audit rows record it, and the
 // two must compare equal.
 func fixedNow() time.Time { return time.UnixMilli(1_800_000_000_000) }
+
+// A schema that already holds another application's table of a name the
+// migrations create (flow) is refused with a message that says to give the
+// store a schema of its own, and the first migration leaves nothing behind.
+func TestOpenOnASchemaWithAForeignTable(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "pgforeign")
+	u, _ := url.Parse(dsn)
+	schema := pgx.Identifier{u.Query().Get("schema")}.Sanitize()
+	pgtest.Exec(t, pgtest.URL(t), "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".flow (x int)")
+	_, err := pgstore.Open(context.Background(), dsn, pgstore.Options{})
+	if err == nil || !strings.Contains(err.Error(), "give the store a schema of its own") {
+		t.Fatalf("open: %v; want the hint to use a schema of its own", err)
+	}
+	var n int
+	pgtest.QueryRow(t, pgtest.URL(t), "SELECT count(*) FROM pg_tables WHERE schemaname = "+pgQuote(u.Query().Get("schema")), &n)
+	if n != 1 {
+		t.Errorf("%d tables in the schema after the refused open, want the foreign one only", n)
+	}
+}
+
+func pgQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
