@@ -45,7 +45,9 @@ func (r *Relay) report(s Settled) {
 			"generation", s.Claim.Token.Generation, "attempt", s.Claim.Attempts, "outcome", s.Outcome,
 			"detail", s.Detail, "tick", s.At, "latency", s.Latency}
 		switch {
-		case s.LeaseLost, s.Result.Status == fairrelay.SettleQuarantined:
+		case s.LeaseLost:
+		case s.Result.Status == fairrelay.SettleQuarantined:
+			attrs = append(attrs, "reason", quarantineReason(s.Outcome))
 		case s.Result.Status == fairrelay.SettleReady:
 			attrs = append(attrs, "next_at", s.Result.NextAt)
 		default:
@@ -56,4 +58,14 @@ func (r *Relay) report(s Settled) {
 	if r.cfg.OnSettle != nil {
 		r.cfg.OnSettle(s)
 	}
+}
+
+// quarantineReason is the reason settle quarantined a head for when the
+// outcome o was settled (SPEC §2): a permanent outcome is its own reason;
+// a transient one quarantines only when the budget is spent.
+func quarantineReason(o fairrelay.Outcome) string {
+	if o.Class() == fairrelay.ClassPermanent {
+		return string(o)
+	}
+	return fairrelay.ReasonBudgetExhausted
 }

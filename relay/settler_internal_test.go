@@ -107,3 +107,25 @@ func TestHeldPauseDoublesAndWarnsOnceAfterASecond(t *testing.T) {
 		}
 	}
 }
+
+// A quarantine is logged with its reason (SPEC §2): the permanent outcome,
+// or budget_exhausted when a transient one spent the budget — the outcome
+// alone (retry) does not say why the head stopped.
+func TestQuarantineLogNamesTheReason(t *testing.T) {
+	for _, tc := range []struct {
+		outcome fairrelay.Outcome
+		want    string
+	}{
+		{fairrelay.OutcomeRetry, "reason=budget_exhausted"},
+		{fairrelay.OutcomeGap, "reason=budget_exhausted"},
+		{fairrelay.OutcomeRejected, "reason=rejected"},
+		{fairrelay.OutcomeUnsupportedDelta, "reason=unsupported_delta"},
+	} {
+		var logged bytes.Buffer
+		r := &Relay{log: slog.New(slog.NewTextHandler(&logged, nil)), cfg: Config{Source: &stepTime{}}}
+		r.report(Settled{Claim: fairrelay.Claim{Flow: "A"}, Outcome: tc.outcome, Result: fairrelay.SettleResult{Status: fairrelay.SettleQuarantined}})
+		if line := logged.String(); !strings.Contains(line, `msg="relay: quarantined"`) || !strings.Contains(line, tc.want) {
+			t.Errorf("%s: logged %q, want %s", tc.outcome, line, tc.want)
+		}
+	}
+}
