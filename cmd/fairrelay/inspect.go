@@ -187,9 +187,13 @@ can forge lines or drive the terminal.`,
 				}
 				rows = anyRows(gs)
 				table = func(w io.Writer) {
-					fmt.Fprintln(w, "GROUP\tWEIGHT\tMAX BACKLOG\tSERVED\tFLOWS\tBACKLOG")
+					fmt.Fprintln(w, "GROUP\tWEIGHT\tMAX BACKLOG\tMAX SLOTS\tSERVED\tFLOWS\tBACKLOG")
 					for _, g := range gs {
-						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\n", cell(g.Group), g.Weight, optional(g.MaxBacklog, "none"), optional(g.Served, "-"), g.Flows, g.Backlog)
+						slots := "none"
+						if g.MaxSlots > 0 {
+							slots = strconv.FormatInt(g.MaxSlots, 10)
+						}
+						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%d\n", cell(g.Group), g.Weight, optional(g.MaxBacklog, "none"), slots, optional(g.Served, "-"), g.Flows, g.Backlog)
 					}
 				}
 			case "settings":

@@ -222,3 +222,35 @@ func TestInspectHeadsShowsPaused(t *testing.T) {
 		t.Errorf("PAUSED: A %q, B %q, want true and false:\n%s", paused["A"], paused["B"], out)
 	}
 }
+
+// inspect groups shows each group's cap on relay slots (configure
+// --max-slots, SPEC §11) in its table, not only in --json.
+func TestInspectGroupsShowsMaxSlots(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, args := range [][]string{
+		{"migrate", "--queue", q},
+		{"configure", "--queue", q, "--group", "capped", "--max-slots", "3"},
+		{"configure", "--queue", q, "--group", "free", "--weight", "2"},
+	} {
+		if _, e, code := cli(t, "", args...); code != 0 {
+			t.Fatal(e)
+		}
+	}
+	out, e, code := cli(t, "", "inspect", "--queue", q, "groups")
+	if code != 0 {
+		t.Fatal(e)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	col := strings.Index(lines[0], "MAX SLOTS")
+	if col < 0 {
+		t.Fatalf("no MAX SLOTS column: %q", lines[0])
+	}
+	got := map[string]string{}
+	for _, l := range lines[1:] {
+		got[strings.Fields(l)[0]] = strings.Fields(l[col:])[0]
+	}
+	if got["capped"] != "3" || got["free"] != "none" {
+		t.Errorf("MAX SLOTS: capped %q, free %q; want 3 and none:\n%s", got["capped"], got["free"], out)
+	}
+}
