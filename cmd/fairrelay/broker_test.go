@@ -56,6 +56,11 @@ func overBroker(t *testing.T, sinkURL, fromURL string) {
 	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("receive exited %d on SIGTERM: %s", code, recv.stderr())
 	}
+	// As over HTTP: a new inbox is created, with a warning (a misspelt
+	// --inbox would otherwise go unnoticed), and only the first time.
+	if !strings.Contains(recv.stderr(), "the inbox did not exist and was created empty") {
+		t.Errorf("receive --from created the inbox without a warning:\n%s", recv.stderr())
+	}
 	recv = startConsumerCLI(t, inboxPath, fromURL)
 	waitReceipts(t, inboxPath, 200)
 	wantLedger(t, inboxPath, 10, 20)
@@ -64,6 +69,9 @@ func overBroker(t *testing.T, sinkURL, fromURL string) {
 	}
 	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("receive exited %d on SIGTERM: %s", code, recv.stderr())
+	}
+	if strings.Contains(recv.stderr(), "created empty") {
+		t.Errorf("receive --from warned of a new inbox on its second start:\n%s", recv.stderr())
 	}
 	if logs := rel.stderr(); !strings.Contains(logs, "relay: starting") || strings.Contains(logs, brokertest.AMQPPassword+"@") {
 		t.Errorf("the relay's log does not show the sink URL without its password:\n%s", logs)
@@ -135,6 +143,10 @@ func startConsumerCLI(t *testing.T, inboxPath, from string) *daemon {
 	var l struct{ Status, From string }
 	if err := json.Unmarshal(line, &l); err != nil || l.Status != "consuming" {
 		t.Fatalf("receive --from printed %q; stderr: %s", line, d.stderr())
+	}
+	// The URL as a user reads it: & is not written \u0026.
+	if !strings.Contains(l.From, "&") || strings.Contains(string(line), `\u0026`) {
+		t.Errorf("receive --from printed %s; want the URL's & as it is", line)
 	}
 	return d
 }

@@ -34,6 +34,8 @@ func newInspectCmd() *cobra.Command {
                               saturated, it gets WEIGHT claims for every claim of a
                               saturated group of weight 1
                  MAX BACKLOG  its limit on events not acked; none: no limit
+                 MAX SLOTS    its cap on each relay's delivery slots (configure
+                              --max-slots, SPEC §11); none: no cap of its own
                  SERVED       its place in the rotation, a ticket: a claim picks the
                               group with the smallest SERVED, then in it the flow
                               served least. With weight 1 it is the ticket of the
@@ -44,7 +46,6 @@ func newInspectCmd() *cobra.Command {
                               yet, so not in the rotation
                  FLOWS        its flows
                  BACKLOG      its events not acked (ready, inflight, quarantined)
-               --json adds max_slots, its cap on relay slots (configure --max-slots)
   settings     the store-wide backlog limits and the backlog
   audit        the operators' decisions (redrive, expedite, pause, resume), as written,
                with the tick and the wall-clock time (UTC, RFC 3339) of each

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,11 +19,16 @@ import (
 // printed on (a store written before fairrelay.CheckID may hold such
 // characters).
 func printJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
+	// Not json.Marshal: it writes &, < and > as \u0026…, which is for
+	// JSON inside HTML; a URL's query would print as ?a=1\u0026b=2.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	_, err = w.Write(append(escapeUnsafe(b), '\n'))
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n")) // Encode ends the line
+	_, err := w.Write(append(escapeUnsafe(b), '\n'))
 	return err
 }
 

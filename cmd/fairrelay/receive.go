@@ -169,11 +169,14 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from string, maxDelta int64
 		return err
 	}
 	defer release()
-	in, err := openInbox(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
+	in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
 	if err != nil {
 		return err
 	}
 	defer in.Close()
+	if created {
+		log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
+	}
 	var printErr error
 	err = run(ctx, consume.Options{Inbox: in, Logger: log}, func() {
 		// Once the stream or queue exists: a relay started after this line
