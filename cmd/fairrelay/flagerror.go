@@ -96,10 +96,15 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 // (an unknown command, too many or too few arguments: cobra's own text,
 // and for a command that only groups others, its help with exit code 0)
 // come out as input errors too: invalid_input naming "command" or "args",
-// exit code exitFailed. main runs it once every command is added.
+// exit code exitFailed; and it refuses an explicitly empty flag of
+// nonEmptyFlags (refuseEmptyFlags). main runs it once every command is
+// added.
 func argsAsInput(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		argsAsInput(sub)
+	}
+	if c.PreRunE == nil {
+		c.PreRunE = refuseEmptyFlags
 	}
 	if !c.Runnable() && c.HasSubCommands() {
 		// A group of commands: its help without arguments, else an unknown
@@ -130,4 +135,25 @@ func argsAsInput(c *cobra.Command) {
 // commands, expects one of its commands.
 func unknownCommand(cmd *cobra.Command, name string) error {
 	return fairrelay.InvalidInput("command", "unknown command %q for %s (%s --help lists its commands)", name, cmd.CommandPath(), cmd.CommandPath())
+}
+
+// nonEmptyFlags are the string flags whose empty value would silently mean
+// "not given" and widen what a command does: redrive --all --flow "$F"
+// with F unset would redrive every flow, enqueue --group "" would put the
+// flow in no group, --secret "" would sign nothing, --tokens "" would drop
+// the console's sign-in. Given explicitly, each must hold something.
+// (--reason is not here: an empty reason is SPEC §2's empty_reason answer.)
+var nonEmptyFlags = []string{"flow", "reason-is", "group", "operator", "secret", "tokens", "auth-header",
+	"readonly-users"}
+
+// refuseEmptyFlags is every command's PreRunE (main sets it): a flag of
+// nonEmptyFlags given as "" is invalid input naming it.
+func refuseEmptyFlags(cmd *cobra.Command, _ []string) error {
+	for _, name := range nonEmptyFlags {
+		f := cmd.Flags().Lookup(name)
+		if f != nil && f.Changed && f.Value.Type() == "string" && f.Value.String() == "" {
+			return fairrelay.InvalidInput(name, "must not be empty (given as \"\")")
+		}
+	}
+	return nil
 }

@@ -649,3 +649,45 @@ func TestArgumentErrorsAreInputErrors(t *testing.T) {
 		t.Errorf("completion bash: exit %d, %.80q; want the script", code, out)
 	}
 }
+
+// A flag whose empty value would mean "not given" is refused when given
+// as "": redrive --all --flow "$F" with F unset must not redrive every
+// flow (a breaker's report), enqueue --group "" must not put the flow in
+// no group, --secret "" must not turn signing off. Nothing changes.
+func TestExplicitlyEmptyFlagsAreRefused(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, f := range []string{"A", "B"} {
+		if _, e, code := cli(t, "", "enqueue", "--queue", q, "--id", f+"1", "--flow", f, "--delta", "1", "--at", "0"); code != 0 {
+			t.Fatal(e)
+		}
+		if _, e, code := cli(t, "", "claim", "--queue", q, "--at", "0"); code != 0 {
+			t.Fatal(e)
+		}
+	}
+	for _, f := range []string{"A1", "B1"} {
+		if _, e, code := cli(t, "", "settle", "--queue", q, "--id", f, "--generation", "1", "--outcome", "rejected", "--at", "0"); code != 0 {
+			t.Fatal(e)
+		}
+	}
+	before, _, _ := cli(t, "", "inspect", "--queue", q, "heads", "--json")
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"redrive", "--queue", q, "--all", "--flow", "", "--reason", "r", "--at", "1"}, "flow"},
+		{[]string{"redrive", "--queue", q, "--all", "--reason-is", "", "--reason", "r", "--at", "1"}, "reason-is"},
+		{[]string{"redrive", "--queue", q, "--all", "--reason", "r", "--operator", "", "--at", "1"}, "operator"},
+		{[]string{"enqueue", "--queue", q, "--id", "C1", "--flow", "C", "--group", "", "--delta", "1", "--at", "1"}, "group"},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--secret", ""}, "secret"},
+		{[]string{"receive", "--inbox", filepath.Join(t.TempDir(), "i.db"), "--addr", "127.0.0.1:0", "--secret", ""}, "secret"},
+		{[]string{"console", "--queue", q, "--addr", "127.0.0.1:0", "--tokens", ""}, "tokens"},
+	} {
+		if _, errOut, code := cli(t, "", tc.args...); code != 2 || !strings.Contains(errOut, "invalid_input: "+tc.field+": must not be empty") {
+			t.Errorf("%q: exit %d, %q; want invalid_input naming %s", tc.args, code, errOut, tc.field)
+		}
+	}
+	if after, _, _ := cli(t, "", "inspect", "--queue", q, "heads", "--json"); after != before {
+		t.Errorf("refused commands changed the store:\n%s\nwas:\n%s", after, before)
+	}
+}
