@@ -24,6 +24,14 @@ INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, gro
 UPDATE flow SET seq = ?, served = ?, head_seq = ?, runnable = ?, wait_until = ?,
     paused = ?, paused_by = ?, paused_reason = ?, paused_at = ?, group_id = ? WHERE flow_id = ?;
 
+-- name: FlowUpdateKeepGroup
+-- FlowUpdate of a flow whose group_id the write does not change. SQLite
+-- rewrites the entry of every index on a column an UPDATE sets, changed or
+-- not: leaving group_id out spares a member flow's entry in flow_group,
+-- a page of it per flow (most of a grouped claim's dirty pages).
+UPDATE flow SET seq = ?, served = ?, head_seq = ?, runnable = ?, wait_until = ?,
+    paused = ?, paused_by = ?, paused_reason = ?, paused_at = ? WHERE flow_id = ?;
+
 -- name: FlowPickSeed
 -- The runnable index (flows that are their own group) in the seed policy's
 -- dispatch order (SPEC §2 step 3), with each flow's head.
@@ -95,6 +103,12 @@ ORDER BY g.served, g.ord;
 -- name: GroupGet
 SELECT group_id, ord, served, weight, credit, runnable_flows, max_backlog, enqueued, acked FROM grp WHERE group_id = ?;
 
+-- name: GroupGetMany
+-- GroupGet of every group named in ?1, a JSON array of names: one statement
+-- for the groups a claim lacks (those of the member flows a batch settled).
+SELECT group_id, ord, served, weight, credit, runnable_flows, max_backlog, enqueued, acked FROM grp
+WHERE group_id IN (SELECT value FROM json_each(?1));
+
 -- name: GroupInsert
 INSERT INTO grp (group_id, ord, served, weight, credit, runnable_flows, max_backlog, enqueued, acked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);
 
@@ -105,10 +119,12 @@ UPDATE grp SET ord = ?, served = ?, weight = ?, credit = ?, max_backlog = ?, enq
 UPDATE grp SET max_slots = ? WHERE group_id = ?;
 
 -- name: GroupTurn
--- A claim's change of a group: its turn (when ?1), and its count of
--- runnable members.
+-- A claim's change of a group: its turn (when ?1), its count of runnable
+-- members, and its count of acked events (?6: the acks of the same
+-- transaction, so that a group a batch settles and files again is one
+-- UPDATE of its row, not two).
 UPDATE grp SET served = CASE WHEN ?1 THEN ?2 ELSE served END, credit = CASE WHEN ?1 THEN ?3 ELSE credit END,
-    runnable_flows = runnable_flows + ?4 WHERE group_id = ?5;
+    runnable_flows = runnable_flows + ?4, acked = acked + ?6 WHERE group_id = ?5;
 
 -- name: GroupRunnable
 UPDATE grp SET runnable_flows = runnable_flows + ? WHERE group_id = ?;

@@ -11,6 +11,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -398,7 +400,7 @@ func (s *Store) Begin(ctx context.Context, _ store.Lane) (store.Tx, error) {
 	if err != nil {
 		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
 	}
-	return &Tx{conn: conn{q: tx, prepared: s.stmts, tx: tx}, tx: tx, entry: s.entry, commits: &s.commits}, nil
+	return &Tx{conn: conn{q: tx, prepared: s.stmts, tx: tx, stored: map[string]string{}}, tx: tx, entry: s.entry, commits: &s.commits}, nil
 }
 
 // BeginRead starts a deferred read transaction on the read pool; SQLite's WAL
@@ -427,6 +429,20 @@ type conn struct {
 	tx       *sql.Tx
 	prepared map[string]*sql.Stmt
 	bound    map[string]*sql.Stmt // prepared statements bound to tx, by name
+	// stored holds the group_id (NULL as "") of every flow row a write
+	// transaction read or wrote, as the store holds it now, so that
+	// updateFlow leaves an unchanged group_id out of the UPDATE; nil
+	// elsewhere (every update then sets it).
+	stored map[string]string
+}
+
+// read records the group of a flow row the store handed out.
+func (c *conn) read(fc *flowCols) {
+	if c.stored != nil {
+		if _, ok := c.stored[fc.f.Flow]; !ok {
+			c.stored[fc.f.Flow] = fc.groupID.String
+		}
+	}
 }
 
 func (c *conn) prep(ctx context.Context, name string) *sql.Stmt {
@@ -583,10 +599,21 @@ func (fc *flowCols) row() store.FlowRow {
 	return f
 }
 
-// updateFlow writes every column of f but its id and ord.
+// updateFlow writes every column of f but its id and ord; group_id only
+// when the store may hold another value (FlowUpdateKeepGroup).
 func (c *conn) updateFlow(ctx context.Context, f *store.FlowRow) error {
-	return c.exec(ctx, "FlowUpdate", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil,
-		boolInt(f.Paused), nullString(f.PausedBy), nullString(f.PausedReason), pausedAt(*f), nullString(f.Group), f.Flow)
+	if g, ok := c.stored[f.Flow]; ok && g == f.Group {
+		return c.exec(ctx, "FlowUpdateKeepGroup", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil,
+			boolInt(f.Paused), nullString(f.PausedBy), nullString(f.PausedReason), pausedAt(*f), f.Flow)
+	}
+	if err := c.exec(ctx, "FlowUpdate", f.Seq, f.Served, f.HeadSeq, boolInt(f.Runnable), f.WaitUntil,
+		boolInt(f.Paused), nullString(f.PausedBy), nullString(f.PausedReason), pausedAt(*f), nullString(f.Group), f.Flow); err != nil {
+		return err
+	}
+	if c.stored != nil {
+		c.stored[f.Flow] = f.Group
+	}
+	return nil
 }
 
 // eventCols are scan targets for an event row; nullable for the outer join
@@ -628,6 +655,7 @@ func (c *conn) flowHeads(ctx context.Context, name string, args ...any) ([]store
 		if err := r.Scan(append(fc.dest(), ec.dest()...)...); err != nil {
 			return err
 		}
+		c.read(&fc)
 		out = append(out, store.FlowHead{Flow: fc.row(), Head: ec.row()})
 		return nil
 	}, args...)
@@ -643,6 +671,7 @@ func (c *conn) flowGet(ctx context.Context, flow string) (*store.FlowRow, error)
 	if err != nil {
 		return nil, Translate(fmt.Errorf("FlowGet: %w", err))
 	}
+	c.read(&fc)
 	f := fc.row()
 	return &f, nil
 }
@@ -788,6 +817,7 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 			if err := r.Scan(append(append(gc.dest(), fc.dest()...), ec.dest()...)...); err != nil {
 				return err
 			}
+			t.read(&fc)
 			out.GroupPicks = append(out.GroupPicks, store.GroupPick{Group: gc.g, First: store.FlowHead{Flow: fc.row(), Head: ec.row()}})
 			return nil
 		}, rs.GroupPickLimit)
@@ -802,8 +832,40 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 			names = append(names, d.Flow.Group)
 		}
 	}
+	if out.Groups, err = t.groupsByName(ctx, names); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// groupsByName reads the rows of the named groups that exist; nil when none
+// does. Several names are read in one statement (GroupGetMany), as long as
+// JSON carries every name unchanged.
+func (t *Tx) groupsByName(ctx context.Context, names []string) (map[string]*store.GroupRow, error) {
+	var out map[string]*store.GroupRow
+	add := func(g store.GroupRow) {
+		if out == nil {
+			out = map[string]*store.GroupRow{}
+		}
+		out[g.Group] = &g
+	}
+	if len(names) > 1 && jsonSafe(names) {
+		list, err := json.Marshal(names)
+		if err != nil {
+			return nil, err
+		}
+		err = t.each(ctx, "GroupGetMany", func(r scanner) error {
+			var gc groupCols
+			if err := r.Scan(gc.dest()...); err != nil {
+				return err
+			}
+			add(gc.g)
+			return nil
+		}, string(list))
+		return out, err
+	}
 	for _, name := range names {
-		if _, ok := out.Groups[name]; ok {
+		if _, ok := out[name]; ok {
 			continue
 		}
 		gc, err := t.group(ctx, name)
@@ -811,13 +873,21 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 			return nil, err
 		}
 		if gc != nil {
-			if out.Groups == nil {
-				out.Groups = map[string]*store.GroupRow{}
-			}
-			out.Groups[name] = &gc.g
+			add(gc.g)
 		}
 	}
 	return out, nil
+}
+
+// jsonSafe reports whether every name survives a JSON array and SQLite's
+// json_each unchanged: valid UTF-8 without NUL.
+func jsonSafe(names []string) bool {
+	for _, n := range names {
+		if !utf8.ValidString(n) || strings.IndexByte(n, 0) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Members reads a group's runnable member flows in order, with heads.
@@ -836,12 +906,26 @@ func (t *Tx) Write(ctx context.Context, ws *store.WriteSet) error {
 			return err
 		}
 	}
+	// A group both changed and acked is one UPDATE of its row (a batch
+	// settles the flows of the groups its claims took, and files them
+	// again): its acks go with its first write.
+	var written map[string]bool
+	if len(ws.Groups) > 0 && len(ws.AckedGroups) > 0 {
+		written = make(map[string]bool, len(ws.Groups))
+	}
 	for _, g := range ws.Groups {
-		if err := t.exec(ctx, "GroupTurn", g.Turn, g.Served, g.Credit, g.RunnableDelta, g.Group); err != nil {
+		var acked int64
+		if n, ok := ws.AckedGroups[g.Group]; ok && !written[g.Group] {
+			acked, written[g.Group] = n, true
+		}
+		if err := t.exec(ctx, "GroupTurn", g.Turn, g.Served, g.Credit, g.RunnableDelta, g.Group, acked); err != nil {
 			return err
 		}
 	}
 	for name, n := range ws.AckedGroups {
+		if written[name] {
+			continue
+		}
 		if err := t.exec(ctx, "GroupAcked", n, name); err != nil {
 			return err
 		}
