@@ -72,7 +72,10 @@ func ev(id, flow, body string) fairrelay.NewEvent {
 // no hole in the flow. The second is one event (EnqueuePgxTx) or a batch of
 // its own transaction (EnqueueMany, whose set-based path meets the first's
 // rows and goes on event by event), or a batch of the SQL function called
-// inside a caller's transaction.
+// inside a caller's transaction. The flows named may exist before (each
+// with one committed event, "before-FLOW"): then one event takes the SQL
+// function's common path (migration 009), which waits for the first on the
+// flow's row or on the id itself.
 func TestPostgresSameIDAtOnce(t *testing.T) {
 	t.Parallel()
 	type second int
@@ -82,6 +85,7 @@ func TestPostgresSameIDAtOnce(t *testing.T) {
 	)
 	cases := []struct {
 		name   string
+		before []string             // flows that exist before, each with one event
 		first  []fairrelay.NewEvent // in one caller's transaction
 		commit bool
 		how    second
@@ -89,21 +93,31 @@ func TestPostgresSameIDAtOnce(t *testing.T) {
 		want   []string // the second's answers, "status seq"
 		events []string // every stored event at the end, "id flow seq"
 	}{
-		{"same content", []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
+		{"same content", nil, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
 			single, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, []string{"existing 1"}, []string{"X F 1"}},
-		{"another body", []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
+		{"another body", nil, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
 			single, []fairrelay.NewEvent{ev("X", "F", `{"delta":2}`)}, []string{"conflict 0"}, []string{"X F 1"}},
-		{"another flow", []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
+		{"another flow", nil, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
 			single, []fairrelay.NewEvent{ev("X", "G", `{"delta":1}`)}, []string{"conflict 0"}, []string{"X F 1"}},
-		{"first rolled back", []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, false,
+		{"first rolled back", nil, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, false,
 			single, []fairrelay.NewEvent{ev("X", "F", `{"delta":2}`)}, []string{"created 1"}, []string{"X F 1"}},
-		{"batch: same content, new flows", []fairrelay.NewEvent{ev("X1", "F", "1"), ev("X2", "F", "2")}, true,
+		{"flow existed: same content", []string{"F"}, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
+			single, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, []string{"existing 2"}, []string{"X F 2"}},
+		{"flow existed: another body", []string{"F"}, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
+			single, []fairrelay.NewEvent{ev("X", "F", `{"delta":2}`)}, []string{"conflict 0"}, []string{"X F 2"}},
+		{"flows existed: another flow", []string{"F", "G"}, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
+			single, []fairrelay.NewEvent{ev("X", "G", `{"delta":1}`)}, []string{"conflict 0"}, []string{"X F 2"}},
+		{"flows existed: another flow, first rolled back", []string{"F", "G"}, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, false,
+			single, []fairrelay.NewEvent{ev("X", "G", `{"delta":1}`)}, []string{"created 2"}, []string{"X G 2"}},
+		{"flow existed: first rolled back", []string{"F"}, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, false,
+			single, []fairrelay.NewEvent{ev("X", "F", `{"delta":2}`)}, []string{"created 2"}, []string{"X F 2"}},
+		{"batch: same content, new flows", nil, []fairrelay.NewEvent{ev("X1", "F", "1"), ev("X2", "F", "2")}, true,
 			many, []fairrelay.NewEvent{ev("X2", "F", "2"), ev("X3", "G", "3"), ev("X4", "F", "4")},
 			[]string{"existing 2", "created 1", "created 3"}, []string{"X1 F 1", "X2 F 2", "X4 F 3", "X3 G 1"}},
-		{"batch: conflicts", []fairrelay.NewEvent{ev("X1", "F", "1"), ev("X2", "G", "2")}, true,
+		{"batch: conflicts", nil, []fairrelay.NewEvent{ev("X1", "F", "1"), ev("X2", "G", "2")}, true,
 			many, []fairrelay.NewEvent{ev("X2", "G", "other"), ev("X1", "G", "1"), ev("X5", "H", "5")},
 			[]string{"conflict 0", "conflict 0", "created 1"}, []string{"X1 F 1", "X2 G 1", "X5 H 1"}},
-		{"batch: first rolled back", []fairrelay.NewEvent{ev("X1", "F", "1"), ev("X2", "F", "2")}, false,
+		{"batch: first rolled back", nil, []fairrelay.NewEvent{ev("X1", "F", "1"), ev("X2", "F", "2")}, false,
 			many, []fairrelay.NewEvent{ev("X2", "F", "2"), ev("X1", "F", "1")},
 			[]string{"created 1", "created 2"}, []string{"X2 F 1", "X1 F 2"}},
 	}
@@ -116,6 +130,11 @@ func TestPostgresSameIDAtOnce(t *testing.T) {
 			// cases and not in others: here it is another flow.
 			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "before", Flow: "B", Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
 				t.Fatal(err)
+			}
+			for _, f := range c.before {
+				if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "before-" + f, Flow: f, Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			first, err := pool.Begin(ctx)
 			if err != nil {
@@ -187,7 +206,7 @@ func TestPostgresSameIDAtOnce(t *testing.T) {
 			}
 			var stored []string
 			for _, e := range s.Events {
-				if e.ID != "before" {
+				if !strings.HasPrefix(e.ID, "before") {
 					stored = append(stored, fmt.Sprintf("%s %s %d", e.ID, e.Flow, e.Seq))
 				}
 			}
