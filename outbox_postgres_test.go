@@ -2,6 +2,7 @@ package fairrelay_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -120,6 +121,14 @@ func TestPostgresSameIDAtOnce(t *testing.T) {
 		{"batch: first rolled back", nil, []fairrelay.NewEvent{ev("X1", "F", "1"), ev("X2", "F", "2")}, false,
 			many, []fairrelay.NewEvent{ev("X2", "F", "2"), ev("X1", "F", "1")},
 			[]string{"created 1", "created 2"}, []string{"X2 F 1", "X1 F 2"}},
+		// The second names a new flow in a new group: its conflict leaves
+		// neither behind (a breaker's report: a flow of seq 0 and its group
+		// stayed, and took a turn ahead of flows created after them).
+		{"another flow, new group", nil, []fairrelay.NewEvent{ev("X", "F", `{"delta":1}`)}, true,
+			single, []fairrelay.NewEvent{{ID: "X", Flow: "G", Group: "T", Body: []byte(`{"delta":1}`)}}, []string{"conflict 0"}, []string{"X F 1"}},
+		{"batch: another flow, new group, then a new flow", nil, []fairrelay.NewEvent{ev("X", "F", "1")}, true,
+			many, []fairrelay.NewEvent{{ID: "X", Flow: "G", Group: "T", Body: []byte("1")}, ev("Y", "H", "2")},
+			[]string{"conflict 0", "created 1"}, []string{"X F 1", "Y H 1"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -165,7 +174,7 @@ func TestPostgresSameIDAtOnce(t *testing.T) {
 				case single:
 					var a answer
 					a.err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-						r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: c.second[0].ID, Flow: c.second[0].Flow, Body: c.second[0].Body, At: fairrelay.AtStored})
+						r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: c.second[0].ID, Flow: c.second[0].Flow, Group: c.second[0].Group, Body: c.second[0].Body, At: fairrelay.AtStored})
 						a.rs = []fairrelay.EnqueueResult{r}
 						return err
 					})
@@ -212,6 +221,23 @@ func TestPostgresSameIDAtOnce(t *testing.T) {
 			}
 			if !slices.Equal(stored, c.events) {
 				t.Errorf("stored events %v, want %v", stored, c.events)
+			}
+			// A conflict or existing answer changes nothing (SPEC §2): every
+			// flow has an event, and every group is a flow's.
+			withEvents, flowGroups := map[string]bool{}, map[string]bool{}
+			for _, e := range s.Events {
+				withEvents[e.Flow] = true
+			}
+			for _, f := range s.Flows {
+				if !withEvents[f.Flow] {
+					t.Errorf("flow %s (seq %d) has no event: made by an answer that changed nothing", f.Flow, f.Seq)
+				}
+				flowGroups[cmp.Or(f.Group, f.Flow)] = true
+			}
+			for _, g := range s.Groups {
+				if !flowGroups[g.Group] {
+					t.Errorf("group %s has no flow: made by an answer that changed nothing", g.Group)
+				}
 			}
 		})
 	}

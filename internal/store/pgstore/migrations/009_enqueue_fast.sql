@@ -50,6 +50,8 @@ DECLARE
     ex       RECORD;
     fr       RECORD;
     new_seq  BIGINT;
+    v_ins    BOOLEAN;  -- the one event was inserted
+    v_lost   BOOLEAN;  -- its new flow was rolled back: the id was stored meanwhile
     hd       RECORD;
 BEGIN
     IF coalesce(cardinality(p_flows), 0) <> n OR coalesce(cardinality(p_bodies), 0) <> n
@@ -346,24 +348,65 @@ BEGIN
         IF (FOUND AND fr.group_id IS NULL)
            OR (NOT FOUND AND NOT EXISTS (SELECT 1 FROM grp g WHERE g.group_id = p_flows[1])) THEN
             IF NOT EXISTS (SELECT 1 FROM tombstone t WHERE t.event_id = p_ids[1]) THEN
+                v_ins := false;
                 IF NOT FOUND THEN
                     -- A new flow, its own group (at the back of the
                     -- rotation under the fair rule); one created meanwhile
-                    -- by another transaction is waited for and read.
-                    INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, tick)
-                    VALUES (p_flows[1], nextval('flow_ord'), 0, v_new_served, 1, false, NULL, v_at)
-                    ON CONFLICT (flow_id) DO NOTHING;
-                    SELECT f.seq, f.group_id INTO fr FROM flow f WHERE f.flow_id = p_flows[1] FOR NO KEY UPDATE;
+                    -- by another transaction is waited for and read. The
+                    -- flow and the event in a subtransaction: when another
+                    -- transaction stored the id meanwhile, the answer is
+                    -- existing or conflict and nothing may change (SPEC
+                    -- §2), so the flow made for it is rolled back (FR004 is
+                    -- raised only to do that; migration 010 does the same
+                    -- in enqueue_events).
+                    v_lost := false;
+                    BEGIN
+                        INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, tick)
+                        VALUES (p_flows[1], nextval('flow_ord'), 0, v_new_served, 1, false, NULL, v_at)
+                        ON CONFLICT (flow_id) DO NOTHING;
+                        SELECT f.seq, f.group_id INTO fr FROM flow f WHERE f.flow_id = p_flows[1] FOR NO KEY UPDATE;
+                        IF fr.group_id IS NULL THEN
+                            INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
+                                               reason, next_at, lease_until, enqueued_at)
+                            VALUES (p_ids[1], p_flows[1], fr.seq + 1, p_bodies[1], 'ready', 0, 0, 0, NULL, v_at, 0, v_at)
+                            ON CONFLICT (event_id) DO NOTHING;
+                            IF NOT FOUND THEN
+                                RAISE EXCEPTION USING ERRCODE = 'FR004';
+                            END IF;
+                            v_ins := true;
+                        END IF;
+                    EXCEPTION WHEN SQLSTATE 'FR004' THEN
+                        v_lost := true;
+                    END;
+                    IF v_lost THEN
+                        -- The tick goes on the settings row (the store's
+                        -- tick is the largest of these rows'): the flow is
+                        -- gone, and the other one would be locked out of
+                        -- order.
+                        SELECT e.flow_id, e.seq, e.body = p_bodies[1] AS same INTO ex FROM event e WHERE e.event_id = p_ids[1];
+                        UPDATE settings s SET tick = v_at WHERE s.id = 1 AND s.tick < v_at;
+                        IF ex.flow_id = p_flows[1] AND ex.same THEN
+                            status := 'existing'; seq := ex.seq;
+                        ELSE
+                            status := 'conflict'; seq := NULL;
+                        END IF;
+                        tick := v_at; "limit" := NULL;
+                        RETURN NEXT;
+                        RETURN;
+                    END IF;
                 END IF;
                 IF fr.group_id IS NULL THEN
                     new_seq := fr.seq + 1;
-                    -- A transaction that inserted the same id first wins;
-                    -- this one then answers existing or conflict.
-                    INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
-                                       reason, next_at, lease_until, enqueued_at)
-                    VALUES (p_ids[1], p_flows[1], new_seq, p_bodies[1], 'ready', 0, 0, 0, NULL, v_at, 0, v_at)
-                    ON CONFLICT (event_id) DO NOTHING;
-                    IF FOUND THEN
+                    IF NOT v_ins THEN
+                        -- A transaction that inserted the same id first
+                        -- wins; this one then answers existing or conflict.
+                        INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
+                                           reason, next_at, lease_until, enqueued_at)
+                        VALUES (p_ids[1], p_flows[1], new_seq, p_bodies[1], 'ready', 0, 0, 0, NULL, v_at, 0, v_at)
+                        ON CONFLICT (event_id) DO NOTHING;
+                        v_ins := FOUND;
+                    END IF;
+                    IF v_ins THEN
                         -- The new event is the head when the flow had none:
                         -- eligible now (the wake-up of a drained flow).
                         UPDATE flow f SET seq = new_seq,
