@@ -143,7 +143,10 @@ func openError(err error) error {
 	case errors.Is(err, store.ErrMissing), errors.Is(err, sqlfile.ErrNewerSchema):
 		// The message is the error's own (Err keeps it for errors.Is).
 		return &Error{Code: CodeInvalidInput, Field: "queue", Err: err}
-	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrNotDatabase), errors.Is(err, store.ErrServer):
+	case errors.Is(err, store.ErrNotDatabase):
+		// The place the caller gave holds something else: name it.
+		return &Error{Code: CodeNotDatabase, Field: "queue", Message: "open", Err: err}
+	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrServer):
 		return dbError("open", err)
 	}
 	return &Error{Code: CodeInvalidInput, Field: "queue", Message: "cannot open", Err: err}

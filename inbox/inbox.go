@@ -120,7 +120,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		if db, err = openPostgres(ctx, dsn, opts); err != nil {
-			return nil, dbError("open inbox", err)
+			return nil, openError(err)
 		}
 		translate, lock = pgstore.Translate, receiveLock
 	default:
@@ -189,7 +189,7 @@ func openSQLiteError(path string, err error) error {
 	if err := fsfault.Explain(path, err); errors.Is(err, fsfault.ErrNotWritable) {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "cannot open", Err: err}
 	}
-	return dbError("open inbox", err)
+	return openError(err)
 }
 
 // DB returns the inbox's database, for receivers that keep more of their own
@@ -210,6 +210,18 @@ func (in *Inbox) MaxDelta() int64 { return in.maxDelta.Load() }
 // SetUnavailable marks the receiver unavailable (every receive answers
 // retry and writes nothing) or available again.
 func (in *Inbox) SetUnavailable(v bool) { in.unavailable.Store(v) }
+
+// openError is dbError for opening the inbox: a store that is not an
+// inbox (not_a_database) names the field "inbox", the place the caller gave.
+func openError(err error) error {
+	out := dbError("open inbox", err)
+	if e, ok := out.(*fairrelay.Error); ok && e.Code == fairrelay.CodeNotDatabase && e.Field == "" {
+		named := *e
+		named.Field = "inbox"
+		return &named
+	}
+	return out
+}
 
 func dbError(op string, err error) error {
 	var fe *fairrelay.Error

@@ -495,7 +495,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay: started", "name", r.cfg.Name, "workers", r.cfg.Workers, "tick", r.clock.Now(),
 		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry,
 		"budget", r.q.Policy().Budget, "backoff_base_ms", r.q.Policy().BackoffBase, "backoff_cap_ms", r.q.Policy().BackoffCap,
-		"retain_acked", r.cfg.RetainAcked, "retain_ids", r.cfg.RetainIDs, "settles", r.mode)
+		"retain_acked", retention(r.cfg.RetainAcked), "retain_ids", retention(r.cfg.RetainIDs), "settles", r.mode)
 	watchDone := r.watchChanges(claimCtx)
 	var deliveries sync.WaitGroup
 	claimerDone, settlerDone, prunerDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -566,4 +566,13 @@ func defaultName() string {
 		return h + ":" + pid
 	}
 	return "relay:" + pid
+}
+
+// retention is a retention period as the start line logs it: 0 keeps for
+// ever ("forever"), which "0s" would read as "prune at once".
+func retention(d time.Duration) string {
+	if d <= 0 {
+		return "forever"
+	}
+	return d.String()
 }

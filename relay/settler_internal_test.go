@@ -129,3 +129,14 @@ func TestQuarantineLogNamesTheReason(t *testing.T) {
 		}
 	}
 }
+
+// The start line logs a retention of 0 as forever, not as 0s (which reads
+// as "prune at once").
+func TestRetentionAsLogged(t *testing.T) {
+	if got := retention(0); got != "forever" {
+		t.Errorf("retention(0) = %q, want forever", got)
+	}
+	if got := retention(7 * 24 * time.Hour); got != "168h0m0s" {
+		t.Errorf("retention(7d) = %q", got)
+	}
+}

@@ -41,7 +41,9 @@ func (c *consoleFlags) config(field, addr string, q *fairrelay.Queue, in *inbox.
 	if c.tokens != "" {
 		t, err := console.LoadTokens(c.tokens)
 		if err != nil {
-			return cfg, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Message: err.Error()}
+			// The field names the flag; the library's own "tokens: " prefix
+			// would say it twice.
+			return cfg, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Message: strings.TrimPrefix(err.Error(), "tokens: ")}
 		}
 		cfg.Tokens = t
 	}

@@ -32,6 +32,10 @@ func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage
 	if view == "projection" && p.afterSeq != 0 {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the receipts view only (projection pages with --after)"}
 	}
+	if p.afterSeq != 0 && p.afterFlow == "" {
+		// A seq is within a flow: alone it would be ignored.
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "needs --after FLOW: the seq is within that flow"}
+	}
 	ctx := cmd.Context()
 	in, err := openInbox(ctx, dsn, inbox.Options{MustExist: true})
 	if err != nil {

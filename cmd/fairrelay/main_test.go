@@ -237,21 +237,29 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"prune", "--queue", q, "--acked-before", "-1", "--ids-before", "0", "--at", "5"}, "invalid_input: acked-before: must be a tick"},
 		{[]string{"configure", "--queue", q, "--max-flow-backlog", "-3", "--at", "5"}, "invalid_input: max-flow-backlog: must not be negative"},
 		{[]string{"demo", "--workers", "0", "--dir", filepath.Join(dir, "demo")}, "invalid_input: workers: must be 1 to"},
-		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database"},
+		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database: queue: open: not a fairrelay database"},
 		{[]string{"claim", "--queue", q, "--at", "5", "--policy", "lifo"}, "policy: must be seed or fair"},
+		{[]string{"inspect", "--inbox", inboxDB, "receipts", "--after-seq", "1"}, "invalid_input: after-seq: needs --after FLOW"},
+		// A zero duration that the library would replace by its default.
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--timeout", "0s"}, "invalid_input: timeout: must be a positive duration"},
+		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--addr", "127.0.0.1:0", "--secret", "x", "--tolerance", "0s"}, "invalid_input: tolerance: must be a positive duration"},
 		// A fairrelay.Policy field (policy.jitter) is named by its flag.
 		{[]string{"claim", "--queue", q, "--at", "5", "--jitter", "1"}, "invalid_input: jitter: must be in [0, 1)"},
 		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--jitter", "-0.5"}, "invalid_input: jitter: must be in [0, 1)"},
-		{[]string{"claim", "--queue", q, "--at", "5", "--backoff-base", "10s", "--backoff-cap", "1s"}, "invalid_input: backoff-cap: must be from backoff-base"},
+		{[]string{"claim", "--queue", q, "--at", "5", "--backoff-base", "10s", "--backoff-cap", "1s"}, "invalid_input: backoff-cap: must be at least --backoff-base (10s), got 1s"},
+		// Only the base given, above the default cap: the base is named.
+		{[]string{"claim", "--queue", q, "--at", "5", "--backoff-base", "10m"}, "invalid_input: backoff-base: must be at most --backoff-cap (5m0s), got 10m0s"},
+		{[]string{"script", "--queue", filepath.Join(dir, "s.db"), "--inbox", filepath.Join(dir, "si.db"), "--backoff-base", "9"}, "invalid_input: backoff-base: must be at most --backoff-cap (8), got 9"},
 		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},
 		{[]string{"inspect", "--queue", filepath.Join(dir, "typo.db")}, "typo.db does not exist"},
 		{[]string{"settle", "--queue", filepath.Join(dir, "typo.db"), "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "typo.db does not exist"},
 		{[]string{"script", "--queue", q, "--inbox", q}, "inbox: names the same store as --queue"},
 		{[]string{"migrate", "--queue", filepath.Join(dir, "both.db"), "--inbox", filepath.Join(dir, ".", "both.db")}, "inbox: names the same store as --queue"},
-		{[]string{"inspect", "--queue", inboxDB}, "holds a fairrelay inbox, not a queue store"},
+		{[]string{"inspect", "--queue", inboxDB}, "not_a_database: queue: open: not a fairrelay database: the file holds a fairrelay inbox, not a queue store"},
 		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "B", "--delta", "1"}, `id "A1" is stored with another flow or body (conflict)`},
 		{[]string{"redrive", "--queue", q, "--all", "--reason-is", "unsuported_delta", "--reason", "x"}, `reason-is: "unsuported_delta" is not a quarantine reason`},
-		{[]string{"migrate", "--inbox", q}, "holds a fairrelay queue store, not an inbox"},
+		{[]string{"migrate", "--inbox", q}, "not_a_database: inbox: open inbox: not a fairrelay database: the file holds a fairrelay queue store, not an inbox"},
+		{[]string{"console", "--queue", q, "--addr", "127.0.0.1:0", "--tokens", filepath.Join(dir, "missing.txt")}, "invalid_input: tokens: open " + filepath.Join(dir, "missing.txt")},
 		// Issue 15: names HTTP would mangle, operator text that would forge
 		// audit lines or drive a terminal, a negative token generation.
 		{[]string{"enqueue", "--queue", q, "--id", "S1 ", "--flow", "S", "--delta", "1"}, "id: ends with white space"},

@@ -23,10 +23,13 @@ import (
 // SPEC's.
 type policyFlags struct {
 	// set reports whether the user gave --policy (set by register).
-	set    func() bool
-	entry  string
-	budget int64
-	jitter float64
+	set func() bool
+	// changed reports whether the user gave the named flag (set by
+	// register).
+	changed func(name string) bool
+	entry   string
+	budget  int64
+	jitter  float64
 	// ticks: the lease, backoff and tick jump in ticks (script); else the
 	// durations.
 	ticks                      bool
@@ -42,6 +45,7 @@ func (p *policyFlags) register(cmd *cobra.Command, def fairrelay.Policy, ticks b
 	f := cmd.Flags()
 	p.ticks = ticks
 	p.set = func() bool { return f.Changed("policy") }
+	p.changed = f.Changed
 	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule: seed (the article's) or fair (SPEC §7); an existing store keeps the rule it records unless this is given")
 	f.Int64Var(&p.budget, "budget", def.Budget, "claims per round before a transient failure quarantines")
 	f.Float64Var(&p.jitter, "jitter", def.Jitter, "jitter j in [0,1): each delay d becomes a value in [d*(1-j), d]")
@@ -90,6 +94,25 @@ func (p *policyFlags) policy() (fairrelay.Policy, error) {
 			}
 			return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: fmt.Sprintf("must be at least 1%s, got %d%s", unit, v, unit)}
 		}
+	}
+	if p.base > p.cap {
+		// Name the flag the user gave: the other one is its default.
+		name, other, v, w := "backoff-cap", "backoff-base", p.cap, p.base
+		if p.changed != nil && p.changed("backoff-base") && !p.changed("backoff-cap") {
+			name, other, v, w = "backoff-base", "backoff-cap", p.base, p.cap
+		}
+		shown := func(n int64) string {
+			if p.ticks {
+				return fmt.Sprintf("%d", n)
+			}
+			return ticksToDuration(n).String()
+		}
+		rel := "at least"
+		if name == "backoff-base" {
+			rel = "at most"
+		}
+		return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name,
+			Message: fmt.Sprintf("must be %s --%s (%s), got %s: give both", rel, other, shown(w), shown(v))}
 	}
 	return pol, pol.Validate()
 }

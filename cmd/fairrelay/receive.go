@@ -76,6 +76,10 @@ Broker ` + brokerEnvHelp + `.`,
 			if err := limits.check(); err != nil {
 				return err
 			}
+			// 0 is not "exact": the verifier would take its 5 min default.
+			if tolerance <= 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tolerance", Message: fmt.Sprintf("must be a positive duration such as 5m, got %s", tolerance)}
+			}
 			opts := inbox.HandlerOptions{Logger: log, MaxConcurrent: limits.maxRequests}
 			if secret != "" {
 				key, err := webhook.ParseSecret(secret)

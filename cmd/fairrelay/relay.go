@@ -105,6 +105,10 @@ charged least; --max-group-slots caps any group's slots (configure
 			if quantum <= 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "quantum", Message: fmt.Sprintf("must be positive, got %s", quantum)}
 			}
+			// 0 is not "no timeout": the library would take its 10s default.
+			if timeout <= 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "timeout", Message: fmt.Sprintf("must be a positive duration such as 10s, got %s", timeout)}
+			}
 			if sinkURL == "" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: "missing: give --sink URL"}
 			}
