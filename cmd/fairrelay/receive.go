@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
@@ -22,10 +24,10 @@ func init() { rootCmd.AddCommand(newReceiveCmd()) }
 
 func newReceiveCmd() *cobra.Command {
 	var (
-		inboxDSN, addr, from, secret, logLevel string
-		maxDelta                               int64
-		tolerance                              time.Duration
-		limits                                 serverLimits
+		inboxDSN, addr, from, secret, logLevel, metricsAddr string
+		maxDelta                                            int64
+		tolerance                                           time.Duration
+		limits                                              serverLimits
 	)
 	cmd := &cobra.Command{
 		Use:   "receive --inbox I (--addr HOST:PORT [--secret S] | --from URL) [--max-delta N]",
@@ -52,6 +54,10 @@ exists.
       the queue NAME (declared durable when missing), bound to the exchange
       with the routing key's wildcard
 
+With --metrics-addr it serves /metrics (requests by HTTP status and their
+durations), /healthz and /readyz (the inbox's database answers); with
+--from, the two probes.
+
 Broker ` + brokerEnvHelp + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -64,6 +70,11 @@ Broker ` + brokerEnvHelp + `.`,
 			if maxDelta < 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-delta", Message: "must not be negative (0: no limit)"}
 			}
+			if metricsAddr != "" {
+				if err := checkListenAddr("metrics-addr", metricsAddr); err != nil {
+					return err
+				}
+			}
 			if from != "" {
 				if cmd.Flags().Changed("addr") || cmd.Flags().Changed("secret") {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "consumes from a broker: --addr and --secret are for HTTP"}
@@ -71,7 +82,7 @@ Broker ` + brokerEnvHelp + `.`,
 				if !isBroker(from) {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: fmt.Sprintf("must be a nats:// or amqp:// URL, got %q", redactDSN(from))}
 				}
-				return receiveFromBroker(cmd, inboxDSN, from, maxDelta, log)
+				return receiveFromBroker(cmd, inboxDSN, from, metricsAddr, maxDelta, log)
 			}
 			if err := limits.check(); err != nil {
 				return err
@@ -122,8 +133,23 @@ Broker ` + brokerEnvHelp + `.`,
 				ln.Close()
 				return err
 			}
+			h := in.Handler(opts)
+			if metricsAddr != "" {
+				reg := prometheus.NewRegistry()
+				h, err = instrumentReceiver(reg, h)
+				if err != nil {
+					ln.Close()
+					return err
+				}
+				stop, err := serveMetrics(metricsAddr, reg, inboxReady(in), log)
+				if err != nil {
+					ln.Close()
+					return err
+				}
+				defer stop()
+			}
 			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", maxDelta)
-			return serveUntilDone(ctx, ln, in.Handler(opts), limits, log)
+			return serveUntilDone(ctx, ln, h, limits, log)
 		},
 	}
 	f := cmd.Flags()
@@ -134,6 +160,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (requests by HTTP status, their durations), and /healthz and /readyz (the inbox answers) (e.g. 127.0.0.1:9091)")
 	f.DurationVar(&limits.read, "read-timeout", defaultLimits.read, "longest time to read one request, headers and body: a client sending slower is cut off (408)")
 	f.DurationVar(&limits.write, "write-timeout", defaultLimits.write, "longest time from a request's headers to the end of its answer, the inbox transaction included")
 	f.DurationVar(&limits.idle, "idle-timeout", defaultLimits.idle, "how long a kept-alive connection may wait for its next request (longer than the relay's 90 s, so the relay closes first)")
@@ -165,7 +192,7 @@ func (l serverLimits) check() error {
 }
 
 // receiveFromBroker runs receive --from: the inbox as a broker consumer.
-func receiveFromBroker(cmd *cobra.Command, inboxDSN, from string, maxDelta int64, log *slog.Logger) error {
+func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, maxDelta int64, log *slog.Logger) error {
 	ctx := cmd.Context()
 	// Before the inbox is opened: a refused URL creates nothing.
 	shown, run, release, err := brokerConsumer(from, log)
@@ -180,6 +207,15 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from string, maxDelta int64
 	defer in.Close()
 	if created {
 		log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
+	}
+	if metricsAddr != "" {
+		// The probes and the process's metrics; the consumer's own
+		// counts are in its log.
+		stop, err := serveMetrics(metricsAddr, prometheus.NewRegistry(), inboxReady(in), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	var printErr error
 	err = run(ctx, consume.Options{Inbox: in, Logger: log}, func() {
@@ -230,4 +266,29 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// instrumentReceiver registers on reg the receiver's request metrics and
+// wraps h to count them: fairrelay_receive_requests_total{code} (requests
+// answered, by HTTP status: 200 accepted or duplicate, 401 refused
+// signature, 409 gap, 422 permanent, 503 retry or busy) and
+// fairrelay_receive_request_seconds{code} (from the request's headers to
+// its answer, the inbox transaction included).
+func instrumentReceiver(reg *prometheus.Registry, h http.Handler) (http.Handler, error) {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairrelay_receive_requests_total",
+		Help: "Requests the receiver answered, by HTTP status (200 accepted or duplicate, 401 bad signature, 409 gap, 422 permanent, 503 retry)."}, []string{"code"})
+	seconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fairrelay_receive_request_seconds",
+		Help: "Time from a request's headers to its answer, the inbox transaction included, by HTTP status.", Buckets: prometheus.DefBuckets}, []string{"code"})
+	for _, c := range []prometheus.Collector{requests, seconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return promhttp.InstrumentHandlerCounter(requests, promhttp.InstrumentHandlerDuration(seconds, h)), nil
+}
+
+// inboxReady is /readyz of receive: the inbox's database answers within
+// the probe's time.
+func inboxReady(in *inbox.Inbox) func(context.Context) error {
+	return func(ctx context.Context) error { return in.DB().PingContext(ctx) }
 }

@@ -286,7 +286,8 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 	dir := t.TempDir()
 	queue, inboxPath := filepath.Join(dir, "queue.db"), filepath.Join(dir, "inbox.db")
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	recv, addr := startReceiver(t, inboxPath, "--secret", secret, "--max-delta", "5")
+	recvMetrics := freeAddr(t)
+	recv, addr := startReceiver(t, inboxPath, "--secret", secret, "--max-delta", "5", "--metrics-addr", recvMetrics)
 
 	out, errOut, code := cli(t, eventsFile(4, 5, `{"id":"A1","flow":"A","delta":10}`, `{"id":"A2","flow":"A","delta":1}`), "enqueue", "--queue", queue)
 	if code != 0 || strings.Count(out, `"status":"created"`) != 22 {
@@ -318,6 +319,34 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
+		}
+	}
+
+	// The receiver's own metrics and probes (receive --metrics-addr): the
+	// 20 deliveries accepted (200) and A1's unsupported_delta (422).
+	resp, err = http.Get("http://" + recvMetrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`fairrelay_receive_requests_total{code="200"} 20`,
+		`fairrelay_receive_requests_total{code="422"} 1`,
+		`fairrelay_receive_request_seconds_count{code="200"} 20`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("receiver metrics lack %s:\n%s", want, body)
+		}
+	}
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + recvMetrics + probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("receiver %s: %d, want 200", probe, resp.StatusCode)
 		}
 	}
 
