@@ -25,6 +25,7 @@ func init() { rootCmd.AddCommand(newReceiveCmd()) }
 func newReceiveCmd() *cobra.Command {
 	var (
 		inboxDSN, addr, from, secret, logLevel, metricsAddr string
+		previous                                            []string
 		maxDelta                                            int64
 		tolerance                                           time.Duration
 		limits                                              serverLimits
@@ -76,8 +77,8 @@ Broker ` + brokerEnvHelp + `.`,
 				}
 			}
 			if from != "" {
-				if cmd.Flags().Changed("addr") || cmd.Flags().Changed("secret") {
-					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "consumes from a broker: --addr and --secret are for HTTP"}
+				if cmd.Flags().Changed("addr") || cmd.Flags().Changed("secret") || cmd.Flags().Changed("previous-secret") {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "consumes from a broker: --addr, --secret and --previous-secret are for HTTP"}
 				}
 				if !isBroker(from) {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: fmt.Sprintf("must be a nats:// or amqp:// URL, got %q", redactDSN(from))}
@@ -92,12 +93,29 @@ Broker ` + brokerEnvHelp + `.`,
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tolerance", Message: fmt.Sprintf("must be a positive duration such as 5m, got %s", tolerance)}
 			}
 			opts := inbox.HandlerOptions{Logger: log, MaxConcurrent: limits.maxRequests}
+			if len(previous) > 0 && secret == "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "previous-secret", Message: "needs --secret (the new secret): it is what a rotation keeps accepting beside it"}
+			}
 			if secret != "" {
 				key, err := webhook.ParseSecret(secret)
 				if err != nil {
 					return err
 				}
-				v := webhook.NewVerifier(key)
+				var old [][]byte
+				for _, p := range previous {
+					k, err := webhook.ParseSecret(p)
+					if err != nil {
+						var fe *fairrelay.Error
+						if errors.As(err, &fe) {
+							named := *fe
+							named.Field = "previous-secret"
+							return &named
+						}
+						return err
+					}
+					old = append(old, k)
+				}
+				v := webhook.NewVerifier(key, old...)
 				v.Tolerance = tolerance
 				opts.Verify = v.Verify
 			} else {
@@ -157,6 +175,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "HOST:PORT to listen on")
 	f.StringVar(&from, "from", "", "consume from a broker instead: a nats:// or amqp:// URL (see above)")
 	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
+	f.StringArrayVar(&previous, "previous-secret", nil, "a secret also accepted while relays switch to --secret (repeatable): rotate by adding the new one as --secret and the old one here, switch the relays, then drop this")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,5 +150,48 @@ func TestReceiveWithoutSecretIsLoopbackOnly(t *testing.T) {
 		if _, err := os.Stat(in); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("receive --addr %s refused, yet the inbox exists (%v)", addr, err)
 		}
+	}
+}
+
+// Rotating the secret: receive --secret NEW --previous-secret OLD accepts
+// deliveries signed with either key, so relays can switch one by one, and
+// refuses any other key (401, nothing written).
+func TestReceiveAcceptsThePreviousSecretDuringARotation(t *testing.T) {
+	t.Parallel()
+	const oldSecret, newSecret = "whsec_b2xkIHNlY3JldCBieXRlcw==", "the new secret"
+	recv, addr := startReceiver(t, filepath.Join(t.TempDir(), "i.db"), "--secret", newSecret, "--previous-secret", oldSecret)
+	post := func(secret string, seq int64) int {
+		t.Helper()
+		key, err := webhook.ParseSecret(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, now, body := webhook.MessageID(fmt.Sprintf("E%d", seq), "F", seq), time.Now(), []byte(`{"delta":1}`)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/", strings.NewReader(string(body)))
+		req.Header.Set(webhook.HeaderID, id)
+		req.Header.Set(webhook.HeaderTimestamp, fmt.Sprint(now.Unix()))
+		req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, id, now, body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post(oldSecret, 1); got != http.StatusOK {
+		t.Errorf("signed with the previous secret: %d, want 200", got)
+	}
+	if got := post(newSecret, 2); got != http.StatusOK {
+		t.Errorf("signed with the new secret: %d, want 200", got)
+	}
+	if got := post("a third secret", 3); got != http.StatusUnauthorized {
+		t.Errorf("signed with another secret: %d, want 401", got)
+	}
+	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("receive exit %d: %s", code, recv.stderr())
+	}
+	// Without --secret there is nothing to rotate to.
+	if _, errOut, code := cli(t, "", "receive", "--inbox", filepath.Join(t.TempDir(), "j.db"), "--addr", "127.0.0.1:0", "--previous-secret", oldSecret); code != 2 || !strings.Contains(errOut, "invalid_input: previous-secret: needs --secret") {
+		t.Errorf("--previous-secret alone: exit %d, %q", code, errOut)
 	}
 }

@@ -137,7 +137,7 @@ const DefaultTolerance = 5 * time.Minute
 
 // Verifier checks Standard Webhooks signatures for a receiver.
 type Verifier struct {
-	key []byte
+	keys [][]byte // the current key first, then the previous ones
 	// Tolerance is the largest accepted distance between webhook-timestamp
 	// and Now. Defaults to DefaultTolerance.
 	Tolerance time.Duration
@@ -145,8 +145,14 @@ type Verifier struct {
 	Now func() time.Time
 }
 
-// NewVerifier returns a Verifier for the HMAC key (see ParseSecret).
-func NewVerifier(key []byte) *Verifier { return &Verifier{key: key} }
+// NewVerifier returns a Verifier for the HMAC key (see ParseSecret). A
+// request signed with one of the previous keys is accepted too: to rotate
+// a secret without refused deliveries, a receiver accepts the new key and
+// the old one (as previous) until every relay signs with the new, then
+// drops the old.
+func NewVerifier(key []byte, previous ...[]byte) *Verifier {
+	return &Verifier{keys: append([][]byte{key}, previous...)}
+}
 
 // Verify checks the headers and body of one request: the three Standard
 // Webhooks headers present, the timestamp within the tolerance, and one v1
@@ -171,15 +177,17 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if d := now().Sub(time.Unix(unix, 0)); d > tol || d < -tol {
 		return fmt.Errorf("%w: %s away from now", ErrTimestamp, d.Round(time.Second))
 	}
-	want := mac(v.key, id, unix, body)
-	for _, s := range strings.Fields(sigs) {
-		b64, ok := strings.CutPrefix(s, "v1,")
-		if !ok {
-			continue
-		}
-		got, err := base64.StdEncoding.DecodeString(b64)
-		if err == nil && hmac.Equal(got, want) {
-			return nil
+	for _, key := range v.keys {
+		want := mac(key, id, unix, body)
+		for _, s := range strings.Fields(sigs) {
+			b64, ok := strings.CutPrefix(s, "v1,")
+			if !ok {
+				continue
+			}
+			got, err := base64.StdEncoding.DecodeString(b64)
+			if err == nil && hmac.Equal(got, want) {
+				return nil
+			}
 		}
 	}
 	return ErrSignature

@@ -134,6 +134,44 @@ func TestVerifier(t *testing.T) {
 	}
 }
 
+// Rotating a secret: a verifier given the new key and the old one as
+// previous accepts requests signed with either (relays not yet switched,
+// and switched ones), and still refuses a third key; without the old one
+// the old signatures are refused.
+func TestVerifierWithAPreviousKey(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	body := []byte(`{"delta":1}`)
+	oldKey, newKey, third := []byte("old key"), []byte("new key"), []byte("third key")
+	signed := func(k []byte) http.Header {
+		h := http.Header{}
+		h.Set(webhook.HeaderID, "e1")
+		h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+		h.Set(webhook.HeaderSignature, webhook.Sign(k, "e1", now, body))
+		return h
+	}
+	both := webhook.NewVerifier(newKey, oldKey)
+	only := webhook.NewVerifier(newKey)
+	for _, v := range []*webhook.Verifier{both, only} {
+		v.Now = func() time.Time { return now }
+	}
+	for _, tc := range []struct {
+		name string
+		v    *webhook.Verifier
+		key  []byte
+		want error
+	}{
+		{"new key, rotating", both, newKey, nil},
+		{"old key, rotating", both, oldKey, nil},
+		{"third key, rotating", both, third, webhook.ErrSignature},
+		{"old key, rotated", only, oldKey, webhook.ErrSignature},
+	} {
+		if err := tc.v.Verify(signed(tc.key), body); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
 // answer is one canned HTTP answer.
 type answer struct {
 	status     int
