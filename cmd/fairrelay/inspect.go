@@ -216,7 +216,7 @@ can forge lines or drive the terminal.`,
 					next = "--after-no " + strconv.FormatInt(as[len(as)-1].No, 10)
 				}
 				for _, a := range as {
-					rows = append(rows, auditRow{AuditEntry: a, WallTime: wallTime(a.Wall)})
+					rows = append(rows, auditRow{AuditEntry: a, No: a.No, WallTime: wallTime(a.Wall)})
 				}
 				table = func(w io.Writer) {
 					fmt.Fprintln(w, "NO\tAT\tWALL\tFLOW\tID\tACTION\tGENERATION\tOPERATOR\tPREVIOUS REASON\tREASON")
@@ -291,6 +291,9 @@ func printView(cmd *cobra.Command, rows []any, table func(w io.Writer), asJSON b
 // fields and the wall-clock time of the row (UTC, RFC 3339).
 type auditRow struct {
 	fairrelay.AuditEntry
+	// No is the row's number, what --after-no pages by (the SPEC §6 shape
+	// of AuditEntry leaves it out).
+	No       int64  `json:"no"`
 	WallTime string `json:"wall"`
 }
 

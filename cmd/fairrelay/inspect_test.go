@@ -127,6 +127,10 @@ func TestInspectAttemptsAndAuditWallTime(t *testing.T) {
 	if !regexp.MustCompile(`"wall":"` + wall.String() + `"`).MatchString(auditJSON) {
 		t.Errorf("audit JSON without its wall-clock time: %s", auditJSON)
 	}
+	// The number --after-no pages by, as the table's NO column shows it.
+	if !strings.Contains(auditJSON, `"no":1,`) {
+		t.Errorf("audit JSON without its number: %s", auditJSON)
+	}
 	for _, args := range [][]string{
 		{"inspect", "--queue", q, "attempts"},
 		{"inspect", "--queue", q, "audit", "--id", "E1"},
