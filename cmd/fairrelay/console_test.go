@@ -94,7 +94,8 @@ func TestRelayServesTheConsole(t *testing.T) {
 }
 
 // `demo --console` prints the console's address first, ends the demo's
-// story (A1 redriven by "demo"), and keeps serving until a signal.
+// story (A1 redriven by "demo"), leaves flow P paused for the operator to
+// resume, and keeps serving until a signal.
 func TestDemoKeepsTheConsoleUp(t *testing.T) {
 	t.Parallel()
 	addr := freeAddr(t)
@@ -120,6 +121,10 @@ func TestDemoKeepsTheConsoleUp(t *testing.T) {
 	// The redrive is in the audit before the demo has drained; the signal
 	// must come once it says it keeps running.
 	d.waitStdout(t, "press Ctrl-C to end the demo")
+	// Something left for the operator: flow P, paused with its events.
+	if st, body := get(t, "http://"+addr+"/flows?paused=1"); st != 200 || !strings.Contains(body, `data-flow="P"`) {
+		t.Errorf("the console lists no paused flow P: %d %.300s", st, body)
+	}
 	if code := d.signal(t, syscall.SIGINT); code != 0 {
 		t.Fatalf("demo exit %d on SIGINT: %s", code, d.stderr())
 	}

@@ -273,6 +273,16 @@ func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) error
 // until a signal, so that what an operator does in the console takes
 // effect (a pause, a resume, a redrive).
 func demoKeepRunning(ctx context.Context, out io.Writer, q *fairrelay.Queue, s sink.Sink, workers int, url string) error {
+	// Something for the operator to do: a flow whose events wait, paused,
+	// until it is resumed in the console.
+	for i := 1; i <= 3; i++ {
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: fmt.Sprintf("P%d", i), Flow: "P", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil {
+			return err
+		}
+	}
+	if _, err := q.Pause(ctx, fairrelay.FlowActionParams{Flow: "P", Reason: "held for you: resume it in the console", Operator: "demo", At: fairrelay.AtStored}); err != nil {
+		return err
+	}
 	d, err := startDemoRelay(ctx, q, s, workers)
 	if err != nil {
 		return err
@@ -287,7 +297,8 @@ func demoKeepRunning(ctx context.Context, out io.Writer, q *fairrelay.Queue, s s
 			}
 		}
 	}()
-	fmt.Fprintf(out, "\nThe operator console stays up at %s, with the receiver and a relay: press Ctrl-C to end the demo.\n", url)
+	fmt.Fprintf(out, "\nFlow P holds 3 events and is paused: resume it in the console (%sflows?paused=1) and watch them delivered.\n", url)
+	fmt.Fprintf(out, "The operator console stays up at %s, with the receiver and a relay: press Ctrl-C to end the demo.\n", url)
 	<-ctx.Done()
 	d.stop()
 	close(stopDrain)
