@@ -179,7 +179,7 @@ func TestOneShotCommands(t *testing.T) {
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "unsupported_delta", "--at", "1"}, `{"status":"quarantined"}`, 0},
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "7", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"reason":"generation_mismatch","status":"rejected"}`, 1},
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "ops", "--at", "2"}, `{"generation":2,"status":"ready"}`, 0},
-		{[]string{"inspect", "--queue", q, "audit", "--json"}, `{"id":"A1","flow":"A","action":"redrive","reason":"fixed","operator":"ops","previous_reason":"unsupported_delta","generation":2,"at":2}`, 0},
+		{[]string{"inspect", "--queue", q, "audit", "--json"}, `{"id":"A1","flow":"A","action":"redrive","reason":"fixed","operator":"ops","previous_reason":"unsupported_delta","generation":2,"at":2,"no":1}`, 0},
 		{[]string{"redrive", "--queue", q, "--all", "--reason", "again", "--operator", "ops", "--at", "2"}, ``, 1},
 		{[]string{"claim", "--queue", q, "--at", "3"}, `{"attempts":1,"flow":"A","generation":3,"id":"A1","lease_until":30003,"seq":1,"status":"claimed","ticket":2}`, 0},
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "3", "--outcome", "accepted", "--at", "30003"}, `{"status":"expired"}`, 1},
