@@ -92,6 +92,7 @@ func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, 
 	if err := tx.Commit(); err != nil {
 		return 0, Translate(fmt.Errorf("commit: %w", err))
 	}
+	s.commits.Add(1) // this store's own commit (changes.go, checkpointer.go)
 	return at, nil
 }
 
@@ -171,6 +172,7 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 	if err := tx.Commit(); err != nil {
 		return store.PruneResult{}, Translate(fmt.Errorf("commit: %w", err))
 	}
+	s.commits.Add(1) // this store's own commit (changes.go, checkpointer.go)
 	if res.Events > 0 || res.Tombstones > 0 {
 		// Hand free pages back to the file system once there are enough of
 		// them to matter (a write and an fsync of its own, so not after

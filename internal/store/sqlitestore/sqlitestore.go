@@ -73,6 +73,10 @@ type Store struct {
 	// commits counts the commits of this store's write connection, so
 	// that a change watch tells them from other processes' (changes.go).
 	commits atomic.Int64
+
+	// stopCheckpoints ends the checkpointer (checkpointer.go); Close
+	// calls it.
+	stopCheckpoints func()
 }
 
 var _ store.Store = (*Store)(nil)
@@ -121,7 +125,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("%w: %s does not exist (create it with fairrelay migrate or enqueue)", store.ErrMissing, abs)
 		}
 	}
-	w, err := sql.Open("sqlite", DSN(abs, opts.BusyTimeout, true))
+	w, err := sql.Open("sqlite", writeDSN(abs, opts.BusyTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +174,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	s.stopCheckpoints = startCheckpointer(r, &s.commits)
 	return s, nil
 }
 
@@ -324,6 +329,9 @@ func (s *Store) ConcurrentWriters() bool { return false }
 // Close ends the change watches (Changes), closes the prepared statements
 // and both pools.
 func (s *Store) Close() error {
+	if s.stopCheckpoints != nil {
+		s.stopCheckpoints()
+	}
 	s.watches.Close()
 	var errs []error
 	for _, st := range s.stmts {

@@ -1,0 +1,78 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"net/url"
+	"sync/atomic"
+	"time"
+)
+
+// Checkpoints. In WAL mode SQLite copies the log back into the database
+// file (a checkpoint: writes and an fsync of the file) once the log passes
+// wal_autocheckpoint pages, and by default the commit that passes it does
+// the work, holding the write lock meanwhile: every thousandth page written
+// costs some write transaction milliseconds, and a writer waiting behind it
+// waits that long. The store's write connection therefore checkpoints only
+// far later (checkpointSafety pages, a safety net), and a checkpointer does
+// it beside the writers instead: every checkpointEvery after this
+// process's store committed (and every checkpointIdle whatever happened,
+// for other processes' commits), it runs a PASSIVE checkpoint on a read
+// connection, which copies the frames no reader still needs without taking
+// the write lock. As Litestream runs its checkpoints. Often and small: a
+// checkpoint ends with an fsync of the database file, and a large one
+// (tens of MB after a busy second) delays the next commit's own fsync on
+// the same disk.
+const (
+	checkpointEvery  = 50 * time.Millisecond
+	checkpointIdle   = 5 * time.Second
+	checkpointSafety = 16384 // pages (64 MiB of 4 KiB pages)
+)
+
+// writeDSN is DSN for the store's own write connection: BEGIN IMMEDIATE,
+// checkpoints left to the checkpointer up to checkpointSafety pages, and
+// the log file cut back to 64 MiB when it starts over.
+func writeDSN(path string, busy time.Duration) string {
+	u, _ := url.Parse(DSN(path, busy, true))
+	v := u.Query()
+	v.Add("_pragma", "wal_autocheckpoint(16384)")
+	// The log file keeps its largest size unless limited: after a
+	// checkpoint lets SQLite start the log over, it is cut back to this.
+	v.Add("_pragma", "journal_size_limit(67108864)")
+	u.RawQuery = v.Encode()
+	return u.String()
+}
+
+// startCheckpointer runs PASSIVE checkpoints on db, every checkpointEvery
+// when commits (nil: always) moved since the last one, else every
+// checkpointIdle, until the returned stop is called (which waits for it).
+// A failed checkpoint is tried again at the next tick: the commit path's
+// own checkpoint at checkpointSafety pages still bounds the log.
+func startCheckpointer(db *sql.DB, commits *atomic.Int64) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(checkpointEvery)
+		defer t.Stop()
+		var seen int64
+		last := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if commits != nil {
+				n := commits.Load()
+				if n == seen && time.Since(last) < checkpointIdle {
+					continue
+				}
+				seen = n
+			}
+			last = time.Now()
+			db.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+		}
+	}()
+	return func() { cancel(); <-done }
+}

@@ -1,0 +1,83 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The store's write connection leaves checkpoints to the checkpointer up
+// to checkpointSafety pages; a connection opened with DSN (an
+// application's, for EnqueueTx) keeps SQLite's default.
+func TestWriteConnectionLeavesCheckpointsToTheCheckpointer(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var n int
+	if err := s.write.QueryRow("PRAGMA wal_autocheckpoint").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != checkpointSafety {
+		t.Errorf("write connection's wal_autocheckpoint %d, want %d", n, checkpointSafety)
+	}
+	var limit int64
+	if err := s.write.QueryRow("PRAGMA journal_size_limit").Scan(&limit); err != nil {
+		t.Fatal(err)
+	}
+	if limit != 64<<20 {
+		t.Errorf("write connection's journal_size_limit %d, want 64 MiB", limit)
+	}
+	if err := s.read.QueryRow("PRAGMA wal_autocheckpoint").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1000 {
+		t.Errorf("read connection's wal_autocheckpoint %d, want SQLite's default 1000", n)
+	}
+}
+
+// The checkpointer copies the log into the database file beside the
+// writers: pages a transaction wrote reach the main file without any
+// commit checkpointing them.
+func TestCheckpointerCopiesTheLogIntoTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.db")
+	dsn := strings.Replace(DSN(path, time.Second, true), "_pragma=journal_mode", "_pragma=wal_autocheckpoint%280%29&_pragma=journal_mode", 1)
+	w, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.SetMaxOpenConns(1)
+	if _, err := w.Exec("CREATE TABLE t (b BLOB); WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 500) INSERT INTO t SELECT randomblob(4000) FROM n"); err != nil {
+		t.Fatal(err)
+	}
+	size := func() int64 {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	if got := size(); got > 1<<20 {
+		t.Fatalf("the file holds %d bytes before any checkpoint; the test needs the pages in the log", got)
+	}
+	r, err := sql.Open("sqlite", DSN(path, time.Second, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	stop := startCheckpointer(r, nil)
+	defer stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for size() < 1<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s the file holds %d bytes: no checkpoint ran", size())
+		}
+		time.Sleep(10 * time.Millisecond) // the checkpointer runs on its own ticker: wait for its effect
+	}
+}
