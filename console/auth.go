@@ -162,7 +162,7 @@ func CheckAddr(addr string, cfg Config) error {
 	if cfg.Tokens != nil || cfg.AuthHeader != "" {
 		return nil
 	}
-	if loopbackHost(host) {
+	if LoopbackHost(host) {
 		return nil
 	}
 	if host == "" {

@@ -145,7 +145,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if s.cfg.Tokens == nil && s.cfg.AuthHeader == "" && !loopbackHost(r.Host) {
+	if s.cfg.Tokens == nil && s.cfg.AuthHeader == "" && !LoopbackHost(r.Host) {
 		// Without sign-in, the console trusts whoever reaches it, which
 		// must be this machine: a page elsewhere that points its own host
 		// name at 127.0.0.1 (DNS rebinding) must not be served.
@@ -163,9 +163,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// loopbackHost reports whether a request's Host names this machine:
+// LoopbackHost reports whether host (a request's Host, or a listen
+// address's host, with or without a port) names this machine only:
 // localhost or a loopback address, with or without a port.
-func loopbackHost(host string) bool {
+func LoopbackHost(host string) bool {
 	h, _, err := net.SplitHostPort(host)
 	if err != nil {
 		h = strings.Trim(host, "[]")

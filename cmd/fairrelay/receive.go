@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/console"
 	"github.com/fairrelay/fairrelay/consume"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/sink/webhook"
@@ -125,7 +125,7 @@ Broker ` + brokerEnvHelp + `.`,
 				if err != nil {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: fmt.Sprintf("want HOST:PORT, got %q", addr)}
 				}
-				if !loopbackHost(host) {
+				if !console.LoopbackHost(host) {
 					if host == "" {
 						host = "every interface"
 					}
@@ -274,17 +274,6 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, l serv
 	}
 	log.Info("receive: stopped")
 	return nil
-}
-
-// loopbackHost reports whether host (no port) names this machine only:
-// localhost or a loopback IP.
-func loopbackHost(host string) bool {
-	h := strings.Trim(host, "[]")
-	if strings.EqualFold(h, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
 }
 
 // instrumentReceiver registers on reg the receiver's request metrics and
