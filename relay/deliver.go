@@ -51,8 +51,15 @@ func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliverie
 		}
 		a := r.deliver(deliverCtx, &cl)
 		r.ts.released(cl.Group, start)
+		now := r.cfg.Source.Elapsed()
 		p.mu.Lock()
 		p.ended(start)
+		// No young delivery left: a batch wait under way (claimer or
+		// settler) has nothing more to wait for, since the deliveries still
+		// under way are slow ones (youngDelivery). Without this wake-up it
+		// would sit out its whole window beside a slow receiver after every
+		// round of fast deliveries.
+		settledDown := !p.batching(now)
 		close(done)
 		if p.inDelivery[cl.Flow] == done {
 			delete(p.inDelivery, cl.Flow)
@@ -67,12 +74,12 @@ func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliverie
 		r.cfg.Metrics.delivered(a.s.Latency)
 		// Wake-ups cost a context switch each: only the answers a waiting
 		// claimer or settler acts on wake it (the first slot freed, the
-		// first answer, the last delivery); the others it finds when its
-		// batch wait ends.
-		if full || first || last {
+		// first answer, the last delivery, the last young one); the others
+		// it finds when its batch wait ends.
+		if full || first || last || settledDown {
 			kick(p.claimKick)
 		}
-		if first || last {
+		if first || last || settledDown {
 			kick(p.settleKick)
 		}
 	}()

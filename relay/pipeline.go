@@ -98,7 +98,9 @@ func (p *pipeline) ended(start time.Duration) {
 }
 
 // batchWindow is one such wait of batchWait: it opens at the first wait
-// and closes when its timer fires, however many wake-ups came in between.
+// and closes when its timer fires, however many wake-ups came in between
+// (the waiter goes on early anyway once no young delivery is left to wait
+// for: batching is then false, and startDelivery wakes it).
 // A timer rather than a reading of the time: every reading goes through
 // Config.Source, which a test may hold still. The zero value is ready to
 // open.
@@ -108,7 +110,7 @@ type batchWindow struct {
 }
 
 // open reports whether the window is open, opening it at the first call
-// after a reset; wait on timer.C and call close when it fires.
+// after a reset; wait on timer.C and set closed when it fires.
 func (w *batchWindow) open() bool {
 	if w.timer == nil && !w.closed {
 		w.timer = time.NewTimer(batchWait)
