@@ -120,3 +120,39 @@ func TestCommandsAnswerTheClockBeforeTheirFields(t *testing.T) {
 		}
 	}
 }
+
+// configure's setting flags have no default to show: one left out leaves
+// its setting as it is, so `--weight int ... (default 1)` misled (a user
+// read it as "left out: weight 1"). Each says so instead; and leaving
+// --weight out indeed keeps a weight of 3.
+func TestConfigureHelpShowsNoDefaults(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := cli(t, "", "configure", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, name := range []string{"weight", "max-backlog", "max-flow-backlog", "max-slots"} {
+		var line string
+		for l := range strings.Lines(out) {
+			if strings.HasPrefix(strings.TrimSpace(l), "--"+name+" ") {
+				line = l
+			}
+		}
+		if line == "" || strings.Contains(line, "(default") || !strings.Contains(line, "left out: unchanged") {
+			t.Errorf("--%s help line %q: want no default and \"left out: unchanged\"", name, line)
+		}
+	}
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, args := range [][]string{
+		{"enqueue", "--queue", q, "--id", "a", "--flow", "f", "--group", "g", "--delta", "1", "--at", "0"},
+		{"configure", "--queue", q, "--group", "g", "--weight", "3", "--at", "0"},
+		{"configure", "--queue", q, "--group", "g", "--max-backlog", "7", "--at", "0"},
+	} {
+		if _, errOut, code := cli(t, "", args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+	if got, _, _ := cli(t, "", "inspect", "--queue", q, "groups", "--json"); !strings.Contains(got, `"weight":3,`) || !strings.Contains(got, `"max_backlog":7,`) {
+		t.Errorf("inspect groups: %s; want weight 3 kept and max_backlog 7", got)
+	}
+}
