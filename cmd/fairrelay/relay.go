@@ -176,10 +176,12 @@ charged least; --max-group-slots caps any group's slots (configure
 			if err := settings.ValidateSettings(); err != nil {
 				return err
 			}
+			var metricsLn net.Listener
 			if metricsAddr != "" {
-				if err := checkListenAddr("metrics-addr", metricsAddr); err != nil {
+				if metricsLn, err = listenOn("metrics-addr", metricsAddr); err != nil {
 					return err
 				}
+				defer metricsLn.Close() // for a return before it serves
 			}
 			q, created, err := openQueueCreating(ctx, queue, pol, &pf)
 			if err != nil {
@@ -213,10 +215,7 @@ charged least; --max-group-slots caps any group's slots (configure
 				return err
 			}
 			if reg != nil {
-				stop, err := serveMetrics(metricsAddr, reg, r.Ready, log)
-				if err != nil {
-					return err
-				}
+				stop := serveMetrics(metricsLn, reg, r.Ready, log)
 				defer stop()
 			}
 			if consoleAddr != "" {
@@ -296,16 +295,27 @@ func checkListenAddr(field, addr string) error {
 	return nil
 }
 
-// serveMetrics serves, on addr until stop is called, reg at /metrics and
-// two probes: /healthz answers 200 while the process serves HTTP at all,
-// /readyz 200 when ready returns nil, else 503 with its error (within 5 s).
-// Errors: ErrInvalidInput naming metrics-addr when addr cannot be listened
-// on.
-func serveMetrics(addr string, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (stop func(), err error) {
+// listenOn listens on addr, the value of the flag field: ErrInvalidInput
+// naming field when addr is not HOST:PORT or cannot be listened on (a
+// port taken). The daemons bind every address before they open a store
+// and before they say they listen, so that a taken port refuses the whole
+// run.
+func listenOn(field, addr string) (net.Listener, error) {
+	if err := checkListenAddr(field, addr); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "metrics-addr", Message: err.Error()}
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: err.Error()}
 	}
+	return ln, nil
+}
+
+// serveMetrics serves, on ln (listenOn's) until stop is called, reg at
+// /metrics and two probes: /healthz answers 200 while the process serves
+// HTTP at all, /readyz 200 when ready returns nil, else 503 with its error
+// (within 5 s). stop closes ln.
+func serveMetrics(ln net.Listener, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (stop func()) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -331,5 +341,5 @@ func serveMetrics(addr string, reg *prometheus.Registry, ready func(context.Cont
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
-	}, nil
+	}
 }

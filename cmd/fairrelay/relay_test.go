@@ -424,6 +424,11 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 		!strings.Contains(errOut, "nats://") || !strings.Contains(errOut, "amqp") {
 		t.Errorf("--sink ftp://x: exit %d, %q; want an input error naming the three kinds", code, errOut)
 	}
+	// A taken --metrics-addr too, before the store is created.
+	if _, errOut, code := cli(t, "", "relay", "--queue", queue, "--sink", "http://127.0.0.1:1/", "--metrics-addr", holdPort(t)); code != 2 ||
+		!strings.Contains(errOut, "invalid_input: metrics-addr:") {
+		t.Errorf("--metrics-addr taken: exit %d, %q; want invalid_input naming metrics-addr", code, errOut)
+	}
 	// A refused run creates nothing.
 	if _, err := os.Stat(queue); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("queue store after refused runs: %v, want none", err)
