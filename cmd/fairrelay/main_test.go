@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -39,8 +40,14 @@ var beforeCLI func()
 // cli runs the CLI with args and stdin in a child process.
 func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return cliEnv(t, nil, stdin, args...)
+}
+
+// cliEnv is cli with env (KEY=VALUE) added to the child's environment.
+func cliEnv(t *testing.T, env []string, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+	cmd.Env = append(append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1"), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -698,5 +705,35 @@ func TestExplicitlyEmptyFlagsAreRefused(t *testing.T) {
 	}
 	if after, _, _ := cli(t, "", "inspect", "--queue", q, "heads", "--json"); after != before {
 		t.Errorf("refused commands changed the store:\n%s\nwas:\n%s", after, before)
+	}
+}
+
+// $FAIRRELAY_SECRET set but empty is refused as --secret "" is, naming the
+// variable, before anything is opened: it silently meant "no signing" (an
+// env file whose value was lost turned signing off with only a warning).
+// Set, it is the secret; --secret given, the variable is not read.
+func TestEmptySecretVariableIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q, in := filepath.Join(dir, "q.db"), filepath.Join(dir, "i.db")
+	// A bad flag that is checked later, so that the variable's error
+	// shows it comes first (and a run that took the variable would stop).
+	for _, args := range [][]string{
+		{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--timeout", "0s"},
+		{"receive", "--inbox", in, "--addr", "127.0.0.1:0", "--tolerance", "0s"},
+	} {
+		out, errOut, code := cliEnv(t, []string{secretEnv + "="}, "", args...)
+		if code != 2 || out != "" || !strings.HasPrefix(errOut, "fairrelay: invalid_input: "+secretEnv+": is set but empty") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%s with %s=\"\": exit %d, stdout %q, stderr %q; want exit 2 and one line of invalid_input naming the variable", args[0], secretEnv, code, out, errOut)
+		}
+	}
+	for _, p := range []string{q, in} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("refused for an empty %s, yet %s exists (%v)", secretEnv, p, err)
+		}
+	}
+	// --secret given: the variable is not read.
+	if _, errOut, code := cliEnv(t, []string{secretEnv + "="}, "", "receive", "--inbox", in, "--addr", "127.0.0.1:0", "--secret", "s", "--tolerance", "0s"); code != 2 || !strings.Contains(errOut, "invalid_input: tolerance:") {
+		t.Errorf("receive --secret s with %s=\"\": exit %d, %q; want the variable ignored (and the bad --tolerance named)", secretEnv, code, errOut)
 	}
 }

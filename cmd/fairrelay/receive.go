@@ -62,7 +62,10 @@ durations), /healthz and /readyz (the inbox's database answers); with
 Broker ` + brokerEnvHelp + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			secret := secretFlag(cmd, secret)
+			secret, err := secretFlag(cmd, secret)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			log, err := newLogger(logLevel)
 			if err != nil {
@@ -175,7 +178,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "HOST:PORT to listen on")
 	f.StringVar(&from, "from", "", "consume from a broker instead: a nats:// or amqp:// URL (see above)")
-	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
+	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps; set but empty, it is refused)")
 	f.StringArrayVar(&previous, "previous-secret", nil, "a secret also accepted while relays switch to --secret (repeatable): rotate by adding the new one as --secret and the old one here, switch the relays, then drop this")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")

@@ -85,7 +85,10 @@ charged least; --max-group-slots caps any group's slots (configure
 --max-slots sets one group's cap). See docs/relay.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			secret := secretFlag(cmd, secret)
+			secret, err := secretFlag(cmd, secret)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			log, err := newLogger(logLevel)
 			if err != nil {
@@ -240,7 +243,7 @@ charged least; --max-group-slots caps any group's slots (configure
 	f := cmd.Flags()
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&sinkURL, "sink", "", "where deliveries go: an http(s):// receiver, a nats:// JetStream server or an amqp:// RabbitMQ (see above)")
-	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
+	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps; set but empty, it is refused)")
 	f.IntVar(&workers, "workers", 4, "concurrent deliveries")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-delivery timeout")
 	f.IntVar(&maxGroupSlots, "max-group-slots", 0, "the most delivery slots one group's deliveries hold at once, for every group without its own cap (configure --max-slots); 0: no cap; at most --workers")
