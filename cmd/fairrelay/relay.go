@@ -247,7 +247,7 @@ charged least; --max-group-slots caps any group's slots (configure
 	f.IntVar(&workers, "workers", 4, "concurrent deliveries")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-delivery timeout")
 	f.IntVar(&maxGroupSlots, "max-group-slots", 0, "the most delivery slots one group's deliveries hold at once, for every group without its own cap (configure --max-slots); 0: no cap; at most --workers")
-	f.DurationVar(&quantum, "quantum", 100*time.Millisecond, "how far a group's charge of slot time may run ahead of the smallest and still be claimed while slots are scarce (SPEC §11; docs/relay.md)")
+	f.DurationVar(&quantum, "quantum", 100*time.Millisecond, "how far a group's charge of slot time may run ahead of V (the fair-share floor) and still be claimed while slots are scarce (SPEC §11; docs/relay.md)")
 	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")
 	f.DurationVar(&shutdown, "shutdown-timeout", 0, "how long in-flight deliveries may run after a signal (default: --timeout)")
 	f.DurationVar(&retainAcked, "retain-acked", 7*24*time.Hour, "prune acked events (and their bodies) acked longer ago than this, every minute in short batches (SPEC §8); 0 keeps them forever")

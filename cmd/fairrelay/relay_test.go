@@ -387,6 +387,20 @@ func TestRelayRestartAfterKill(t *testing.T) {
 	wantLedger(t, inboxPath, 5, 20)
 }
 
+// relay --help says what --quantum measures from as docs/relay.md does:
+// V, the fair-share floor (it once said "the smallest").
+func TestRelayHelpQuantumMatchesTheDocs(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := cli(t, "", "relay", "--help")
+	if code != 0 || !strings.Contains(out, "ahead of V (the fair-share floor)") {
+		t.Errorf("relay --help: exit %d, %s; want --quantum described as ahead of V (the fair-share floor)\n%s", code, errOut, out)
+	}
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "relay.md"))
+	if err != nil || !strings.Contains(strings.Join(strings.Fields(string(page)), " "), "ahead of V") {
+		t.Errorf("docs/relay.md no longer says \"ahead of V\" (%v): keep the help and the page alike", err)
+	}
+}
+
 func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 	t.Parallel()
 	queue := filepath.Join(t.TempDir(), "queue.db")
