@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -634,6 +635,29 @@ func TestMissingStoreSaysSoOnce(t *testing.T) {
 	_, errOut, code := cli(t, "", "inspect", "--queue", path)
 	if code != 2 || strings.Count(errOut, "no queue store there") != 1 || !strings.Contains(errOut, "queue: no queue store there: "+path) {
 		t.Fatalf("exit %d, stderr %q: want exit 2 and the reason once, after the field", code, errOut)
+	}
+}
+
+// A PostgreSQL server that refuses the connection is said once: pgx lists
+// each attempt (with TLS, then without), the same refused dial twice, and
+// the one error line printed both. The port is one this test listened on
+// and closed, so nothing listens there.
+func TestRefusedConnectionSaysSoOnce(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	for _, args := range [][]string{
+		{"inspect", "--queue", "postgres://" + addr + "/test", "flows"},
+		{"migrate", "--inbox", "postgres://" + addr + "/test"},
+	} {
+		_, errOut, code := cli(t, "", args...)
+		if code != 2 || strings.Count(errOut, "connection refused") != 1 || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line saying the connection was refused once", args, code, errOut)
+		}
 	}
 }
 
