@@ -1,6 +1,7 @@
 package fairrelay
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -201,7 +202,7 @@ func storeError(op string, err error) error {
 	var ie *store.InvalidError
 	switch {
 	case errors.As(err, &ce):
-		return &Error{Code: CodeClockRegressed, Message: ce.Error()}
+		return clockRegressed(cmp.Or(ce.Op, op), ce.At, ce.Stored)
 	case errors.As(err, &ie):
 		return &Error{Code: CodeInvalidInput, Field: ie.Field, Message: ie.Message}
 	}

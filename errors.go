@@ -34,7 +34,12 @@ type Error struct {
 	Code    Code
 	Field   string // for CodeInvalidInput: the field at fault (id, flow, body, at, …)
 	Message string
-	Err     error // the underlying cause, if any
+	// Hint, when set, says how a Go caller avoids the error, in this
+	// module's names (AtStored, DaemonPolicy); Error appends it in
+	// parentheses. A command line, whose names are its flags, leaves it
+	// out.
+	Hint string
+	Err  error // the underlying cause, if any
 }
 
 func (e *Error) Error() string {
@@ -49,6 +54,9 @@ func (e *Error) Error() string {
 	if e.Field != "" {
 		msg = e.Field + ": " + msg
 	}
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
 	return msg
 }
 
@@ -58,7 +66,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // whatever the message.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code && t.Field == "" && t.Message == ""
+	return ok && t.Code == e.Code && t.Field == "" && t.Message == "" && t.Hint == ""
 }
 
 // Sentinels for errors.Is.
@@ -90,6 +98,16 @@ func InvalidInput(field, format string, args ...any) error {
 }
 
 func invalid(field, format string, args ...any) error { return InvalidInput(field, format, args...) }
+
+// clockRegressed is the ErrClockRegressed of a write op at tick at, below
+// the stored tick (SPEC §2), built here alone so that every write that
+// takes AtStored (enqueue, claim, settle, redrive, expedite, pause,
+// resume, configure, prune) says the same, hint included: a Go caller
+// that left At at 0 most likely meant AtStored.
+func clockRegressed(op string, at, stored int64) *Error {
+	return &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, stored),
+		Hint: "give At: fairrelay.AtStored to write at the store's current tick"}
+}
 
 // dbError classifies a backend error under its code, keeping the chain.
 func dbError(op string, err error) error {

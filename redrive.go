@@ -23,7 +23,7 @@ type RedriveParams struct {
 	// Operator names who decided; optional, and when given it follows
 	// CheckID's rule.
 	Operator string
-	// At is the tick of the write.
+	// At is the tick of the write; AtStored runs it at the store's tick.
 	At int64
 }
 

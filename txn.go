@@ -108,7 +108,7 @@ func (q *Queue) resolveTick(op string, at int64, floor bool, stored int64) (int6
 	case at < stored && floor:
 		return stored, nil
 	case at < stored:
-		return 0, &Error{Code: CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, stored)}
+		return 0, clockRegressed(op, at, stored)
 	case !floor && q.policy.MaxTickJump > 0 && at-stored > q.policy.MaxTickJump:
 		return 0, invalid("at", "tick %d is %d ticks ahead of the stored tick %d, more than the policy's max_tick_jump of %d (a typo would poison the store's clock)",
 			at, at-stored, stored, q.policy.MaxTickJump)

@@ -264,7 +264,11 @@ func (c Config) Validate() error {
 	if err := c.ValidateSettings(); err != nil {
 		return err
 	}
-	return CheckLease(c.Queue.Policy().Lease, c.withDefaults().DeliveryTimeout, c.LeaseMargin)
+	// The timeout and the margin the relay will run with: a margin left
+	// at 0 is 1s (withDefaults), and a check against 0 let through a lease
+	// the relay could not keep.
+	d := c.withDefaults()
+	return CheckLease(c.Queue.Policy().Lease, d.DeliveryTimeout, d.LeaseMargin)
 }
 
 // ValidateSettings is Validate without the queue, the sink and the lease
@@ -315,10 +319,14 @@ func (c Config) ValidateSettings() error {
 // (ticks = ms) exceeds the delivery timeout plus the lease margin: a
 // delivery must not outlive its lease. Config.Validate runs it; a caller
 // may run it before it opens (or creates) the queue store.
+//
+// The error's Hint names fairrelay.DaemonPolicy: a Config{} without a
+// Policy has the reference policy's lease of 5 ticks, made for scripts.
 func CheckLease(lease int64, timeout, margin time.Duration) error {
 	if l := time.Duration(lease) * time.Millisecond; l <= timeout+margin {
-		return invalid("lease", "%s must exceed the delivery timeout %s plus the margin %s: a delivery could outlive its lease",
-			l, timeout, margin)
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "lease",
+			Message: fmt.Sprintf("%s must exceed the delivery timeout %s plus the margin %s: a delivery could outlive its lease", l, timeout, margin),
+			Hint:    fmt.Sprintf("the lease is the queue's Policy.Lease, in ms; fairrelay.DaemonPolicy() gives one for a daemon, %s", time.Duration(fairrelay.DaemonPolicy().Lease)*time.Millisecond)}
 	}
 	return nil
 }

@@ -36,9 +36,11 @@ transaction on a flow of its own among those open at once (--flows distinct)
 or all on one flow (one). The event is written with EnqueueTx, and in the
 other variant as one row of a plain outbox table in the same transaction; the
 two variants run back to back on fresh tables, for --duration each after a
-short warm-up, and the table gives both rates (transactions committed per
-second) and their ratio. On PostgreSQL it then counts the statements and round
-trips of one EnqueueTx (a pgx tracer on the application's connection).
+short warm-up (longer, until --min-txns transactions committed, on a machine
+too loaded for that many in --duration), and the table gives both rates
+(transactions committed per second) and their ratio. On PostgreSQL it then
+counts the statements and round trips of one EnqueueTx (a pgx tracer on the
+application's connection).
 No relay runs unless --with-relay: then one dispatches the queue store during
 the EnqueueTx variant.
 
@@ -74,6 +76,9 @@ moves the absolute rates: compare the figures of one run with each other.`,
 			}
 			if to.Work, err = parseDurations("work", work); err != nil {
 				return err
+			}
+			if to.MinTxns < 1 {
+				return fmt.Errorf("--min-txns: must be at least 1, got %d", to.MinTxns)
 			}
 			if to.Flows, err = parseList("flows", flows, []string{outboxbench.FlowsDistinct, outboxbench.FlowsOne}); err != nil {
 				return err
@@ -145,7 +150,8 @@ moves the absolute rates: compare the figures of one run with each other.`,
 	f.StringVar(&txns, "txns", "1,8,32", "comma-separated numbers of concurrent business transactions")
 	f.StringVar(&work, "work", "0,20ms", "comma-separated durations each transaction stays open after its enqueue")
 	f.StringVar(&flows, "flows", "distinct,one", "comma-separated flow layouts: distinct (a flow per open transaction), one (all on one flow)")
-	f.DurationVar(&to.Duration, "duration", 3*time.Second, "measured time of each txn rate")
+	f.DurationVar(&to.Duration, "duration", 3*time.Second, "measured time of each txn rate, at least")
+	f.IntVar(&to.MinTxns, "min-txns", 1, "transactions each txn rate counts, at least: the measured time goes on past --duration until that many committed")
 	f.BoolVar(&to.WithRelay, "with-relay", false, "txn: run a relay (--relay-workers, no-op sink) on the queue store during the EnqueueTx variant")
 	f.StringVar(&rates, "rates", "2,500", "comma-separated producer rates, events per second")
 	f.DurationVar(&lo.Duration, "latency-duration", 5*time.Second, "how long the producer runs at each rate, at least")

@@ -12,15 +12,16 @@ import (
 )
 
 // TestBenchOutboxSmoke runs `fairrelay bench outbox` for one cell of 200 ms
-// and one short latency run per backend (the producer a real child process,
-// the relay real), as a proof that the command works; the real run is
-// minutes long and not for CI (BENCHMARKS.md).
+// (and at least 3 transactions each: a loaded machine once committed none
+// in 200 ms) and one short latency run per backend (the producer a real
+// child process, the relay real), as a proof that the command works; the
+// real run is minutes long and not for CI (BENCHMARKS.md).
 func TestBenchOutboxSmoke(t *testing.T) {
 	t.Parallel()
 	pg := pgtest.URL(t)
 	dir := t.TempDir()
 	out, errOut, code := cli(t, "", "bench", "outbox", "--pg", pg, "--dir", dir,
-		"--txns", "2", "--work", "0", "--flows", "distinct", "--duration", "200ms",
+		"--txns", "2", "--work", "0", "--flows", "distinct", "--duration", "200ms", "--min-txns", "3",
 		"--rates", "50", "--latency-duration", "200ms", "--min-events", "5", "--idle", "200ms", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -53,6 +54,38 @@ func TestBenchOutboxSmoke(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("the run left %d files in --dir", len(left))
+	}
+}
+
+// TestBenchOutboxMinTxns: a cell whose transactions outlast --duration
+// (each stays open 300 ms; 50 ms are measured) still counts --min-txns of
+// them, and its rate is taken over the time they took, not --duration: a
+// loaded machine is the same case, slower.
+func TestBenchOutboxMinTxns(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := cli(t, "", "bench", "outbox", "--backends", "sqlite", "--dir", t.TempDir(), "--only", "txn",
+		"--txns", "1", "--work", "300ms", "--flows", "one", "--duration", "50ms", "--min-txns", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep outboxbench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if len(rep.Txn) != 1 {
+		t.Fatalf("%d txn cells, want 1:\n%s", len(rep.Txn), out)
+	}
+	// Two transactions of at least 300 ms each, one after the other, the
+	// first begun 10 ms (the warm-up) before the measured time: at most
+	// 2 / 0.59 s.
+	c := rep.Txn[0]
+	for name, perS := range map[string]float64{"plain": c.PlainPerS, "EnqueueTx": c.EnqueueTxPerS} {
+		if perS <= 0 || perS > 2/0.59 {
+			t.Errorf("%s: %.2f txn/s, want more than 0 and at most %.2f (2 transactions over their own time)", name, perS, 2/0.59)
+		}
+	}
+	if _, errOut, code := cli(t, "", "bench", "outbox", "--backends", "sqlite", "--dir", t.TempDir(), "--only", "txn", "--min-txns", "0"); code == 0 || !strings.Contains(errOut, "min-txns") {
+		t.Errorf("--min-txns 0: exit %d, %q; want an error naming the flag", code, errOut)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 
 	"github.com/spf13/cobra"
 
@@ -54,7 +55,7 @@ full, or a bulk line failed or was refused), 2 an error.`,
 				b = json.RawMessage(body)
 			}
 			at := atFlag(cmd, at)
-			payload, err := script.Body(d, b)
+			payload, err := enqueueBody(d, b)
 			if err != nil {
 				return bodyAfterTick(cmd, queue, pol, &pf, at, err)
 			}
@@ -89,6 +90,27 @@ full, or a bulk line failed or was refused), 2 an error.`,
 	f.Int64Var(&at, "at", 0, atUsage)
 	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
+}
+
+// enqueueBody is script.Body (the script's fields delta and body) for the
+// flags: its messages name --body and --delta, and a --body that is not
+// JSON says so before the parser's words.
+func enqueueBody(delta, body json.RawMessage) ([]byte, error) {
+	payload, err := script.Body(delta, body)
+	var fe *fairrelay.Error
+	if err == nil || !errors.As(err, &fe) {
+		return payload, err
+	}
+	named := *fe
+	switch {
+	case delta != nil && body != nil:
+		named.Message = "give --delta or --body, not both"
+	case delta == nil && body == nil:
+		named.Message = "missing: give --body or --delta"
+	case body != nil && !json.Valid(body):
+		named.Message = "not JSON: " + fe.Message
+	}
+	return nil, &named
 }
 
 // bodyAfterTick answers an enqueue whose body the command refused: the

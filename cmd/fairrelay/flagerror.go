@@ -143,6 +143,8 @@ func unknownCommand(cmd *cobra.Command, name string) error {
 // flow in no group, --secret "" would sign nothing, --tokens "" would drop
 // the console's sign-in. Given explicitly, each must hold something.
 // (--reason is not here: an empty reason is SPEC §2's empty_reason answer.)
+// The one environment variable that feeds such a flag, $FAIRRELAY_SECRET,
+// is refused set but empty likewise (secretFlag).
 var nonEmptyFlags = []string{"flow", "reason-is", "group", "operator", "secret", "tokens", "auth-header",
 	"readonly-users"}
 

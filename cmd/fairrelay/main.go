@@ -118,17 +118,32 @@ func fieldWord(name string) *regexp.Regexp {
 	return regexp.MustCompile(`(^|[^A-Za-z0-9_])` + regexp.QuoteMeta(name) + `\b`)
 }
 
-// errorLine renders an error as one line that names the code and field;
-// line breaks inside driver messages are folded so the line stays one, and
-// any other character a terminal would act on is escaped (\u001b): an
-// error may quote what a user or a store gave.
+// errorLine renders an error as one line that names the code and field,
+// without the library's Hint (it names Go, not flags); line breaks inside
+// driver messages are folded so the line stays one, a line repeated in
+// them is kept once (pgx lists each attempt of a connection: with and
+// without TLS, the same refused dial twice), and any other character a
+// terminal would act on is escaped (\u001b): an error may quote what a
+// user or a store gave.
 func errorLine(err error) string {
 	msg := err.Error()
 	var fe *fairrelay.Error
 	if errors.As(err, &fe) {
-		msg = fmt.Sprintf("%s: %s", fe.Code, fe.Error())
+		plain := *fe
+		plain.Hint = ""
+		msg = fmt.Sprintf("%s: %s", plain.Code, plain.Error())
 	}
-	return string(escapeUnsafe([]byte(strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " "))))
+	var words []string
+	seen := map[string]bool{}
+	for line := range strings.Lines(msg) {
+		key := strings.Join(strings.Fields(line), " ")
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		words = append(words, strings.Fields(line)...)
+	}
+	return string(escapeUnsafe([]byte(strings.Join(words, " "))))
 }
 
 // exitOnSecondSignal waits for a first signal (which cancels the command's

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -39,8 +41,14 @@ var beforeCLI func()
 // cli runs the CLI with args and stdin in a child process.
 func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return cliEnv(t, nil, stdin, args...)
+}
+
+// cliEnv is cli with env (KEY=VALUE) added to the child's environment.
+func cliEnv(t *testing.T, env []string, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+	cmd.Env = append(append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1"), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -222,7 +230,9 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 	}{
 		{[]string{"enqueue", "--queue", q, "--id", "", "--flow", "A", "--delta", "1", "--at", "5"}, "id: empty"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "0", "--at", "5"}, "delta: must be a positive integer"},
-		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--at", "5"}, "body: missing"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--at", "5"}, "invalid_input: body: missing: give --body or --delta"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", "notjson", "--at", "5"}, "invalid_input: body: not JSON: invalid character 'o' in literal null"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", "{}", "--delta", "1", "--at", "5"}, "invalid_input: delta: give --delta or --body, not both"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--lease", "0s"}, "lease: must be at least 1ms"},
 		// The daemon's policy flags are durations; a bare number (they were
 		// milliseconds once) is refused with the way to write it.
@@ -628,6 +638,29 @@ func TestMissingStoreSaysSoOnce(t *testing.T) {
 	}
 }
 
+// A PostgreSQL server that refuses the connection is said once: pgx lists
+// each attempt (with TLS, then without), the same refused dial twice, and
+// the one error line printed both. The port is one this test listened on
+// and closed, so nothing listens there.
+func TestRefusedConnectionSaysSoOnce(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	for _, args := range [][]string{
+		{"inspect", "--queue", "postgres://" + addr + "/test", "flows"},
+		{"migrate", "--inbox", "postgres://" + addr + "/test"},
+	} {
+		_, errOut, code := cli(t, "", args...)
+		if code != 2 || strings.Count(errOut, "connection refused") != 1 || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line saying the connection was refused once", args, code, errOut)
+		}
+	}
+}
+
 // Argument errors come out as input errors, like the flags': an unknown
 // command (cobra printed its own text, and for a group of commands its
 // help with exit code 0), too many or too few arguments.
@@ -698,5 +731,35 @@ func TestExplicitlyEmptyFlagsAreRefused(t *testing.T) {
 	}
 	if after, _, _ := cli(t, "", "inspect", "--queue", q, "heads", "--json"); after != before {
 		t.Errorf("refused commands changed the store:\n%s\nwas:\n%s", after, before)
+	}
+}
+
+// $FAIRRELAY_SECRET set but empty is refused as --secret "" is, naming the
+// variable, before anything is opened: it silently meant "no signing" (an
+// env file whose value was lost turned signing off with only a warning).
+// Set, it is the secret; --secret given, the variable is not read.
+func TestEmptySecretVariableIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q, in := filepath.Join(dir, "q.db"), filepath.Join(dir, "i.db")
+	// A bad flag that is checked later, so that the variable's error
+	// shows it comes first (and a run that took the variable would stop).
+	for _, args := range [][]string{
+		{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--timeout", "0s"},
+		{"receive", "--inbox", in, "--addr", "127.0.0.1:0", "--tolerance", "0s"},
+	} {
+		out, errOut, code := cliEnv(t, []string{secretEnv + "="}, "", args...)
+		if code != 2 || out != "" || !strings.HasPrefix(errOut, "fairrelay: invalid_input: "+secretEnv+": is set but empty") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%s with %s=\"\": exit %d, stdout %q, stderr %q; want exit 2 and one line of invalid_input naming the variable", args[0], secretEnv, code, out, errOut)
+		}
+	}
+	for _, p := range []string{q, in} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("refused for an empty %s, yet %s exists (%v)", secretEnv, p, err)
+		}
+	}
+	// --secret given: the variable is not read.
+	if _, errOut, code := cliEnv(t, []string{secretEnv + "="}, "", "receive", "--inbox", in, "--addr", "127.0.0.1:0", "--secret", "s", "--tolerance", "0s"); code != 2 || !strings.Contains(errOut, "invalid_input: tolerance:") {
+		t.Errorf("receive --secret s with %s=\"\": exit %d, %q; want the variable ignored (and the bad --tolerance named)", secretEnv, code, errOut)
 	}
 }

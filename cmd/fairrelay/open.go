@@ -151,12 +151,19 @@ func (f durationFlag) Set(s string) error {
 // to every user of the machine (ps, /proc/*/cmdline), the environment is not.
 const secretEnv = "FAIRRELAY_SECRET"
 
-// secretFlag returns --secret when given, else $FAIRRELAY_SECRET.
-func secretFlag(cmd *cobra.Command, secret string) string {
+// secretFlag returns --secret when given, else $FAIRRELAY_SECRET. The
+// variable set but empty is ErrInvalidInput naming it, as --secret "" is
+// (refuseEmptyFlags): an empty secret would turn signing off without a
+// word, say from an env file whose value was lost.
+func secretFlag(cmd *cobra.Command, secret string) (string, error) {
 	if cmd.Flags().Changed("secret") {
-		return secret
+		return secret, nil
 	}
-	return os.Getenv(secretEnv)
+	v, set := os.LookupEnv(secretEnv)
+	if set && v == "" {
+		return "", fairrelay.InvalidInput(secretEnv, "is set but empty, which would turn signing off: unset it, or set it to the secret")
+	}
+	return v, nil
 }
 
 // atUsage is the help of every one-shot command's --at flag.

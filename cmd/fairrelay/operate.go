@@ -25,7 +25,8 @@ Without --group: --max-backlog bounds the events not acked in the whole store,
 the group's share of claims (a saturated group of weight w gets w claims for
 every claim of a saturated group of weight 1) and of the relay's slot time,
 --max-backlog bounds its events not acked, --max-slots caps the relay slots
-its deliveries hold at once; a group that does not exist is created. A limit of 0 is none. An
+its deliveries hold at once; a group that does not exist is created (weight 1,
+no limits). A flag left out leaves its setting as it is. A limit of 0 is none. An
 enqueue of a new event that would go over a limit answers full (exit 1 of
 fairrelay enqueue) and changes nothing; lowering a limit below the current
 backlog drops nothing. Prints {"status":"ok"}; 'fairrelay inspect groups' and
@@ -74,10 +75,12 @@ store's limit): a pause of dispatch as long as that count.`,
 	f := cmd.Flags()
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&group, "group", "", "the group to configure (default: the store)")
-	f.Int64Var(&weight, "weight", 1, "the group's weight, 1 to 1000 (with --group)")
-	f.Int64Var(&maxBacklog, "max-backlog", 0, "limit on events not acked, of the group (with --group) or the store; 0 is none")
-	f.Int64Var(&maxFlowBacklog, "max-flow-backlog", 0, "limit on events not acked in every flow (without --group); 0 is none")
-	f.Int64Var(&maxSlots, "max-slots", 0, "with --group: the most relay slots the group's deliveries hold at once, in each relay (SPEC §11); 0 is none")
+	// No defaults shown: a flag left out leaves its setting as it is (the
+	// zero values below are never used; Changed decides).
+	f.Int64Var(&weight, "weight", 0, "the group's weight, 1 to 1000 (with --group); left out: unchanged (a new group starts at 1)")
+	f.Int64Var(&maxBacklog, "max-backlog", 0, "limit on events not acked, of the group (with --group) or the store; 0 is none; left out: unchanged (none at first)")
+	f.Int64Var(&maxFlowBacklog, "max-flow-backlog", 0, "limit on events not acked in every flow (without --group); 0 is none; left out: unchanged (none at first)")
+	f.Int64Var(&maxSlots, "max-slots", 0, "with --group: the most relay slots the group's deliveries hold at once, in each relay (SPEC §11); 0 is none; left out: unchanged (none at first)")
 	f.Int64Var(&at, "at", 0, atUsage)
 	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd

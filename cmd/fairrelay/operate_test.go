@@ -120,3 +120,60 @@ func TestCommandsAnswerTheClockBeforeTheirFields(t *testing.T) {
 		}
 	}
 }
+
+// The library's clock_regressed says how a Go caller avoids it
+// (fairrelay.AtStored); the command line, whose --at is the same thing
+// left out, and the script format, whose output is fixed, say only what
+// happened.
+func TestClockRegressedOnTheCommandLineNamesNoGo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", q, "--id", "a", "--flow", "f", "--delta", "1", "--at", "10"); code != 0 {
+		t.Fatal(e)
+	}
+	if _, e, code := cli(t, "", "claim", "--queue", q, "--at", "5"); code != 2 || e != "fairrelay: clock_regressed: claim at tick 5: the store is at tick 10\n" {
+		t.Errorf("claim --at 5: exit %d, %q", code, e)
+	}
+	in := `{"op":"enqueue","id":"a","flow":"f","delta":1,"at":10}` + "\n" + `{"op":"claim","at":5}` + "\n"
+	out, e, code := cli(t, in, "script", "--queue", filepath.Join(dir, "s.db"), "--inbox", filepath.Join(dir, "si.db"))
+	if want := `{"error":"clock_regressed","message":"claim at tick 5: the store is at tick 10"}`; code != 0 || !strings.HasSuffix(strings.TrimSpace(out), want) {
+		t.Errorf("script: exit %d, %q (%s); want its last line %s", code, out, e, want)
+	}
+}
+
+// configure's setting flags have no default to show: one left out leaves
+// its setting as it is, so `--weight int ... (default 1)` misled (a user
+// read it as "left out: weight 1"). Each says so instead; and leaving
+// --weight out indeed keeps a weight of 3.
+func TestConfigureHelpShowsNoDefaults(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := cli(t, "", "configure", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, name := range []string{"weight", "max-backlog", "max-flow-backlog", "max-slots"} {
+		var line string
+		for l := range strings.Lines(out) {
+			if strings.HasPrefix(strings.TrimSpace(l), "--"+name+" ") {
+				line = l
+			}
+		}
+		if line == "" || strings.Contains(line, "(default") || !strings.Contains(line, "left out: unchanged") {
+			t.Errorf("--%s help line %q: want no default and \"left out: unchanged\"", name, line)
+		}
+	}
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, args := range [][]string{
+		{"enqueue", "--queue", q, "--id", "a", "--flow", "f", "--group", "g", "--delta", "1", "--at", "0"},
+		{"configure", "--queue", q, "--group", "g", "--weight", "3", "--at", "0"},
+		{"configure", "--queue", q, "--group", "g", "--max-backlog", "7", "--at", "0"},
+	} {
+		if _, errOut, code := cli(t, "", args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+	if got, _, _ := cli(t, "", "inspect", "--queue", q, "groups", "--json"); !strings.Contains(got, `"weight":3,`) || !strings.Contains(got, `"max_backlog":7,`) {
+		t.Errorf("inspect groups: %s; want weight 3 kept and max_backlog 7", got)
+	}
+}

@@ -62,7 +62,10 @@ durations), /healthz and /readyz (the inbox's database answers); with
 Broker ` + brokerEnvHelp + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			secret := secretFlag(cmd, secret)
+			secret, err := secretFlag(cmd, secret)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			log, err := newLogger(logLevel)
 			if err != nil {
@@ -133,38 +136,39 @@ Broker ` + brokerEnvHelp + `.`,
 				}
 				log.Warn("receive: no --secret: unsigned requests are accepted (loopback only)")
 			}
-			// The address first: a refused run creates no inbox.
+			// Every address first: a refused run creates no inbox, and
+			// "listening" is said only once both listen.
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: err.Error()}
 			}
+			defer ln.Close() // for a return before it serves
+			var metricsLn net.Listener
+			if metricsAddr != "" {
+				if metricsLn, err = listenOn("metrics-addr", metricsAddr); err != nil {
+					return err
+				}
+				defer metricsLn.Close()
+			}
 			in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
 			if err != nil {
-				ln.Close()
 				return err
 			}
 			defer in.Close()
 			if created {
 				log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
 			}
-			if err := printJSON(cmd.OutOrStdout(), map[string]string{"status": "listening", "addr": ln.Addr().String()}); err != nil {
-				ln.Close()
-				return err
-			}
 			h := in.Handler(opts)
-			if metricsAddr != "" {
+			if metricsLn != nil {
 				reg := prometheus.NewRegistry()
-				h, err = instrumentReceiver(reg, h)
-				if err != nil {
-					ln.Close()
+				if h, err = instrumentReceiver(reg, h); err != nil {
 					return err
 				}
-				stop, err := serveMetrics(metricsAddr, reg, inboxReady(in), log)
-				if err != nil {
-					ln.Close()
-					return err
-				}
+				stop := serveMetrics(metricsLn, reg, inboxReady(in), log)
 				defer stop()
+			}
+			if err := printJSON(cmd.OutOrStdout(), map[string]string{"status": "listening", "addr": ln.Addr().String()}); err != nil {
+				return err
 			}
 			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", maxDelta)
 			return serveUntilDone(ctx, ln, h, limits, log)
@@ -174,7 +178,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "HOST:PORT to listen on")
 	f.StringVar(&from, "from", "", "consume from a broker instead: a nats:// or amqp:// URL (see above)")
-	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
+	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps; set but empty, it is refused)")
 	f.StringArrayVar(&previous, "previous-secret", nil, "a secret also accepted while relays switch to --secret (repeatable): rotate by adding the new one as --secret and the old one here, switch the relays, then drop this")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
@@ -213,12 +217,20 @@ func (l serverLimits) check() error {
 // receiveFromBroker runs receive --from: the inbox as a broker consumer.
 func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, maxDelta int64, log *slog.Logger) error {
 	ctx := cmd.Context()
-	// Before the inbox is opened: a refused URL creates nothing.
+	// Before the inbox is opened: a refused URL or a taken port creates
+	// nothing.
 	shown, run, release, err := brokerConsumer(from, log)
 	if err != nil {
 		return err
 	}
 	defer release()
+	var metricsLn net.Listener
+	if metricsAddr != "" {
+		if metricsLn, err = listenOn("metrics-addr", metricsAddr); err != nil {
+			return err
+		}
+		defer metricsLn.Close() // for a return before it serves
+	}
 	in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
 	if err != nil {
 		return err
@@ -227,13 +239,10 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 	if created {
 		log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
 	}
-	if metricsAddr != "" {
+	if metricsLn != nil {
 		// The probes and the process's metrics; the consumer's own
 		// counts are in its log.
-		stop, err := serveMetrics(metricsAddr, prometheus.NewRegistry(), inboxReady(in), log)
-		if err != nil {
-			return err
-		}
+		stop := serveMetrics(metricsLn, prometheus.NewRegistry(), inboxReady(in), log)
 		defer stop()
 	}
 	var printErr error

@@ -135,6 +135,40 @@ func TestReceiveLimitsConcurrentRequests(t *testing.T) {
 	waitStatus(http.StatusMethodNotAllowed, false) // a GET reaches the handler again
 }
 
+// holdPort listens on a free loopback port for the rest of the test and
+// returns its address: a port another process holds.
+func holdPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
+}
+
+// A --metrics-addr that is taken refuses receive before it says
+// "listening" (it once printed the line, then exited) and before it opens
+// its inbox: a supervisor that waits for the line never sees a receiver
+// that is not there.
+func TestReceiveBindsEveryAddressBeforeListening(t *testing.T) {
+	t.Parallel()
+	in := filepath.Join(t.TempDir(), "i.db")
+	taken := holdPort(t)
+	out, errOut, code := cli(t, "", "receive", "--inbox", in, "--addr", "127.0.0.1:0", "--metrics-addr", taken)
+	if code != 2 || out != "" || !strings.Contains(errOut, "invalid_input: metrics-addr:") || !strings.Contains(errOut, "address already in use") {
+		t.Errorf("receive --metrics-addr %s (taken): exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, invalid_input naming metrics-addr", taken, code, out, errOut)
+	}
+	if _, err := os.Stat(in); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("refused for its metrics address, yet the inbox exists (%v)", err)
+	}
+	// The main address taken: the same.
+	out, errOut, code = cli(t, "", "receive", "--inbox", in, "--addr", taken)
+	if code != 2 || out != "" || !strings.Contains(errOut, "invalid_input: addr:") {
+		t.Errorf("receive --addr %s (taken): exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, invalid_input naming addr", taken, code, out, errOut)
+	}
+}
+
 // Without --secret, receive listens on loopback only: on any other address
 // unsigned requests would write to the inbox from anywhere. It is refused
 // before anything is opened (no inbox file), naming secret; a signed

@@ -85,7 +85,10 @@ charged least; --max-group-slots caps any group's slots (configure
 --max-slots sets one group's cap). See docs/relay.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			secret := secretFlag(cmd, secret)
+			secret, err := secretFlag(cmd, secret)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			log, err := newLogger(logLevel)
 			if err != nil {
@@ -176,10 +179,12 @@ charged least; --max-group-slots caps any group's slots (configure
 			if err := settings.ValidateSettings(); err != nil {
 				return err
 			}
+			var metricsLn net.Listener
 			if metricsAddr != "" {
-				if err := checkListenAddr("metrics-addr", metricsAddr); err != nil {
+				if metricsLn, err = listenOn("metrics-addr", metricsAddr); err != nil {
 					return err
 				}
+				defer metricsLn.Close() // for a return before it serves
 			}
 			q, created, err := openQueueCreating(ctx, queue, pol, &pf)
 			if err != nil {
@@ -213,10 +218,7 @@ charged least; --max-group-slots caps any group's slots (configure
 				return err
 			}
 			if reg != nil {
-				stop, err := serveMetrics(metricsAddr, reg, r.Ready, log)
-				if err != nil {
-					return err
-				}
+				stop := serveMetrics(metricsLn, reg, r.Ready, log)
 				defer stop()
 			}
 			if consoleAddr != "" {
@@ -241,11 +243,11 @@ charged least; --max-group-slots caps any group's slots (configure
 	f := cmd.Flags()
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&sinkURL, "sink", "", "where deliveries go: an http(s):// receiver, a nats:// JetStream server or an amqp:// RabbitMQ (see above)")
-	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps)")
+	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps; set but empty, it is refused)")
 	f.IntVar(&workers, "workers", 4, "concurrent deliveries")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-delivery timeout")
 	f.IntVar(&maxGroupSlots, "max-group-slots", 0, "the most delivery slots one group's deliveries hold at once, for every group without its own cap (configure --max-slots); 0: no cap; at most --workers")
-	f.DurationVar(&quantum, "quantum", 100*time.Millisecond, "how far a group's charge of slot time may run ahead of the smallest and still be claimed while slots are scarce (SPEC §11; docs/relay.md)")
+	f.DurationVar(&quantum, "quantum", 100*time.Millisecond, "how far a group's charge of slot time may run ahead of V (the fair-share floor) and still be claimed while slots are scarce (SPEC §11; docs/relay.md)")
 	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")
 	f.DurationVar(&shutdown, "shutdown-timeout", 0, "how long in-flight deliveries may run after a signal (default: --timeout)")
 	f.DurationVar(&retainAcked, "retain-acked", 7*24*time.Hour, "prune acked events (and their bodies) acked longer ago than this, every minute in short batches (SPEC §8); 0 keeps them forever")
@@ -296,16 +298,27 @@ func checkListenAddr(field, addr string) error {
 	return nil
 }
 
-// serveMetrics serves, on addr until stop is called, reg at /metrics and
-// two probes: /healthz answers 200 while the process serves HTTP at all,
-// /readyz 200 when ready returns nil, else 503 with its error (within 5 s).
-// Errors: ErrInvalidInput naming metrics-addr when addr cannot be listened
-// on.
-func serveMetrics(addr string, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (stop func(), err error) {
+// listenOn listens on addr, the value of the flag field: ErrInvalidInput
+// naming field when addr is not HOST:PORT or cannot be listened on (a
+// port taken). The daemons bind every address before they open a store
+// and before they say they listen, so that a taken port refuses the whole
+// run.
+func listenOn(field, addr string) (net.Listener, error) {
+	if err := checkListenAddr(field, addr); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "metrics-addr", Message: err.Error()}
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: err.Error()}
 	}
+	return ln, nil
+}
+
+// serveMetrics serves, on ln (listenOn's) until stop is called, reg at
+// /metrics and two probes: /healthz answers 200 while the process serves
+// HTTP at all, /readyz 200 when ready returns nil, else 503 with its error
+// (within 5 s). stop closes ln.
+func serveMetrics(ln net.Listener, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (stop func()) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -331,5 +344,5 @@ func serveMetrics(addr string, reg *prometheus.Registry, ready func(context.Cont
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
-	}, nil
+	}
 }

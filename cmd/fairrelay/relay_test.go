@@ -387,6 +387,20 @@ func TestRelayRestartAfterKill(t *testing.T) {
 	wantLedger(t, inboxPath, 5, 20)
 }
 
+// relay --help says what --quantum measures from as docs/relay.md does:
+// V, the fair-share floor (it once said "the smallest").
+func TestRelayHelpQuantumMatchesTheDocs(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := cli(t, "", "relay", "--help")
+	if code != 0 || !strings.Contains(out, "ahead of V (the fair-share floor)") {
+		t.Errorf("relay --help: exit %d, %s; want --quantum described as ahead of V (the fair-share floor)\n%s", code, errOut, out)
+	}
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "relay.md"))
+	if err != nil || !strings.Contains(strings.Join(strings.Fields(string(page)), " "), "ahead of V") {
+		t.Errorf("docs/relay.md no longer says \"ahead of V\" (%v): keep the help and the page alike", err)
+	}
+}
+
 func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 	t.Parallel()
 	queue := filepath.Join(t.TempDir(), "queue.db")
@@ -423,6 +437,11 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 	if _, errOut, code := cli(t, "", "relay", "--queue", queue, "--sink", "ftp://x"); code != 2 || !strings.Contains(errOut, "invalid_input: sink:") ||
 		!strings.Contains(errOut, "nats://") || !strings.Contains(errOut, "amqp") {
 		t.Errorf("--sink ftp://x: exit %d, %q; want an input error naming the three kinds", code, errOut)
+	}
+	// A taken --metrics-addr too, before the store is created.
+	if _, errOut, code := cli(t, "", "relay", "--queue", queue, "--sink", "http://127.0.0.1:1/", "--metrics-addr", holdPort(t)); code != 2 ||
+		!strings.Contains(errOut, "invalid_input: metrics-addr:") {
+		t.Errorf("--metrics-addr taken: exit %d, %q; want invalid_input naming metrics-addr", code, errOut)
 	}
 	// A refused run creates nothing.
 	if _, err := os.Stat(queue); !errors.Is(err, fs.ErrNotExist) {

@@ -39,8 +39,16 @@ type TxnOptions struct {
 	// Flows lists the flow layouts (FlowsDistinct, FlowsOne). Defaults to
 	// both.
 	Flows []string
-	// Duration is how long each rate is measured. Defaults to 3s.
+	// Duration is how long each rate is measured, at least. Defaults to
+	// 3s.
 	Duration time.Duration
+	// MinTxns is how many transactions each rate counts, at least: when
+	// fewer committed within Duration (a loaded machine, or Work longer
+	// than Duration), the measurement goes on until MinTxns have, and the
+	// rate is taken over the longer time. A failed transaction past
+	// Duration ends it all the same. Defaults to 1, so that a cell never
+	// reads 0 for want of time.
+	MinTxns int
 	// Warmup runs the transactions before the measured time, uncounted
 	// (connections, prepared statements, the first rows). Defaults to a
 	// fifth of Duration, at most 500ms.
@@ -70,6 +78,9 @@ func (o *TxnOptions) defaults() {
 	if o.Warmup == 0 {
 		o.Warmup = min(o.Duration/5, 500*time.Millisecond)
 	}
+	if o.MinTxns == 0 {
+		o.MinTxns = 1
+	}
 	if o.RelayWorkers == 0 {
 		o.RelayWorkers = 8
 	}
@@ -93,6 +104,9 @@ func (o *TxnOptions) validate() error {
 	}
 	if o.Duration <= 0 || o.Warmup < 0 {
 		return errors.New("duration: must be positive (and the warm-up not negative)")
+	}
+	if o.MinTxns < 0 {
+		return fmt.Errorf("min-txns: %d is negative", o.MinTxns)
 	}
 	if o.PG == "" && o.SQLiteDir == "" {
 		return errors.New("no backend: give a PostgreSQL URL or a SQLite directory")
@@ -261,8 +275,9 @@ type variantResult struct {
 }
 
 // runVariant runs n workers, each running business transactions one after
-// the other for Warmup + Duration, and counts the commits that returned
-// within the measured Duration.
+// the other for Warmup + Duration (longer while fewer than MinTxns were
+// counted: txnMeter), and counts the commits that returned within the
+// measured time.
 func runVariant(ctx context.Context, b txnBackend, enqueue bool, n int, flows string, work time.Duration, opts TxnOptions) (variantResult, error) {
 	a, cleanup, err := b.open(ctx, enqueue, n)
 	if err != nil {
@@ -281,12 +296,12 @@ func runVariant(ctx context.Context, b txnBackend, enqueue bool, n int, flows st
 		}()
 	}
 	start := time.Now().Add(opts.Warmup)
-	end := start.Add(opts.Duration)
+	m := &txnMeter{start: start, end: start.Add(opts.Duration), min: int64(opts.MinTxns)}
 	var (
-		committed, failed atomic.Int64
-		mu                sync.Mutex
-		firstErr          error
-		wg                sync.WaitGroup
+		failed   atomic.Int64
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
 	)
 	for w := range n {
 		wg.Add(1)
@@ -296,7 +311,7 @@ func runVariant(ctx context.Context, b txnBackend, enqueue bool, n int, flows st
 			if flows == FlowsOne {
 				flow = "customer-all"
 			}
-			for i := 0; ctx.Err() == nil && time.Now().Before(end); i++ {
+			for i := 0; ctx.Err() == nil && m.running(time.Now()); i++ {
 				id := fmt.Sprintf("w%d-%d", w, i)
 				err := a.order(ctx, id, flow, func() []byte { return orderBody(id, flow, time.Time{}) }, work)
 				if err != nil {
@@ -305,12 +320,11 @@ func runVariant(ctx context.Context, b txnBackend, enqueue bool, n int, flows st
 						firstErr = err
 						mu.Unlock()
 					}
+					m.failed(time.Now())
 					time.Sleep(time.Millisecond) // no hot loop on a broken database
 					continue
 				}
-				if t := time.Now(); !t.Before(start) && t.Before(end) {
-					committed.Add(1)
-				}
+				m.committed(time.Now())
 			}
 		}()
 	}
@@ -318,12 +332,76 @@ func runVariant(ctx context.Context, b txnBackend, enqueue bool, n int, flows st
 	if err := ctx.Err(); err != nil {
 		return variantResult{}, err
 	}
-	res := variantResult{perS: float64(committed.Load()) / opts.Duration.Seconds(), errs: int(failed.Load()), firstErr: firstErr}
-	if committed.Load() == 0 && firstErr != nil {
+	count, measured := m.result()
+	res := variantResult{perS: float64(count) / measured.Seconds(), errs: int(failed.Load()), firstErr: firstErr}
+	if count == 0 && firstErr != nil {
 		return res, firstErr
 	}
 	if firstErr != nil {
 		fmt.Fprintf(os.Stderr, "outboxbench: %d transactions failed, the first with: %v\n", res.errs, firstErr)
 	}
 	return res, nil
+}
+
+// txnMeter decides the measured time of one variant: it starts at start
+// and ends at end, or, when fewer than min commits returned by then, at
+// the commit that makes min (or at a failure past end), so that a rate is
+// never 0 for want of time on a loaded machine.
+type txnMeter struct {
+	start, end time.Time
+	min        int64
+
+	mu    sync.Mutex
+	count int64     // commits that returned within the measured time
+	stop  time.Time // the end of the measured time; zero while it runs
+}
+
+// running reports whether the measured time goes on at now.
+func (m *txnMeter) running(now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stop.IsZero() && !now.Before(m.end) && m.count >= m.min {
+		m.stop = m.end
+	}
+	return m.stop.IsZero()
+}
+
+// committed counts a commit that returned at t, if the measured time holds
+// it.
+func (m *txnMeter) committed(t time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case !m.stop.IsZero() || t.Before(m.start):
+	case t.Before(m.end):
+		m.count++
+	case m.count >= m.min:
+		m.stop = m.end
+	default:
+		if m.count++; m.count >= m.min {
+			m.stop = t
+		}
+	}
+}
+
+// failed ends the measured time at t if it ran past end: a database that
+// fails would keep it going for ever.
+func (m *txnMeter) failed(t time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case !m.stop.IsZero() || t.Before(m.end):
+	case m.count >= m.min:
+		m.stop = m.end
+	default:
+		m.stop = t
+	}
+}
+
+// result returns the commits counted and the measured time, once every
+// worker stopped.
+func (m *txnMeter) result() (int64, time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.count, m.stop.Sub(m.start)
 }

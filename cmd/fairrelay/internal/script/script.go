@@ -119,7 +119,9 @@ func ErrorResult(err error) Result { return errResult(err) }
 func errResult(err error) Result {
 	var fe *fairrelay.Error
 	if errors.As(err, &fe) {
-		r := Result{"error": string(fe.Code), "message": fe.Error()}
+		plain := *fe
+		plain.Hint = "" // the library's names, not the script's fields
+		r := Result{"error": string(fe.Code), "message": plain.Error()}
 		if fe.Field != "" {
 			r["field"] = fe.Field
 		}
