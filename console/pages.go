@@ -137,7 +137,7 @@ func why(f fairrelay.FlowInfo, tick int64) string {
 	case h.State == fairrelay.StateQuarantined:
 		return fmt.Sprintf("quarantined because %s: waits for a redrive", deref(h.Reason))
 	case h.State == fairrelay.StateInflight:
-		return fmt.Sprintf("leased until tick %d, in %s (generation %d, attempt %d): a delivery is under way", derefInt(h.LeaseUntil), ticks(derefInt(h.LeaseUntil)-tick), h.Generation, h.Attempts)
+		return fmt.Sprintf("leased until tick %d, in %s (generation %d, attempt %d): a delivery may be under way (a relay that stopped leaves it to run out)", derefInt(h.LeaseUntil), ticks(derefInt(h.LeaseUntil)-tick), h.Generation, h.Attempts)
 	case h.NextAt != nil && *h.NextAt > tick:
 		return fmt.Sprintf("backing off until tick %d, in %s, after %s", *h.NextAt, ticks(*h.NextAt-tick), plural(h.Attempts, "attempt"))
 	}
