@@ -119,6 +119,12 @@ func configureStore(ctx context.Context, tx pgx.Tx, p store.ConfigureParams) err
 
 func configureGroup(ctx context.Context, tx pgx.Tx, p store.ConfigureParams, at int64, entry string) error {
 	g := p.Group
+	// The name's lock (migration 011): an enqueue making a flow or a group
+	// of this name holds it until it commits, so the group read next sees
+	// what it made, and one that starts later sees this configure.
+	if _, err := tx.Exec(ctx, `SELECT lock_name($1)`, g); err != nil {
+		return err
+	}
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM grp WHERE group_id = $1)`, g).Scan(&exists); err != nil {
 		return err

@@ -1,0 +1,160 @@
+package fairrelay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// A transaction makes a new flow and holds it uncommitted while a second
+// one enqueues to the same flow, names a group of the flow's name, or
+// configures a group of that name (SPEC §8, §10; a breaker's report,
+// migration 011). The second waits for the first (pg_blocking_pids), and
+// once the first commits answers as if it had come after it: the group it
+// named is checked against the flow's, the limits are counted with the
+// first's event, existing and conflict come before every limit, and one
+// name has one place in the rotation. Before migration 011 the second
+// either did not wait at all or answered from what it read before waiting.
+func TestPostgresNewFlowRaces(t *testing.T) {
+	t.Parallel()
+	i64 := func(v int64) *int64 { return &v }
+	type step func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx) (string, error)
+	enq := func(id, flow, group string) step {
+		return func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx) (string, error) {
+			r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: id, Flow: flow, Group: group, Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s %d %s", r.Status, r.Seq, r.Limit), nil
+		}
+	}
+	configure := func(p fairrelay.ConfigureParams) step {
+		return func(ctx context.Context, q *fairrelay.Queue, _ pgx.Tx) (string, error) {
+			p.At = fairrelay.AtStored
+			if _, err := q.Configure(ctx, p); err != nil {
+				return "", err
+			}
+			return "configured", nil
+		}
+	}
+	cases := []struct {
+		name   string
+		before []fairrelay.ConfigureParams
+		first  step // makes flow F1, F or the like, held open
+		second step
+		want   string // the second's answer, or "invalid_input: FIELD"
+		after  step   // run once both committed
+		wantAf string
+	}{
+		{"a group other than the flow's", []fairrelay.ConfigureParams{{Group: "g2", MaxBacklog: i64(1)}},
+			enq("a1", "F1", ""), enq("a2", "F1", "g2"), "invalid_input: group",
+			enq("b1", "H", "g2"), "created 1 "},
+		{"a group limit configured while the flow is made", nil,
+			enq("a1", "F", ""), configure(fairrelay.ConfigureParams{Group: "F", MaxBacklog: i64(1)}), "configured",
+			enq("a2", "F", ""), "full 0 group"},
+		{"a group named like the flow being made", nil,
+			enq("a1", "F", ""), enq("b1", "G", "F"), "created 1 ",
+			nil, ""},
+		{"max_flow_backlog on a flow being made", []fairrelay.ConfigureParams{{MaxFlowBacklog: i64(1)}},
+			enq("a1", "F1", ""), enq("a2", "F1", ""), "full 0 flow",
+			nil, ""},
+		{"existing before the store limit", []fairrelay.ConfigureParams{{MaxBacklog: i64(1)}},
+			enq("a1", "F1", ""), enq("a1", "F1", ""), "existing 1 ",
+			nil, ""},
+		{"conflict before the store limit", []fairrelay.ConfigureParams{{MaxBacklog: i64(1)}},
+			enq("a1", "F1", ""), enq("a1", "F2", ""), "conflict 0 ",
+			nil, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q, pool, _ := outboxStore(t, "frname_", fairrelay.DaemonPolicy())
+			for _, p := range c.before {
+				p.At = fairrelay.AtStored
+				if _, err := q.Configure(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Rollback(ctx)
+			if got, err := c.first(ctx, q, first); err != nil || got != "created 1 " {
+				t.Fatalf("first transaction: %q %v, want created 1", got, err)
+			}
+			done := make(chan string, 1)
+			go func() {
+				var got string
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					var err error
+					got, err = c.second(ctx, q, tx)
+					return err
+				})
+				if err != nil {
+					got = fmt.Sprintf("%s: %s", fairrelay.CodeOf(err), fieldOf(err))
+				}
+				done <- got
+			}()
+			waitBlockedBy(t, pool, first)
+			if err := first.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-done:
+				if got != c.want {
+					t.Errorf("second: %q, want %q", got, c.want)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the second did not end within 20s of the first's commit")
+			}
+			if c.after != nil {
+				var got string
+				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					var err error
+					got, err = c.after(ctx, q, tx)
+					return err
+				}); err != nil || got != c.wantAf {
+					t.Errorf("after both: %q %v, want %q", got, err, c.wantAf)
+				}
+			}
+			// One name, one place in the rotation; every group a flow's.
+			s, err := q.Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]int{}
+			for _, g := range s.Groups {
+				seen[g.Group]++
+				if seen[g.Group] > 1 {
+					t.Errorf("group %s is in the snapshot twice: %+v", g.Group, s.Groups)
+				}
+			}
+			gs, err := q.Groups(ctx, "", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range gs {
+				if g.Backlog > 0 && g.Flows == 0 {
+					t.Errorf("group %s counts a backlog of %d with no flow", g.Group, g.Backlog)
+				}
+			}
+		})
+	}
+}
+
+// fieldOf is the field an invalid_input error names, or "".
+func fieldOf(err error) string {
+	var fe *fairrelay.Error
+	if errors.As(err, &fe) {
+		return fe.Field
+	}
+	return ""
+}
