@@ -158,3 +158,17 @@ func fieldOf(err error) string {
 	}
 	return ""
 }
+
+// enqueue_many with NULL arrays is an empty batch, as with empty arrays:
+// no rows, no error (it raised PL/pgSQL's "upper bound of FOR loop cannot
+// be null" before migration 011).
+func TestPostgresEnqueueManyOfNothing(t *testing.T) {
+	t.Parallel()
+	_, pool, schema := outboxStore(t, "frnothing_", fairrelay.DaemonPolicy())
+	for _, args := range []string{"NULL, NULL, NULL", "'{}', '{}', '{}'"} {
+		var n int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{schema, "enqueue_many"}.Sanitize()+"("+args+")").Scan(&n); err != nil || n != 0 {
+			t.Errorf("enqueue_many(%s): %d rows, %v; want none and no error", args, n, err)
+		}
+	}
+}

@@ -29,7 +29,7 @@ RETURNS TABLE (status TEXT, seq BIGINT, "limit" TEXT)
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
-    n        INTEGER := cardinality(p_ids);
+    n        INTEGER := coalesce(cardinality(p_ids), 0);
     r_status TEXT[] := '{}';
     r_seq    BIGINT[] := '{}';
     r_limit  TEXT[] := '{}';
