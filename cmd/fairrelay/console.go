@@ -108,7 +108,8 @@ for an operator, "NAME SHA256-HEX readonly" for a read-only user; add one
 with 'fairrelay console token add NAME --tokens FILE'). --auth-header H trusts
 the header H, set by an authenticating proxy, to name the user.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			defer func() { err = stoppedBeforeStart(cmd, err) }()
 			ctx := cmd.Context()
 			log, err := newLogger(logLevel)
 			if err != nil {

@@ -163,3 +163,17 @@ func exitOnSecondSignal(sigs <-chan os.Signal) {
 	}
 	os.Exit(code)
 }
+
+// stoppedBeforeStart is a daemon's (relay, receive, console) answer to
+// err: a stop signal that arrived while the daemon was still starting
+// (opening its store, waiting on a busy database) ends the start with
+// context.Canceled, and that is a stop asked for, not a failure: it says
+// so on stderr and returns nil (exit 0), as a stop after the start does.
+// Any other error is returned as it is.
+func stoppedBeforeStart(cmd *cobra.Command, err error) error {
+	if err == nil || cmd.Context().Err() == nil || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "fairrelay: %s: stopped before it started (%s)\n", cmd.Name(), errorLine(err))
+	return nil
+}

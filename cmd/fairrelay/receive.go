@@ -61,7 +61,8 @@ durations), /healthz and /readyz (the inbox's database answers); with
 
 Broker ` + brokerEnvHelp + `.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			defer func() { err = stoppedBeforeStart(cmd, err) }()
 			secret, err := secretFlag(cmd, secret)
 			if err != nil {
 				return err

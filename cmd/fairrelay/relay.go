@@ -84,7 +84,8 @@ divided by its weight, and while slots are scarce they go to the groups
 charged least; --max-group-slots caps any group's slots (configure
 --max-slots sets one group's cap). See docs/relay.md.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			defer func() { err = stoppedBeforeStart(cmd, err) }()
 			secret, err := secretFlag(cmd, secret)
 			if err != nil {
 				return err

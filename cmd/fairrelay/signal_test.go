@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -153,4 +154,62 @@ func TestReceiveStopsAtASecondSignal(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling the server's state
 	}
 	secondSignalStops(t, cmd, stderr, exited)
+}
+
+// A stop signal while a daemon is still starting — here its store's
+// server accepted the connection and never answers, as a busy or
+// unreachable database would keep it waiting — is a stop asked for: the
+// daemon says it stopped before it started and exits 0, not 2. (The chaos
+// test's supervisor once sent SIGTERM to a relay still opening a busy
+// SQLite file, and got exit 2.)
+func TestDaemonsStoppedWhileStartingExitZero(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args func(dsn string) []string
+	}{
+		{"relay", func(dsn string) []string { return []string{"relay", "--queue", dsn, "--sink", "http://127.0.0.1:1/"} }},
+		{"receive", func(dsn string) []string {
+			return []string{"receive", "--inbox", dsn, "--addr", "127.0.0.1:0", "--secret", "s"}
+		}},
+		{"console", func(dsn string) []string { return []string{"console", "--queue", dsn, "--addr", "127.0.0.1:0"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			accepted := make(chan net.Conn, 4)
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					accepted <- c // held open, never answered
+				}
+			}()
+			dsn := "postgres://postgres@" + ln.Addr().String() + "/test?sslmode=disable&connect_timeout=60"
+			cmd, stderr, exited := startDaemon(t, tc.args(dsn)...)
+			select {
+			case c := <-accepted:
+				defer c.Close()
+			case <-time.After(15 * time.Second):
+				t.Fatalf("%s never connected to its store's server:\n%s", tc.name, stderr.String())
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case code := <-exited:
+				if code != 0 || !strings.Contains(stderr.String(), "stopped before it started") {
+					t.Errorf("%s stopped while starting: exit %d, want 0 and \"stopped before it started\"; stderr:\n%s", tc.name, code, stderr.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatalf("%s did not stop within 15s of SIGTERM:\n%s", tc.name, stderr.String())
+			}
+		})
+	}
 }
