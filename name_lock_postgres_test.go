@@ -172,3 +172,45 @@ func TestPostgresEnqueueManyOfNothing(t *testing.T) {
 		}
 	}
 }
+
+// New flows of a group that exists already do not wait for each other
+// (SPEC §10: different flows never wait), nor for a new flow whose name
+// merely hashes alike: only a group being made is locked by name
+// (migration 011). The second enqueue commits while the first is open.
+func TestPostgresNewFlowsOfOneGroupDoNotWait(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q, pool, _ := outboxStore(t, "frgroupwait_", fairrelay.DaemonPolicy())
+	if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "t0", Flow: "T0", Group: "TEN", Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx)
+	if r, err := q.EnqueuePgxTx(ctx, first, fairrelay.EnqueueParams{ID: "a1", Flow: "F1", Group: "TEN", Body: []byte("1"), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("first: %+v %v", r, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "b1", Flow: "F2", Group: "TEN", Body: []byte("2"), At: fairrelay.AtStored})
+			if err == nil && r.Status != fairrelay.EnqueueCreated {
+				err = fmt.Errorf("answered %s", r.Status)
+			}
+			return err
+		})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("second, a new flow of the same group: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a new flow of an existing group waited 10s for another new flow's open transaction")
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

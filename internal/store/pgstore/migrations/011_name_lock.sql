@@ -9,9 +9,11 @@
 -- (a group of the flow's name beside it in the rotation, two places for one
 -- name; a group limit configured while the flow's first enqueue was open,
 -- never enforced on it). Now whoever makes a flow, or a group, first takes
--- a transaction-scoped advisory lock on the name (lock_name: keyed by the
--- schema and the name, so only work on that one name waits, never the
--- outbox as a whole, SPEC §10), then locks the flow's row if it appeared
+-- a transaction-scoped advisory lock on the name (lock_name: a 64-bit hash
+-- of the schema and the name, so only work on that one name waits, never
+-- the outbox as a whole, SPEC §10; a group that has a row already is not
+-- locked, so new flows of one group do not wait for each other), then
+-- locks the flow's row if it appeared
 -- meanwhile and reads again, as if it had come second; configure takes the
 -- same lock for its group. The common call, onto a flow that exists, takes
 -- no such lock. A limit's row that had to be waited for may hide an id the
@@ -20,7 +22,7 @@
 -- 010's and enqueue_many migration 009's, otherwise unchanged.
 CREATE OR REPLACE FUNCTION lock_name(p_name TEXT) RETURNS void
 LANGUAGE sql SET search_path FROM CURRENT AS $$
-    SELECT pg_advisory_xact_lock(hashtext(current_schema()), hashtext(p_name))
+    SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '.' || p_name, 0))
 $$;
 
 CREATE OR REPLACE FUNCTION enqueue_events(p_ids TEXT[], p_flows TEXT[], p_bodies BYTEA[], p_groups TEXT[], v_at BIGINT,
@@ -86,9 +88,15 @@ BEGIN
         LEFT JOIN tombstone t ON t.event_id = p_ids[i] AND e.event_id IS NULL
         LEFT JOIN grp_limit l ON l.group_id = coalesce(f.group_id, f.flow_id, p_groups[i], p_flows[i]);
         EXIT WHEN pr.has_flow OR v_named;
-        -- The two names in one order, whoever takes them.
-        PERFORM lock_name(least(p_flows[i], coalesce(p_groups[i], p_flows[i])));
-        IF coalesce(p_groups[i], p_flows[i]) <> p_flows[i] THEN
+        -- The two names in one order, whoever takes them; a group that
+        -- exists already is not locked (its grp_limit row orders a
+        -- configure against this enqueue, and new flows of one group must
+        -- not wait for each other, SPEC §10).
+        IF coalesce(p_groups[i], p_flows[i]) = p_flows[i]
+           OR EXISTS (SELECT 1 FROM grp g WHERE g.group_id = p_groups[i]) THEN
+            PERFORM lock_name(p_flows[i]);
+        ELSE
+            PERFORM lock_name(least(p_flows[i], p_groups[i]));
             PERFORM lock_name(greatest(p_flows[i], p_groups[i]));
         END IF;
         PERFORM 1 FROM flow f WHERE f.flow_id = p_flows[i] FOR NO KEY UPDATE;
