@@ -162,24 +162,12 @@ BEGIN
             UPDATE flow f SET tick = v_at WHERE f.flow_id = p_flows[i] AND f.tick < v_at;
             v_full := 'flow';
         END IF;
-        IF (v_store_counted OR v_group_counted OR v_full IN ('store', 'group'))
-           AND EXISTS (SELECT 1 FROM event e WHERE e.event_id = p_ids[i]) THEN
+        IF v_full IN ('store', 'group') AND EXISTS (SELECT 1 FROM event e WHERE e.event_id = p_ids[i]) THEN
             -- A limit's row was waited for, and the transaction that held
-            -- it stored this id: existing or conflict, which come before
-            -- every limit (SPEC §8). The tick as below.
-            SELECT e.flow_id AS e_flow, e.seq AS e_seq, e.body = p_bodies[i] AS e_same_body INTO fr FROM event e WHERE e.event_id = p_ids[i];
-            IF pr.has_flow THEN
-                UPDATE flow f SET tick = v_at WHERE f.flow_id = p_flows[i] AND f.tick < v_at;
-            ELSE
-                UPDATE settings s SET tick = v_at WHERE s.id = 1 AND s.tick < v_at;
-            END IF;
-            IF fr.e_flow = p_flows[i] AND fr.e_same_body THEN
-                r_status := r_status || 'existing'::text; r_seq := r_seq || fr.e_seq;
-            ELSE
-                r_status := r_status || 'conflict'::text; r_seq := r_seq || NULL::bigint;
-            END IF;
-            r_limit := r_limit || NULL::text;
-            CONTINUE;
+            -- it stored this id: existing or conflict come before every
+            -- limit (SPEC §8). The insert below meets the id and answers
+            -- so, as for any id stored meanwhile.
+            v_full := NULL;
         END IF;
         IF v_full IS NULL AND p_flows[i] = ANY (full_flows) THEN
             v_full := full_limits[array_position(full_flows, p_flows[i])];
