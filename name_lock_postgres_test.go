@@ -20,13 +20,15 @@ import (
 // named is checked against the flow's, the limits are counted with the
 // first's event, existing and conflict come before every limit, and one
 // name has one place in the rotation. Before migration 011 the second
-// either did not wait at all or answered from what it read before waiting.
+// either did not wait at all or answered from what it read before waiting;
+// before 012, so did one that met a batch of the SQL function (several new
+// flows, no group) or that a batch met.
 func TestPostgresNewFlowRaces(t *testing.T) {
 	t.Parallel()
 	i64 := func(v int64) *int64 { return &v }
-	type step func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx) (string, error)
+	type step func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx, schema string) (string, error)
 	enq := func(id, flow, group string) step {
-		return func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx) (string, error) {
+		return func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx, _ string) (string, error) {
 			r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: id, Flow: flow, Group: group, Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
 			if err != nil {
 				return "", err
@@ -34,8 +36,27 @@ func TestPostgresNewFlowRaces(t *testing.T) {
 			return fmt.Sprintf("%s %d %s", r.Status, r.Seq, r.Limit), nil
 		}
 	}
+	// enqMany makes flows FLOW and FLOW-other in one call of the batch
+	// path (the SQL function enqueue_many with two events and no group, as
+	// a producer in another language calls it) and answers the first
+	// event's answer.
+	enqMany := func(id, flow string) step {
+		return func(ctx context.Context, _ *fairrelay.Queue, tx pgx.Tx, schema string) (string, error) {
+			var status string
+			var seq *int64
+			err := tx.QueryRow(ctx, "SELECT status, seq FROM "+pgx.Identifier{schema, "enqueue_many"}.Sanitize()+"($1, $2, $3)",
+				[]string{id, id + "-other"}, []string{flow, flow + "-other"}, [][]byte{[]byte(`{"delta":1}`), []byte(`{"delta":1}`)}).Scan(&status, &seq)
+			if err != nil {
+				return "", fmt.Errorf("%w (%s)", err, fairrelay.CodeOf(err))
+			}
+			if seq == nil {
+				seq = new(int64)
+			}
+			return fmt.Sprintf("%s %d ", status, *seq), nil
+		}
+	}
 	configure := func(p fairrelay.ConfigureParams) step {
-		return func(ctx context.Context, q *fairrelay.Queue, _ pgx.Tx) (string, error) {
+		return func(ctx context.Context, q *fairrelay.Queue, _ pgx.Tx, _ string) (string, error) {
 			p.At = fairrelay.AtStored
 			if _, err := q.Configure(ctx, p); err != nil {
 				return "", err
@@ -70,12 +91,25 @@ func TestPostgresNewFlowRaces(t *testing.T) {
 		{"conflict before the store limit", []fairrelay.ConfigureParams{{MaxBacklog: i64(1)}},
 			enq("a1", "F1", ""), enq("a1", "F2", ""), "conflict 0 ",
 			nil, ""},
+		// The batch path (migration 012).
+		{"a group limit configured while a batch makes the flow", nil,
+			enqMany("a1", "F"), configure(fairrelay.ConfigureParams{Group: "F", MaxBacklog: i64(1)}), "configured",
+			enq("a2", "F", ""), "full 0 group"},
+		{"a group named like a flow a batch is making", nil,
+			enqMany("a1", "F"), enq("b1", "G", "F"), "created 1 ",
+			nil, ""},
+		{"a batch making a flow named like a group being made", nil,
+			enq("a1", "G", "F"), enqMany("b1", "F"), "created 1 ",
+			nil, ""},
+		{"a batch making a flow another batch is making", nil,
+			enqMany("a1", "F"), enqMany("b1", "F"), "created 2 ",
+			nil, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			q, pool, _ := outboxStore(t, "frname_", fairrelay.DaemonPolicy())
+			q, pool, schema := outboxStore(t, "frname_", fairrelay.DaemonPolicy())
 			for _, p := range c.before {
 				p.At = fairrelay.AtStored
 				if _, err := q.Configure(ctx, p); err != nil {
@@ -87,7 +121,7 @@ func TestPostgresNewFlowRaces(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer first.Rollback(ctx)
-			if got, err := c.first(ctx, q, first); err != nil || got != "created 1 " {
+			if got, err := c.first(ctx, q, first, schema); err != nil || got != "created 1 " {
 				t.Fatalf("first transaction: %q %v, want created 1", got, err)
 			}
 			done := make(chan string, 1)
@@ -95,7 +129,7 @@ func TestPostgresNewFlowRaces(t *testing.T) {
 				var got string
 				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 					var err error
-					got, err = c.second(ctx, q, tx)
+					got, err = c.second(ctx, q, tx, schema)
 					return err
 				})
 				if err != nil {
@@ -119,7 +153,7 @@ func TestPostgresNewFlowRaces(t *testing.T) {
 				var got string
 				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 					var err error
-					got, err = c.after(ctx, q, tx)
+					got, err = c.after(ctx, q, tx, schema)
 					return err
 				}); err != nil || got != c.wantAf {
 					t.Errorf("after both: %q %v, want %q", got, err, c.wantAf)
@@ -174,9 +208,8 @@ func TestPostgresEnqueueManyOfNothing(t *testing.T) {
 }
 
 // New flows of a group that exists already do not wait for each other
-// (SPEC §10: different flows never wait), nor for a new flow whose name
-// merely hashes alike: only a group being made is locked by name
-// (migration 011). The second enqueue commits while the first is open.
+// (SPEC §10: different flows never wait): only a group being made is
+// claimed by name (migrations 011, 012). The second enqueue commits while the first is open.
 func TestPostgresNewFlowsOfOneGroupDoNotWait(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -212,5 +245,71 @@ func TestPostgresNewFlowsOfOneGroupDoNotWait(t *testing.T) {
 	}
 	if err := first.Commit(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A transaction may make many flows: in one transaction, a call of the SQL
+// function per new flow (as a producer's EnqueueTx in a loop), or one
+// grouped batch of new flows, four times as many as the server's shared
+// lock table is sized for (max_locks_per_transaction × max_connections:
+// 6 400 by default), all commit. Migration 011 took an advisory lock per
+// new name and 010 a subtransaction per new flow, each an entry of that
+// table held to commit, and such a transaction failed with "out of shared
+// memory" (53200); migration 012 claims names with row locks and undoes a
+// lost flow without a subtransaction.
+func TestPostgresManyNewFlowsInOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q, pool, schema := outboxStore(t, "frmanyflows_", fairrelay.DaemonPolicy())
+	var limit int
+	if err := pool.QueryRow(ctx, `SELECT current_setting('max_locks_per_transaction')::int * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int)`).Scan(&limit); err != nil {
+		t.Fatal(err)
+	}
+	n := 4 * limit
+	var created int
+	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE e.status = 'created') FROM generate_series(1, $1) AS i,
+		LATERAL `+pgx.Identifier{schema, "enqueue_many"}.Sanitize()+`(ARRAY['one-' || i], ARRAY['one-' || i], ARRAY['1'::bytea]) AS e`, n).Scan(&created)
+	if err != nil || created != n {
+		t.Fatalf("%d calls making a flow each in one transaction: %d created, %v", n, created, err)
+	}
+	evs := make([]fairrelay.NewEvent, n)
+	for i := range evs {
+		evs[i] = fairrelay.NewEvent{ID: fmt.Sprint("many-", i), Flow: fmt.Sprint("many-", i), Group: "TEN", Body: []byte("1")}
+	}
+	rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: fairrelay.AtStored, Events: evs})
+	if err != nil {
+		t.Fatalf("a batch of %d new flows in one group: %v", n, err)
+	}
+	for i, r := range rs {
+		if r.Status != fairrelay.EnqueueCreated {
+			t.Fatalf("batch event %d: %s", i, r.Status)
+		}
+	}
+}
+
+// BenchmarkPostgresNewFlowsInOneTransaction times a call of the SQL
+// function enqueue_many that makes a new flow, in one transaction of N
+// such calls on a new store (a first import: a producer's EnqueueTx in a
+// loop). The time per call should not grow with N: before migration 012 a
+// generic plan made while the flow table was a few rows scanned it whole at
+// every call (BENCHMARKS.md, "Many new flows in one transaction").
+//
+//	go test -run XXX -bench PostgresNewFlowsInOneTransaction -benchtime 1x .
+func BenchmarkPostgresNewFlowsInOneTransaction(b *testing.B) {
+	for _, n := range []int{3200, 6400, 12800} {
+		b.Run(fmt.Sprint("calls=", n), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				_, pool, schema := outboxStore(b, "frbenchflows_", fairrelay.DaemonPolicy())
+				b.StartTimer()
+				var created int
+				err := pool.QueryRow(b.Context(), `SELECT count(*) FROM generate_series(1, $1) AS i,
+					LATERAL `+pgx.Identifier{schema, "enqueue_many"}.Sanitize()+`(ARRAY['e' || i], ARRAY['f' || i], ARRAY['1'::bytea]) AS e`, n).Scan(&created)
+				if err != nil || created != n {
+					b.Fatalf("%d created, %v", created, err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/call")
+		})
 	}
 }

@@ -29,7 +29,7 @@ import (
 // outboxStore opens a fresh PostgreSQL queue store under pol and a pool on
 // its database (search_path: the store's schema), both closed when the
 // test ends.
-func outboxStore(t *testing.T, prefix string, pol fairrelay.Policy) (*fairrelay.Queue, *pgxpool.Pool, string) {
+func outboxStore(t testing.TB, prefix string, pol fairrelay.Policy) (*fairrelay.Queue, *pgxpool.Pool, string) {
 	t.Helper()
 	dsn := pgtest.Schema(t, prefix)
 	q, err := fairrelay.Open(t.Context(), dsn, fairrelay.Config{Policy: pol})

@@ -119,11 +119,12 @@ func configureStore(ctx context.Context, tx pgx.Tx, p store.ConfigureParams) err
 
 func configureGroup(ctx context.Context, tx pgx.Tx, p store.ConfigureParams, at int64, entry string) error {
 	g := p.Group
-	// The name's lock (migration 011): an enqueue making a flow or a group
-	// of this name holds it until it commits, so the group read next sees
-	// what it made, and one that starts later sees this configure. A flow
-	// of the name is locked first, as an enqueue locks its flows before
-	// any name: the same order, no deadlock.
+	// The name's claim (lock_name, migrations 011 and 012: a row of
+	// name_claim, inserted or row-locked, held to commit): an enqueue
+	// making a flow or a group of this name holds it until it commits, so
+	// the group read next sees what it made, and one that starts later sees
+	// this configure. A flow of the name is locked first, as an enqueue
+	// locks its flows before any name: the same order, no deadlock.
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE flow_id = $1 FOR NO KEY UPDATE`, g); err != nil {
 		return err
 	}
