@@ -3,6 +3,7 @@ package fairrelay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -88,7 +89,10 @@ type Queue struct {
 // this build does not know), or a missing store under MustExist;
 // ErrInvalidInput (field "policy") for a store created under the other
 // entry rule; ErrNotDatabase for a file that is not a database; ErrBusy or
-// ErrDatabase from the backend.
+// ErrDatabase from the backend; ctx's own error (errors.Is
+// context.Canceled or context.DeadlineExceeded, no Code) when ctx ends
+// first — a migration that ctx stopped part way is rolled back whole, and
+// the next Open applies it.
 func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, err
@@ -138,6 +142,9 @@ func openError(err error) error {
 	switch {
 	case errors.As(err, &fe):
 		return err
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Stopped, not refused: nothing about the caller's input is wrong.
+		return fmt.Errorf("open stopped: %w", err)
 	case errors.As(err, &ee):
 		return &Error{Code: CodeInvalidInput, Field: "policy", Message: ee.Error()}
 	case errors.Is(err, store.ErrMissing), errors.Is(err, sqlfile.ErrNewerSchema):

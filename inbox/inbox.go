@@ -214,6 +214,10 @@ func (in *Inbox) SetUnavailable(v bool) { in.unavailable.Store(v) }
 // openError is dbError for opening the inbox: a store that is not an
 // inbox (not_a_database) names the field "inbox", the place the caller gave.
 func openError(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// Stopped, not refused: no Code (fairrelay.Open does the same).
+		return fmt.Errorf("open inbox stopped: %w", err)
+	}
 	out := dbError("open inbox", err)
 	if e, ok := out.(*fairrelay.Error); ok && e.Code == fairrelay.CodeNotDatabase && e.Field == "" {
 		named := *e

@@ -108,7 +108,7 @@ func enqueueBody(delta, body json.RawMessage) ([]byte, error) {
 	case delta == nil && body == nil:
 		named.Message = "missing: give --body or --delta"
 	case body != nil && !json.Valid(body):
-		named.Message = "not JSON: " + fe.Message
+		named.Message = "not JSON (the command takes JSON bodies; the library and the SQL function take any bytes): " + fe.Message
 	}
 	return nil, &named
 }

@@ -231,7 +231,7 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "", "--flow", "A", "--delta", "1", "--at", "5"}, "id: empty"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "0", "--at", "5"}, "delta: must be a positive integer"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--at", "5"}, "invalid_input: body: missing: give --body or --delta"},
-		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", "notjson", "--at", "5"}, "invalid_input: body: not JSON: invalid character 'o' in literal null"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", "notjson", "--at", "5"}, "invalid_input: body: not JSON (the command takes JSON bodies; the library and the SQL function take any bytes): invalid character 'o' in literal null"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", "{}", "--delta", "1", "--at", "5"}, "invalid_input: delta: give --delta or --body, not both"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--lease", "0s"}, "lease: must be at least 1ms"},
 		// The daemon's policy flags are durations; a bare number (they were
