@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fairrelay/fairrelay"
 )
@@ -253,10 +255,9 @@ func TestPostgresNewFlowsOfOneGroupDoNotWait(t *testing.T) {
 // grouped batch of new flows, four times as many as the server's shared
 // lock table is sized for (max_locks_per_transaction × max_connections:
 // 6 400 by default), all commit. Migration 011 took an advisory lock per
-// new name and 010 a subtransaction per new flow, each an entry of that
-// table held to commit, and such a transaction failed with "out of shared
-// memory" (53200); migration 012 claims names with row locks and undoes a
-// lost flow without a subtransaction.
+// new name, an entry of that table held to commit, and such a transaction
+// failed with "out of shared memory" (53200); migration 012 claims names
+// with row locks.
 func TestPostgresManyNewFlowsInOneTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -310,6 +311,289 @@ func BenchmarkPostgresNewFlowsInOneTransaction(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/call")
+		})
+	}
+}
+
+// sqlBatch calls the SQL function enqueue_many in tx with events of no
+// group (groups nil) or of groups, as a producer in another language does,
+// and answers each event's answer as "status seq limit".
+func sqlBatch(ctx context.Context, tx pgx.Tx, schema string, ids, flows, groups []string) ([]string, error) {
+	bodies := make([][]byte, len(ids))
+	for i := range bodies {
+		bodies[i] = []byte(`{"delta":1}`)
+	}
+	var g any
+	if groups != nil {
+		g = groups
+	}
+	rows, err := tx.Query(ctx, `SELECT status, coalesce(seq, 0), coalesce("limit", '') FROM `+pgx.Identifier{schema, "enqueue_many"}.Sanitize()+
+		`($1, $2, $3, NULL, false, 0, 1048576, $4)`, ids, flows, bodies, g)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var st, lim string
+		var seq int64
+		err := r.Scan(&st, &seq, &lim)
+		return fmt.Sprintf("%s %d %s", st, seq, lim), err
+	})
+}
+
+// A call answers, never fails with a deadlock, when it must lock a flow
+// after waiting for another transaction (SPEC §10: a call waits, then
+// answers). Two cases from a breaker's report, each a cycle between a
+// one-event call and a batch that the deadlock detector breaks by failing
+// one of them: a one-event call that waited for a new flow's name and
+// then found its id stored in another flow, which a batch holds while it
+// waits for that name (migration 012 as first written); and a one-event
+// call making flow X while a grouped batch holds its id and then waits
+// for X's name (since 011). Each call is tried with the deadlock detector
+// free to pick either; the transactions commit as their calls return.
+func TestPostgresCallsDoNotFailOnDeadlock(t *testing.T) {
+	t.Parallel()
+	type result struct {
+		who string
+		got []string
+		err error
+	}
+	// finish waits for the two calls, committing each one's transaction as
+	// its call returns (the other may be waiting for it), and answers
+	// their results by name.
+	finish := func(t *testing.T, txs map[string]pgx.Tx, done chan result) map[string]result {
+		out := map[string]result{}
+		for range 2 {
+			select {
+			case r := <-done:
+				out[r.who] = r
+				if err := txs[r.who].Commit(t.Context()); err != nil && r.err == nil {
+					t.Fatalf("%s: commit: %v", r.who, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("calls still waiting after 30s: %v answered", out)
+			}
+		}
+		return out
+	}
+	one := func(q *fairrelay.Queue, tx pgx.Tx, who, id, flow string, done chan result) {
+		r, err := q.EnqueuePgxTx(context.Background(), tx, fairrelay.EnqueueParams{ID: id, Flow: flow, Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+		done <- result{who, []string{fmt.Sprintf("%s %d %s", r.Status, r.Seq, r.Limit)}, err}
+	}
+	begin := func(t *testing.T, pool interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}) pgx.Tx {
+		tx, err := pool.Begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback(context.Background()) })
+		return tx
+	}
+
+	t.Run("one event after a name's claim", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		q, pool, schema := outboxStore(t, "frdeadlock1_", fairrelay.DaemonPolicy())
+		for _, f := range []string{"G", "H", "W"} {
+			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: f + "0", Flow: f, Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// T4 makes flow X for id d1, which T6 holds in flow W: T4 answers
+		// conflict once T6 commits, and holds X's name until it commits.
+		t6, t4 := begin(t, pool), begin(t, pool)
+		if _, err := q.EnqueuePgxTx(ctx, t6, fairrelay.EnqueueParams{ID: "d1", Flow: "W", Body: []byte("1"), At: fairrelay.AtStored}); err != nil {
+			t.Fatal(err)
+		}
+		lost := make(chan result, 1)
+		go one(q, t4, "t4", "d1", "X", lost)
+		waitBlockedBy(t, pool, t6)
+		if err := t6.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-lost; r.err != nil || r.got[0] != "conflict 0 " {
+			t.Fatalf("t4: %v %v, want conflict", r.got, r.err)
+		}
+		// TS waits for X's name; meanwhile s1 is stored in flow G.
+		done := make(chan result, 2)
+		ts, th, tb := begin(t, pool), begin(t, pool), begin(t, pool)
+		go one(q, ts, "ts", "s1", "X", done)
+		waitBlockedBy(t, pool, t4)
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "s1", Flow: "G", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil {
+			t.Fatal(err)
+		}
+		// TB locks G, waits for H (TH), then will claim X.
+		if _, err := q.EnqueuePgxTx(ctx, th, fairrelay.EnqueueParams{ID: "h1", Flow: "H", Body: []byte("1"), At: fairrelay.AtStored}); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			got, err := sqlBatch(context.Background(), tb, schema, []string{"b1", "b2", "b3"}, []string{"G", "H", "X"}, nil)
+			done <- result{"tb", got, err}
+		}()
+		waitBlockedBy(t, pool, th)
+		// TS takes X's name, finds s1 stored in G and waits for G (TB).
+		if err := t4.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitBlockedBy(t, pool, tb)
+		// TB takes H and waits for X's name (TS): a cycle.
+		if err := th.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out := finish(t, map[string]pgx.Tx{"ts": ts, "tb": tb}, done)
+		if r := out["ts"]; r.err != nil || r.got[0] != "conflict 0 " {
+			t.Errorf("ts: %v %v (code %s), want conflict (s1 is G's)", r.got, r.err, fairrelay.CodeOf(r.err))
+		}
+		if r := out["tb"]; r.err != nil || len(r.got) != 3 || r.got[0] != "created 3 " || r.got[1] != "created 3 " || r.got[2] != "created 1 " {
+			t.Errorf("tb: %v %v, want created 3, 3, 1", r.got, r.err)
+		}
+	})
+
+	t.Run("one event against a grouped batch", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		q, pool, schema := outboxStore(t, "frdeadlock2_", fairrelay.DaemonPolicy())
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "g0", Flow: "G0", Group: "G", Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
+			t.Fatal(err)
+		}
+		th, t2, t1 := begin(t, pool), begin(t, pool), begin(t, pool)
+		if _, err := q.EnqueuePgxTx(ctx, th, fairrelay.EnqueueParams{ID: "h1", Flow: "Z", Body: []byte("1"), At: fairrelay.AtStored}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan result, 2)
+		// T2 stores d1 in Y and waits for h1 (TH), then will make X.
+		go func() {
+			got, err := sqlBatch(context.Background(), t2, schema, []string{"d1", "h1", "e2"}, []string{"Y", "Y", "X"}, []string{"G", "G", "G"})
+			done <- result{"t2", got, err}
+		}()
+		waitBlockedBy(t, pool, th)
+		// T1 makes X for d1 and waits for d1 (T2).
+		go one(q, t1, "t1", "d1", "X", done)
+		waitBlockedBy(t, pool, t2)
+		if err := th.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out := finish(t, map[string]pgx.Tx{"t1": t1, "t2": t2}, done)
+		for who, r := range out {
+			var pe *pgconn.PgError
+			if errors.As(r.err, &pe) || (r.err != nil && fairrelay.CodeOf(r.err) != fairrelay.CodeInvalidInput) {
+				t.Errorf("%s: %v (code %s): a call must answer, not fail", who, r.err, fairrelay.CodeOf(r.err))
+			}
+		}
+	})
+}
+
+// The batch path of enqueue_many (several events, no group) is taken only
+// when no group limit applies to its flows and none of its ids was pruned;
+// a group limit configured or a prune committed while the batch waited for
+// a flow's lock is seen once it holds its flows (SPEC §8; a breaker's
+// report: the batch answered created past the limit, and stored a pruned
+// id a second time, beside its tombstone).
+func TestPostgresBatchReadsAgainAfterItsLocks(t *testing.T) {
+	t.Parallel()
+	i64 := func(v int64) *int64 { return &v }
+	cases := []struct {
+		name  string
+		setup func(ctx context.Context, t *testing.T, q *fairrelay.Queue)
+		ids   []string
+		flows []string
+		while func(ctx context.Context, q *fairrelay.Queue) error // committed while the batch waits for A
+		want  []string
+	}{
+		{"a group limit configured meanwhile",
+			func(ctx context.Context, t *testing.T, q *fairrelay.Queue) {
+				if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "m0", Flow: "M", Group: "G", Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			[]string{"b1", "b2"}, []string{"A", "M"},
+			func(ctx context.Context, q *fairrelay.Queue) error {
+				_, err := q.Configure(ctx, fairrelay.ConfigureParams{Group: "G", MaxBacklog: i64(1), At: fairrelay.AtStored})
+				return err
+			},
+			[]string{"created 3 ", "full 0 group"}},
+		{"a prune of one of its ids meanwhile",
+			func(ctx context.Context, t *testing.T, q *fairrelay.Queue) {
+				if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "k1", Flow: "K", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil {
+					t.Fatal(err)
+				}
+				c, err := q.Claim(ctx, fairrelay.ClaimParams{At: fairrelay.AtStored, Limit: 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, h := range c.Claims {
+					if h.Token.EventID != "k1" {
+						continue
+					}
+					if _, err := q.Settle(ctx, fairrelay.SettleParams{Token: h.Token, Outcome: fairrelay.OutcomeAccepted, At: fairrelay.AtStored}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			[]string{"k1", "y1"}, []string{"K", "A"},
+			func(ctx context.Context, q *fairrelay.Queue) error {
+				c, err := q.Clock(ctx)
+				if err != nil {
+					return err
+				}
+				r, err := q.Prune(ctx, fairrelay.PruneParams{At: c.Tick + 1, AckedBefore: c.Tick + 1})
+				if err == nil && r.Events != 1 {
+					err = fmt.Errorf("pruned %+v, want k1", r)
+				}
+				return err
+			},
+			[]string{"existing 1 ", "created 3 "}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q, pool, schema := outboxStore(t, "frbatchagain_", fairrelay.DaemonPolicy())
+			c.setup(ctx, t, q)
+			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "a0", Flow: "A", Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
+				t.Fatal(err)
+			}
+			hold, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hold.Rollback(context.Background())
+			if _, err := q.EnqueuePgxTx(ctx, hold, fairrelay.EnqueueParams{ID: "a1", Flow: "A", Body: []byte("1"), At: fairrelay.AtStored}); err != nil {
+				t.Fatal(err)
+			}
+			batch, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer batch.Rollback(context.Background())
+			type answer struct {
+				got []string
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				got, err := sqlBatch(context.Background(), batch, schema, c.ids, c.flows, nil)
+				done <- answer{got, err}
+			}()
+			waitBlockedBy(t, pool, hold)
+			if err := c.while(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+			if err := hold.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var a answer
+			select {
+			case a = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the batch did not answer within 20s")
+			}
+			if a.err != nil || !slices.Equal(a.got, c.want) {
+				t.Fatalf("batch answered %v %v, want %v", a.got, a.err, c.want)
+			}
+			if err := batch.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

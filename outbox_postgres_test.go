@@ -41,6 +41,8 @@ func outboxStore(t testing.TB, prefix string, pol fairrelay.Policy) (*fairrelay.
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Enough for a test's open transactions and its checks beside them.
+	cfg.MaxConns = max(cfg.MaxConns, 12)
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

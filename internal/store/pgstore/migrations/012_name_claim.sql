@@ -18,13 +18,19 @@
 -- order, as the event-by-event path does since 011: a configure or an
 -- enqueue naming a group of such a name waited for nothing, and a group
 -- of that name made while the batch was open is seen after the claim and
--- sends the batch event by event. And the one event that makes a flow
--- no longer runs in a subtransaction (migration 010's, to roll the flow
--- back when another transaction stored the id meanwhile): each took a
--- transaction id and a lock-table entry held to commit, the same
--- exhaustion; the flow made for a lost id is deleted instead, which no
--- other transaction can have seen (the name is claimed). enqueue_many is
--- otherwise 011's; enqueue_events is 011's, with the settings below.
+-- sends the batch event by event; so does a group limit or a prune of
+-- one of its ids committed while it waited for a lock, which the batch
+-- path had read only before its locks (its known ids' events are then held
+-- FOR KEY SHARE, so a prune skips them). And every call that does not take
+-- the outbox's common path (onto a flow that exists) runs in a
+-- subtransaction that starts over on a deadlock, one event as a batch: a
+-- call may have to lock a flow after waiting for a name's claim (the flow
+-- of an id stored meanwhile), so no one lock order holds for all calls,
+-- and a call must answer, not fail (SPEC §10). The flow made for an id
+-- another transaction stored meanwhile is deleted again rather than
+-- rolled back in a nested subtransaction (no other transaction can have
+-- seen it: its name is claimed). enqueue_events is 011's, with the
+-- settings at the end.
 CREATE TABLE name_claim (name TEXT PRIMARY KEY);
 
 CREATE OR REPLACE FUNCTION lock_name(p_name TEXT) RETURNS void
@@ -227,7 +233,18 @@ BEGIN
             WHERE NOT EXISTS (SELECT 1 FROM flow f WHERE f.flow_id = u.flow)
             ORDER BY 1
             ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name WHERE false;
-            IF EXISTS (SELECT 1 FROM grp g WHERE g.group_id = ANY (p_flows)) THEN
+            -- What sent the batch this way, read again now that it holds
+            -- its flows (a breaker's report): a group made of one of its
+            -- names, a group limit configured on one of its flows' groups,
+            -- or a prune of one of its ids, committed while it waited for a
+            -- lock. Its known ids' events are held against a prune from
+            -- here on (FOR KEY SHARE: a prune skips rows another
+            -- transaction holds; a settle's update does not wait for it).
+            PERFORM 1 FROM event e WHERE e.event_id = ANY (p_ids) ORDER BY e.event_id FOR KEY SHARE;
+            IF EXISTS (SELECT 1 FROM grp g WHERE g.group_id = ANY (p_flows))
+               OR EXISTS (SELECT 1 FROM tombstone t WHERE t.event_id = ANY (p_ids))
+               OR EXISTS (SELECT 1 FROM flow f JOIN grp_limit l ON l.group_id = f.group_id
+                          WHERE f.flow_id = ANY (p_flows) AND l.max_backlog > 0) THEN
                 RAISE EXCEPTION USING ERRCODE = 'FR005';
             END IF;
             -- The new flows first, in a statement of their own, in flow_id
@@ -333,7 +350,8 @@ BEGIN
                 RAISE;
             END IF;
         WHEN SQLSTATE 'FR005' THEN
-            -- A group named like a new flow: event by event after all.
+            -- A group, a group limit or a pruned id appeared: event by
+            -- event after all.
             r_status := NULL;
             woke := false;
             v_slow := true;
@@ -350,85 +368,138 @@ BEGIN
         END IF;
     END IF;
     -- Event by event: one event, or a batch that names groups, meets a
-    -- limit or a pruned id (enqueue_events). A batch runs in a
+    -- limit or a pruned id (enqueue_events). All of it runs in a
     -- subtransaction that starts over when it meets another transaction's
-    -- new flows or ids in a deadlock; one event needs none (it locks its
-    -- rows in one order, first), and spares the subtransaction's cost.
-    IF n = 1 AND p_groups IS NULL AND lim.max_backlog = 0 AND lim.max_flow_backlog = 0 THEN
-        -- One event, no group named, no store limit: the outbox's common
-        -- call, in as few statements as it takes (each costs ~20 µs of
-        -- PL/pgSQL). Its flow, and the flow of its id if it is known,
-        -- locked first, in flow_id order.
-        PERFORM 1 FROM flow f
-        WHERE f.flow_id = p_flows[1] OR f.flow_id = (SELECT e.flow_id FROM event e WHERE e.event_id = p_ids[1])
-        ORDER BY f.flow_id FOR NO KEY UPDATE;
-        SELECT e.flow_id, e.seq, e.body = p_bodies[1] AS same INTO ex FROM event e WHERE e.event_id = p_ids[1];
-        IF FOUND THEN
-            -- A known id: nothing changes but the tick, recorded on its flow.
-            UPDATE flow f SET tick = v_at WHERE f.flow_id = ex.flow_id AND f.tick < v_at;
-            IF ex.flow_id = p_flows[1] AND ex.same THEN
-                status := 'existing'; seq := ex.seq;
-            ELSE
-                status := 'conflict'; seq := NULL;
-            END IF;
-            tick := v_at; "limit" := NULL;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        SELECT f.seq, f.group_id INTO fr FROM flow f WHERE f.flow_id = p_flows[1] FOR NO KEY UPDATE;
-        IF (FOUND AND fr.group_id IS NULL)
-           OR (NOT FOUND AND NOT EXISTS (SELECT 1 FROM grp g WHERE g.group_id = p_flows[1])) THEN
-            IF NOT EXISTS (SELECT 1 FROM tombstone t WHERE t.event_id = p_ids[1]) THEN
-                v_ins := false;
-                IF NOT FOUND THEN
-                    -- A new flow: its name locked (lock_name; a configure of
-                    -- a group so named, or another transaction making the
-                    -- flow or a group so named, holds it too), then read
-                    -- again. Made meanwhile by another transaction (the
-                    -- flow, a group of its name, or the id): event by event
-                    -- below (migration 011).
-                    PERFORM lock_name(p_flows[1]);
-                    PERFORM 1 FROM flow f WHERE f.flow_id = p_flows[1] FOR NO KEY UPDATE;
-                    v_slow := EXISTS (SELECT 1 FROM flow f WHERE f.flow_id = p_flows[1])
-                           OR EXISTS (SELECT 1 FROM grp g WHERE g.group_id = p_flows[1])
-                           OR EXISTS (SELECT 1 FROM event e WHERE e.event_id = p_ids[1]);
+    -- new flows or ids in a deadlock: a call may have to take a lock after
+    -- waiting for another (the flow of an id stored meanwhile, after its
+    -- name's claim), so no one order of locks holds for every call, and a
+    -- call must answer, not fail (SPEC §10; a breaker's report against
+    -- 012 as first written, where one event had no retry). The outbox's
+    -- common call returned above, without one.
+    FOR attempt IN 1 .. 10 LOOP
+    BEGIN
+    v_slow := false;
+    v_ins := false;
+    v_lost := false;
+        IF n = 1 AND p_groups IS NULL AND lim.max_backlog = 0 AND lim.max_flow_backlog = 0 THEN
+            -- One event, no group named, no store limit: the outbox's common
+            -- call, in as few statements as it takes (each costs ~20 µs of
+            -- PL/pgSQL). Its flow, and the flow of its id if it is known,
+            -- locked first, in flow_id order.
+            PERFORM 1 FROM flow f
+            WHERE f.flow_id = p_flows[1] OR f.flow_id = (SELECT e.flow_id FROM event e WHERE e.event_id = p_ids[1])
+            ORDER BY f.flow_id FOR NO KEY UPDATE;
+            SELECT e.flow_id, e.seq, e.body = p_bodies[1] AS same INTO ex FROM event e WHERE e.event_id = p_ids[1];
+            IF FOUND THEN
+                -- A known id: nothing changes but the tick, recorded on its flow.
+                UPDATE flow f SET tick = v_at WHERE f.flow_id = ex.flow_id AND f.tick < v_at;
+                IF ex.flow_id = p_flows[1] AND ex.same THEN
+                    status := 'existing'; seq := ex.seq;
+                ELSE
+                    status := 'conflict'; seq := NULL;
                 END IF;
-                IF NOT v_slow AND fr IS NULL THEN
-                    -- A new flow, its own group (at the back of the
-                    -- rotation under the fair rule), and the event. When
-                    -- another transaction stored the id meanwhile, the
-                    -- answer is existing or conflict and nothing may change
-                    -- (SPEC §2): the flow made for it is deleted again (no
-                    -- other transaction can have seen it). Migration 010
-                    -- rolled it back in a subtransaction instead; each
-                    -- took a transaction id and a lock-table entry to
-                    -- commit, and one transaction's many new flows made
-                    -- every later call slower (migration 012).
-                    v_lost := false;
-                    INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, tick)
-                    VALUES (p_flows[1], nextval('flow_ord'), 0, v_new_served, 1, false, NULL, v_at)
-                    ON CONFLICT (flow_id) DO NOTHING;
-                    v_made := FOUND;
-                    SELECT f.seq, f.group_id INTO fr FROM flow f WHERE f.flow_id = p_flows[1] FOR NO KEY UPDATE;
-                    IF v_made THEN
-                        INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
-                                           reason, next_at, lease_until, enqueued_at)
-                        VALUES (p_ids[1], p_flows[1], fr.seq + 1, p_bodies[1], 'ready', 0, 0, 0, NULL, v_at, 0, v_at)
-                        ON CONFLICT (event_id) DO NOTHING;
-                        IF FOUND THEN
-                            v_ins := true;
-                        ELSE
-                            DELETE FROM flow f WHERE f.flow_id = p_flows[1];
-                            v_lost := true;
+                tick := v_at; "limit" := NULL;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            SELECT f.seq, f.group_id INTO fr FROM flow f WHERE f.flow_id = p_flows[1] FOR NO KEY UPDATE;
+            IF (FOUND AND fr.group_id IS NULL)
+               OR (NOT FOUND AND NOT EXISTS (SELECT 1 FROM grp g WHERE g.group_id = p_flows[1])) THEN
+                IF NOT EXISTS (SELECT 1 FROM tombstone t WHERE t.event_id = p_ids[1]) THEN
+                    v_ins := false;
+                    IF NOT FOUND THEN
+                        -- A new flow: its name locked (lock_name; a configure of
+                        -- a group so named, or another transaction making the
+                        -- flow or a group so named, holds it too), then read
+                        -- again. Made meanwhile by another transaction (the
+                        -- flow, a group of its name, or the id): event by event
+                        -- below (migration 011).
+                        PERFORM lock_name(p_flows[1]);
+                        PERFORM 1 FROM flow f WHERE f.flow_id = p_flows[1] FOR NO KEY UPDATE;
+                        v_slow := EXISTS (SELECT 1 FROM flow f WHERE f.flow_id = p_flows[1])
+                               OR EXISTS (SELECT 1 FROM grp g WHERE g.group_id = p_flows[1])
+                               OR EXISTS (SELECT 1 FROM event e WHERE e.event_id = p_ids[1]);
+                    END IF;
+                    IF NOT v_slow AND fr IS NULL THEN
+                        -- A new flow, its own group (at the back of the
+                        -- rotation under the fair rule), and the event. When
+                        -- another transaction stored the id meanwhile, the
+                        -- answer is existing or conflict and nothing may change
+                        -- (SPEC §2): the flow made for it is deleted again (no
+                        -- other transaction can have seen it). Migration 010
+                        -- rolled it back in a subtransaction instead; each
+                        -- took a transaction id and a lock-table entry to
+                        -- commit, and one transaction's many new flows made
+                        -- every later call slower (migration 012).
+                        v_lost := false;
+                        INSERT INTO flow (flow_id, ord, seq, served, head_seq, runnable, wait_until, tick)
+                        VALUES (p_flows[1], nextval('flow_ord'), 0, v_new_served, 1, false, NULL, v_at)
+                        ON CONFLICT (flow_id) DO NOTHING;
+                        v_made := FOUND;
+                        SELECT f.seq, f.group_id INTO fr FROM flow f WHERE f.flow_id = p_flows[1] FOR NO KEY UPDATE;
+                        IF v_made THEN
+                            INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
+                                               reason, next_at, lease_until, enqueued_at)
+                            VALUES (p_ids[1], p_flows[1], fr.seq + 1, p_bodies[1], 'ready', 0, 0, 0, NULL, v_at, 0, v_at)
+                            ON CONFLICT (event_id) DO NOTHING;
+                            IF FOUND THEN
+                                v_ins := true;
+                            ELSE
+                                DELETE FROM flow f WHERE f.flow_id = p_flows[1];
+                                v_lost := true;
+                            END IF;
+                        END IF;
+                    IF v_lost THEN
+                            -- The tick goes on the settings row (the store's
+                            -- tick is the largest of these rows'): the flow is
+                            -- gone, and the other one would be locked out of
+                            -- order.
+                            SELECT e.flow_id, e.seq, e.body = p_bodies[1] AS same INTO ex FROM event e WHERE e.event_id = p_ids[1];
+                            UPDATE settings s SET tick = v_at WHERE s.id = 1 AND s.tick < v_at;
+                            IF ex.flow_id = p_flows[1] AND ex.same THEN
+                                status := 'existing'; seq := ex.seq;
+                            ELSE
+                                status := 'conflict'; seq := NULL;
+                            END IF;
+                            tick := v_at; "limit" := NULL;
+                            RETURN NEXT;
+                            RETURN;
                         END IF;
                     END IF;
-                IF v_lost THEN
-                        -- The tick goes on the settings row (the store's
-                        -- tick is the largest of these rows'): the flow is
-                        -- gone, and the other one would be locked out of
-                        -- order.
+                    IF NOT v_slow AND fr.group_id IS NULL THEN
+                        new_seq := fr.seq + 1;
+                        IF NOT v_ins THEN
+                            -- A transaction that inserted the same id first
+                            -- wins; this one then answers existing or conflict.
+                            INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
+                                               reason, next_at, lease_until, enqueued_at)
+                            VALUES (p_ids[1], p_flows[1], new_seq, p_bodies[1], 'ready', 0, 0, 0, NULL, v_at, 0, v_at)
+                            ON CONFLICT (event_id) DO NOTHING;
+                            v_ins := FOUND;
+                        END IF;
+                        IF v_ins THEN
+                            -- The new event is the head when the flow had none:
+                            -- eligible now (the wake-up of a drained flow).
+                            UPDATE flow f SET seq = new_seq,
+                                runnable = CASE WHEN f.head_seq = new_seq THEN true ELSE f.runnable END,
+                                wait_until = CASE WHEN f.head_seq = new_seq THEN NULL ELSE f.wait_until END,
+                                tick = greatest(f.tick, v_at)
+                            WHERE f.flow_id = p_flows[1]
+                            RETURNING f.head_seq = new_seq INTO woke;
+                            IF woke THEN
+                                PERFORM pg_notify(CASE WHEN octet_length(current_schema()) <= 53 THEN 'fairrelay_' || current_schema()
+                                                       ELSE 'fairrelay_' || md5(current_schema()) END, '');
+                            END IF;
+                            status := 'created'; seq := new_seq; tick := v_at; "limit" := NULL;
+                            RETURN NEXT;
+                            RETURN;
+                        END IF;
+                        -- Stored meanwhile by another transaction: the tick goes
+                        -- on this event's own flow, which the call holds
+                        -- (locking the other flow now would take a lock out of
+                        -- order).
                         SELECT e.flow_id, e.seq, e.body = p_bodies[1] AS same INTO ex FROM event e WHERE e.event_id = p_ids[1];
-                        UPDATE settings s SET tick = v_at WHERE s.id = 1 AND s.tick < v_at;
+                        UPDATE flow f SET tick = v_at WHERE f.flow_id = p_flows[1] AND f.tick < v_at;
                         IF ex.flow_id = p_flows[1] AND ex.same THEN
                             status := 'existing'; seq := ex.seq;
                         ELSE
@@ -439,61 +510,10 @@ BEGIN
                         RETURN;
                     END IF;
                 END IF;
-                IF NOT v_slow AND fr.group_id IS NULL THEN
-                    new_seq := fr.seq + 1;
-                    IF NOT v_ins THEN
-                        -- A transaction that inserted the same id first
-                        -- wins; this one then answers existing or conflict.
-                        INSERT INTO event (event_id, flow_id, seq, body, own_state, generation, attempts, lifetime_attempts,
-                                           reason, next_at, lease_until, enqueued_at)
-                        VALUES (p_ids[1], p_flows[1], new_seq, p_bodies[1], 'ready', 0, 0, 0, NULL, v_at, 0, v_at)
-                        ON CONFLICT (event_id) DO NOTHING;
-                        v_ins := FOUND;
-                    END IF;
-                    IF v_ins THEN
-                        -- The new event is the head when the flow had none:
-                        -- eligible now (the wake-up of a drained flow).
-                        UPDATE flow f SET seq = new_seq,
-                            runnable = CASE WHEN f.head_seq = new_seq THEN true ELSE f.runnable END,
-                            wait_until = CASE WHEN f.head_seq = new_seq THEN NULL ELSE f.wait_until END,
-                            tick = greatest(f.tick, v_at)
-                        WHERE f.flow_id = p_flows[1]
-                        RETURNING f.head_seq = new_seq INTO woke;
-                        IF woke THEN
-                            PERFORM pg_notify(CASE WHEN octet_length(current_schema()) <= 53 THEN 'fairrelay_' || current_schema()
-                                                   ELSE 'fairrelay_' || md5(current_schema()) END, '');
-                        END IF;
-                        status := 'created'; seq := new_seq; tick := v_at; "limit" := NULL;
-                        RETURN NEXT;
-                        RETURN;
-                    END IF;
-                    -- Stored meanwhile by another transaction: the tick goes
-                    -- on this event's own flow, which the call holds
-                    -- (locking the other flow now would take a lock out of
-                    -- order).
-                    SELECT e.flow_id, e.seq, e.body = p_bodies[1] AS same INTO ex FROM event e WHERE e.event_id = p_ids[1];
-                    UPDATE flow f SET tick = v_at WHERE f.flow_id = p_flows[1] AND f.tick < v_at;
-                    IF ex.flow_id = p_flows[1] AND ex.same THEN
-                        status := 'existing'; seq := ex.seq;
-                    ELSE
-                        status := 'conflict'; seq := NULL;
-                    END IF;
-                    tick := v_at; "limit" := NULL;
-                    RETURN NEXT;
-                    RETURN;
-                END IF;
             END IF;
+            -- Anything else (a member flow, a pruned id, an id stored
+            -- meanwhile): event by event below, which answers it.
         END IF;
-        -- Anything else (a member flow, a pruned id, an id stored
-        -- meanwhile): event by event below, which answers it.
-    END IF;
-    IF n = 1 THEN
-        RETURN QUERY SELECT e.status, e.seq, v_at, e."limit"
-            FROM enqueue_events(p_ids, p_flows, p_bodies, p_groups, v_at, v_new_served, lim.max_backlog, lim.max_flow_backlog) AS e;
-        RETURN;
-    END IF;
-    FOR attempt IN 1 .. 10 LOOP
-    BEGIN
         SELECT array_agg(e.status ORDER BY e.i), array_agg(e.seq ORDER BY e.i), array_agg(e."limit" ORDER BY e.i)
         INTO r_status, r_seq, r_limit
         FROM enqueue_events(p_ids, p_flows, p_bodies, p_groups, v_at, v_new_served, lim.max_backlog, lim.max_flow_backlog)
