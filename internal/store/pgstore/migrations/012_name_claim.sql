@@ -343,12 +343,14 @@ BEGIN
             END IF;
             EXIT;
         EXCEPTION WHEN unique_violation OR deadlock_detected OR SQLSTATE 'FR003' THEN
-            -- Another transaction got there first: start over.
+            -- Another transaction got there first: start over, after a
+            -- random pause as below.
             r_status := NULL;
             woke := false;
             IF attempt = 10 THEN
                 RAISE;
             END IF;
+            PERFORM pg_sleep(random() * 0.01 * attempt);
         WHEN SQLSTATE 'FR005' THEN
             -- A group, a group limit or a pruned id appeared: event by
             -- event after all.
@@ -520,10 +522,16 @@ BEGIN
              WITH ORDINALITY AS e (status, seq, "limit", i);
         EXIT;
     EXCEPTION WHEN unique_violation OR deadlock_detected THEN
-        -- Another transaction got there first: start over.
+        -- Another transaction got there first: start over, after a pause
+        -- of up to attempt × 10 ms, random. The rollback released what
+        -- the other was waiting for; starting over at once, this call
+        -- could take the same rows again before the other woke to take
+        -- them, and meet it in the same deadlock every time (seen: ten
+        -- in a row).
         IF attempt = 10 THEN
             RAISE;
         END IF;
+        PERFORM pg_sleep(random() * 0.01 * attempt);
     END;
     END LOOP;
     RETURN QUERY SELECT a.status, a.seq, v_at, a.lim FROM unnest(r_status, r_seq, r_limit) AS a (status, seq, lim);
