@@ -156,7 +156,13 @@ BEGIN
         WHERE f.flow_id = p_flows[1] AND f.group_id IS NULL
           AND NOT EXISTS (SELECT 1 FROM event e WHERE e.event_id = p_ids[1])
           AND NOT EXISTS (SELECT 1 FROM tombstone t WHERE t.event_id = p_ids[1])
-        FOR NO KEY UPDATE OF f;
+        FOR NO KEY UPDATE OF f SKIP LOCKED;
+        -- SKIP LOCKED (migration 012): a flow another transaction holds is
+        -- waited for below, in the subtransaction that starts over on a
+        -- deadlock, not here, where a call queued for the row could be
+        -- the one a deadlock detector fails (a breaker's stress run: three
+        -- calls, the common one queued first for a row between two
+        -- batches).
         IF FOUND THEN
             new_seq := hd.seq + 1;
             -- A transaction that inserted the same id first wins; this one
