@@ -597,3 +597,79 @@ func TestPostgresBatchReadsAgainAfterItsLocks(t *testing.T) {
 		})
 	}
 }
+
+// A group's first limit, configured while an enqueue that makes a new
+// flow in the group waits for a lock after reading the limit (here the
+// store limit's row), counts that event or refuses it: the group's count
+// equals its backlog after both commit (SPEC §8; a breaker's stress run
+// left a count one below the backlog). Before migration 012 the enqueue
+// held the group's limit row only after its wait, and configure's count,
+// over the group's flows, could not see the flow not yet inserted.
+func TestPostgresGroupLimitCountsANewFlowBeingMade(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	i64 := func(v int64) *int64 { return &v }
+	q, pool, _ := outboxStore(t, "frgrpcount_", fairrelay.DaemonPolicy())
+	if _, err := q.Configure(ctx, fairrelay.ConfigureParams{MaxBacklog: i64(100), At: fairrelay.AtStored}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "m0", Flow: "M", Group: "E", Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
+		t.Fatal(err)
+	}
+	// Under the store limit an enqueue holds the settings row to commit.
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(context.Background())
+	if _, err := q.EnqueuePgxTx(ctx, hold, fairrelay.EnqueueParams{ID: "x0", Flow: "X", Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
+		t.Fatal(err)
+	}
+	maker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer maker.Rollback(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.EnqueuePgxTx(context.Background(), maker, fairrelay.EnqueueParams{ID: "e1", Flow: "F", Group: "E", Body: []byte("1"), At: fairrelay.AtStored})
+		done <- err
+	}()
+	waitBlockedBy(t, pool, hold)
+	configured := make(chan error, 1)
+	go func() {
+		_, err := q.Configure(context.Background(), fairrelay.ConfigureParams{Group: "E", MaxBacklog: i64(5), At: fairrelay.AtStored})
+		configured <- err
+	}()
+	// The configure either commits now (before 012) or waits for the
+	// maker; either way the maker goes on once hold commits.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if len(configured) > 0 || waitsFor(t, pool, maker) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("configure neither ended nor waited for the enqueue within 10s")
+		}
+		time.Sleep(time.Millisecond) // polling a condition, with a deadline
+	}
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := maker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-configured; err != nil {
+		t.Fatal(err)
+	}
+	var counted, backlog int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT enqueued FROM grp_limit WHERE group_id = 'E'),
+		(SELECT coalesce(sum(seq - head_seq + 1), 0) FROM flow WHERE group_id = 'E')`).Scan(&counted, &backlog); err != nil {
+		t.Fatal(err)
+	}
+	if counted != backlog {
+		t.Errorf("group E's limit counts %d events, its backlog is %d", counted, backlog)
+	}
+}
