@@ -194,14 +194,19 @@ func (b *bulk) add(l inputLine) {
 		a.answer = refusal("line", fmt.Sprintf("line %d could not be read, so its flow is unknown and every later line is refused (a flow's later line must not overtake it): fix line %d and run the whole input again (lines already stored answer existing)", b.unknownAt, b.unknownAt))
 		b.failed++
 		return
-	case flowKnown && b.failedFlows[flow] != 0:
+	}
+	// A later line of a flow whose earlier line failed is kept to the
+	// flush, which refuses it unless it is stored already (existing):
+	// the same answer whether the failed line was in this batch or an
+	// earlier one (predictConflicts).
+	if err == nil {
+		err = b.check(p)
+	}
+	if err != nil && flowKnown && b.failedFlows[flow] != 0 {
 		n := b.failedFlows[flow]
 		a.answer = refusal("flow", fmt.Sprintf("line %d of flow %q failed, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, flow, n))
 		b.failed++
 		return
-	}
-	if err == nil {
-		err = b.check(p)
 	}
 	if err != nil {
 		a.answer = script.ErrorResult(err)
@@ -326,8 +331,19 @@ func (b *bulk) predictConflicts(ctx context.Context) error {
 			continue
 		}
 		if n := b.failedFlows[a.flow]; n != 0 && n < a.line {
+			// Stored already with this flow and body: the batch answers
+			// existing and writes nothing, as it does when the failed line
+			// is in the same batch. Else refused.
+			e, err := b.q.Event(ctx, a.item.ID)
+			switch {
+			case errors.Is(err, fairrelay.ErrNotFound):
+			case err != nil:
+				return err
+			case e.Flow == a.item.Flow && bytes.Equal(e.Body, a.item.Body):
+				continue
+			}
 			a.item = nil
-			a.answer = refusal("flow", fmt.Sprintf("line %d of flow %q conflicts, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, a.flow, n))
+			a.answer = refusal("flow", fmt.Sprintf("line %d of flow %q failed, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, a.flow, n))
 			b.failed++
 			continue
 		}
