@@ -204,7 +204,7 @@ func (b *bulk) add(l inputLine) {
 	}
 	if err != nil && flowKnown && b.failedFlows[flow] != 0 {
 		n := b.failedFlows[flow]
-		a.answer = refusal("flow", fmt.Sprintf("line %d of flow %q failed, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, flow, n))
+		a.answer = flowRefusal(n, flow)
 		b.failed++
 		return
 	}
@@ -254,6 +254,11 @@ func refusal(field, msg string) script.Result {
 	return script.ErrorResult(&fairrelay.Error{Code: codeRefused, Field: field, Message: msg})
 }
 
+// flowRefusal is the answer to a later line of flow, whose line n failed.
+func flowRefusal(n int, flow string) script.Result {
+	return refusal("flow", fmt.Sprintf("line %d of flow %q failed, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, flow, n))
+}
+
 // flush enqueues the batch's items in one transaction and prints every
 // answer of the batch in input order.
 func (b *bulk) flush(ctx context.Context) error {
@@ -287,7 +292,7 @@ func (b *bulk) flush(ctx context.Context) error {
 				// Not written, after an earlier line of its flow failed in
 				// this batch: refused, as the flow's later lines of the
 				// next batches will be.
-				a.answer = refusal("flow", fmt.Sprintf("line %d of flow %q failed, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, a.flow, n))
+				a.answer = flowRefusal(n, a.flow)
 				b.failed++
 			case bad || status == string(fairrelay.EnqueueConflict) || status == string(fairrelay.EnqueueFull):
 				b.fail(a, true)
@@ -343,7 +348,7 @@ func (b *bulk) predictConflicts(ctx context.Context) error {
 				continue
 			}
 			a.item = nil
-			a.answer = refusal("flow", fmt.Sprintf("line %d of flow %q failed, and a flow's later line must not overtake it: fix line %d and run the whole input again (lines already stored answer existing)", n, a.flow, n))
+			a.answer = flowRefusal(n, a.flow)
 			b.failed++
 			continue
 		}
