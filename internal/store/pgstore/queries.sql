@@ -145,13 +145,14 @@ SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attem
 FROM event_now WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
 
 -- name: QuarantinedList
--- Quarantined events are heads of parked flows (migration 002): read them
--- through the partial index flow_parked_head, one per flow at most. $5 is
+-- Quarantined events are heads of parked flows (migration 002; parked is
+-- a stored generated column since 013): read them through the partial
+-- index flow_parked_head, one per flow at most. $5 is
 -- a prefix's start ('' for none); QuarantinedRange adds its end $6, so
 -- that the index is read as a range.
 SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
+WHERE f.parked
   AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
   AND f.flow_id >= $5
 ORDER BY f.flow_id LIMIT $2;
@@ -159,7 +160,7 @@ ORDER BY f.flow_id LIMIT $2;
 -- name: QuarantinedRange
 SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
-WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
+WHERE f.parked
   AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
   AND f.flow_id >= $5 AND f.flow_id < $6
 ORDER BY f.flow_id LIMIT $2;
@@ -375,7 +376,7 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM flow f WHERE f.wait_until IS NOT NUL
                               AND CASE WHEN f.head_state_seq = f.head_seq THEN f.head_state
                                        ELSE (SELECT e.own_state FROM event e WHERE e.flow_id = f.flow_id AND e.seq = f.head_seq) END = 'inflight'
                               LIMIT $1) i),
-       (SELECT count(*) FROM (SELECT 1 FROM flow f WHERE NOT f.runnable AND f.wait_until IS NULL AND f.head_seq <= f.seq
+       (SELECT count(*) FROM (SELECT 1 FROM flow f WHERE f.parked
                               AND CASE WHEN f.head_state_seq = f.head_seq THEN f.head_state
                                        ELSE (SELECT e.own_state FROM event e WHERE e.flow_id = f.flow_id AND e.seq = f.head_seq) END = 'quarantined'
                               LIMIT $1) q),
