@@ -231,6 +231,10 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "", "--flow", "A", "--delta", "1", "--at", "5"}, "id: empty"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "0", "--at", "5"}, "delta: must be a positive integer"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--at", "5"}, "invalid_input: body: missing: give --body or --delta"},
+		// Every required flag left out is named at once, the first as the field.
+		{[]string{"redrive", "--queue", q, "--id", "A1", "--at", "5"}, "invalid_input: expected-generation: missing: give --expected-generation and --reason"},
+		{[]string{"expedite", "--queue", q, "--at", "5"}, "invalid_input: id: missing: give --id, --expected-generation and --reason"},
+		{[]string{"settle", "--queue", q, "--generation", "1", "--outcome", "accepted", "--at", "5"}, "invalid_input: id: missing: give --id"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", "notjson", "--at", "5"}, "invalid_input: body: not JSON (the command takes JSON bodies; the library and the SQL function take any bytes): invalid character 'o' in literal null"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", "{}", "--delta", "1", "--at", "5"}, "invalid_input: delta: give --delta or --body, not both"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--lease", "0s"}, "lease: must be at least 1ms"},

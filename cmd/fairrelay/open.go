@@ -309,12 +309,21 @@ func redactDSN(dsn string) string {
 }
 
 // requireFlags refuses a command line that leaves out one of the named
-// flags: invalid_input naming the first missing one.
+// flags: invalid_input naming the first missing one as its field, and
+// every missing one in its message, so that one try shows them all.
 func requireFlags(cmd *cobra.Command, names ...string) error {
+	var missing []string
 	for _, name := range names {
 		if !cmd.Flags().Changed(name) {
-			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "missing: give --" + name}
+			missing = append(missing, "--"+name)
 		}
 	}
-	return nil
+	if len(missing) == 0 {
+		return nil
+	}
+	give := missing[0]
+	if n := len(missing); n > 1 {
+		give = strings.Join(missing[:n-1], ", ") + " and " + missing[n-1]
+	}
+	return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: missing[0][2:], Message: "missing: give " + give}
 }
