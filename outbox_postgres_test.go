@@ -31,7 +31,12 @@ import (
 // test ends.
 func outboxStore(t testing.TB, prefix string, pol fairrelay.Policy) (*fairrelay.Queue, *pgxpool.Pool, string) {
 	t.Helper()
-	dsn := pgtest.Schema(t, prefix)
+	return outboxStoreAt(t, pgtest.Schema(t, prefix), pol)
+}
+
+// outboxStoreAt is outboxStore on dsn, a URL of pgtest.Schema's.
+func outboxStoreAt(t testing.TB, dsn string, pol fairrelay.Policy) (*fairrelay.Queue, *pgxpool.Pool, string) {
+	t.Helper()
 	q, err := fairrelay.Open(t.Context(), dsn, fairrelay.Config{Policy: pol})
 	if err != nil {
 		t.Fatal(err)
