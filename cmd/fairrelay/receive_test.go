@@ -77,62 +77,110 @@ func TestReceiveCutsOffATricklingClient(t *testing.T) {
 	}
 }
 
+// slowRequests keeps n requests of trickle's in the handler of the
+// receiver at addr. The slow requests and the test's probes race for the
+// slots: a slow request whose headers the server reads while a probe
+// holds the last slot is answered 503 at once and holds nothing (twice a
+// test waited 15 s for a 503 that could no longer come). So each slow
+// request's connection is watched, and one the server answered is opened
+// again at the next probe (reopen); waitStatus also opens them all again
+// once after 5 s without the answer it waits for.
+type slowRequests struct {
+	t        *testing.T
+	addr     string
+	conns    []net.Conn
+	answered chan int // the index of a connection the server answered
+}
+
+func holdSlots(t *testing.T, addr string, n int) *slowRequests {
+	s := &slowRequests{t: t, addr: addr, conns: make([]net.Conn, n), answered: make(chan int, n)}
+	for i := range n {
+		s.open(i)
+	}
+	return s
+}
+
+func (s *slowRequests) open(i int) {
+	c := trickle(s.t, s.addr, 100)
+	s.conns[i] = c
+	go func() {
+		var b [1]byte
+		if n, _ := c.Read(b[:]); n > 0 {
+			s.answered <- i
+		}
+	}()
+}
+
+// reopen opens again each slow request the server has answered since.
+func (s *slowRequests) reopen() {
+	for {
+		select {
+		case i := <-s.answered:
+			s.conns[i].Close()
+			s.open(i)
+		default:
+			return
+		}
+	}
+}
+
+// close ends the slow requests.
+func (s *slowRequests) close() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// waitStatus probes the receiver at addr with a GET every 10 ms, keeping
+// slow (nil: none) in its slots, until the answer is want, and returns its
+// Retry-After; it fails the test after 15 s.
+func waitStatus(t *testing.T, addr string, slow *slowRequests, want int) string {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(15 * time.Second)
+	reopened := false
+	for {
+		if slow != nil {
+			slow.reopen()
+			if !reopened && time.Since(start) > 5*time.Second {
+				// Seen under load, with every slow request's headers read by
+				// the server and none of them answered: the probes still
+				// found a slot free. Open them all again once.
+				reopened = true
+				t.Logf("no %d after %s: opening the slow requests again", want, time.Since(start).Round(time.Millisecond))
+				for i, c := range slow.conns {
+					c.Close()
+					slow.open(i)
+				}
+			}
+		}
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == want {
+			return resp.Header.Get("Retry-After")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a GET to the receiver: %d, want %d after 15s", resp.StatusCode, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's state
+	}
+}
+
 // More requests at once than --max-requests are answered 503 with
 // Retry-After at once instead of piling up; once the slow ones are gone,
 // requests are served again.
 func TestReceiveLimitsConcurrentRequests(t *testing.T) {
 	t.Parallel()
 	_, addr := startReceiver(t, filepath.Join(t.TempDir(), "inbox.db"), "--max-requests", "2", "--read-timeout", "1m")
-	slow := []net.Conn{trickle(t, addr, 100), trickle(t, addr, 100)}
-	probe := func() (int, string) {
-		resp, err := http.Get("http://" + addr + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode, resp.Header.Get("Retry-After")
-	}
-	// What the server said to the slow requests, when a wait fails: they
-	// should still be waiting for their bodies.
-	slowState := func() string {
-		var out []string
-		for i, c := range slow {
-			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-			b := make([]byte, 512)
-			n, err := c.Read(b)
-			out = append(out, fmt.Sprintf("slow request %d: read %q, %v", i+1, b[:n], err))
-		}
-		return strings.Join(out, "; ")
-	}
-	// The two slow requests reach the handler a moment after their headers
-	// are sent; poll until the third is refused. Once, in a full package
-	// run, no 503 came in 15 s (the probes got 405): the slow requests are
-	// opened again once, halfway, and a failure says what became of them.
-	waitStatus := func(want int, reopen bool) string {
-		start := time.Now()
-		for {
-			code, after := probe()
-			if code == want {
-				return after
-			}
-			if reopen && time.Since(start) > 7*time.Second {
-				reopen = false
-				t.Logf("no %d after %s; %s; opening two new slow requests", want, time.Since(start).Round(time.Millisecond), slowState())
-				slow = append(slow, trickle(t, addr, 100), trickle(t, addr, 100))
-			}
-			if time.Since(start) > 15*time.Second {
-				t.Fatalf("a request beside %d slow ones: %d, want %d; %s", len(slow), code, want, slowState())
-			}
-			time.Sleep(10 * time.Millisecond) // polling the server's state
-		}
-	}
-	if after := waitStatus(http.StatusServiceUnavailable, true); after != "1" {
+	slow := holdSlots(t, addr, 2)
+	if after := waitStatus(t, addr, slow, http.StatusServiceUnavailable); after != "1" {
 		t.Errorf("Retry-After %q, want 1", after)
 	}
-	for _, c := range slow {
-		c.Close()
-	}
-	waitStatus(http.StatusMethodNotAllowed, false) // a GET reaches the handler again
+	slow.close()
+	waitStatus(t, addr, nil, http.StatusMethodNotAllowed) // a GET reaches the handler again
 }
 
 // holdPort listens on a free loopback port for the rest of the test and

@@ -137,22 +137,7 @@ func TestReceiveStopsAtASecondSignal(t *testing.T) {
 	// A request that has begun and will not finish: Shutdown waits for it.
 	// It is in the handler once it holds the one slot: another request
 	// then gets 503.
-	trickle(t, addr, 100)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the slow request never reached the handler")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the server's state
-	}
+	waitStatus(t, addr, holdSlots(t, addr, 1), http.StatusServiceUnavailable)
 	secondSignalStops(t, cmd, stderr, exited)
 }
 
