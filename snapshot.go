@@ -404,6 +404,35 @@ func (q *Queue) Event(ctx context.Context, id string) (*EventRecord, error) {
 	return &EventRecord{EventState: eventState(*e), Body: e.Body}, nil
 }
 
+// Events lists up to limit events, bodies included, by flow and then seq
+// (bytewise flow order), starting after (afterFlow, afterSeq): "" and 0
+// for the first; the last event's Flow and Seq ask for the next page. It
+// reads one page in one read transaction, acked events included until a
+// prune deletes them (SPEC §8). Errors: ErrInvalidInput (field "limit"
+// below 1, "after_seq" negative), ErrBusy, ErrDatabase.
+func (q *Queue) Events(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]EventRecord, error) {
+	if limit < 1 {
+		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	if afterSeq < 0 {
+		return nil, invalid("after_seq", "must not be negative, got %d", afterSeq)
+	}
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return nil, dbError("events", err)
+	}
+	defer tx.Rollback(ctx)
+	es, err := tx.EventList(ctx, afterFlow, afterSeq, limit)
+	if err != nil {
+		return nil, dbError("events", err)
+	}
+	out := make([]EventRecord, len(es))
+	for i, e := range es {
+		out[i] = EventRecord{EventState: eventState(e), Body: e.Body}
+	}
+	return out, nil
+}
+
 // Clock reads the store's clock (the last tick written and the last ticket)
 // in a read transaction. The daemon's clock starts from it so it never goes
 // below the stored tick (SPEC §7). Errors: ErrBusy, ErrDatabase.

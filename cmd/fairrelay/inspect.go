@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"fmt"
 	"io"
 	"strconv"
@@ -17,16 +18,18 @@ import (
 func init() { rootCmd.AddCommand(newInspectCmd()) }
 
 func newInspectCmd() *cobra.Command {
-	var queue, inboxDSN, after, eventID string
+	var queue, inboxDSN, after, eventID, flow string
 	var asJSON bool
 	var limit int
 	var afterNo, afterSeq int64
 	cmd := &cobra.Command{
-		Use:   "inspect (--queue Q [flows|heads|quarantined|groups|settings|audit|clock] | --queue Q attempts --id ID | --inbox I [receipts|projection]) [--json]",
-		Short: "Show a queue store's flows, heads, quarantined events, groups, settings, audit log, an event's attempts or the clock, or an inbox's receipts and projection",
+		Use:   "inspect (--queue Q [flows|heads|quarantined|groups|settings|audit|clock] | --queue Q events [--flow F] | --queue Q attempts --id ID | --inbox I [receipts|projection]) [--json]",
+		Short: "Show a queue store's flows, heads, events, quarantined events, groups, settings, audit log, an event's attempts or the clock, or an inbox's receipts and projection",
 		Long: `Read-only views of a queue store:
   flows        each flow with its last seq, served ticket, group and whether paused
   heads        each flow with its head event (the default)
+  events       the events, bodies included, by flow and seq (--flow F: F's only);
+               acked ones too, until a prune deletes them
   quarantined  the quarantined heads, with the generation a redrive needs
   groups       the groups (SPEC §8); a flow created without a group is its own
                and not listed. The columns:
@@ -62,7 +65,7 @@ text is data: a table shows a value with control or format characters
 Go-quoted ("a\tb"), and JSON escapes them (\u001b), so nothing a store holds
 can forge lines or drive the terminal.`,
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: []string{"flows", "heads", "quarantined", "groups", "settings", "audit", "attempts", "clock"},
+		ValidArgs: []string{"flows", "heads", "events", "quarantined", "groups", "settings", "audit", "attempts", "clock"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
@@ -80,17 +83,26 @@ can forge lines or drive the terminal.`,
 				}
 				return inspectInbox(cmd, inboxDSN, view, asJSON, inboxPage{limit: limit, afterFlow: after, afterSeq: afterSeq})
 			}
-			if afterSeq != 0 {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the inbox's receipts view only"}
-			}
 			view := "heads"
 			if len(args) == 1 {
 				view = args[0]
 			}
+			if afterSeq != 0 && view != "events" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the events view and the inbox's receipts view only"}
+			}
+			if afterSeq < 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "must not be negative"}
+			}
+			if flow != "" && view != "events" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flow", Message: fmt.Sprintf("selects the events view's flow only, not %s", view)}
+			}
+			if flow != "" && after != "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: "with --flow, page with --after-seq alone"}
+			}
 			// Each view pages its own way; a paging flag it does not take
 			// is refused rather than ignored.
-			if after != "" && view != "flows" && view != "heads" && view != "quarantined" && view != "groups" {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: fmt.Sprintf("pages the flows, heads, quarantined and groups views only, not %s (audit pages with --after-no)", view)}
+			if after != "" && view != "flows" && view != "heads" && view != "events" && view != "quarantined" && view != "groups" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: fmt.Sprintf("pages the flows, heads, events, quarantined and groups views only, not %s (audit pages with --after-no)", view)}
 			}
 			if afterNo != 0 && view != "audit" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: fmt.Sprintf("pages the audit view only, not %s", view)}
@@ -108,9 +120,9 @@ can forge lines or drive the terminal.`,
 			switch view {
 			case "flows", "heads":
 				// Open only after the view is known to be valid.
-			case "quarantined", "groups", "settings", "audit", "attempts", "clock":
+			case "events", "quarantined", "groups", "settings", "audit", "attempts", "clock":
 			default:
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, quarantined, groups, settings, audit, attempts or clock", view)}
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, events, quarantined, groups, settings, audit, attempts or clock", view)}
 			}
 			q, err := openExistingQueue(ctx, queue, fairrelay.Policy{}, nil)
 			if err != nil {
@@ -151,6 +163,39 @@ can forge lines or drive the terminal.`,
 						}
 						e := h.Head
 						fmt.Fprintf(w, "%s\t%d\t%d\t%t\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", cell(h.Flow), h.Seq, h.Served, h.Paused, cell(e.ID), e.Seq, e.State, e.Generation, e.Attempts, due(*e), cell(deref(e.Reason)))
+					}
+				}
+			case "events":
+				from := after
+				if flow != "" {
+					from = flow
+				}
+				es, err := q.Events(ctx, from, afterSeq, limit)
+				if err != nil {
+					return err
+				}
+				if flow != "" {
+					// One flow's: the page ends where the next flow begins.
+					n := 0
+					for n < len(es) && es[n].Flow == flow {
+						n++
+					}
+					es = es[:n]
+				}
+				if len(es) > 0 {
+					last := es[len(es)-1]
+					next = "--after " + shellQuote(last.Flow) + " --after-seq " + strconv.FormatInt(last.Seq, 10)
+					if flow != "" {
+						next = "--flow " + shellQuote(flow) + " --after-seq " + strconv.FormatInt(last.Seq, 10)
+					}
+				}
+				for _, e := range es {
+					rows = append(rows, eventRowOf(e))
+				}
+				table = func(w io.Writer) {
+					fmt.Fprintln(w, "ID\tFLOW\tSEQ\tSTATE\tGEN\tATTEMPTS\tBODY")
+					for _, e := range es {
+						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", cell(e.ID), cell(e.Flow), e.Seq, e.State, e.Generation, e.Attempts, cell(bodyCell(e.Body)))
 					}
 				}
 			case "quarantined":
@@ -258,9 +303,10 @@ can forge lines or drive the terminal.`,
 	f.StringVar(&inboxDSN, "inbox", "", "inbox store (instead of --queue): a SQLite file path or a postgres:// URL")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per line instead of a table")
 	f.IntVar(&limit, "limit", 1000, "at most this many rows")
-	f.StringVar(&after, "after", "", "flows, heads, quarantined, receipts and projection: start after this flow id (paging)")
+	f.StringVar(&after, "after", "", "flows, heads, events, quarantined, receipts and projection: start after this flow id (paging)")
 	f.Int64Var(&afterNo, "after-no", 0, "audit: start after the row numbered this (the NO column; paging)")
-	f.Int64Var(&afterSeq, "after-seq", 0, "receipts, with --after: start after this seq of that flow (paging)")
+	f.Int64Var(&afterSeq, "after-seq", 0, "events and receipts, with --after (events also with --flow): start after this seq of that flow (paging)")
+	f.StringVar(&flow, "flow", "", "events: this flow's only")
 	f.StringVar(&eventID, "id", "", "attempts: the event whose attempt history to print")
 	return cmd
 }
@@ -381,4 +427,41 @@ func limitCell(v int64) string {
 		return "none"
 	}
 	return strconv.FormatInt(v, 10)
+}
+
+// eventRow is an event as the events view prints it in JSON: its state,
+// and its body as text when it is UTF-8 (body), else in base64
+// (body_base64).
+type eventRow struct {
+	fairrelay.EventState
+	Body       *string `json:"body,omitempty"`
+	BodyBase64 *string `json:"body_base64,omitempty"`
+}
+
+func eventRowOf(e fairrelay.EventRecord) eventRow {
+	r := eventRow{EventState: e.EventState}
+	if utf8.Valid(e.Body) {
+		b := string(e.Body)
+		r.Body = &b
+	} else {
+		b := base64.StdEncoding.EncodeToString(e.Body)
+		r.BodyBase64 = &b
+	}
+	return r
+}
+
+// bodyCell is a body as the events table shows it: its text, cut to 80
+// bytes (with "…"); a body that is not UTF-8 as "(N bytes, not text)".
+func bodyCell(b []byte) string {
+	if !utf8.Valid(b) {
+		return fmt.Sprintf("(%d bytes, not text)", len(b))
+	}
+	if len(b) > 80 {
+		cut := 80
+		for cut > 0 && !utf8.RuneStart(b[cut]) {
+			cut--
+		}
+		return string(b[:cut]) + "…"
+	}
+	return string(b)
 }
