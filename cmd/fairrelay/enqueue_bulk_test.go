@@ -134,22 +134,7 @@ func TestBulkEnqueueFullRefusesTheFlowsLaterLines(t *testing.T) {
 func TestBulkEnqueueCommitsWhenInputPauses(t *testing.T) {
 	t.Parallel()
 	queue := filepath.Join(t.TempDir(), "queue.db")
-	cmd := exec.Command(os.Args[0], "enqueue", "--queue", queue)
-	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	cmd, stdin, stdout, stderr := startBulkEnqueue(t, queue)
 	answers := make(chan string)
 	go func() {
 		r := bufio.NewReader(stdout)
@@ -185,6 +170,7 @@ func TestBulkEnqueueCommitsWhenInputPauses(t *testing.T) {
 			t.Fatalf("no answer to %s a minute after it was written, the input still open; stderr: %s", id, stderr.String())
 		}
 		if q == nil {
+			var err error
 			if q, err = fairrelay.Open(t.Context(), queue, fairrelay.Config{MustExist: true}); err != nil {
 				t.Fatal(err)
 			}
@@ -257,22 +243,7 @@ func TestBulkEnqueueAnswersExistingAfterAFailedLineOfAnEarlierBatch(t *testing.T
 	if _, e, code := cli(t, "", "configure", "--queue", queue, "--max-flow-backlog", "2"); code != 0 {
 		t.Fatal(e)
 	}
-	cmd := exec.Command(os.Args[0], "enqueue", "--queue", queue)
-	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	cmd, stdin, stdout, stderr := startBulkEnqueue(t, queue)
 	answers := bufio.NewReader(stdout)
 	for _, step := range []struct{ line, want string }{
 		{`{"id":"a1","flow":"A","delta":1}`, `"status":"created"`},
@@ -292,4 +263,28 @@ func TestBulkEnqueueAnswersExistingAfterAFailedLineOfAnEarlierBatch(t *testing.T
 	}
 	stdin.Close()
 	cmd.Wait()
+}
+
+// startBulkEnqueue runs `fairrelay enqueue --queue queue` (bulk, from
+// stdin) as a child process with pipes to its input and output; it is
+// killed when the test ends if it has not exited.
+func startBulkEnqueue(t *testing.T, queue string) (*exec.Cmd, io.WriteCloser, io.Reader, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "enqueue", "--queue", queue)
+	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, stdin, stdout, stderr
 }
