@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -102,24 +103,33 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		ran, err := r.write(settleCtx, func(at int64) (int64, error) {
 			var ps []fairrelay.Settlement
 			ps, settled = settleParams(at, ans)
-			var capped, ahead []string
+			var capped, ahead, long []string
+			room := 0
 			if k > 0 {
 				kk, capped, ahead = r.ts.plan(k, relaxNone)
+				room, long = r.ts.longRoom(kk)
 			}
-			exclude := append(capped, ahead...)
+			exclude := slices.Concat(capped, ahead)
+			first := kk // the heads of the first claim
+			if long = claimable(long, exclude); long != nil {
+				// The long groups hold their share: the other groups
+				// first (timeshare.longRoom), then the long ones' room.
+				first = kk - max(room, 0)
+				exclude = excludeAlso(exclude, long)
+			}
 			tick := at
 			switch {
 			case len(ps) > 0:
 				// A settle does not wait for a flow an outbox transaction
 				// holds: the other answers of its batch would wait with it.
-				res, err := r.q.SettleMany(settleCtx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, ClaimLimit: kk, Exclude: exclude, Relay: r.cfg.Name})
+				res, err := r.q.SettleMany(settleCtx, fairrelay.SettleManyParams{At: at, Floor: true, SkipHeld: true, Settles: ps, ClaimLimit: first, Exclude: exclude, Relay: r.cfg.Name})
 				if err != nil {
 					return at, err
 				}
 				kinds, cs, tick = append(kinds, txSettleAndClaim), res.Claims, res.Tick
 				setResults(settled, res.Results)
 			case k > 0:
-				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: kk, Floor: true, Exclude: exclude})
+				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: first, Floor: true, Exclude: exclude})
 				if err != nil {
 					return at, err
 				}
@@ -127,6 +137,18 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			default:
 				cs = nil // every answer's lease ran out: nothing to write
 				return at, nil
+			}
+			if long != nil && len(cs) < kk {
+				// The long groups' room, and what the others left (they
+				// have no more work now: the long groups' charges entitle
+				// them to it, as before the split). A failed claim claims
+				// nothing: the write before it committed.
+				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: tick, Limit: kk - len(cs), Floor: true, Exclude: slices.Concat(capped, ahead)})
+				if err != nil {
+					r.health.failed("claim", err)
+				} else {
+					kinds, cs, tick = append(kinds, txClaim), append(cs, res.Claims...), res.Tick
+				}
 			}
 			starts = r.ts.started(starts, cs)
 			r.ts.came(len(cs) < kk)
@@ -233,4 +255,40 @@ func (r *Relay) claimMore(ctx context.Context, at int64, n, relax int) ([]fairre
 		return nil, nil, at
 	}
 	return res.Claims, ahead, res.Tick
+}
+
+// claimable returns the names of long that exclude does not hold (nil for
+// none): the long groups a claim would otherwise take.
+func claimable(long, exclude []string) []string {
+	if len(long) == 0 {
+		return nil
+	}
+	ex := make(map[string]bool, len(exclude))
+	for _, n := range exclude {
+		ex[n] = true
+	}
+	out := slices.DeleteFunc(long, func(n string) bool { return ex[n] })
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// excludeAlso appends to exclude the names of more it does not hold, up to
+// fairrelay.MaxExclude names in all.
+func excludeAlso(exclude, more []string) []string {
+	have := make(map[string]bool, len(exclude))
+	for _, n := range exclude {
+		have[n] = true
+	}
+	for _, n := range more {
+		if len(exclude) == fairrelay.MaxExclude {
+			break
+		}
+		if !have[n] {
+			exclude = append(exclude, n)
+			have[n] = true
+		}
+	}
+	return exclude
 }

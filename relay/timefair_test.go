@@ -113,6 +113,22 @@ func (rc *slowReceiver) reached(c string, n int) <-chan struct{} {
 	return ch
 }
 
+// resetPeak starts the peak of class c's deliveries under way over, from
+// those under way now.
+func (rc *slowReceiver) resetPeak(c string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.peak[c] = rc.inflight[c]
+}
+
+// peakOf is the most deliveries of class c the receiver had under way at
+// once since it started (or since resetPeak).
+func (rc *slowReceiver) peakOf(c string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.peak[c]
+}
+
 // tfFlows describes the flows of one class: how many, how many events
 // each, and the group they join ("" for their own).
 type tfFlows struct {
@@ -302,11 +318,19 @@ func TestTimeFairFastBesideSlow(t *testing.T) {
 	}
 	r, stop := startRelay(t, relay.Config{Queue: q, Quantum: 20 * time.Millisecond, Metrics: m}, rc)
 	// Warm-up: every slow group enters once at the floor.
-	w := measure(t, rc, "slow", 10, 60, r)
+	wait(t, rc.reached("slow", 20), "the warm-up")
+	rc.resetPeak("slow")
+	w := measure(t, rc, "slow", 20, 60, r)
 	stop()
 	fast := w.counts["fast"]
 	if s := w.slots["slow"]; s > 4*1.2 || s < 4*0.5 {
 		t.Errorf("the slow groups held %.1f slots on average, want their half, 4, within 20%% (or at least 2 if the run was starved)", s)
+	}
+	// Steadily: slow deliveries claimed together end together, and the
+	// relay once replaced them together, swinging between every slot held
+	// by slow flows and none (timeshare.longRoom).
+	if p := rc.peakOf("slow"); p > 4 {
+		t.Errorf("after the warm-up the slow flows held up to %d slots at once, want at most their half, 4", p)
 	}
 	// Counting claims, fast and slow flows are claimed alike: as many fast
 	// deliveries as slow ones. (How many more depends on the machine's

@@ -128,6 +128,7 @@ type groupTime struct {
 	slotTime  time.Duration // unweighted slot time of ended deliveries
 	lastSeen  bool          // seen at least once (seen is valid)
 	maxHold   time.Duration // the longest slot hold
+	avgHold   time.Duration // the slot holds' moving average (longRoom)
 	peak      int64         // the most slots held at once
 }
 
@@ -290,6 +291,61 @@ func (ts *timeshare) plan(k int, relax int) (limit int, capped, ahead []string) 
 	return limit, capped, ahead
 }
 
+// Long deliveries. A group whose deliveries hold a slot for long (a
+// moving average of its holds, each weighing a quarter, of longHold or
+// more, or the ones under way as long on average) is a long group.
+// Together the active long groups hold at most their weighted share of the
+// slots (Workers × their weights ÷ the active groups' weights) while others
+// have work: longRoom says how many of k free slots they may take, and the
+// claimer claims the rest first without them, then their room and
+// whatever the others left (the others have no more work now, and the long
+// groups' charges entitle them to it). Without this, long deliveries that
+// were claimed together end together and are replaced together: beside
+// 2 s flows the relay swung between every slot held by them for 2 s and
+// none, and the fast flows moved at the rate of the free slots in each
+// transaction, 8 and then 0 instead of 4 and 4, which is slower (fewer
+// heads make a shorter transaction): 0.47-0.52 of their rate alone against
+// 0.65-0.70 with it (BENCHMARKS.md, issue 19). This is the scarce slots
+// going to the smaller charge (SPEC §11) at the moment long deliveries
+// end together: the long groups are then within a quantum of the floor,
+// the others behind it.
+const longHold = youngDelivery
+
+// longRoom returns how many more slots the active long groups may take
+// now (at most k; negative when they hold more than their share) and, when
+// that is less than k, the long groups (at most fairrelay.MaxExclude of
+// them), to be left out of the claim of the other k - room slots. mu must
+// not be held.
+func (ts *timeshare) longRoom(k int) (room int, long []string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.src.Elapsed()
+	var all, longW, held int64
+	for name, g := range ts.groups {
+		if !ts.active(g, now) {
+			continue
+		}
+		w := ts.weight(name)
+		all += w
+		if g.avgHold >= longHold || (g.held > 0 && time.Duration(g.held)*now-g.startSum >= time.Duration(g.held)*longHold) {
+			longW += w
+			held += g.held
+			long = append(long, name)
+		}
+	}
+	if longW == 0 || longW == all {
+		return k, nil // none, or every group is long: the charges alone decide
+	}
+	room = int(int64(ts.slots)*longW/all) - int(held)
+	if room >= k {
+		return k, nil
+	}
+	if len(long) > fairrelay.MaxExclude {
+		long = long[:fairrelay.MaxExclude]
+	}
+	return room, long
+}
+
 // short records whether a claim came back short while it left groups out
 // for their charge, and reports whether the claimer should claim again
 // without them: once its claims have been short so for a quantum. A claim
@@ -385,6 +441,11 @@ func (ts *timeshare) released(group string, start time.Duration) {
 	g.startSum -= start
 	g.slotTime += d
 	g.maxHold = max(g.maxHold, d)
+	if g.avgHold == 0 {
+		g.avgHold = d
+	} else {
+		g.avgHold += (d - g.avgHold) / 4
+	}
 	ts.touch(g, now)
 	ts.metrics.groupSlotTime(group, d)
 	ts.metrics.groupSlots(group, -1)

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,5 +57,58 @@ func TestPlanExcludesAndBoundsTheClaim(t *testing.T) {
 	}
 	if _, _, ahead := ts.plan(8, relaxAll); len(ahead) != 0 {
 		t.Errorf("relaxed: ahead %v, want none", ahead)
+	}
+}
+
+// The long groups (their deliveries hold a slot 10 ms or more) together
+// take at most their weighted share of the slots while other groups are
+// active; with every group long, or none, only the charges decide.
+func TestLongRoomBoundsTheLongGroupsToTheirShare(t *testing.T) {
+	src := &stepTime{}
+	ts := newTimeshare(src, 8, time.Second, 0, nil)
+	at := src.d
+	ts.claimed([]fairrelay.Claim{{Group: "slow1"}, {Group: "slow2"}, {Group: "slow3"}, {Group: "fast1"}, {Group: "fast2"}, {Group: "fast3"}})
+	if room, long := ts.longRoom(4); room != 4 || long != nil {
+		t.Errorf("before any delivery ended: room %d, long %v; want 4, none", room, long)
+	}
+	src.d = time.Millisecond
+	for _, g := range []string{"fast1", "fast2", "fast3"} {
+		ts.released(g, at)
+	}
+	src.d = 2 * time.Second
+	// slow1-3 hold their slots for 2 s now: long by the deliveries under
+	// way. Share: 8 slots × 3 of 6 groups = 4; held 3; room 1.
+	room, long := ts.longRoom(4)
+	slices.Sort(long)
+	if room != 1 || !slices.Equal(long, []string{"slow1", "slow2", "slow3"}) {
+		t.Errorf("three long groups holding 3 of their 4: room %d, long %v; want 1, [slow1 slow2 slow3]", room, long)
+	}
+	if room, long := ts.longRoom(1); room != 1 || long != nil {
+		t.Errorf("one free slot, room for it: room %d, long %v; want 1, none", room, long)
+	}
+	ts.claimed([]fairrelay.Claim{{Group: "slow1"}, {Group: "slow2"}})
+	if room, long := ts.longRoom(2); room != -1 || len(long) != 3 {
+		t.Errorf("holding 5 of their 4: room %d, long %v; want -1 and all three", room, long)
+	}
+	for _, g := range []string{"slow1", "slow1", "slow2", "slow2", "slow3"} {
+		ts.released(g, at)
+	}
+	// Ended, still long by their holds: room 4 again.
+	if room, long := ts.longRoom(5); room != 4 || len(long) != 3 {
+		t.Errorf("after their answers: room %d, long %v; want 4 and all three", room, long)
+	}
+	// Weights count: fast1 of weight 6 makes the long share 8 × 3/11.
+	ts.weights = map[string]int64{"fast1": 6}
+	if room, _ := ts.longRoom(5); room != 2 {
+		t.Errorf("weighted: room %d, want 2", room)
+	}
+	// Every active group long: the charges alone decide.
+	ts.weights = map[string]int64{}
+	src.d += 10 * time.Second // the fast groups go idle: unseen, and
+	ts.came(true)             // two claims came back short since
+	ts.came(true)
+	ts.claimed([]fairrelay.Claim{{Group: "slow1"}})
+	if room, long := ts.longRoom(5); room != 5 || long != nil {
+		t.Errorf("only long groups active: room %d, long %v; want 5, none", room, long)
 	}
 }
