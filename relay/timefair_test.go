@@ -470,6 +470,35 @@ func TestTimeFairWeights(t *testing.T) {
 	}
 }
 
+// (c') Weights 1:2:5 at unequal latencies, 160, 80 and 40 ms: the
+// weight-1 group's deliveries are the longest, so counting claims would
+// give it the most slot time (equal claims: 160/280 = 0.57 of it, the
+// weight-5 group 0.14). Shared by time, the charges (what the scheduler
+// equalises) stay within the bound of timeshare.go's doc, and the shares
+// follow the weights: in their order, each within 50 %, not the 20 % of
+// equal latencies. A slot is idle from an answer to the claim that refills
+// it (a few milliseconds, more on a loaded machine), a larger part of a
+// 40 ms delivery than of a 160 ms one, and idle time is nobody's: measured
+// 0.14-0.175, 0.27-0.30 and 0.53-0.58 on a loaded machine (load average
+// 10), want 0.125, 0.25 and 0.625.
+func TestTimeFairWeightsUnequalLatencies(t *testing.T) {
+	skipTimingUnderRace(t)
+	t.Parallel()
+	r, rc, stop := groupsRun(t, map[string]int64{"w1": 1, "w2": 2, "w5": 5},
+		groupSpec{"w1", 160 * time.Millisecond, 8, 20}, groupSpec{"w2", 80 * time.Millisecond, 8, 40}, groupSpec{"w5", 40 * time.Millisecond, 16, 80})
+	sh := measure(t, rc, "w1", 6, 24, r).shares
+	stop()
+	checkChargeBound(t, r, groupsQuantum, "w1", "w2", "w5")
+	for c, w := range map[string]float64{"w1": 1, "w2": 2, "w5": 5} {
+		if want := w / 8; math.Abs(sh[c]-want) > 0.5*want {
+			t.Errorf("group %s (weight %.0f) held %.3f of the slot time, want %.3f within 50%%", c, w, sh[c], want)
+		}
+	}
+	if !(sh["w1"] < sh["w2"] && sh["w2"] < sh["w5"]) {
+		t.Errorf("shares %v: not in the order of the weights", sh)
+	}
+}
+
 // (d) A group whose receiver hangs is charged the whole delivery timeout
 // for every attempt, so the slots go to the others meanwhile.
 func TestTimeFairTimeoutChargesTheWholeTimeout(t *testing.T) {
