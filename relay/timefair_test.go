@@ -365,6 +365,26 @@ func TestTimeFairFastBesideSlow(t *testing.T) {
 	}
 }
 
+// One slow group (8 flows, 100 ms) beside ten fast flows, each its own
+// group: its share is 8/11 of a slot, below one. Sharing long deliveries'
+// slots by their share rounded down once left it out of every claim (the
+// fast flows always filled them), so it delivered nothing; it gets its
+// share (within 20 %, or at least half if the run was starved).
+func TestTimeFairOneSlowGroupBesideManyFast(t *testing.T) {
+	skipTimingUnderRace(t)
+	t.Parallel()
+	q := sqliteQueue(t)
+	rc := newSlowReceiver(t, map[string]time.Duration{"slow": 100 * time.Millisecond})
+	enqueueFlows(t.Context(), t, q, fairrelay.AtStored,
+		tfFlows{class: "slow", flows: 8, events: 10, group: "slow"}, tfFlows{class: "fast", flows: 10, events: 3000})
+	r, stop := startRelay(t, relay.Config{Queue: q, Quantum: 20 * time.Millisecond}, rc)
+	w := measure(t, rc, "slow", 5, 20, r)
+	stop()
+	if s, share := w.slots["slow"], 8.0/11; s < 0.5*share || s > 1.2*share {
+		t.Errorf("the slow group held %.2f slots on average, want its share %.2f within 20%% (or at least half)", s, share)
+	}
+}
+
 // groupSpec is a group of flows named like its class, with events events
 // each, whose receiver takes latency.
 type groupSpec struct {

@@ -295,8 +295,8 @@ func (ts *timeshare) plan(k int, relax int) (limit int, capped, ahead []string) 
 // moving average of its holds, each weighing a quarter, of longHold or
 // more, or the ones under way as long on average) is a long group.
 // Together the active long groups hold at most their weighted share of the
-// slots (Workers × their weights ÷ the active groups' weights) while others
-// have work: longRoom says how many of k free slots they may take, and the
+// slots (Workers × their weights ÷ the active groups' weights, rounded up)
+// while others have work: longRoom says how many of k free slots they may take, and the
 // claimer claims the rest first without them, then their room and
 // whatever the others left (the others have no more work now, and the long
 // groups' charges entitle them to it). Without this, long deliveries that
@@ -336,7 +336,10 @@ func (ts *timeshare) longRoom(k int) (room int, long []string) {
 	if longW == 0 || longW == all {
 		return k, nil // none, or every group is long: the charges alone decide
 	}
-	room = int(int64(ts.slots)*longW/all) - int(held)
+	// Rounded up: a long group beside many others (a share below one
+	// slot) must still get a slot, or it would be left out of every full
+	// claim and never end a delivery that shows it fast again.
+	room = int((int64(ts.slots)*longW+all-1)/all) - int(held)
 	if room >= k {
 		return k, nil
 	}

@@ -97,10 +97,18 @@ func TestLongRoomBoundsTheLongGroupsToTheirShare(t *testing.T) {
 	if room, long := ts.longRoom(5); room != 4 || len(long) != 3 {
 		t.Errorf("after their answers: room %d, long %v; want 4 and all three", room, long)
 	}
-	// Weights count: fast1 of weight 6 makes the long share 8 × 3/11.
+	// Weights count: fast1 of weight 6 makes the long share 8 × 3/11 =
+	// 2.2, rounded up.
 	ts.weights = map[string]int64{"fast1": 6}
-	if room, _ := ts.longRoom(5); room != 2 {
-		t.Errorf("weighted: room %d, want 2", room)
+	if room, _ := ts.longRoom(5); room != 3 {
+		t.Errorf("weighted: room %d, want 3", room)
+	}
+	// A share below one slot still gets one: weight 22 beside the long
+	// groups' 3 makes it 8 × 3/27 = 0.9 (rounded down, 0: the long groups
+	// would be left out of every full claim, for good).
+	ts.weights = map[string]int64{"fast1": 22}
+	if room, _ := ts.longRoom(5); room != 1 {
+		t.Errorf("a share below one slot: room %d, want 1", room)
 	}
 	// Every active group long: the charges alone decide.
 	ts.weights = map[string]int64{}
