@@ -2,6 +2,7 @@ package fairrelay_test
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -61,5 +62,21 @@ func TestOpenPostgresRefusesWhatIsNotAQueue(t *testing.T) {
 	_, err = fairrelay.Open(ctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", fairrelay.Config{})
 	if fairrelay.CodeOf(err) != fairrelay.CodeDatabase {
 		t.Fatalf("unreachable server: %v, want a database error", err)
+	}
+
+	// A database that does not exist on the server: invalid input that
+	// says so, not "not a fairrelay database" (something else is there).
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/frt_no_such_database"
+	_, err = fairrelay.Open(ctx, u.String(), fairrelay.Config{})
+	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "database does not exist") || strings.Contains(err.Error(), "not a fairrelay database") {
+		t.Fatalf("queue on a missing database: %v", err)
+	}
+	_, err = inbox.Open(ctx, u.String(), inbox.Options{})
+	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "database does not exist") || !strings.Contains(err.Error(), "inbox") {
+		t.Fatalf("inbox on a missing database: %v", err)
 	}
 }

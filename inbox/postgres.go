@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -50,7 +51,11 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error
 	db.SetMaxIdleConns(int(cfg.MaxConns))
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, pgstore.Translate(err)
+		err = pgstore.Translate(err)
+		if errors.Is(err, store.ErrMissing) {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: err}
+		}
+		return nil, err
 	}
 	if queue, err := pgstore.HoldsTable(ctx, db, "event"); err != nil || queue {
 		db.Close()

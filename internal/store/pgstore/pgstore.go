@@ -211,9 +211,10 @@ func Migrate(ctx context.Context, db *sql.DB, schema string, fsys embed.FS, dir,
 
 // Open connects to the PostgreSQL database named by dsn (a postgres:// URL,
 // optionally with schema=NAME), creates the schema if missing and applies
-// the migrations. Errors: a bad URL or schema name; the server unreachable;
-// the database missing or the schema holding another store (wrap
-// store.ErrNotDatabase); lock waits over the timeout (wrap store.ErrBusy).
+// the migrations. Errors: a bad URL or schema name; the server unreachable
+// (wraps store.ErrServer); the database missing (wraps store.ErrMissing);
+// the schema holding another store (wraps store.ErrNotDatabase); lock
+// waits over the timeout (wraps store.ErrBusy).
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = 5 * time.Second
@@ -231,7 +232,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		if err := Translate(err); errors.Is(err, store.ErrNotDatabase) || errors.Is(err, store.ErrBusy) {
+		if err := Translate(err); errors.Is(err, store.ErrNotDatabase) || errors.Is(err, store.ErrBusy) || errors.Is(err, store.ErrMissing) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: %w", store.ErrServer, err)
@@ -426,7 +427,6 @@ var busyCodes = map[string]bool{
 
 // SQLSTATE codes that mean the server does not hold the database asked for.
 var notDatabaseCodes = map[string]bool{
-	"3D000": true, // invalid_catalog_name: no such database
 	"3F000": true, // invalid_schema_name
 	"42P01": true, // undefined_table
 }
@@ -449,6 +449,9 @@ func Translate(err error) error {
 			return &store.InvalidError{Field: pe.Detail, Message: pe.Message}
 		case busyCodes[pe.Code]:
 			return fmt.Errorf("%w: %w", store.ErrBusy, err)
+		case pe.Code == "3D000": // invalid_catalog_name: no such database
+			// Nothing is there, not something else (store.ErrMissing).
+			return fmt.Errorf("the database does not exist on the server: create it first, e.g. createdb (%w): %w", store.ErrMissing, err)
 		case notDatabaseCodes[pe.Code]:
 			return fmt.Errorf("%w: %w", store.ErrNotDatabase, err)
 		}
