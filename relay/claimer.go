@@ -111,11 +111,10 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			}
 			exclude := slices.Concat(capped, ahead)
 			first := kk // the heads of the first claim
-			if long = claimable(long, exclude); long != nil {
+			if exclude, long = leaveOut(exclude, long); long != nil {
 				// The long groups hold their share: the other groups
 				// first (timeshare.longRoom), then the long ones' room.
 				first = kk - max(room, 0)
-				exclude = excludeAlso(exclude, long)
 			}
 			tick := at
 			switch {
@@ -257,38 +256,25 @@ func (r *Relay) claimMore(ctx context.Context, at int64, n, relax int) ([]fairre
 	return res.Claims, ahead, res.Tick
 }
 
-// claimable returns the names of long that exclude does not hold (nil for
-// none): the long groups a claim would otherwise take.
-func claimable(long, exclude []string) []string {
+// leaveOut appends to exclude the long groups it does not hold yet (up to
+// fairrelay.MaxExclude names in all) and returns them too (nil for none):
+// the long groups a claim would otherwise take.
+func leaveOut(exclude, long []string) ([]string, []string) {
 	if len(long) == 0 {
-		return nil
+		return exclude, nil
 	}
-	ex := make(map[string]bool, len(exclude))
-	for _, n := range exclude {
-		ex[n] = true
-	}
-	out := slices.DeleteFunc(long, func(n string) bool { return ex[n] })
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-// excludeAlso appends to exclude the names of more it does not hold, up to
-// fairrelay.MaxExclude names in all.
-func excludeAlso(exclude, more []string) []string {
 	have := make(map[string]bool, len(exclude))
 	for _, n := range exclude {
 		have[n] = true
 	}
-	for _, n := range more {
-		if len(exclude) == fairrelay.MaxExclude {
-			break
+	var left []string
+	for _, n := range long {
+		if have[n] || len(exclude) == fairrelay.MaxExclude {
+			continue
 		}
-		if !have[n] {
-			exclude = append(exclude, n)
-			have[n] = true
-		}
+		have[n] = true
+		exclude = append(exclude, n)
+		left = append(left, n)
 	}
-	return exclude
+	return exclude, left
 }

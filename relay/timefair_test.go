@@ -483,9 +483,17 @@ func TestTimeFairWeights(t *testing.T) {
 	sh := measure(t, rc, "w1", 10, 60, r).shares
 	stop()
 	checkChargeBound(t, r, groupsQuantum, "w1", "w2", "w5")
+	wantWeightShares(t, sh, 0.2)
+}
+
+// wantWeightShares checks that the groups w1, w2 and w5 (weights 1, 2 and
+// 5) held the slot-time shares sh of 1/8, 2/8 and 5/8, each within tol
+// (relative).
+func wantWeightShares(t *testing.T, sh map[string]float64, tol float64) {
+	t.Helper()
 	for c, w := range map[string]float64{"w1": 1, "w2": 2, "w5": 5} {
-		if want := w / 8; math.Abs(sh[c]-want) > 0.2*want {
-			t.Errorf("group %s (weight %.0f) held %.3f of the slot time, want %.3f within 20%%", c, w, sh[c], want)
+		if want := w / 8; math.Abs(sh[c]-want) > tol*want {
+			t.Errorf("group %s (weight %.0f) held %.3f of the slot time, want %.3f within %.0f%%", c, w, sh[c], want, 100*tol)
 		}
 	}
 }
@@ -509,11 +517,7 @@ func TestTimeFairWeightsUnequalLatencies(t *testing.T) {
 	sh := measure(t, rc, "w1", 6, 24, r).shares
 	stop()
 	checkChargeBound(t, r, groupsQuantum, "w1", "w2", "w5")
-	for c, w := range map[string]float64{"w1": 1, "w2": 2, "w5": 5} {
-		if want := w / 8; math.Abs(sh[c]-want) > 0.5*want {
-			t.Errorf("group %s (weight %.0f) held %.3f of the slot time, want %.3f within 50%%", c, w, sh[c], want)
-		}
-	}
+	wantWeightShares(t, sh, 0.5)
 	if !(sh["w1"] < sh["w2"] && sh["w2"] < sh["w5"]) {
 		t.Errorf("shares %v: not in the order of the weights", sh)
 	}
