@@ -107,7 +107,9 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			room := 0
 			if k > 0 {
 				kk, capped, ahead = r.ts.plan(k, relaxNone)
-				room, long = r.ts.longRoom(kk)
+				if r.serial {
+					room, long = r.ts.longRoom(kk)
+				}
 			}
 			exclude := slices.Concat(capped, ahead)
 			first := kk // the heads of the first claim
