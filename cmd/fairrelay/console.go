@@ -93,7 +93,8 @@ func (c *consoleFlags) start(ctx context.Context, field, addr string, cfg consol
 }
 
 func newConsoleCmd() *cobra.Command {
-	var queue, inboxDSN, addr, logLevel string
+	var queue, inboxDSN, addr string
+	var logs logFlags
 	var cf consoleFlags
 	cmd := &cobra.Command{
 		Use:   "console --queue Q [--inbox I] [--addr 127.0.0.1:8081] [--tokens FILE | --auth-header H]",
@@ -111,7 +112,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			defer func() { err = stoppedBeforeStart(cmd, err) }()
 			ctx := cmd.Context()
-			log, err := newLogger(logLevel)
+			log, err := logs.logger()
 			if err != nil {
 				return err
 			}
@@ -148,7 +149,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&inboxDSN, "inbox", "", "inbox store, to show the receiver's projection (optional)")
 	f.StringVar(&addr, "addr", "127.0.0.1:8081", "where to listen")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	logs.register(f)
 	cf.register(cmd)
 	cmd.AddCommand(newConsoleTokenCmd())
 	return cmd

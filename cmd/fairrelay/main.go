@@ -8,10 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -76,7 +78,7 @@ func main() {
 	if err == nil {
 		return
 	}
-	fmt.Fprintln(os.Stderr, "fairrelay: "+errorLine(flagNames(cmd, err)))
+	say("fairrelay: "+errorLine(flagNames(cmd, err)), slog.LevelError, "stopped with an error", "error", errorLine(flagNames(cmd, err)))
 	var ee *exitError
 	if errors.As(err, &ee) {
 		os.Exit(ee.code)
@@ -154,9 +156,10 @@ func errorLine(err error) string {
 // keep every committed write).
 func exitOnSecondSignal(sigs <-chan os.Signal) {
 	first := <-sigs
-	fmt.Fprintf(os.Stderr, "fairrelay: %s: stopping gracefully; send it again to stop at once\n", first)
+	say(fmt.Sprintf("fairrelay: %s: stopping gracefully; send it again to stop at once", first),
+		slog.LevelWarn, "stopping gracefully; send the signal again to stop at once", "signal", first.String())
 	second := <-sigs
-	fmt.Fprintf(os.Stderr, "fairrelay: %s again: stopping at once\n", second)
+	say(fmt.Sprintf("fairrelay: %s again: stopping at once", second), slog.LevelWarn, "stopping at once", "signal", second.String())
 	code := exitFailed
 	if n, ok := second.(syscall.Signal); ok {
 		code = 128 + int(n)
@@ -174,6 +177,23 @@ func stoppedBeforeStart(cmd *cobra.Command, err error) error {
 	if err == nil || cmd.Context().Err() == nil || !errors.Is(err, context.Canceled) {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "fairrelay: %s: stopped before it started (%s)\n", cmd.Name(), errorLine(err))
+	say(fmt.Sprintf("fairrelay: %s: stopped before it started (%s)", cmd.Name(), errorLine(err)),
+		slog.LevelWarn, "stopped before it started", "command", cmd.Name(), "error", errorLine(err))
 	return nil
+}
+
+// jsonLog is the daemon's logger once it has one and logs JSON
+// (--log-format json): the process's own lines on stderr — a stop signal,
+// the error it exits with — then go through it too, so that every line a
+// log collector reads is one JSON object. Nil otherwise.
+var jsonLog atomic.Pointer[slog.Logger]
+
+// say writes line on stderr, or, when the daemon logs JSON, a record of
+// msg and args at level instead.
+func say(line string, level slog.Level, msg string, args ...any) {
+	if l := jsonLog.Load(); l != nil {
+		l.Log(context.Background(), level, msg, args...)
+		return
+	}
+	fmt.Fprintln(os.Stderr, line)
 }

@@ -282,6 +282,8 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--read-timeout", "0s"}, "read-timeout: must be a positive duration"},
 		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--max-requests", "0"}, "max-requests: must be at least 1"},
 		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--metrics-addr", "nonsense"}, "invalid_input: metrics-addr: want HOST:PORT"},
+		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--secret", "x", "--log-format", "logfmt"}, `invalid_input: log-format: must be text or json, got "logfmt"`},
+		{[]string{"console", "--queue", q, "--log-format", "yaml"}, `invalid_input: log-format: must be text or json, got "yaml"`},
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed\n2\t0\tA1\tredrive", "--operator", "me"}, "reason: control character U+000A"},
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "fixed", "--operator", "me\x1b[2J"}, "operator: control character U+001B"},
 	}

@@ -24,11 +24,12 @@ func init() { rootCmd.AddCommand(newReceiveCmd()) }
 
 func newReceiveCmd() *cobra.Command {
 	var (
-		inboxDSN, addr, from, secret, logLevel, metricsAddr string
-		previous                                            []string
-		maxDelta                                            int64
-		tolerance                                           time.Duration
-		limits                                              serverLimits
+		inboxDSN, addr, from, secret, metricsAddr string
+		logs                                      logFlags
+		previous                                  []string
+		maxDelta                                  int64
+		tolerance                                 time.Duration
+		limits                                    serverLimits
 	)
 	cmd := &cobra.Command{
 		Use:   "receive --inbox I (--addr HOST:PORT [--secret S] | --from URL) [--max-delta N]",
@@ -68,7 +69,7 @@ Broker ` + brokerEnvHelp + `.`,
 				return err
 			}
 			ctx := cmd.Context()
-			log, err := newLogger(logLevel)
+			log, err := logs.logger()
 			if err != nil {
 				return err
 			}
@@ -183,7 +184,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.StringArrayVar(&previous, "previous-secret", nil, "a secret also accepted while relays switch to --secret (repeatable): rotate by adding the new one as --secret and the old one here, switch the relays, then drop this")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	logs.register(f)
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (requests by HTTP status, their durations), and /healthz and /readyz (the inbox answers) (e.g. 127.0.0.1:9091)")
 	f.DurationVar(&limits.read, "read-timeout", defaultLimits.read, "longest time to read one request, headers and body: a client sending slower is cut off (408)")
 	f.DurationVar(&limits.write, "write-timeout", defaultLimits.write, "longest time from a request's headers to the end of its answer, the inbox transaction included")

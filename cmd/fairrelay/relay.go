@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/relay"
@@ -26,13 +29,14 @@ func init() { rootCmd.AddCommand(newRelayCmd()) }
 
 func newRelayCmd() *cobra.Command {
 	var (
-		queue, sinkURL, secret, metricsAddr, logLevel, permanent, name string
-		consoleAddr                                                    string
-		cf                                                             consoleFlags
-		workers, maxGroupSlots                                         int
-		timeout, margin, shutdown, retainAcked, retainIDs              time.Duration
-		quantum                                                        time.Duration
-		pf                                                             policyFlags
+		queue, sinkURL, secret, metricsAddr, permanent, name string
+		logs                                                 logFlags
+		consoleAddr                                          string
+		cf                                                   consoleFlags
+		workers, maxGroupSlots                               int
+		timeout, margin, shutdown, retainAcked, retainIDs    time.Duration
+		quantum                                              time.Duration
+		pf                                                   policyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "relay --queue Q --sink URL [--secret S] [--workers N] [--policy fair]",
@@ -91,7 +95,7 @@ charged least; --max-group-slots caps any group's slots (configure
 				return err
 			}
 			ctx := cmd.Context()
-			log, err := newLogger(logLevel)
+			log, err := logs.logger()
 			if err != nil {
 				return err
 			}
@@ -256,19 +260,69 @@ charged least; --max-group-slots caps any group's slots (configure
 	f.StringVar(&permanent, "permanent-status", "", "webhook sink: comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
 	f.StringVar(&name, "name", "", "this relay's name in the attempt history of what it delivers (default HOST:PID)")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	logs.register(f)
 	f.StringVar(&consoleAddr, "console-addr", "", "serve the operator console on this address, sharing the relay's queue (docs/console.md)")
 	cf.register(cmd)
 	pf.register(cmd, fairrelay.DaemonPolicy(), false)
 	return cmd
 }
 
-func newLogger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
+// logFlags are the daemons' logging flags (relay, receive, console):
+// --log-level and --log-format.
+type logFlags struct{ level, format string }
+
+func (l *logFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&l.level, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	f.StringVar(&l.format, "log-format", "text", "text (key=value lines) or json (one JSON object per line, for a log collector)")
+}
+
+// logger builds the daemon's logger on stderr, or an invalid_input error
+// naming the flag whose value is not one of its choices. A JSON logger also
+// carries the process's own lines from then on (jsonLog).
+func (l *logFlags) logger() (*slog.Logger, error) {
+	log, err := newLogger(os.Stderr, l.level, l.format)
+	if err == nil && l.format == "json" {
+		jsonLog.Store(log)
+	}
+	return log, err
+}
+
+// jsonValue writes a duration as the text logs do ("10s", not its
+// nanoseconds) and a value with a String method but no JSON form of its own
+// as that string, not as an empty object.
+func jsonValue(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindDuration:
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	case slog.KindAny:
+		v := a.Value.Any()
+		if _, ok := v.(json.Marshaler); ok {
+			break
+		}
+		if _, ok := v.(error); ok {
+			break
+		}
+		if st, ok := v.(fmt.Stringer); ok {
+			a.Value = slog.StringValue(st.String())
+		}
+	}
+	return a
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "log-level", Message: fmt.Sprintf("must be debug, info, warn or error, got %q", level)}
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		opts.ReplaceAttr = jsonValue
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "log-format", Message: fmt.Sprintf("must be text or json, got %q", format)}
 }
 
 func parseStatuses(s string) ([]int, error) {

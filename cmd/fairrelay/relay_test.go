@@ -295,7 +295,7 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 	}
 	metrics := freeAddr(t)
 	rel := startCLI(t, "relay", "--queue", queue, "--sink", "http://"+addr+"/", "--secret", secret, "--workers", "4",
-		"--metrics-addr", metrics, "--backoff-base", "50ms", "--backoff-cap", "200ms")
+		"--metrics-addr", metrics, "--backoff-base", "50ms", "--backoff-cap", "200ms", "--log-format", "json")
 	waitFor(t, queue, "20 acked and A1 quarantined", func(s *fairrelay.Snapshot) bool {
 		return countState(s, fairrelay.StateAcked) == 20 && countState(s, fairrelay.StateQuarantined) == 1
 	})
@@ -355,6 +355,26 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 	}
 	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("receive exit %d on SIGTERM: %s", code, recv.stderr())
+	}
+	// --log-format json: every line the relay logged is one JSON object
+	// with slog's keys, and its quarantine of A1 is among them.
+	var logged, quarantine int
+	for _, line := range strings.Split(strings.TrimSpace(rel.stderr()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("relay --log-format json logged a line that is not JSON (%v): %q", err, line)
+			continue
+		}
+		if rec["time"] == nil || rec["level"] == nil || rec["msg"] == nil {
+			t.Errorf("relay JSON log line lacks time, level or msg: %q", line)
+		}
+		logged++
+		if strings.Contains(line, `"A1"`) && rec["level"] == "WARN" {
+			quarantine++
+		}
+	}
+	if logged == 0 || quarantine == 0 {
+		t.Errorf("relay --log-format json: %d lines, %d warnings naming A1; want both:\n%s", logged, quarantine, rel.stderr())
 	}
 	led := wantLedger(t, inboxPath, 4, 5)
 	if _, ok := led["A"]; ok {
@@ -421,6 +441,8 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--shutdown-timeout", "-1s"}, "shutdown-timeout"},
 		{[]string{"--name", "a b "}, "name"},
 		{[]string{"--metrics-addr", "nonsense"}, "metrics-addr"},
+		{[]string{"--log-level", "loud"}, "log-level"},
+		{[]string{"--log-format", "xml"}, "log-format"},
 		// A console flag without the console would be ignored.
 		{[]string{"--tls-cert", "c.pem", "--tls-key", "k.pem"}, "tls-cert"},
 		{[]string{"--tokens", "t.txt"}, "tokens"},
