@@ -12,18 +12,18 @@ import (
 // backlogCount keeps the last count of the events not acked
 // (fairrelay.Queue.Backlog) for the overview. On PostgreSQL that count
 // reads every flow (O(flows): PostgreSQL keeps no store-wide counter, SPEC
-// §10), so no page waits for a count that is not cheap: a page shows the
-// last count, with its age, and when the count is older than its refresh
-// interval starts a new one in the background — or, when the last count
-// took less than inlineCount (SQLite's counter; a small PostgreSQL store),
-// counts at once, so that a small store's overview is never stale. The
-// interval is 100 times what the last count took, at least minRefresh:
-// SQLite's counter is read at most every second, 100 000 flows on
-// PostgreSQL (44 ms) every ~4 s, and a store where a count takes 600 ms or
-// more (or waited for a lock that long) every minute, maxRefresh — so
-// the counting takes at most 1 % of one connection's time unless a count
-// takes longer than 600 ms. (River UI does the same with its counts by
-// state.)
+// §10), so no page waits long for a count: when the last count is older
+// than its refresh interval, a page starts a new one and waits for it up
+// to wait (pageWait, 50 ms) — a small store's count (SQLite's counter, a
+// few flows) ends within that, so its overview is never stale — and
+// otherwise shows the last count, with its age, while the new one goes on
+// in the background. The interval is 100 times what the last count took,
+// at least minRefresh: SQLite's counter is read at most every second,
+// 100 000 flows on PostgreSQL (44 ms) every ~4 s, and a store where a count
+// takes 600 ms or more (or waited for a lock that long) every minute,
+// maxRefresh — so the counting takes at most 1 % of one connection's time
+// unless a count takes longer than 600 ms. (River UI does the same with
+// its counts by state.)
 // Safe for concurrent use.
 type backlogCount struct {
 	// count counts; it is fairrelay.Queue.Backlog but for tests.
@@ -32,6 +32,9 @@ type backlogCount struct {
 	now func() time.Time
 	// timeout bounds one count.
 	timeout time.Duration
+	// wait is how long a page waits for a count under way before it shows
+	// the last one (pageWait; 0: it never waits).
+	wait time.Duration
 	// log receives a failed count's error.
 	log *slog.Logger
 	// done, when set, is told of every count's end (tests).
@@ -43,6 +46,7 @@ type backlogCount struct {
 	took    time.Duration // how long it took
 	counted bool          // n, at and took hold a count
 	running bool          // a count is under way
+	ended   chan struct{} // closed when the count under way ends
 	err     error         // the last count's error, nil once one succeeds
 }
 
@@ -54,9 +58,10 @@ const (
 	maxRefresh = time.Minute
 )
 
-// inlineCount: a backlog count that took less is run by the page itself
-// the next time (a counter's read, or a few flows).
-const inlineCount = 5 * time.Millisecond
+// pageWait is how long a page waits for a count it started (or found
+// under way) before it shows the last one: long enough for a counter's read
+// or a few flows on a loaded machine, short beside a page's own time.
+const pageWait = 50 * time.Millisecond
 
 // backlogView is what a page shows of the backlog.
 type backlogView struct {
@@ -73,21 +78,27 @@ type backlogView struct {
 }
 
 // view returns what a page shows now. When the last count is stale (or
-// there is none) and none is under way, it first counts — itself when the
-// last count took less than inlineCount, else in the background.
+// there is none) and none is under way, it starts one in the background;
+// then, while a count is under way, it waits for it up to b.wait.
 func (b *backlogCount) view() backlogView {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
 	if !b.running && (!b.counted || now.Sub(b.at) >= min(maxRefresh, max(minRefresh, 100*b.took))) {
-		b.running = true
-		if b.counted && b.took < inlineCount {
-			b.mu.Unlock()
-			b.run(now)
-			b.mu.Lock()
-		} else {
-			go b.run(now)
+		b.running, b.ended = true, make(chan struct{})
+		go b.run(now, b.ended)
+	}
+	if b.running && b.wait > 0 {
+		ended := b.ended
+		b.mu.Unlock()
+		t := time.NewTimer(b.wait)
+		select {
+		case <-ended:
+		case <-t.C:
 		}
+		t.Stop()
+		b.mu.Lock()
+		now = b.now()
 	}
 	v := backlogView{N: b.n, Counted: b.counted}
 	if b.err != nil {
@@ -99,8 +110,8 @@ func (b *backlogCount) view() backlogView {
 	return v
 }
 
-// run counts once, started at start.
-func (b *backlogCount) run(start time.Time) {
+// run counts once, started at start, and closes ended when done.
+func (b *backlogCount) run(start time.Time, ended chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	n, err := b.count(ctx)
 	cancel()
@@ -112,6 +123,7 @@ func (b *backlogCount) run(start time.Time) {
 	} else {
 		b.err = err
 	}
+	close(ended)
 	b.mu.Unlock()
 	if err != nil {
 		b.log.Error("console: counting the backlog failed", "err", err)

@@ -116,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 	if _, err := rand.Read(s.msgKey); err != nil {
 		return nil, err
 	}
-	s.backlog = &backlogCount{count: s.q.Backlog, now: s.now, timeout: time.Minute, log: s.log}
+	s.backlog = &backlogCount{count: s.q.Backlog, now: s.now, timeout: time.Minute, wait: pageWait, log: s.log}
 	s.backlog.view() // the first count, so that the first overview has one
 	t, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
 	if err != nil {

@@ -217,6 +217,14 @@ func TestRefusedRequestsChangeNothing(t *testing.T) {
 	if diff := cmp.Diff(before, snapshot(t, q)); diff != "" {
 		t.Fatalf("refused requests changed the store (-before +after):\n%s", diff)
 	}
+	// A read-only user is offered nothing to select: no checkbox beside
+	// the quarantined A1, as no button below it.
+	if st, body := bob.do("GET", "/quarantine", nil); st != 200 || !strings.Contains(body, "A1") || strings.Contains(body, `type="checkbox"`) {
+		t.Errorf("read-only /quarantine: %d, want A1 listed without a checkbox:\n%s", st, body)
+	}
+	if st, body := alice.do("GET", "/quarantine", nil); st != 200 || !strings.Contains(body, `id="sel-A1"`) {
+		t.Errorf("operator /quarantine: %d, want A1's checkbox:\n%s", st, body)
+	}
 }
 
 func TestOperatorActionsAreAudited(t *testing.T) {
