@@ -409,13 +409,17 @@ func (q *Queue) Event(ctx context.Context, id string) (*EventRecord, error) {
 // for the first; the last event's Flow and Seq ask for the next page. It
 // reads one page in one read transaction, acked events included until a
 // prune deletes them (SPEC §8). Errors: ErrInvalidInput (field "limit"
-// below 1, "after_seq" negative), ErrBusy, ErrDatabase.
+// below 1, "after_seq" negative or given without afterFlow, whose seq it
+// is), ErrBusy, ErrDatabase.
 func (q *Queue) Events(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]EventRecord, error) {
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
 	}
 	if afterSeq < 0 {
 		return nil, invalid("after_seq", "must not be negative, got %d", afterSeq)
+	}
+	if afterSeq != 0 && afterFlow == "" {
+		return nil, invalid("after_seq", "is a seq of after_flow: give the flow too (\"\" and 0 start at the first event)")
 	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {

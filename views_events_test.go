@@ -2,6 +2,7 @@ package fairrelay_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -59,6 +60,12 @@ func TestEventsPageByFlowAndSeq(t *testing.T) {
 		}
 		if _, err := q.Events(ctx, "A", -1, 1); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
 			t.Errorf("after_seq -1: %v, want invalid_input", err)
+		}
+		// A seq with no flow would be ignored (every flow sorts after ""):
+		// refused, naming it.
+		var fe *fairrelay.Error
+		if _, err := q.Events(ctx, "", 2, 1); !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "after_seq" {
+			t.Errorf("after_seq 2 without a flow: %v, want invalid_input naming after_seq", err)
 		}
 	})
 }

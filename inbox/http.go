@@ -213,5 +213,9 @@ func writeError(w http.ResponseWriter, code int, errCode, msg string) {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
+	// Not HTML: <, > and & as they are (an error names fr1:<id>:<gen>),
+	// not as \u003c…, which a person reading the answer has to decode.
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
 }

@@ -225,3 +225,48 @@ func TestInboxRefusesNamesTheQueueRefuses(t *testing.T) {
 		t.Fatalf("%d receipts written for names the queue refuses", n)
 	}
 }
+
+// Receipts pages by (flow, seq): a seq without its flow, or a negative one,
+// is refused naming after_seq, as Queue.Events does, not ignored.
+func TestReceiptsPagingArgumentsAreChecked(t *testing.T) {
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	for _, tc := range []struct {
+		flow string
+		seq  int64
+	}{{"", 3}, {"A", -1}} {
+		_, err := in.Receipts(t.Context(), tc.flow, tc.seq, 10)
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "after_seq" {
+			t.Errorf("Receipts(%q, %d): %v, want invalid_input naming after_seq", tc.flow, tc.seq, err)
+		}
+	}
+	if rs, err := in.Receipts(t.Context(), "", 0, 10); err != nil || len(rs) != 0 {
+		t.Errorf("Receipts from the first of an empty inbox: %v, %v", rs, err)
+	}
+}
+
+// The receiver's JSON answers are read by people: <, > and & stay as they
+// are, not \u003c… (a fresh user's trial saw "fr1:\u003cid\u003e").
+func TestAnswersDoNotEscapeHTML(t *testing.T) {
+	_, srv := newServer(t, inbox.HandlerOptions{})
+	h := header("A1", "A", 1, `{"delta":1}`, "", time.Now())
+	h.Set(webhook.HeaderID, "not-a-message-id")
+	req, err := http.NewRequestWithContext(t.Context(), "POST", srv.URL, strings.NewReader(`{"delta":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "fr1:<id>:<flow>:<seq>") {
+		t.Errorf("a bad webhook-id: %d %s, want 400 naming fr1:<id>:<flow>:<seq> as written", resp.StatusCode, b)
+	}
+}

@@ -426,10 +426,17 @@ func (s *Snapshot) ByFlow() map[string]Projection {
 // Receipts lists up to limit receipts in (flow, seq) order, starting after
 // the receipt of flow afterFlow at seq afterSeq ("" and 0: from the first),
 // in one read: for paging through an inbox of any size. Errors:
-// ErrInvalidInput (field "limit") for limit < 1; database errors.
+// ErrInvalidInput (field "limit" for limit < 1, "after_seq" negative or
+// given without afterFlow, whose seq it is); database errors.
 func (in *Inbox) Receipts(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
 	if limit < 1 {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+	}
+	if afterSeq < 0 {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: fmt.Sprintf("must not be negative, got %d", afterSeq)}
+	}
+	if afterSeq != 0 && afterFlow == "" {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: `is a seq of afterFlow: give the flow too ("" and 0 start at the first receipt)`}
 	}
 	rows, err := in.db.QueryContext(ctx, q["ReceiptPage"], afterFlow, afterSeq, limit)
 	if err != nil {

@@ -29,6 +29,16 @@ const (
 // brokerEnvHelp is the flags' note on credentials.
 const brokerEnvHelp = "credentials from $" + brokerUserEnv + " and $" + brokerPasswordEnv + " (NATS also $" + brokerTokenEnv + " or $" + brokerCredsEnv + "), never in the URL"
 
+// noCredentials refuses a broker URL that carries credentials, naming the
+// variables they go in instead (the sink packages refuse it too, but know
+// nothing of the CLI's environment).
+func noCredentials(field, raw string) error {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: "no credentials in the URL (it shows in ps): set $" + brokerUserEnv + " and $" + brokerPasswordEnv + " (NATS also $" + brokerTokenEnv + " or $" + brokerCredsEnv + ") instead"}
+	}
+	return nil
+}
+
 // schemeOf returns raw's URL scheme, "" when it has none.
 func schemeOf(raw string) string {
 	u, err := url.Parse(raw)
@@ -51,6 +61,9 @@ func isBroker(raw string) bool {
 // the URL to log (it holds no credentials); closeSink releases the
 // connection.
 func brokerSink(raw string, workers int, timeout time.Duration, log *slog.Logger) (s sink.Sink, shown string, closeSink func(), err error) {
+	if err := noCredentials("sink", raw); err != nil {
+		return nil, "", nil, err
+	}
 	if schemeOf(raw) == "nats" {
 		e, err := jetstream.ParseEndpoint("sink", raw)
 		if err != nil {
@@ -87,6 +100,9 @@ func brokerSink(raw string, workers int, timeout time.Duration, log *slog.Logger
 // done, calling ready once the stream or queue and the consumer exist;
 // shown is the URL to log; release closes the connection.
 func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx context.Context, opts consume.Options, ready func()) error, release func(), err error) {
+	if err := noCredentials("from", raw); err != nil {
+		return "", nil, nil, err
+	}
 	if schemeOf(raw) == "nats" {
 		e, err := jetstream.ParseEndpoint("from", raw)
 		if err != nil {

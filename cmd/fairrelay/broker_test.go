@@ -251,6 +251,18 @@ func TestBrokerFlagErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, %s; want invalid_input naming %s", tc.args, code, errOut, tc.field)
 		}
 	}
+	// Credentials in the URL: the error names the variables they go in.
+	for _, args := range [][]string{
+		{"relay", "--queue", queue, "--sink", "amqp://guest:guest@127.0.0.1:5672/"},
+		{"relay", "--queue", queue, "--sink", "nats://user:pw@127.0.0.1:4222"},
+		{"receive", "--inbox", inboxPath, "--from", "amqp://guest:guest@127.0.0.1:5672/?queue=q"},
+		{"receive", "--inbox", inboxPath, "--from", "nats://tok@127.0.0.1:4222?stream=S&durable=D"},
+	} {
+		_, errOut, code := cli(t, "", args...)
+		if code != 2 || !strings.Contains(errOut, "no credentials in the URL") || !strings.Contains(errOut, "$FAIRRELAY_BROKER_USER and $FAIRRELAY_BROKER_PASSWORD") {
+			t.Errorf("%v: exit %d, %s; want invalid_input naming the credentials' variables", args, code, errOut)
+		}
+	}
 	for _, p := range []string{queue, inboxPath} {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("%s was created by a refused command", p)

@@ -93,6 +93,9 @@ can forge lines or drive the terminal.`,
 			if afterSeq < 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "must not be negative"}
 			}
+			if afterSeq != 0 && after == "" && flow == "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "a seq of which flow: give --after FLOW or --flow FLOW with it"}
+			}
 			if flow != "" && view != "events" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flow", Message: fmt.Sprintf("selects the events view's flow only, not %s", view)}
 			}

@@ -316,6 +316,7 @@ func TestInspectEvents(t *testing.T) {
 		{[]string{"heads", "--flow", "A"}, "invalid_input: flow: selects the events view's flow only, not heads"},
 		{[]string{"events", "--flow", "A", "--after", "A"}, "invalid_input: after: with --flow, page with --after-seq alone"},
 		{[]string{"events", "--after-seq", "-1"}, "invalid_input: after-seq: must not be negative"},
+		{[]string{"events", "--after-seq", "1"}, "invalid_input: after-seq: a seq of which flow: give --after FLOW or --flow FLOW with it"},
 		{[]string{"heads", "--after-seq", "1"}, "invalid_input: after-seq: pages the events view and the inbox's receipts view only"},
 	} {
 		if _, e, code := cli(t, "", append([]string{"inspect", "--queue", q}, c.args...)...); code != 2 || !strings.Contains(e, c.want) {

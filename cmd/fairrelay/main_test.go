@@ -250,6 +250,7 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"prune", "--queue", q, "--acked-before", "3", "--ids-before", "5", "--at", "5"}, "invalid_input: ids-before: must be at most acked-before (3)"},
 		{[]string{"prune", "--queue", q, "--acked-before", "-1", "--ids-before", "0", "--at", "5"}, "invalid_input: acked-before: must be a tick"},
 		{[]string{"configure", "--queue", q, "--max-flow-backlog", "-3", "--at", "5"}, "invalid_input: max-flow-backlog: must not be negative"},
+		{[]string{"configure", "--queue", q}, "invalid_input: settings: missing: nothing to set: give --max-backlog"},
 		{[]string{"demo", "--workers", "0", "--dir", filepath.Join(dir, "demo")}, "invalid_input: workers: must be 1 to"},
 		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database: queue: open: not a fairrelay database"},
 		{[]string{"claim", "--queue", q, "--at", "5", "--policy", "lifo"}, "policy: must be seed or fair"},

@@ -58,8 +58,9 @@ store's limit): a pause of dispatch as long as that count.`,
 				p.MaxSlots = &maxSlots
 			}
 			if p.Weight == nil && p.MaxBacklog == nil && p.MaxFlowBacklog == nil && p.MaxSlots == nil && group == "" {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max_backlog",
-					Message: "nothing to set: give --max-backlog, --max-flow-backlog, or --group with --weight, --max-backlog or --max-slots"}
+				// No one flag is wrong: the field is what is missing.
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "settings",
+					Message: "missing: nothing to set: give --max-backlog, --max-flow-backlog, or --group with --weight, --max-backlog or --max-slots"}
 			}
 			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {
