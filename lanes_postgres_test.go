@@ -403,3 +403,93 @@ func postgresQueue(t *testing.T, prefix string, busy time.Duration) (*fairrelay.
 	t.Cleanup(pool.Close)
 	return q, pool
 }
+
+// TestPostgresPauseWaitingForAFlowHoldsUpNoSettle: a pause (or resume) of a
+// flow an open outbox transaction holds waits for that flow alone, as a
+// settle does (SPEC §10: an open transaction delays only its flow). It
+// took the settle lane first and then waited for the flow, so every settle
+// and settle-and-claim of the store waited behind it, and a settle of that
+// flow waiting for it met it in a deadlock (a breaker's report: settles of
+// an unrelated flow held 2.8–4.8 s, 14 deadlocks in 25 s of pauses beside
+// outbox writers).
+func TestPostgresPauseWaitingForAFlowHoldsUpNoSettle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool, first := outboxFixture(t, "frlane6", time.Minute)
+	tx := holdFlowA(t, q, pool)
+
+	paused := make(chan error, 1)
+	go func() {
+		r, err := q.Pause(ctx, fairrelay.FlowActionParams{Flow: "A", Reason: "hold", Operator: "test", At: fairrelay.AtStored})
+		if err == nil && r.Status != fairrelay.ActionPaused {
+			err = fmt.Errorf("answered %s", r.Status)
+		}
+		paused <- err
+	}()
+	for waitsFor(t, pool, tx) == 0 {
+		select {
+		case err := <-paused:
+			t.Fatalf("the pause of A did not wait for the open transaction: %v", err)
+		default:
+		}
+	}
+	deadline, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if r, err := q.Settle(deadline, fairrelay.SettleParams{Token: first[1].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
+		t.Fatalf("settle B1 while the pause of A waits: %+v %v", r, err)
+	}
+	if _, cs, err := queuetest.SettleClaims(q.SettleMany(deadline, fairrelay.SettleManyParams{At: 0, Settles: nil, ClaimLimit: 2})); err != nil || len(cs) != 1 || cs[0].Token.EventID != "C1" {
+		t.Fatalf("settle-and-claim while the pause of A waits: %+v %v", cs, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-paused; err != nil {
+		t.Fatalf("pause A after the commit: %v", err)
+	}
+}
+
+// TestPostgresResumeSeesTheHeadAnOutboxAppended: a paused flow whose events
+// are all acked gets a new event from an outbox transaction while a resume
+// waits for the flow; once it commits, the resume answers resumed and the
+// new event is the flow's head. The resume read the flow and its head in
+// the statement that waited: the flow row as committed, the head as before
+// the wait, and it failed "head seq 2 is missing: the store is
+// inconsistent" (a breaker's report; SQLite answered resumed).
+func TestPostgresResumeSeesTheHeadAnOutboxAppended(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool, first := outboxFixture(t, "frlane7", time.Minute)
+	if r, err := q.Settle(ctx, fairrelay.SettleParams{Token: first[0].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
+		t.Fatalf("settle A1: %+v %v", r, err)
+	}
+	if r, err := q.Pause(ctx, fairrelay.FlowActionParams{Flow: "A", Reason: "hold", Operator: "test", At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.ActionPaused {
+		t.Fatalf("pause A: %+v %v", r, err)
+	}
+	tx := holdFlowA(t, q, pool)
+	resumed := make(chan error, 1)
+	go func() {
+		r, err := q.Resume(ctx, fairrelay.FlowActionParams{Flow: "A", Reason: "go", Operator: "test", At: fairrelay.AtStored})
+		if err == nil && r.Status != fairrelay.ActionResumed {
+			err = fmt.Errorf("answered %s", r.Status)
+		}
+		resumed <- err
+	}()
+	for waitsFor(t, pool, tx) == 0 {
+		select {
+		case err := <-resumed:
+			t.Fatalf("the resume of A did not wait for the open transaction: %v", err)
+		default:
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-resumed; err != nil {
+		t.Fatalf("resume A after the outbox committed A2: %v", err)
+	}
+	cs, err := queuetest.Claims(q.Claim(ctx, fairrelay.ClaimParams{At: 1, Limit: 3}))
+	if err != nil || len(cs) != 2 || cs[0].Token.EventID != "A2" && cs[1].Token.EventID != "A2" {
+		t.Fatalf("claim after the resume: %+v %v, want A2 (A's new head) and C1", cs, err)
+	}
+}

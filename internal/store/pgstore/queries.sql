@@ -63,6 +63,17 @@ ORDER BY flow_id FOR NO KEY UPDATE;
 SELECT flow_id FROM flow WHERE flow_id = ANY (ARRAY (SELECT flow_id FROM event WHERE event_id = ANY ($1::text[])))
 ORDER BY flow_id FOR NO KEY UPDATE SKIP LOCKED;
 
+-- name: FlowLock
+-- Before a transaction reads the flows an operator action names (pause,
+-- resume), it locks them, in flow_id order, in one statement, before its
+-- lanes, as a settle locks its events' flows (FlowLockOfEvents): a flow an
+-- open outbox transaction holds then holds up this action alone, not every
+-- settle queued behind it on the lane; and FlowsWithHeads, a later
+-- statement with a new snapshot, reads the flows and their heads as they
+-- stand once locked (in one statement a waited-for flow row is read anew
+-- but the head joined to it is not: a head the outbox appended was missed).
+SELECT 1 FROM flow WHERE flow_id = ANY ($1::text[]) ORDER BY flow_id FOR NO KEY UPDATE;
+
 -- name: EventsWithFlows
 -- The events a settle or redrive names, with their flows (after
 -- FlowLockOfEvents) and, when $2, the event behind each (the flow's next

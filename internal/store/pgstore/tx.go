@@ -21,10 +21,11 @@ import (
 //     write, and holds it to the end (FOR NO KEY UPDATE, which the event
 //     table's foreign key checks do not conflict with);
 //   - a transaction waits for flow locks in one statement at most, taking
-//     them in flow_id order (a settle's flows, an enqueue's flows): no two
-//     transactions can wait for each other. A settle takes them before its
-//     lanes' locks, so that waiting for one flow does not hold up the
-//     lane; it then waits for nothing but the lane;
+//     them in flow_id order (a settle's flows, an operator action's, an
+//     enqueue's): no two transactions can wait for each other. A settle,
+//     and a pause or resume, takes them before its lanes' locks, so that
+//     waiting for one flow does not hold up the lane; it then waits for
+//     nothing but the lane;
 //   - a claim never waits for a flow: it skips one another transaction
 //     holds (SKIP LOCKED), which can only be an enqueue appending to it or
 //     a settle of its lease-expired head, and a later claim takes it.
@@ -104,6 +105,11 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 			// then holds up this settle alone, not every settle (and every
 			// claim) queued behind it on the lane lock.
 			pc.queue("FlowLockOfEvents", q["FlowLockOfEvents"], rs.Events)
+		}
+		if len(rs.Flows) > 0 {
+			// The flows an operator action names, likewise: before the
+			// lanes, and read by a later statement (FlowLock).
+			pc.queue("FlowLock", q["FlowLock"], rs.Flows)
 		}
 		lanes := laneRows(t.lanes)
 		pc.queue("ClockLock", q["ClockLock"], lanes)
