@@ -30,6 +30,10 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *relay.Config) { c.MaxPollInterval = time.Microsecond }, "poll_interval"},
 		{func(c *relay.Config) { c.MaxRetryWait = time.Microsecond }, "retry_wait"},
 		{func(c *relay.Config) { c.RetryWait = -time.Second }, "retry_wait"},
+		// Sub-millisecond retention is 0 ticks: it pruned everything at once
+		// (a breaker's report), the opposite of 0, which keeps it forever.
+		{func(c *relay.Config) { c.RetainAcked = 500 * time.Microsecond }, "retain_acked"},
+		{func(c *relay.Config) { c.RetainAcked, c.RetainIDs = time.Hour, time.Hour + time.Microsecond }, "retain_ids"},
 	} {
 		cfg := h.config(t)
 		tc.change(&cfg)

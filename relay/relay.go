@@ -154,11 +154,12 @@ type Config struct {
 	// retention): every PruneInterval it deletes the events acked more than
 	// RetainAcked ago (by its clock, 1 tick = 1 ms), PruneBatch at a time,
 	// each batch its own short transaction. 0 keeps acked events forever.
+	// A whole number of milliseconds (else New answers invalid_input).
 	RetainAcked time.Duration
 	// RetainIDs is how long a pruned event's id stays idempotent (its
 	// tombstone; SPEC §8): tombstones older are deleted, and an event acked
 	// longer ago leaves none. 0 keeps tombstones forever. When both are
-	// set, at least RetainAcked.
+	// set, at least RetainAcked. A whole number of milliseconds.
 	RetainIDs time.Duration
 	// PruneInterval is the pause between prunes. Defaults to 1 minute.
 	PruneInterval time.Duration
@@ -294,6 +295,13 @@ func (c Config) ValidateSettings() error {
 		return invalid("retain_acked", "must not be negative, got %s", c.RetainAcked)
 	case c.RetainIDs < 0:
 		return invalid("retain_ids", "must not be negative, got %s", c.RetainIDs)
+	// A retention counts ticks (1 tick = 1 ms): 500µs would be 0 ticks,
+	// which prunes everything acked (or every tombstone) at once — the
+	// opposite of 0, which keeps them forever.
+	case c.RetainAcked%time.Millisecond != 0:
+		return invalid("retain_acked", "must be a whole number of milliseconds (the relay's tick), got %s", c.RetainAcked)
+	case c.RetainIDs%time.Millisecond != 0:
+		return invalid("retain_ids", "must be a whole number of milliseconds (the relay's tick), got %s", c.RetainIDs)
 	case c.RetainAcked > 0 && c.RetainIDs > 0 && c.RetainIDs < c.RetainAcked:
 		return invalid("retain_ids", "%s is shorter than retain_acked %s: a pruned event's id must stay idempotent at least as long as its body is kept", c.RetainIDs, c.RetainAcked)
 	case c.PruneInterval < 0:
