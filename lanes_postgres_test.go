@@ -151,13 +151,7 @@ func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 		settledA <- err
 	}()
 	// Wait until the server shows it waiting for the open transaction.
-	for waitsFor(t, pool, tx) == 0 {
-		select {
-		case err := <-settledA:
-			t.Fatalf("the settle of A1 did not wait for the open transaction: %v", err)
-		default:
-		}
-	}
+	waitUntilBlocked(t, pool, tx, settledA, "the settle of A1")
 	deadline, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if r, err := q.Settle(deadline, fairrelay.SettleParams{Token: first[1].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
@@ -336,6 +330,20 @@ func waitsFor(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx) int {
 	return n
 }
 
+// waitUntilBlocked returns once a server process waits for a lock that tx
+// holds; it fails the test if the call under way (done) ends before, not
+// having waited.
+func waitUntilBlocked(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx, done <-chan error, what string) {
+	t.Helper()
+	for waitsFor(t, pool, tx) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("%s did not wait for the open transaction: %v", what, err)
+		default:
+		}
+	}
+}
+
 // holdFlowA opens an outbox transaction on pool that appends A2 to flow A
 // and stays open (it is rolled back when the test ends, unless the test
 // commits it): it holds A's row and the enqueue lane.
@@ -426,13 +434,7 @@ func TestPostgresPauseWaitingForAFlowHoldsUpNoSettle(t *testing.T) {
 		}
 		paused <- err
 	}()
-	for waitsFor(t, pool, tx) == 0 {
-		select {
-		case err := <-paused:
-			t.Fatalf("the pause of A did not wait for the open transaction: %v", err)
-		default:
-		}
-	}
+	waitUntilBlocked(t, pool, tx, paused, "the pause of A")
 	deadline, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if r, err := q.Settle(deadline, fairrelay.SettleParams{Token: first[1].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
@@ -475,13 +477,7 @@ func TestPostgresResumeSeesTheHeadAnOutboxAppended(t *testing.T) {
 		}
 		resumed <- err
 	}()
-	for waitsFor(t, pool, tx) == 0 {
-		select {
-		case err := <-resumed:
-			t.Fatalf("the resume of A did not wait for the open transaction: %v", err)
-		default:
-		}
-	}
+	waitUntilBlocked(t, pool, tx, resumed, "the resume of A")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

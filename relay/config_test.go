@@ -33,7 +33,7 @@ func TestConfigValidation(t *testing.T) {
 		// Sub-millisecond retention is 0 ticks: it pruned everything at once
 		// (a breaker's report), the opposite of 0, which keeps it forever.
 		{func(c *relay.Config) { c.RetainAcked = 500 * time.Microsecond }, "retain_acked"},
-		{func(c *relay.Config) { c.RetainAcked, c.RetainIDs = time.Hour, time.Hour + time.Microsecond }, "retain_ids"},
+		{func(c *relay.Config) { c.RetainAcked, c.RetainIDs = time.Hour, time.Hour+time.Microsecond }, "retain_ids"},
 	} {
 		cfg := h.config(t)
 		tc.change(&cfg)
