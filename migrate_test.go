@@ -63,3 +63,82 @@ func TestOpenRefusesANewerStore(t *testing.T) {
 		})
 	})
 }
+
+// TestOpenUnderTheOtherEntryRuleMigratesNothing: a store of an older
+// version opened under the entry rule it was not created with is refused
+// (SPEC §7: invalid_input naming policy) before anything is written. It was
+// migrated first and refused after, so a mistyped --policy on a new binary
+// upgraded a store that older relays still used, and they then refused it
+// (a breaker's report, both backends). The older store is this version's
+// with its last migration undone.
+func TestOpenUnderTheOtherEntryRuleMigratesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	check := func(t *testing.T, dsn string, undoLast func() int, latest func() int) {
+		q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()}) // seed
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Close()
+		before := undoLast()
+		_, err = fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()}) // fair
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "policy" {
+			t.Fatalf("open under fair of a seed store: %v, want invalid_input naming policy", err)
+		}
+		if got := latest(); got != before {
+			t.Errorf("the refused open migrated the store from %d to %d", before, got)
+		}
+		q, err = fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+		if err != nil {
+			t.Fatalf("open under its own rule: %v", err)
+		}
+		q.Close()
+		if got := latest(); got <= before {
+			t.Errorf("open under its own rule left the store at migration %d", got)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "q.db")
+		db := func() *sql.DB {
+			db, err := sql.Open("sqlite", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return db
+		}
+		latest := func() int {
+			d := db()
+			defer d.Close()
+			var v int
+			if err := d.QueryRow(`SELECT max(version) FROM fairrelay_migration`).Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		check(t, path, func() int {
+			d := db()
+			defer d.Close()
+			// Migration 005: three indexes.
+			if _, err := d.Exec(`DROP INDEX event_inflight; DROP INDEX event_waiting; DROP INDEX flow_paused; DELETE FROM fairrelay_migration WHERE version = 5`); err != nil {
+				t.Fatal(err)
+			}
+			return latest()
+		}, latest)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		dsn := pgtest.Schema(t, "frentry")
+		latest := func() int {
+			var v int
+			pgtest.QueryRow(t, dsn, `SELECT max(version) FROM fairrelay_migration`, &v)
+			return v
+		}
+		check(t, dsn, func() int {
+			// Migration 015 restates a function: undone by forgetting it.
+			pgtest.Exec(t, dsn, `DELETE FROM fairrelay_migration WHERE version = (SELECT max(version) FROM fairrelay_migration)`)
+			return latest()
+		}, latest)
+	})
+}

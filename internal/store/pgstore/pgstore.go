@@ -262,6 +262,21 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		}
 	}
 	s := &Store{pool: pool, schema: schema}
+	if opts.Entry == "" {
+		opts.Entry = "fair"
+	}
+	// The entry rule before anything writes (SPEC §7: opening under the
+	// other rule changes nothing): a store of an older version would
+	// otherwise be migrated first, and the older relays still using it
+	// refuse a store migrated by a newer fairrelay. No settings table yet
+	// (an older or new store): settle below records or checks the rule.
+	if !opts.AdoptEntry {
+		var stored *string
+		if err := pool.QueryRow(ctx, q["SettingsGet"]).Scan(&stored); err == nil && stored != nil && *stored != opts.Entry {
+			pool.Close()
+			return nil, &store.EntryMismatchError{Stored: *stored, Asked: opts.Entry}
+		}
+	}
 	if _, err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -269,9 +284,6 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err := pool.QueryRow(ctx, q["CurrentSchema"]).Scan(&s.schema); err != nil {
 		pool.Close()
 		return nil, Translate(fmt.Errorf("current schema: %w", err))
-	}
-	if opts.Entry == "" {
-		opts.Entry = "fair"
 	}
 	if err := s.settle(ctx, opts.Entry, opts.AdoptEntry); err != nil {
 		pool.Close()

@@ -154,6 +154,19 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
+	// The entry rule before anything writes (SPEC §7: opening under the
+	// other rule changes nothing): a store of an older version would
+	// otherwise be migrated first, and the older relays still using it
+	// refuse a store migrated by a newer fairrelay.
+	if !opts.AdoptEntry {
+		var stored sql.NullString
+		// No settings table or column yet (an older store): settle below
+		// records or checks the rule once the store is migrated.
+		if err := r.QueryRowContext(ctx, q["SettingsGet"]).Scan(&stored); err == nil && stored.Valid && stored.String != opts.Entry {
+			s.Close()
+			return nil, &store.EntryMismatchError{Stored: stored.String, Asked: opts.Entry}
+		}
+	}
 	if err := s.incrementalVacuum(ctx); err != nil {
 		s.Close()
 		return nil, err
