@@ -152,14 +152,7 @@ func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 	}()
 	// Wait until the server shows it waiting for the open transaction.
 	waitUntilBlocked(t, pool, tx, settledA, "the settle of A1")
-	deadline, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	if r, err := q.Settle(deadline, fairrelay.SettleParams{Token: first[1].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
-		t.Fatalf("settle B1 while A1's settle waits: %+v %v", r, err)
-	}
-	if _, cs, err := queuetest.SettleClaims(q.SettleMany(deadline, fairrelay.SettleManyParams{At: 0, Settles: nil, ClaimLimit: 2})); err != nil || len(cs) != 1 || cs[0].Token.EventID != "C1" {
-		t.Fatalf("settle-and-claim while A1's settle waits: %+v %v", cs, err)
-	}
+	settlesGoOnWhile(t, q, first, "A1's settle")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -344,6 +337,21 @@ func waitUntilBlocked(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx, done <-chan e
 	}
 }
 
+// settlesGoOnWhile checks that, while what waits for flow A, the settle of
+// B1 (first[1], outboxFixture's) acks and a settle-and-claim claims C1,
+// each within 20 s: neither waits behind it.
+func settlesGoOnWhile(t *testing.T, q *fairrelay.Queue, first []fairrelay.Claim, what string) {
+	t.Helper()
+	deadline, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if r, err := q.Settle(deadline, fairrelay.SettleParams{Token: first[1].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
+		t.Fatalf("settle B1 while %s waits: %+v %v", what, r, err)
+	}
+	if _, cs, err := queuetest.SettleClaims(q.SettleMany(deadline, fairrelay.SettleManyParams{At: 0, Settles: nil, ClaimLimit: 2})); err != nil || len(cs) != 1 || cs[0].Token.EventID != "C1" {
+		t.Fatalf("settle-and-claim while %s waits: %+v %v", what, cs, err)
+	}
+}
+
 // holdFlowA opens an outbox transaction on pool that appends A2 to flow A
 // and stays open (it is rolled back when the test ends, unless the test
 // commits it): it holds A's row and the enqueue lane.
@@ -435,14 +443,7 @@ func TestPostgresPauseWaitingForAFlowHoldsUpNoSettle(t *testing.T) {
 		paused <- err
 	}()
 	waitUntilBlocked(t, pool, tx, paused, "the pause of A")
-	deadline, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	if r, err := q.Settle(deadline, fairrelay.SettleParams{Token: first[1].Token, Outcome: fairrelay.OutcomeAccepted, At: 0}); err != nil || r.Status != fairrelay.SettleAcked {
-		t.Fatalf("settle B1 while the pause of A waits: %+v %v", r, err)
-	}
-	if _, cs, err := queuetest.SettleClaims(q.SettleMany(deadline, fairrelay.SettleManyParams{At: 0, Settles: nil, ClaimLimit: 2})); err != nil || len(cs) != 1 || cs[0].Token.EventID != "C1" {
-		t.Fatalf("settle-and-claim while the pause of A waits: %+v %v", cs, err)
-	}
+	settlesGoOnWhile(t, q, first, "the pause of A")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
