@@ -50,3 +50,14 @@ func TestJSONLogValues(t *testing.T) {
 		}
 	}
 }
+
+// receive logs --max-delta 0 (no limit) as "none": a fresh user read
+// max_delta=0 as every delta refused.
+func TestReceiveLogsNoDeltaLimitAsNone(t *testing.T) {
+	if got := deltaLimit(0); got != "none" {
+		t.Errorf("deltaLimit(0) = %v, want none", got)
+	}
+	if got := deltaLimit(5); got != int64(5) {
+		t.Errorf("deltaLimit(5) = %v, want 5", got)
+	}
+}

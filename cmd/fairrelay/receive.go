@@ -172,7 +172,7 @@ Broker ` + brokerEnvHelp + `.`,
 			if err := printJSON(cmd.OutOrStdout(), map[string]string{"status": "listening", "addr": ln.Addr().String()}); err != nil {
 				return err
 			}
-			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", maxDelta)
+			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", deltaLimit(maxDelta))
 			return serveUntilDone(ctx, ln, h, limits, log)
 		},
 	}
@@ -252,7 +252,7 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		// Once the stream or queue exists: a relay started after this line
 		// finds it.
 		printErr = printJSON(cmd.OutOrStdout(), map[string]string{"status": "consuming", "from": shown})
-		log.Info("receive: consuming", "from", shown, "max_delta", maxDelta)
+		log.Info("receive: consuming", "from", shown, "max_delta", deltaLimit(maxDelta))
 	})
 	if err = errors.Join(err, printErr); err != nil {
 		return err
@@ -310,4 +310,13 @@ func instrumentReceiver(reg *prometheus.Registry, h http.Handler) (http.Handler,
 // the probe's time.
 func inboxReady(in *inbox.Inbox) func(context.Context) error {
 	return func(ctx context.Context) error { return in.DB().PingContext(ctx) }
+}
+
+// deltaLimit is --max-delta as the logs show it: 0 is no limit, which a
+// bare 0 in a log line reads as the opposite of.
+func deltaLimit(n int64) any {
+	if n == 0 {
+		return "none"
+	}
+	return n
 }
