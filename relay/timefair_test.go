@@ -695,7 +695,7 @@ func TestTimeFairTwoRelaysOnPostgres(t *testing.T) {
 
 // checkChargeBound checks, on one relay whose groups can all use their
 // share, the bound of timeshare.go's doc: no two groups' charges differ by
-// more than B + Quantum, B = Quantum + max over groups of H × D / w. The
+// more than 2B, B = Quantum + max over groups of H × D / w. The
 // bound assumes claims keep up (a group able to use its share is claimed
 // within a quantum); on a loaded machine a claim can take longer (CI saw
 // 118 ms against a bound of 96 ms), so the test allows twice it: that
@@ -705,7 +705,7 @@ func checkChargeBound(t *testing.T, r *relay.Relay, quantum time.Duration, group
 	t.Helper()
 	b := 2 * float64(quantum)
 	for _, g := range r.GroupTimes() {
-		b = max(b, 2*float64(quantum)+float64(g.PeakSlots)*float64(g.MaxHold)/float64(g.Weight))
+		b = max(b, 2*(float64(quantum)+float64(g.PeakSlots)*float64(g.MaxHold)/float64(g.Weight)))
 	}
 	now := times(r)
 	for i, a := range groups {
@@ -731,4 +731,45 @@ func skipTimingUnderRace(t *testing.T) {
 	if raceDetector {
 		t.Skip("measures shares of slot time, which the race detector's slowdown distorts; runs without -race")
 	}
+}
+
+// (b') Two slow groups of very different latencies, 1 s and 50 ms, each
+// with work for every slot, on one relay of 8 slots: neither leaves slot
+// time to the other, so each holds half of the slot time, within 20 %
+// (SPEC §11). A breaker measured 0.74-0.79 for the longer one (2 s beside
+// 100 ms) on both backends: a claim raised the shorter group's charge of
+// ended deliveries to the floor, counting its deliveries under way twice,
+// and raised it while the longer group's deliveries held the slots it
+// had work for (timeshare.overrun). The breaker's own case gives
+// 0.45-0.46 now (2 s beside 100 ms; too long a run for the suite).
+//
+// Not parallel, not even its two backends: beside the other tests' relays
+// it adds 16 slots of load, and TestTimeFairFastBesideSlow's peak of slots
+// is sensitive to that.
+func TestTimeFairTwoSlowLatencies(t *testing.T) {
+	skipTimingUnderRace(t)
+	lat := map[string]time.Duration{"s1000": time.Second, "s50": 50 * time.Millisecond}
+	check := func(t *testing.T, w window) {
+		for _, c := range []string{"s1000", "s50"} {
+			if sh := w.shares[c]; math.Abs(sh-0.5) > 0.2*0.5 {
+				t.Errorf("group %s held %.3f of the slot time, want 0.5 within 20%%", c, sh)
+			}
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		r, rc, stop := groupsRun(t, nil, groupSpec{"s1000", lat["s1000"], 8, 30}, groupSpec{"s50", lat["s50"], 8, 600})
+		w := measure(t, rc, "s1000", 8, 24, r)
+		stop()
+		check(t, w)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		rc := newSlowReceiver(t, lat)
+		rs, stop := pgRelays(t, 1, 8, groupsQuantum, rc, func(q *fairrelay.Queue) {
+			enqueueFlows(t.Context(), t, q, fairrelay.AtStored,
+				tfFlows{class: "s1000", flows: 8, events: 30, group: "s1000"}, tfFlows{class: "s50", flows: 8, events: 600, group: "s50"})
+		})
+		w := measure(t, rc, "s1000", 8, 24, rs...)
+		stop()
+		check(t, w)
+	})
 }

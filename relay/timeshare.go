@@ -54,10 +54,12 @@ import (
 //
 // Idle groups. A group claimed while inactive starts at V: no banked credit
 // (SPEC §11), as a new flow joins at clock.ticket under fair; an active
-// group claimed more than a quantum behind V is raised to V - Quantum, so a
-// share it did not use is not banked either. A group that is ahead keeps
-// its charge while idle, so waiting does not forgive a debt; V overtakes
-// it.
+// group claimed further behind V than the most weighted slot time another
+// active group can hold at once (at least a quantum: see overrun) is
+// raised to that distance, so a share it did not use is not banked beyond
+// what another group's deliveries, which hold their slots to the end, may
+// have kept from it. A group that is ahead keeps its charge while idle, so
+// waiting does not forgive a debt; V overtakes it.
 //
 // Caps. The relay never holds more slots for a group than its cap: capped
 // groups are excluded, and one claim takes at most the smallest room left
@@ -71,14 +73,14 @@ import (
 // held at once and w its weight (GroupTime.MaxHold, PeakSlots, Weight). No
 // group's charge runs more than B ahead of V: a group is claimed only
 // within Quantum of V, and what it then holds adds at most H × D / w before
-// it answers. A group that can use its share is never more than Quantum
-// behind V after its claims (a claim raises it there). So two such groups'
-// charges differ by at most B + Quantum on one relay. On several relays on
+// it answers. A group that can use its share is never more than B behind V
+// after its claims (a claim raises it there: overrun). So two such groups'
+// charges differ by at most 2B on one relay. On several relays on
 // one store the picture changes: the relays claim from the same
 // flows, and a head in flight on one relay is not claimable by another, so
 // on a relay a group can find no claimable flow while it is behind V there
 // (its flows are busy elsewhere) and trail V by more than the bound; it is
-// raised to V - Quantum at its next claim, so it banks nothing. What holds
+// raised to V - B at its next claim, so it banks no more than B. What holds
 // for the sum is the shares: each relay gives its slots to the groups it
 // can claim in proportion to their weights and work-conserves the rest, so
 // the slot time summed over the relays follows the weights as far as the
@@ -130,6 +132,7 @@ type groupTime struct {
 	maxHold   time.Duration // the longest slot hold
 	avgHold   time.Duration // the slot holds' moving average (longRoom)
 	peak      int64         // the most slots held at once
+	overPeak  int64         // the most slots held at once beyond its share (overrun)
 }
 
 // maxTracked bounds the groups a relay keeps an account for: past it, the
@@ -404,6 +407,19 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	now := ts.src.Elapsed()
+	// The weights of the active groups and of those claimed now: the
+	// shares of the slots (overPeak).
+	var activeW int64
+	for name, g := range ts.groups {
+		if ts.active(g, now) {
+			activeW += ts.weight(name)
+		}
+	}
+	for i, c := range cs {
+		if g := ts.groups[c.Group]; (g == nil || !ts.active(g, now)) && !slices.ContainsFunc(cs[:i], func(o fairrelay.Claim) bool { return o.Group == c.Group }) {
+			activeW += ts.weight(c.Group)
+		}
+	}
 	for _, c := range cs {
 		g := ts.groups[c.Group]
 		if g == nil {
@@ -411,15 +427,27 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 			ts.groups[c.Group] = g
 		}
 		if ts.active(g, now) {
-			// A group that used less than its share banks at most a
-			// quantum of it.
-			g.charge = max(g.charge, ts.floor-float64(ts.quantum))
+			// A group behind the floor banks at most what the slots the
+			// others hold could have kept from it (see overrun). Its
+			// effective charge is raised, not the charge of its ended
+			// deliveries: the floor already counts the deliveries it has
+			// under way (it never stays below the smallest effective
+			// charge), and raising the ended part counted them twice.
+			if e, low := ts.effective(c.Group, g, now), ts.floor-ts.overrun(c.Group); e < low {
+				g.charge += low - e
+			}
 		} else {
 			// Idle: no banked credit (a debt is kept).
 			g.charge = max(g.charge, ts.floor)
 		}
 		g.held++
 		g.peak = max(g.peak, g.held)
+		if w := ts.weight(c.Group); (g.held-1)*activeW >= int64(ts.slots)*w {
+			// More than its weighted share of the slots, rounded up (a
+			// group holding its one slot among more groups than slots is
+			// not beyond it).
+			g.overPeak = max(g.overPeak, g.held)
+		}
 		g.startSum += now
 		ts.touch(g, now)
 		ts.metrics.groupSlots(c.Group, 1)
@@ -428,6 +456,39 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 		ts.forget(now)
 	}
 	return now
+}
+
+// overrun is how far behind the floor an active group may be raised to
+// when it is claimed (what it may bank): Quantum, or, when more, the most
+// weighted slot time another active group held at once beyond its share of
+// the slots (its weighted share of Workers, rounded up), max over them of
+// those slots × MaxHold / weight (at most the H × D / w of the bound
+// above). A
+// group is claimed only within a quantum of the floor, but its deliveries
+// then hold their slots to the end: a group left out for its charge for a
+// moment lets the other take every slot that frees (a 1 s group beside a
+// 50 ms one took 7 of 8 slots for a second), and the group behind then
+// had work but no slot. Raised to within a quantum, it lost that time at
+// every claim, and the 1 s group held 0.65-0.75 of the slot time instead
+// of half (TestTimeFairTwoSlowLatencies); kept, the debt is what the
+// floor's pace pays back, since the group ahead is left out until the
+// floor overtakes it. Only slots beyond a share count: with more groups
+// than slots every group holding one is beyond its fraction of a slot,
+// and with two relays (a group trails V on one while its flows are busy
+// on the other) counting those let the 100 ms groups of
+// TestTimeFairFastBesideSlowTwoRelays bank their whole delivery and hold
+// 4.4-4.7 of 8 slots instead of 4.2-4.3. A group that cannot use its
+// share (its deliveries are too short) still banks no more than that
+// overrun: bounded, as the bound above. mu must be held.
+func (ts *timeshare) overrun(group string) float64 {
+	b := float64(ts.quantum)
+	now := ts.src.Elapsed()
+	for name, g := range ts.groups {
+		if name != group && ts.active(g, now) {
+			b = max(b, float64(time.Duration(g.overPeak)*g.maxHold)/float64(ts.weight(name)))
+		}
+	}
+	return b
 }
 
 // forget drops the idle groups without debt. mu must be held.

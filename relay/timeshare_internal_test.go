@@ -120,3 +120,89 @@ func TestLongRoomBoundsTheLongGroupsToTheirShare(t *testing.T) {
 		t.Errorf("only long groups active: room %d, long %v; want 5, none", room, long)
 	}
 }
+
+// effectiveOf is group g's effective charge now.
+func effectiveOf(ts *timeshare, g string) time.Duration {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return time.Duration(ts.effective(g, ts.groups[g], ts.src.Elapsed()))
+}
+
+// A claim raises a group behind the floor by its effective charge, which
+// counts its deliveries under way, as the floor does: raising the charge of
+// its ended deliveries to the floor counted those under way twice, and a
+// group with many short deliveries under way ran ahead of its share at
+// every claim.
+func TestClaimRaisesTheEffectiveCharge(t *testing.T) {
+	src := &stepTime{}
+	ts := newTimeshare(src, 8, 10*time.Millisecond, 0, nil)
+	ts.plan(8, relaxNone)
+	ts.claimed([]fairrelay.Claim{{Group: "a"}, {Group: "a"}, {Group: "a"}, {Group: "a"}, {Group: "b"}})
+	src.d = time.Second
+	ts.plan(8, relaxNone) // the floor: 8 slots over 2 groups for 1 s, 4 s
+	if f := time.Duration(ts.floor); f != 4*time.Second {
+		t.Fatalf("floor %s, want 4s", f)
+	}
+	// b holds one delivery 1 s under way: effective 1 s, behind the
+	// floor; nothing has ended, so it banks at most a quantum.
+	ts.claimed([]fairrelay.Claim{{Group: "b"}})
+	if got, want := effectiveOf(ts, "b"), 4*time.Second-10*time.Millisecond; got != want {
+		t.Errorf("b's effective charge after its claim %s, want the floor less a quantum, %s", got, want)
+	}
+}
+
+// A group behind the floor because another group's long deliveries held
+// the slots beyond that group's share keeps that debt, up to those slots
+// × MaxHold / weight, and no more.
+func TestClaimKeepsTheDebtOfAGroupWithoutASlot(t *testing.T) {
+	src := &stepTime{}
+	ts := newTimeshare(src, 8, 10*time.Millisecond, 0, nil)
+	ts.plan(8, relaxNone)
+	a := make([]fairrelay.Claim, 7)
+	for i := range a {
+		a[i].Group = "a"
+	}
+	ts.claimed([]fairrelay.Claim{{Group: "b"}})
+	ts.claimed(a) // 7 slots of 8, beyond a's share of two groups, 4
+	src.d = 50 * time.Millisecond
+	ts.released("b", 0) // b: 50 ms; a holds 7 slots for 1 s
+	src.d = time.Second
+	for range a {
+		ts.released("a", 0) // a: 7 s, peak 7, longest hold 1 s
+	}
+	ts.plan(8, relaxNone) // the floor: 4 s
+	ts.claimed([]fairrelay.Claim{{Group: "b"}})
+	if got, want := effectiveOf(ts, "b"), 50*time.Millisecond; got != want {
+		t.Errorf("b's effective charge after its claim %s, want its own %s: a held the slots", got, want)
+	}
+	src.d = 3 * time.Second
+	ts.plan(8, relaxNone) // the floor: 4 s + 2 s × 4 = 12 s
+	ts.claimed([]fairrelay.Claim{{Group: "b"}})
+	if got, want := effectiveOf(ts, "b"), 12*time.Second-7*time.Second; got != want {
+		t.Errorf("b's effective charge after its second claim %s, want the floor less a's 7 slots × 1 s, %s", got, want)
+	}
+}
+
+// Slots held within a group's share, rounded up, do not count: with more
+// groups than slots each group holding its one slot is beyond its fraction
+// of a slot, and counting those let a group that trails the floor on one
+// relay while its flows are busy on another bank a whole delivery.
+func TestClaimCountsNoSlotWithinAShare(t *testing.T) {
+	src := &stepTime{}
+	ts := newTimeshare(src, 2, 10*time.Millisecond, 0, nil)
+	ts.plan(2, relaxNone)
+	ts.claimed([]fairrelay.Claim{{Group: "b"}})
+	ts.claimed([]fairrelay.Claim{{Group: "x"}})
+	src.d = 50 * time.Millisecond
+	ts.released("b", 0)
+	ts.claimed([]fairrelay.Claim{{Group: "y"}}) // x and y: one slot each of 2, among 3 groups
+	src.d = time.Second
+	ts.released("x", 0)
+	ts.released("y", 50*time.Millisecond)
+	ts.plan(2, relaxNone)
+	f := time.Duration(ts.floor)
+	ts.claimed([]fairrelay.Claim{{Group: "b"}})
+	if got, want := effectiveOf(ts, "b"), f-10*time.Millisecond; got != want {
+		t.Errorf("b's effective charge after its claim %s, want the floor %s less a quantum, %s", got, f, want)
+	}
+}
