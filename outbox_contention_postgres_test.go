@@ -371,3 +371,49 @@ func TestPostgresNewFlowsOfALimitedGroupDoNotDeadlock(t *testing.T) {
 		t.Errorf("%d events stored, want %d", len(s.Events), workers*flows)
 	}
 }
+
+// TestPostgresFirstGroupLimitBesideAnOpenOutbox: a configure that sets a
+// group's first backlog limit waits for an outbox transaction holding one
+// of the group's flows, and that transaction can still make a new flow of
+// the group; the limit then counts all of them. The configure locked the
+// group's limit row and then waited for the flow, while the transaction's
+// new flow waited for the limit row: a deadlock, which failed one of them.
+// It now locks the group's flows first, as an enqueue does.
+func TestPostgresFirstGroupLimitBesideAnOpenOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool, _ := outboxStoreAt(t, pgtest.Schema(t, "frcfglim"), fairrelay.DaemonPolicy())
+	body := []byte(`{"delta":1}`)
+	if r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "e1", Flow: "F1", Group: "G", Body: body, At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("enqueue e1: %+v %v", r, err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "e2", Flow: "F1", Body: body, At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("enqueue e2 in the open transaction: %+v %v", r, err)
+	}
+	limit := int64(3)
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Configure(ctx, fairrelay.ConfigureParams{At: fairrelay.AtStored, Group: "G", MaxBacklog: &limit})
+		done <- err
+	}()
+	waitUntilBlocked(t, pool, tx, done, "the configure")
+	if r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "e3", Flow: "F2", Group: "G", Body: body, At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("enqueue e3 onto a new flow of the group, beside the configure: %+v %v", r, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("configure: %v", err)
+	}
+	// The limit counted e1, e2 and e3: the group is full.
+	r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "e4", Flow: "F3", Group: "G", Body: body, At: fairrelay.AtStored})
+	if err != nil || r.Status != fairrelay.EnqueueFull || r.Limit != fairrelay.LimitGroup {
+		t.Errorf("enqueue e4 into the group of 3 events, limited to 3: %+v %v, want full (group)", r, err)
+	}
+}

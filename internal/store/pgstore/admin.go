@@ -83,8 +83,8 @@ func checked(check func() error) func() error {
 // backlog once, exactly: a store limit holds the flow table EXCLUSIVE while
 // it counts (every writer of a flow waits, and every enqueue either is
 // counted or sees the limit: enqueue_many locks its flows before it reads
-// the limits); a group limit locks the group's flows (FOR SHARE) and its
-// limit row (which a new flow of the group reads FOR SHARE). Changing or
+// the limits); a group limit locks the group's flows (FOR SHARE), then its
+// limit row (which a new flow of the group locks FOR SHARE). Changing or
 // removing a limit counts nothing: while a limit is set, the enqueues under
 // it count.
 func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, error) {
@@ -165,13 +165,34 @@ func configureGroup(ctx context.Context, tx pgx.Tx, p store.ConfigureParams, at 
 		}
 	}
 	if p.MaxBacklog != nil {
+		// The group's first limit counts its flows' backlog, so it waits
+		// for every transaction that holds one of them: they are locked
+		// FOR SHARE before the limit row, in an enqueue's order (its flows,
+		// then the limit row, which a new flow of the group locks FOR
+		// SHARE). Locked after the limit row, an outbox transaction that
+		// held a flow of the group and then made a new flow of it
+		// deadlocked with this configure, and one of them failed.
 		var oldMax int64
+		if err := tx.QueryRow(ctx, `SELECT max_backlog FROM grp_limit WHERE group_id = $1`, g).Scan(&oldMax); err != nil {
+			return err
+		}
+		first := oldMax == 0 && *p.MaxBacklog > 0
+		if first {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE group_id = $1 FOR SHARE`, g); err != nil {
+				return err
+			}
+		}
 		if err := tx.QueryRow(ctx, `SELECT max_backlog FROM grp_limit WHERE group_id = $1 FOR NO KEY UPDATE`, g).Scan(&oldMax); err != nil {
 			return err
 		}
 		if oldMax == 0 && *p.MaxBacklog > 0 {
-			if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE group_id = $1 FOR SHARE`, g); err != nil {
-				return err
+			if !first {
+				// Another configure removed the limit meanwhile (rare): the
+				// flows are locked after the limit row after all; a deadlock
+				// there fails this configure with ErrBusy, to be run again.
+				if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE group_id = $1 FOR SHARE`, g); err != nil {
+					return err
+				}
 			}
 			_, err := tx.Exec(ctx, `UPDATE grp_limit SET enqueued = (SELECT coalesce(sum(seq - head_seq + 1), 0) FROM flow WHERE group_id = $1)
 				+ coalesce((SELECT acked FROM grp_acked WHERE group_id = $1), 0) WHERE group_id = $1`, g)
