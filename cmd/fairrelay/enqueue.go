@@ -88,7 +88,7 @@ full, or a bulk line failed or was refused), 2 an error.`,
 	f.StringVar(&body, "body", "", "event body, JSON")
 	f.StringVar(&delta, "delta", "", `shorthand for --body '{"delta":N}', N a positive integer`)
 	f.Int64Var(&at, "at", 0, atUsage)
-	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	pf.registerAdmin(cmd)
 	return cmd
 }
 

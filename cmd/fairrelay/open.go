@@ -64,6 +64,20 @@ func (p *policyFlags) register(cmd *cobra.Command, def fairrelay.Policy, ticks b
 	f.Var(durationFlag{&p.capD}, "backoff-cap", "largest retry delay, a duration")
 }
 
+// registerAdmin registers the policy flags for a command that neither
+// claims nor settles (enqueue, redrive, configure, prune, pause, resume,
+// expedite): the lease, backoff, budget and jitter change nothing there, so
+// their flags are hidden from its help. They are still accepted, so that
+// one set of flags can be passed to every command.
+func (p *policyFlags) registerAdmin(cmd *cobra.Command) {
+	p.register(cmd, fairrelay.DaemonPolicy(), false)
+	for _, name := range []string{"lease", "backoff-base", "backoff-cap", "budget", "jitter"} {
+		if err := cmd.Flags().MarkHidden(name); err != nil {
+			panic(err) // a flag register did not add: a bug here
+		}
+	}
+}
+
 func (p *policyFlags) policy() (fairrelay.Policy, error) {
 	e, err := fairrelay.ParseEntry(p.entry)
 	if err != nil {

@@ -83,7 +83,7 @@ store's limit): a pause of dispatch as long as that count.`,
 	f.Int64Var(&maxFlowBacklog, "max-flow-backlog", 0, "limit on events not acked in every flow (without --group); 0 is none; left out: unchanged (none at first)")
 	f.Int64Var(&maxSlots, "max-slots", 0, "with --group: the most relay slots the group's deliveries hold at once, in each relay (SPEC §11); 0 is none; left out: unchanged (none at first)")
 	f.Int64Var(&at, "at", 0, atUsage)
-	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	pf.registerAdmin(cmd)
 	return cmd
 }
 
@@ -142,7 +142,7 @@ beside a running relay, and prints {"status":"pruned","events":N,"tombstones":M}
 	f.Int64Var(&idsBefore, "ids-before", 0, "keep no tombstone of events acked below this tick, and delete older tombstones (at most --acked-before)")
 	f.IntVar(&limit, "limit", 1000, "events and tombstones per transaction; 0 for one transaction")
 	f.Int64Var(&at, "at", 0, atUsage)
-	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	pf.registerAdmin(cmd)
 	return cmd
 }
 
@@ -188,7 +188,7 @@ generation_mismatch; exit 1, nothing changed).`,
 	f.StringVar(&reason, "reason", "", "why; kept in the audit row")
 	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row (default: the OS user running the command)")
 	f.Int64Var(&at, "at", 0, atUsage)
-	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	pf.registerAdmin(cmd)
 	return cmd
 }
 
@@ -247,7 +247,7 @@ not_paused; exit 1).`
 	f.StringVar(&reason, "reason", "", "why; kept in the audit row")
 	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row (default: the OS user running the command)")
 	f.Int64Var(&at, "at", 0, atUsage)
-	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	pf.registerAdmin(cmd)
 	return cmd
 }
 

@@ -177,3 +177,39 @@ func TestConfigureHelpShowsNoDefaults(t *testing.T) {
 		t.Errorf("inspect groups: %s; want weight 3 kept and max_backlog 7", got)
 	}
 }
+
+// The commands that neither claim nor settle do not list the lease,
+// backoff, budget and jitter flags, which change nothing there, but still
+// accept them (one set of flags passed to every command keeps working);
+// claim, settle and relay, which use them, list them.
+func TestAdminHelpOmitsTheDispatchFlags(t *testing.T) {
+	t.Parallel()
+	dispatch := []string{"lease", "backoff-base", "backoff-cap", "budget", "jitter"}
+	lists := func(help, name string) bool {
+		for l := range strings.Lines(help) {
+			if strings.HasPrefix(strings.TrimSpace(l), "--"+name+" ") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range []string{"enqueue", "redrive", "configure", "prune", "pause", "resume", "expedite", "claim", "settle", "relay"} {
+		out, errOut, code := cli(t, "", c, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d: %s", c, code, errOut)
+		}
+		uses := c == "claim" || c == "settle" || c == "relay"
+		for _, name := range dispatch {
+			if got := lists(out, name); got != uses {
+				t.Errorf("%s --help lists --%s: %v, want %v", c, name, got, uses)
+			}
+		}
+		if !lists(out, "max-tick-jump") || !lists(out, "policy") {
+			t.Errorf("%s --help lacks --max-tick-jump or --policy", c)
+		}
+	}
+	q := filepath.Join(t.TempDir(), "q.db")
+	if _, errOut, code := cli(t, "", "enqueue", "--queue", q, "--id", "a", "--flow", "f", "--delta", "1", "--at", "0", "--lease", "10s", "--budget", "3"); code != 0 {
+		t.Fatalf("enqueue with --lease and --budget: exit %d: %s", code, errOut)
+	}
+}

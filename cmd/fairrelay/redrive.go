@@ -87,7 +87,7 @@ alone.`,
 	f.BoolVar(&all, "all", false, "redrive every quarantined head (narrow with --flow and --reason-is)")
 	f.StringVar(&flow, "flow", "", "with --all: only this flow")
 	f.StringVar(&reasonIs, "reason-is", "", "with --all: only heads quarantined for this reason (e.g. budget_exhausted)")
-	pf.register(cmd, fairrelay.DaemonPolicy(), false)
+	pf.registerAdmin(cmd)
 	return cmd
 }
 
