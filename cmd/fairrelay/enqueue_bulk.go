@@ -101,7 +101,7 @@ func readLines(r io.Reader) (<-chan inputLine, <-chan error) {
 func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writer, at int64) (bulkReport, error) {
 	out := bufio.NewWriter(w)
 	defer out.Flush()
-	b := &bulk{q: q, at: at, out: out, failedFlows: map[string]int{}, maxBody: q.Policy().MaxBodyBytes}
+	b := &bulk{ctx: ctx, q: q, at: at, out: out, failedFlows: map[string]int{}, maxBody: q.Policy().MaxBodyBytes}
 	lines, errc := readLines(r)
 	for {
 		// Wait for the first line of a batch…
@@ -153,6 +153,7 @@ type bulkReport struct {
 
 // bulk is the state of one bulk enqueue.
 type bulk struct {
+	ctx     context.Context
 	q       *fairrelay.Queue
 	at      int64
 	out     *bufio.Writer
@@ -181,7 +182,7 @@ func (b *bulk) add(l inputLine) {
 	a := &bulkAnswer{line: l.no}
 	b.answers = append(b.answers, a)
 	if l.tooLong {
-		a.answer = script.ErrorResult(&fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "line", Message: fmt.Sprintf("longer than %d bytes; skipped", script.MaxLineBytes)})
+		a.answer = script.ErrorResult(b.tickFirst(&fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "line", Message: fmt.Sprintf("longer than %d bytes; skipped", script.MaxLineBytes)}))
 		b.fail(a, false)
 		return
 	}
@@ -209,11 +210,25 @@ func (b *bulk) add(l inputLine) {
 		return
 	}
 	if err != nil {
-		a.answer = script.ErrorResult(err)
+		a.answer = script.ErrorResult(b.tickFirst(err))
 		b.fail(a, flowKnown)
 		return
 	}
 	a.item = &p
+}
+
+// tickFirst returns the clock's answer to an enqueue at the command's
+// --at, when it has one, else err: a line's bad field comes after
+// clock_regressed and max_tick_jump, as in every write (SPEC §2 order).
+// Without --at the enqueue is at the stored tick, which the clock allows.
+func (b *bulk) tickFirst(err error) error {
+	if b.at == fairrelay.AtStored {
+		return err
+	}
+	if terr := b.q.CheckTick(b.ctx, "enqueue", b.at, false); terr != nil {
+		return terr
+	}
+	return err
 }
 
 // check applies what Queue.EnqueueMany would refuse of one item, so that

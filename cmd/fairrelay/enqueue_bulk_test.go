@@ -288,3 +288,27 @@ func startBulkEnqueue(t *testing.T, queue string) (*exec.Cmd, io.WriteCloser, io
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return cmd, stdin, stdout, stderr
 }
+
+// A bad line at an --at behind the store's tick answers clock_regressed,
+// as a valid one does: the clock comes before the fields of the input
+// (SPEC §2 order). It answered invalid_input before the clock was read, so
+// the answer of a line depended on whether another line reached the store.
+// Without --at (the stored tick) the field's error stands.
+func TestBulkEnqueueBadLineAtARegressedTickAnswersTheClock(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	if _, errOut, code := cli(t, "", "enqueue", "--queue", queue, "--id", "a", "--flow", "f", "--delta", "1", "--at", "10"); code != exitApplied {
+		t.Fatalf("enqueue at 10: exit %d: %s", code, errOut)
+	}
+	bad := `{"id":5,"flow":"f","delta":1}
+{"id":"b","flow":"g","delta":1,"zz":1}
+`
+	out, _, code := cli(t, bad, "enqueue", "--queue", queue, "--at", "3")
+	if code != exitNotApplied || strings.Count(out, `"error":"clock_regressed"`) != 2 {
+		t.Errorf("bad lines at tick 3 (store at 10): exit %d:\n%s\nwant clock_regressed for each", code, out)
+	}
+	out, _, code = cli(t, bad, "enqueue", "--queue", queue)
+	if code != exitNotApplied || !strings.Contains(out, `"field":"id","line":1`) || !strings.Contains(out, `"field":"zz","id":"b","line":2`) {
+		t.Errorf("bad lines at the stored tick: exit %d:\n%s\nwant invalid_input naming id and zz", code, out)
+	}
+}

@@ -134,6 +134,11 @@ func errResult(err error) Result {
 func (rn *Runner) Do(ctx context.Context, line []byte) Result {
 	o, err := parseOp(line)
 	if err != nil {
+		if o.At != nil && clockedOps[o.Op] {
+			// A field the parser refused is a field of the input: it
+			// comes after clock_regressed and max_tick_jump (SPEC §2).
+			err = rn.tickFirst(ctx, o.Op, *o.At, err)
+		}
 		return errResult(err)
 	}
 	res, err := rn.do(ctx, o)
@@ -143,15 +148,34 @@ func (rn *Runner) Do(ctx context.Context, line []byte) Result {
 	return res
 }
 
+// clockedOps are the ops that write the queue store at their at: their
+// answers to bad fields come after the clock's (SPEC §2 order).
+var clockedOps = map[string]bool{"enqueue": true, "claim": true, "settle": true, "step": true, "redrive": true,
+	"expedite": true, "pause": true, "resume": true, "configure": true, "prune": true}
+
 // parseOp reads one line strictly: exact field names, no duplicates, no
 // unknown fields, no nulls, valid UTF-8 without lone surrogate escapes (which
 // encoding/json would silently turn into U+FFFD and so merge distinct ids).
 // Errors name the field; a line that is not a JSON object is invalid_json.
+// An unknown field or a value of the wrong type is the first error, but
+// the line is read on, so that op and at are known (Do checks the clock
+// before answering it); one in op or at itself is returned at once.
 func parseOp(line []byte) (op, error) {
 	var o op
 	members, err := Members(line)
 	if err != nil {
 		return o, err
+	}
+	var first error
+	refuse := func(key string, e error) bool {
+		if key == "op" || key == "at" {
+			first, o.At = e, nil // (a failed decoding may have set it)
+			return true
+		}
+		if first == nil {
+			first = e
+		}
+		return false
 	}
 	for _, m := range members {
 		var target any
@@ -195,7 +219,10 @@ func parseOp(line []byte) (op, error) {
 		case "ids_before":
 			target = &o.IDsBefore
 		default:
-			return o, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "unknown field"}
+			if refuse(m.Key, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "unknown field"}) {
+				return o, first
+			}
+			continue
 		}
 		if target == nil {
 			continue
@@ -208,10 +235,12 @@ func parseOp(line []byte) (op, error) {
 			case **bool:
 				kind = "true or false"
 			}
-			return o, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must be " + kind}
+			if refuse(m.Key, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key, Message: "must be " + kind}) {
+				return o, first
+			}
 		}
 	}
-	return o, nil
+	return o, first
 }
 
 // Members splits one input line into its fields, strictly: the line must be

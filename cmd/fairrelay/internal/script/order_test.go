@@ -1,0 +1,55 @@
+package script
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// A field of the wrong type or an unknown field is a field of the input:
+// a write at a tick behind the store's answers clock_regressed first, as
+// for every other bad field (SPEC §2: clock_regressed, then the fields of
+// the input). The parser answered invalid_input before the clock was
+// read. At a tick the clock allows, the field's error is the answer.
+func TestScriptFieldErrorsComeAfterTheClock(t *testing.T) {
+	ctx := context.Background()
+	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	rn := &Runner{Queue: q}
+	if r := rn.Do(ctx, []byte(`{"op":"enqueue","id":"A1","flow":"A","delta":1,"at":10}`)); r["status"] != "created" {
+		t.Fatalf("enqueue at 10: %v", r)
+	}
+	for _, c := range []struct{ line, field string }{
+		{`{"op":"enqueue","id":5,"flow":"A","delta":1,"at":%d}`, "id"},
+		{`{"id":"A2","flow":"A","delta":1,"bogus":true,"op":"enqueue","at":%d}`, "bogus"},
+		{`{"op":"claim","at":%d,"weight":"heavy"}`, "weight"},
+		{`{"op":"settle","id":"A1","generation":"one","outcome":"accepted","at":%d}`, "generation"},
+		{`{"op":"configure","group":"g","weight":"x","at":%d}`, "weight"},
+	} {
+		behind := fmt.Sprintf(c.line, 3)
+		if r := rn.Do(ctx, []byte(behind)); fmt.Sprint(r["error"]) != string(fairrelay.CodeClockRegressed) {
+			t.Errorf("%s: %v, want clock_regressed", behind, r)
+		}
+		ahead := fmt.Sprintf(c.line, 11)
+		if r := rn.Do(ctx, []byte(ahead)); fmt.Sprint(r["error"]) != string(fairrelay.CodeInvalidInput) || r["field"] != c.field {
+			t.Errorf("%s: %v, want invalid_input naming %s", ahead, r, c.field)
+		}
+	}
+	// A bad op or at is answered at once: the clock cannot be read for it.
+	if r := rn.Do(ctx, []byte(`{"op":"enqueue","id":"A3","flow":"A","delta":1,"at":"3"}`)); fmt.Sprint(r["error"]) != string(fairrelay.CodeInvalidInput) || r["field"] != "at" {
+		t.Errorf("at of the wrong type: %v, want invalid_input naming at", r)
+	}
+	s, err := q.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Events) != 1 {
+		t.Errorf("%d events stored, want 1: a refused op changed the store", len(s.Events))
+	}
+}
