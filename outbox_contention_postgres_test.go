@@ -10,9 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
 
 // TestPostgresOutboxUnderContention: many writers enqueue at once onto a
@@ -415,5 +417,95 @@ func TestPostgresFirstGroupLimitBesideAnOpenOutbox(t *testing.T) {
 	r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "e4", Flow: "F3", Group: "G", Body: body, At: fairrelay.AtStored})
 	if err != nil || r.Status != fairrelay.EnqueueFull || r.Limit != fairrelay.LimitGroup {
 		t.Errorf("enqueue e4 into the group of 3 events, limited to 3: %+v %v, want full (group)", r, err)
+	}
+}
+
+// TestPostgresStoreAndGroupLimitsTakeOneOrder: under a store limit and a
+// group limit, an outbox transaction holding the store's limit row (it
+// enqueued X1, group H) and a call making a new flow of group G (which
+// waits for it) do not make a lock cycle when the first transaction then
+// enqueues onto an existing flow of G. The new-flow call took G's limit
+// row before the store's, the other order, and the first transaction
+// waited for it: a deadlock every time, broken only by the deadlock
+// detector (a breaker's run). The sessions here set deadlock_timeout to a
+// minute, so that a cycle stays to be seen.
+func TestPostgresStoreAndGroupLimitsTakeOneOrder(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dsn := pgtest.Schema(t, "frlimord")
+	q, _, _ := outboxStoreAt(t, dsn, fairrelay.DaemonPolicy())
+	cfg, _, err := pgstore.PoolConfig(dsn, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "60s"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	limit := int64(1000)
+	for _, g := range []string{"", "G"} {
+		if _, err := q.Configure(ctx, fairrelay.ConfigureParams{At: fairrelay.AtStored, Group: g, MaxBacklog: &limit}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := []byte(`{"delta":1}`)
+	enqueue := func(tx pgx.Tx, id, flow, group string) error {
+		r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: id, Flow: flow, Group: group, Body: body, At: fairrelay.AtStored})
+		if err == nil && r.Status != fairrelay.EnqueueCreated {
+			err = fmt.Errorf("%s answered %s", id, r.Status)
+		}
+		return err
+	}
+	if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "Y1", Flow: "Y", Group: "G", Body: body, At: fairrelay.AtStored}); err != nil {
+		t.Fatal(err)
+	}
+	txA, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback(context.WithoutCancel(ctx))
+	txB, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txB.Rollback(context.WithoutCancel(ctx))
+	if err := enqueue(txA, "X1", "X", "H"); err != nil {
+		t.Fatal(err)
+	}
+	doneB := make(chan error, 1)
+	go func() { doneB <- enqueue(txB, "Z1", "Z", "G") }()
+	waitUntilBlocked(t, pool, txA, doneB, "the new flow's enqueue")
+	doneA := make(chan error, 1)
+	go func() { doneA <- enqueue(txA, "Y2", "Y", "G") }()
+	a, b := txA.Conn().PgConn().PID(), txB.Conn().PgConn().PID()
+	for waiting := true; waiting; {
+		select {
+		case err := <-doneA:
+			if err != nil {
+				t.Fatalf("enqueue Y2 in the transaction holding the store's row: %v", err)
+			}
+			waiting = false
+		default:
+			var cycle bool
+			if err := pool.QueryRow(ctx, `SELECT $2::int = ANY (pg_blocking_pids($1))`, a, b).Scan(&cycle); err != nil {
+				t.Fatal(err)
+			}
+			if cycle {
+				pool.Exec(context.Background(), `SELECT pg_cancel_backend($1)`, a)
+				t.Fatal("the transaction holding the store's limit row waits for the new flow's call, which waits for it: a lock cycle")
+			}
+		}
+	}
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-doneB; err != nil {
+		t.Fatalf("enqueue Z1 onto a new flow of G: %v", err)
+	}
+	if err := txB.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
