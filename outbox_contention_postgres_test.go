@@ -509,3 +509,64 @@ func TestPostgresStoreAndGroupLimitsTakeOneOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPostgresFirstGroupLimitBesideANewFlow is the mirror of
+// TestPostgresFirstGroupLimitBesideAnOpenOutbox: the open transaction
+// first makes a new flow of the group (holding the group's limit row FOR
+// SHARE) and then enqueues onto one of its existing flows, which the
+// configure had locked FOR SHARE while it waited for the limit row: a
+// deadlock, which failed the configure (a breaker's case, every time). The
+// configure now never holds the flows while it waits for the limit row.
+// Then the same with two existing flows, the transaction enqueueing onto
+// them in ascending order around the configure, whose flows are locked in
+// that order too (they were locked in the table's order: F2 before F1).
+func TestPostgresFirstGroupLimitBesideANewFlow(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"delta":1}`)
+	run := func(t *testing.T, prefix string, existing []string, first, second fairrelay.EnqueueParams, want int64) {
+		ctx := context.Background()
+		q, pool, _ := outboxStoreAt(t, pgtest.Schema(t, prefix), fairrelay.DaemonPolicy())
+		for i, f := range existing {
+			if r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: fmt.Sprintf("x%d", i), Flow: f, Group: "G", Body: body, At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+				t.Fatalf("enqueue onto %s: %+v %v", f, r, err)
+			}
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		first.Body, first.At, second.Body, second.At = body, fairrelay.AtStored, body, fairrelay.AtStored
+		if r, err := q.EnqueuePgxTx(ctx, tx, first); err != nil || r.Status != fairrelay.EnqueueCreated {
+			t.Fatalf("enqueue %s in the open transaction: %+v %v", first.ID, r, err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := q.Configure(ctx, fairrelay.ConfigureParams{At: fairrelay.AtStored, Group: "G", MaxBacklog: &want})
+			done <- err
+		}()
+		waitUntilBlocked(t, pool, tx, done, "the configure")
+		if r, err := q.EnqueuePgxTx(ctx, tx, second); err != nil || r.Status != fairrelay.EnqueueCreated {
+			t.Fatalf("enqueue %s beside the configure: %+v %v", second.ID, r, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("configure: %v", err)
+		}
+		// The limit counted every event: the group is full.
+		r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "last", Flow: "F9", Group: "G", Body: body, At: fairrelay.AtStored})
+		if err != nil || r.Status != fairrelay.EnqueueFull || r.Limit != fairrelay.LimitGroup {
+			t.Errorf("enqueue into the group of %d events, limited to %d: %+v %v, want full (group)", want, want, r, err)
+		}
+	}
+	t.Run("a new flow, then an existing one", func(t *testing.T) {
+		t.Parallel()
+		run(t, "frcfgnew", []string{"F1"}, fairrelay.EnqueueParams{ID: "n1", Flow: "F0", Group: "G"}, fairrelay.EnqueueParams{ID: "n2", Flow: "F1"}, 3)
+	})
+	t.Run("two existing flows in ascending order", func(t *testing.T) {
+		t.Parallel()
+		run(t, "frcfgord", []string{"F2", "F1"}, fairrelay.EnqueueParams{ID: "n1", Flow: "F1"}, fairrelay.EnqueueParams{ID: "n2", Flow: "F2"}, 4)
+	})
+}

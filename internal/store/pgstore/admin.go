@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -83,8 +84,10 @@ func checked(check func() error) func() error {
 // backlog once, exactly: a store limit holds the flow table EXCLUSIVE while
 // it counts (every writer of a flow waits, and every enqueue either is
 // counted or sees the limit: enqueue_many locks its flows before it reads
-// the limits); a group limit locks the group's flows (FOR SHARE), then its
-// limit row (which a new flow of the group locks FOR SHARE). Changing or
+// the limits); a group limit locks the group's flows (FOR SHARE, in flow_id
+// order) and its limit row (which a new flow of the group locks FOR SHARE),
+// never holding one while it waits for the other (lockFirstGroupLimit).
+// Changing or
 // removing a limit counts nothing: while a limit is set, the enqueues under
 // it count.
 func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, error) {
@@ -165,35 +168,39 @@ func configureGroup(ctx context.Context, tx pgx.Tx, p store.ConfigureParams, at 
 		}
 	}
 	if p.MaxBacklog != nil {
-		// The group's first limit counts its flows' backlog, so it waits
-		// for every transaction that holds one of them: they are locked
-		// FOR SHARE before the limit row, in an enqueue's order (its flows,
-		// then the limit row, which a new flow of the group locks FOR
-		// SHARE). Locked after the limit row, an outbox transaction that
-		// held a flow of the group and then made a new flow of it
-		// deadlocked with this configure, and one of them failed.
 		var oldMax int64
 		if err := tx.QueryRow(ctx, `SELECT max_backlog FROM grp_limit WHERE group_id = $1`, g).Scan(&oldMax); err != nil {
 			return err
 		}
 		first := oldMax == 0 && *p.MaxBacklog > 0
-		if first {
-			if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE group_id = $1 FOR SHARE`, g); err != nil {
+		if !first {
+			// A change of the limit (or its removal) counts nothing: the
+			// limit row alone. Another configure may have removed the limit
+			// meanwhile, which makes this the first limit after all: then
+			// the row is let go and taken as below.
+			if _, err := tx.Exec(ctx, `SAVEPOINT group_limit`); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, `SELECT max_backlog FROM grp_limit WHERE group_id = $1 FOR NO KEY UPDATE`, g).Scan(&oldMax); err != nil {
+				return err
+			}
+			release := `RELEASE SAVEPOINT group_limit`
+			if first = oldMax == 0 && *p.MaxBacklog > 0; first {
+				release = `ROLLBACK TO SAVEPOINT group_limit`
+			}
+			if _, err := tx.Exec(ctx, release); err != nil {
 				return err
 			}
 		}
-		if err := tx.QueryRow(ctx, `SELECT max_backlog FROM grp_limit WHERE group_id = $1 FOR NO KEY UPDATE`, g).Scan(&oldMax); err != nil {
-			return err
+		if first {
+			if err := lockFirstGroupLimit(ctx, tx, g); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, `SELECT max_backlog FROM grp_limit WHERE group_id = $1`, g).Scan(&oldMax); err != nil {
+				return err
+			}
 		}
 		if oldMax == 0 && *p.MaxBacklog > 0 {
-			if !first {
-				// Another configure removed the limit meanwhile (rare): the
-				// flows are locked after the limit row after all; a deadlock
-				// there fails this configure with ErrBusy, to be run again.
-				if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE group_id = $1 FOR SHARE`, g); err != nil {
-					return err
-				}
-			}
 			_, err := tx.Exec(ctx, `UPDATE grp_limit SET enqueued = (SELECT coalesce(sum(seq - head_seq + 1), 0) FROM flow WHERE group_id = $1)
 				+ coalesce((SELECT acked FROM grp_acked WHERE group_id = $1), 0) WHERE group_id = $1`, g)
 			if err != nil {
@@ -215,6 +222,49 @@ func configureGroup(ctx context.Context, tx pgx.Tx, p store.ConfigureParams, at 
 		}
 	}
 	return nil
+}
+
+// lockFirstGroupLimit locks what a group's first backlog limit counts: the
+// group's flows (FOR SHARE, in flow_id order) and its limit row (FOR NO KEY
+// UPDATE), without ever holding one while it waits for the other. An
+// outbox transaction may hold a flow of the group (its enqueue) and then
+// want the limit row (a new flow of the group locks it FOR SHARE), or hold
+// the limit row (a new flow) and then want a flow: either order of taking
+// the two would meet one of them in a deadlock (the first order failed
+// TestPostgresFirstGroupLimitBesideAnOpenOutbox, the second
+// TestPostgresFirstGroupLimitBesideANewFlow). So the flows are taken first,
+// waiting for their holders, and the limit row without waiting; when a
+// transaction holds it, the flows are let go (the savepoint), the limit
+// row waited for alone and let go too, and the two taken again. Each round
+// waits for a transaction to end, so the rounds end unless new flows of
+// the group keep coming; past 100 rounds the configure answers busy.
+func lockFirstGroupLimit(ctx context.Context, tx pgx.Tx, g string) error {
+	for range 100 {
+		if _, err := tx.Exec(ctx, `SAVEPOINT first_group_limit`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE group_id = $1 ORDER BY flow_id FOR SHARE`, g); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT 1 FROM grp_limit WHERE group_id = $1 FOR NO KEY UPDATE NOWAIT`, g)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
+			if err == nil {
+				_, err = tx.Exec(ctx, `RELEASE SAVEPOINT first_group_limit`)
+			}
+			return err
+		}
+		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT first_group_limit`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM grp_limit WHERE group_id = $1 FOR NO KEY UPDATE`, g); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT first_group_limit`); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: configure: group %q's first backlog limit: enqueues making new flows of the group held its limit row through 100 tries", store.ErrBusy, g)
 }
 
 // Prune deletes acked events and tombstones (SPEC §8) in one transaction of
