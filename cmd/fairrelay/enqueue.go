@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -59,7 +60,7 @@ full, or a bulk line failed or was refused), 2 an error.`,
 			if err != nil {
 				return bodyAfterTick(cmd, queue, pol, &pf, at, err)
 			}
-			q, err := openQueue(cmd.Context(), queue, pol, &pf)
+			q, err := openEnqueueQueue(cmd, queue, pol, &pf)
 			if err != nil {
 				return err
 			}
@@ -126,4 +127,19 @@ func bodyAfterTick(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *p
 	}
 	defer q.Close()
 	return cmp.Or(q.CheckTick(cmd.Context(), "enqueue", at, false), bodyErr)
+}
+
+// openEnqueueQueue opens enqueue's queue store, creating it when missing
+// (the first enqueue makes the store), and then says so on stderr: a
+// misspelt --queue would otherwise fill a new, empty store that no relay
+// reads, in silence (relay and receive warn likewise).
+func openEnqueueQueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags) (*fairrelay.Queue, error) {
+	q, created, err := openQueueCreating(cmd.Context(), queue, pol, pf)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: the queue store %s did not exist and was created; if --queue is misspelt, remove it\n", redactDSN(queue))
+	}
+	return q, nil
 }

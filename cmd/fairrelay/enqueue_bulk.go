@@ -26,7 +26,7 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *
 			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "give --id too, or put it in the stdin lines (\"" + name + "\": …)"}
 		}
 	}
-	q, err := openQueue(cmd.Context(), queue, pol, pf)
+	q, err := openEnqueueQueue(cmd, queue, pol, pf)
 	if err != nil {
 		return err
 	}

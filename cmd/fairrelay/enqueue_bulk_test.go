@@ -312,3 +312,26 @@ func TestBulkEnqueueBadLineAtARegressedTickAnswersTheClock(t *testing.T) {
 		t.Errorf("bad lines at the stored tick: exit %d:\n%s\nwant invalid_input naming id and zz", code, out)
 	}
 }
+
+// An enqueue that creates the queue store says so on stderr (a misspelt
+// --queue would otherwise fill a store no relay reads, in silence), one
+// event or a bulk input alike; an enqueue into an existing store says
+// nothing there.
+func TestEnqueueSaysWhenItCreatesTheStore(t *testing.T) {
+	t.Parallel()
+	const note = "did not exist and was created"
+	one := filepath.Join(t.TempDir(), "one.db")
+	_, errOut, code := cli(t, "", "enqueue", "--queue", one, "--id", "a", "--flow", "f", "--delta", "1")
+	if code != exitApplied || !strings.Contains(errOut, note) {
+		t.Errorf("first enqueue: exit %d, stderr %q: want a note that the store was created", code, errOut)
+	}
+	_, errOut, code = cli(t, "", "enqueue", "--queue", one, "--id", "b", "--flow", "f", "--delta", "1")
+	if code != exitApplied || errOut != "" {
+		t.Errorf("second enqueue: exit %d, stderr %q: want none", code, errOut)
+	}
+	bulk := filepath.Join(t.TempDir(), "bulk.db")
+	_, errOut, code = cli(t, `{"id":"a","flow":"f","delta":1}`+"\n", "enqueue", "--queue", bulk)
+	if code != exitApplied || !strings.Contains(errOut, note) {
+		t.Errorf("first bulk enqueue: exit %d, stderr %q: want a note that the store was created", code, errOut)
+	}
+}
