@@ -55,7 +55,7 @@ import (
 // Idle groups. A group claimed while inactive starts at V: no banked credit
 // (SPEC §11), as a new flow joins at clock.ticket under fair; an active
 // group claimed further behind V than the most weighted slot time another
-// active group can hold at once (at least a quantum: see overrun) is
+// active group can hold at once (at least a quantum: see Overruns) is
 // raised to that distance, so a share it did not use is not banked beyond
 // what another group's deliveries, which hold their slots to the end, may
 // have kept from it. A group that is ahead keeps its charge while idle, so
@@ -74,7 +74,7 @@ import (
 // group's charge runs more than B ahead of V: a group is claimed only
 // within Quantum of V, and what it then holds adds at most H × D / w before
 // it answers. A group that can use its share is never more than B behind V
-// after its claims (a claim raises it there: overrun). So two such groups'
+// after its claims (a claim raises it there: Overruns). So two such groups'
 // charges differ by at most 2B on one relay. On several relays on
 // one store the picture changes: the relays claim from the same
 // flows, and a head in flight on one relay is not claimable by another, so
@@ -407,18 +407,23 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	now := ts.src.Elapsed()
-	// The weights of the active groups and of those claimed now: the
-	// shares of the slots (overPeak).
+	// One pass over the groups: the weights of the active ones (with
+	// those claimed now: the shares of the slots, overPeak) and the
+	// largest overruns (what a group may bank).
 	var activeW int64
+	var ov overruns
 	for name, g := range ts.groups {
 		if ts.active(g, now) {
 			activeW += ts.weight(name)
+			ov.raise(name, ts.overrunOf(name, g))
 		}
 	}
-	for i, c := range cs {
-		if g := ts.groups[c.Group]; (g == nil || !ts.active(g, now)) && !slices.ContainsFunc(cs[:i], func(o fairrelay.Claim) bool { return o.Group == c.Group }) {
+	seen := map[string]bool{}
+	for _, c := range cs {
+		if g := ts.groups[c.Group]; (g == nil || !ts.active(g, now)) && !seen[c.Group] {
 			activeW += ts.weight(c.Group)
 		}
+		seen[c.Group] = true
 	}
 	for _, c := range cs {
 		g := ts.groups[c.Group]
@@ -428,12 +433,12 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 		}
 		if ts.active(g, now) {
 			// A group behind the floor banks at most what the slots the
-			// others hold could have kept from it (see overrun). Its
+			// others hold could have kept from it (see Overruns). Its
 			// effective charge is raised, not the charge of its ended
 			// deliveries: the floor already counts the deliveries it has
 			// under way (it never stays below the smallest effective
 			// charge), and raising the ended part counted them twice.
-			if e, low := ts.effective(c.Group, g, now), ts.floor-ts.overrun(c.Group); e < low {
+			if e, low := ts.effective(c.Group, g, now), ts.floor-max(float64(ts.quantum), ov.besides(c.Group)); e < low {
 				g.charge += low - e
 			}
 		} else {
@@ -450,6 +455,7 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 		}
 		g.startSum += now
 		ts.touch(g, now)
+		ov.raise(c.Group, ts.overrunOf(c.Group, g)) // active now, its peak maybe higher
 		ts.metrics.groupSlots(c.Group, 1)
 	}
 	if len(ts.groups) > maxTracked {
@@ -458,14 +464,13 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 	return now
 }
 
-// overrun is how far behind the floor an active group may be raised to
+// Overruns. How far behind the floor an active group may be raised to
 // when it is claimed (what it may bank): Quantum, or, when more, the most
 // weighted slot time another active group held at once beyond its share of
 // the slots (its weighted share of Workers, rounded up), max over them of
 // those slots × MaxHold / weight (at most the H × D / w of the bound
-// above). A
-// group is claimed only within a quantum of the floor, but its deliveries
-// then hold their slots to the end: a group left out for its charge for a
+// above). A group is claimed only within a quantum of the floor, but its
+// deliveries then hold their slots to the end: a group left out for its charge for a
 // moment lets the other take every slot that frees (a 1 s group beside a
 // 50 ms one took 7 of 8 slots for a second), and the group behind then
 // had work but no slot. Raised to within a quantum, it lost that time at
@@ -479,16 +484,39 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 // TestTimeFairFastBesideSlowTwoRelays bank their whole delivery and hold
 // 4.4-4.7 of 8 slots instead of 4.2-4.3. A group that cannot use its
 // share (its deliveries are too short) still banks no more than that
-// overrun: bounded, as the bound above. mu must be held.
-func (ts *timeshare) overrun(group string) float64 {
-	b := float64(ts.quantum)
-	now := ts.src.Elapsed()
-	for name, g := range ts.groups {
-		if name != group && ts.active(g, now) {
-			b = max(b, float64(time.Duration(g.overPeak)*g.maxHold)/float64(ts.weight(name)))
-		}
+// overrun: bounded, as the bound above.
+
+// overrunOf is group name's own overrun, those slots × MaxHold / weight,
+// in ns of weighted slot time. mu must be held.
+func (ts *timeshare) overrunOf(name string, g *groupTime) float64 {
+	return float64(time.Duration(g.overPeak)*g.maxHold) / float64(ts.weight(name))
+}
+
+// overruns keeps the two largest overruns of a set of groups, so that the
+// largest besides any one group is read without another pass.
+type overruns struct {
+	best, second float64
+	bestName     string
+}
+
+// raise records that group name's overrun is v (never less than before).
+func (o *overruns) raise(name string, v float64) {
+	switch {
+	case name == o.bestName:
+		o.best = max(o.best, v)
+	case v > o.best:
+		o.second, o.best, o.bestName = o.best, v, name
+	default:
+		o.second = max(o.second, v)
 	}
-	return b
+}
+
+// besides is the largest overrun of the groups other than name.
+func (o *overruns) besides(name string) float64 {
+	if name == o.bestName {
+		return o.second
+	}
+	return o.best
 }
 
 // forget drops the idle groups without debt. mu must be held.
