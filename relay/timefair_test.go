@@ -328,9 +328,13 @@ func TestTimeFairFastBesideSlow(t *testing.T) {
 	}
 	// Steadily: slow deliveries claimed together end together, and the
 	// relay once replaced them together, swinging between every slot held
-	// by slow flows and none (timeshare.longRoom).
-	if p := rc.peakOf("slow"); p > 4 {
-		t.Errorf("after the warm-up the slow flows held up to %d slots at once, want at most their half, 4", p)
+	// by slow flows and none (timeshare.longRoom): a peak of 8. Their half
+	// is 4; one slot more is by design when the fast flows' heads all wait
+	// for their settles for a quantum (the claimer's work-conserving second
+	// claim, timeshare.short), which a loaded machine makes happen (seen at
+	// -cpu 1 beside the other tests' relays).
+	if p := rc.peakOf("slow"); p > 4+1 {
+		t.Errorf("after the warm-up the slow flows held up to %d slots at once, want at most their half, 4, and the one a work-conserving claim may add", p)
 	}
 	// Counting claims, fast and slow flows are claimed alike: as many fast
 	// deliveries as slow ones. (How many more depends on the machine's
