@@ -129,8 +129,9 @@ func bodyAfterTick(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *p
 	return cmp.Or(q.CheckTick(cmd.Context(), "enqueue", at, false), bodyErr)
 }
 
-// openEnqueueQueue opens enqueue's queue store, creating it when missing
-// (the first enqueue makes the store), and then says so on stderr: a
+// openEnqueueQueue opens enqueue's queue store, creating a missing SQLite
+// file (the first enqueue makes the store; a PostgreSQL schema without one
+// is refused: openQueueCreating), and then says so on stderr: a
 // misspelt --queue would otherwise fill a new, empty store that no relay
 // reads, in silence (relay and receive warn likewise).
 func openEnqueueQueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags) (*fairrelay.Queue, error) {

@@ -262,12 +262,17 @@ func sameStore(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
-// openQueueCreating opens a daemon's queue store, creating it when it does
-// not exist yet, and reports whether it did: a misspelt --queue then starts
-// an empty store, and the daemon says so instead of idling in silence.
+// openQueueCreating opens the queue store of enqueue or relay, creating a
+// missing SQLite file and reporting whether it did: a misspelt --queue then
+// starts an empty store, and the command says so instead of working in
+// silence. A PostgreSQL schema that holds no store is refused, not created
+// (invalid_input naming queue; fairrelay migrate creates it): there a
+// store lives among the application's own tables, in public when the URL
+// names no schema=, and a misspelt schema would take events that no relay
+// reads.
 func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags) (q *fairrelay.Queue, created bool, err error) {
 	q, err = openExistingQueue(ctx, dsn, pol, pf)
-	if err == nil || !missingStore(err, "queue") {
+	if err == nil || !missingStore(err, "queue") || isPostgresURL(dsn) {
 		return q, false, err
 	}
 	// Missing (or refused for another reason about the path, which the
@@ -276,7 +281,15 @@ func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf
 	return q, err == nil, err
 }
 
-// openInboxCreating is openQueueCreating for an inbox.
+// isPostgresURL reports whether dsn names a PostgreSQL store (as
+// fairrelay.Open reads it).
+func isPostgresURL(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// openInboxCreating opens receive's inbox, creating it when missing (a
+// SQLite file or a PostgreSQL schema: the receiver's own store), and
+// reports whether it did.
 func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options) (in *inbox.Inbox, created bool, err error) {
 	opts.MustExist = true
 	in, err = openInbox(ctx, dsn, opts)

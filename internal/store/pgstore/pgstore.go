@@ -258,7 +258,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("%w: %s holds a fairrelay inbox, not a queue store", store.ErrNotDatabase, where)
 		case opts.MustExist:
 			pool.Close()
-			return nil, fmt.Errorf("%w: %s holds no queue store (create it with fairrelay migrate or enqueue)", store.ErrMissing, where)
+			return nil, fmt.Errorf("%w: %s holds no queue store (create it with fairrelay migrate)", store.ErrMissing, where)
 		}
 	}
 	s := &Store{pool: pool, schema: schema}

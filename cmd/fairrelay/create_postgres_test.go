@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+)
+
+// On PostgreSQL, enqueue and relay refuse a schema that holds no queue
+// store instead of creating one (a fresh user's report: enqueue with a URL
+// without schema= built a whole store in public, among the application's
+// tables, and a misspelt schema= silently made a store no relay reads).
+// Nothing is created; after fairrelay migrate, the same enqueue works.
+func TestPostgresWriteCommandsDoNotCreateAStore(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "frnocreate")
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("schema")
+	exists := func() bool {
+		t.Helper()
+		conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		var n int
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	const want = "holds no queue store (create it with fairrelay migrate)"
+	for _, c := range []struct {
+		name  string
+		stdin string
+		args  []string
+	}{
+		{"enqueue", "", []string{"enqueue", "--queue", dsn, "--id", "a", "--flow", "f", "--delta", "1"}},
+		{"bulk enqueue", `{"id":"a","flow":"f","delta":1}` + "\n", []string{"enqueue", "--queue", dsn}},
+		{"relay", "", []string{"relay", "--queue", dsn, "--sink", "http://127.0.0.1:1/"}},
+	} {
+		out, errOut, code := cli(t, c.stdin, c.args...)
+		if code != exitFailed || out != "" || !strings.Contains(errOut, "invalid_input: queue: ") || !strings.Contains(errOut, want) {
+			t.Errorf("%s on a schema without a store: exit %d, stdout %q, stderr %q: want invalid_input naming queue, %q", c.name, code, out, errOut, want)
+		}
+		if exists() {
+			t.Fatalf("%s created schema %s", c.name, schema)
+		}
+	}
+	if _, errOut, code := cli(t, "", "migrate", "--queue", dsn); code != exitApplied {
+		t.Fatalf("migrate: exit %d, %s", code, errOut)
+	}
+	out, errOut, code := cli(t, "", "enqueue", "--queue", dsn, "--id", "a", "--flow", "f", "--delta", "1")
+	if code != exitApplied || out != `{"seq":1,"status":"created"}`+"\n" || errOut != "" {
+		t.Errorf("enqueue after migrate: exit %d, %q, stderr %q", code, out, errOut)
+	}
+}
