@@ -2,7 +2,10 @@ package fairrelay
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/fairrelay/fairrelay/internal/store"
 )
 
 // Attempt is one claim of an event (one generation) and what became of it:
@@ -40,8 +43,8 @@ type Attempt struct {
 
 // Attempts lists the event's recorded attempts by generation, in one read
 // transaction. Errors: ErrInvalidInput (field "id"); ErrNotFound for an
-// unknown event (a pruned one included: its history goes with it, SPEC §8);
-// ErrBusy; ErrDatabase.
+// unknown event (a pruned one included: its history goes with it, SPEC §8,
+// and the error's message says it was pruned); ErrBusy; ErrDatabase.
 func (q *Queue) Attempts(ctx context.Context, eventID string) ([]Attempt, error) {
 	if err := checkID("id", eventID); err != nil {
 		return nil, err
@@ -56,7 +59,7 @@ func (q *Queue) Attempts(ctx context.Context, eventID string) ([]Attempt, error)
 		return nil, dbError("attempts", err)
 	}
 	if e == nil {
-		return nil, &Error{Code: CodeNotFound, Message: "no event with id " + quote(eventID)}
+		return nil, eventNotFound(ctx, tx, "attempts", eventID)
 	}
 	rows, err := tx.Attempts(ctx, eventID)
 	if err != nil {
@@ -82,4 +85,23 @@ func wallTime(ms int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms).UTC()
+}
+
+// eventNotFound is the ErrNotFound answer of a read for an id that names
+// no event, read in tx. An id a prune deleted the event of (SPEC §8: the
+// prune keeps the id as a tombstone, not the body or the attempts) says
+// so, with the event's flow, seq and acked tick, so that "no event" does
+// not read as "never enqueued" beside an enqueue that answers existing.
+// A failed read of the tombstone is the store's error (ErrBusy,
+// ErrDatabase), named by op.
+func eventNotFound(ctx context.Context, tx store.ReadTx, op, id string) error {
+	ts, err := tx.Tombstone(ctx, id)
+	if err != nil {
+		return dbError(op, err)
+	}
+	if ts == nil {
+		return &Error{Code: CodeNotFound, Message: "no event with id " + quote(id)}
+	}
+	return &Error{Code: CodeNotFound, Message: fmt.Sprintf("no event with id %s: it was pruned (seq %d of flow %s, acked at tick %d); a prune keeps its id, as a tombstone, not its body or its attempts (SPEC §8)",
+		quote(id), ts.Seq, quote(ts.Flow), ts.AckedAt)}
 }

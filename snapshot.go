@@ -399,7 +399,7 @@ func (q *Queue) Event(ctx context.Context, id string) (*EventRecord, error) {
 		return nil, dbError("event", err)
 	}
 	if e == nil {
-		return nil, &Error{Code: CodeNotFound, Message: "no event with id " + quote(id)}
+		return nil, eventNotFound(ctx, tx, "event", id)
 	}
 	return &EventRecord{EventState: eventState(*e), Body: e.Body}, nil
 }

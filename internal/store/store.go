@@ -581,6 +581,14 @@ type GroupWrite struct {
 	Credit        int64
 }
 
+// TombstoneRow is what a prune keeps of an acked event it deleted (SPEC
+// §8): the id's flow and seq, and the tick the event was acked at.
+type TombstoneRow struct {
+	Flow    string
+	Seq     int64
+	AckedAt int64
+}
+
 // ReadTx is a read-only transaction with a stable view.
 type ReadTx interface {
 	// Clock reads the stored clock.
@@ -596,6 +604,9 @@ type ReadTx interface {
 	NextWait(ctx context.Context) (wait int64, ok bool, err error)
 	// EventGet reads one event; nil, nil when there is none.
 	EventGet(ctx context.Context, id string) (*EventRow, error)
+	// Tombstone reads the tombstone a prune left for a deleted event's id
+	// (SPEC §8); nil, nil when there is none.
+	Tombstone(ctx context.Context, id string) (*TombstoneRow, error)
 	// Heads reads the head events of flows (by flow id) that have one.
 	Heads(ctx context.Context, flows []FlowRow) (map[string]*EventRow, error)
 	// EventList lists events ordered by flow then seq, after (afterFlow,

@@ -144,6 +144,9 @@ WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
 FROM event_now WHERE event_id = $1;
 
+-- name: TombstoneRead
+SELECT flow_id, seq, acked_at FROM tombstone WHERE event_id = $1;
+
 -- name: EventsAt
 -- Events by (flow_id, seq) pairs ($1, $2): the heads of listed flows.
 SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at

@@ -143,6 +143,17 @@ func (t *ReadTx) EventGet(ctx context.Context, id string) (*store.EventRow, erro
 	return out, err
 }
 
+// Tombstone reads the tombstone of a pruned event's id.
+func (t *ReadTx) Tombstone(ctx context.Context, id string) (*store.TombstoneRow, error) {
+	var out *store.TombstoneRow
+	err := t.query(ctx, "TombstoneRead", func(r scanner) error {
+		var ts store.TombstoneRow
+		out = &ts
+		return r.Scan(&ts.Flow, &ts.Seq, &ts.AckedAt)
+	}, id)
+	return out, err
+}
+
 // Heads reads the head events of flows that have one, in one query.
 func (t *ReadTx) Heads(ctx context.Context, flows []store.FlowRow) (map[string]*store.EventRow, error) {
 	var ids []string

@@ -173,6 +173,9 @@ WHERE flow_id > ? ORDER BY flow_id LIMIT ?;
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
 FROM event WHERE event_id = ?;
 
+-- name: TombstoneRead
+SELECT flow_id, seq, acked_at FROM tombstone WHERE event_id = ?;
+
 -- name: EventGetBySeq
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
 FROM event WHERE flow_id = ? AND seq = ?;

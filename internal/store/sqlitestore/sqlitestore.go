@@ -1092,6 +1092,19 @@ func (t *ReadTx) EventGet(ctx context.Context, id string) (*store.EventRow, erro
 	return t.event(ctx, "EventGet", id)
 }
 
+// Tombstone reads the tombstone of a pruned event's id.
+func (t *ReadTx) Tombstone(ctx context.Context, id string) (*store.TombstoneRow, error) {
+	var ts store.TombstoneRow
+	err := t.queryRow(ctx, "TombstoneRead", id).Scan(&ts.Flow, &ts.Seq, &ts.AckedAt)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, Translate(fmt.Errorf("TombstoneRead: %w", err))
+	}
+	return &ts, nil
+}
+
 // Heads reads the head events of flows that have one.
 func (t *ReadTx) Heads(ctx context.Context, flows []store.FlowRow) (map[string]*store.EventRow, error) {
 	out := map[string]*store.EventRow{}
