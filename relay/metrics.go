@@ -211,6 +211,7 @@ type queueCollector struct {
 	flows   *prometheus.Desc
 	backlog *prometheus.Desc
 	limit   *prometheus.Desc
+	oldest  *prometheus.Desc
 }
 
 // RegisterQueueGauges registers gauges read from the queue store at each
@@ -225,7 +226,15 @@ type queueCollector struct {
 //     flow created without a group is its own and counts in
 //     fairrelay_events only, so that a store of a million flows does not
 //     make a million series), paged 1000 groups a read;
-//   - fairrelay_group_max_backlog{group}: its backlog limit (0: none).
+//   - fairrelay_group_max_backlog{group}: its backlog limit (0: none);
+//   - fairrelay_oldest_unacked_age_seconds: how long the event not acked
+//     that was enqueued first has waited, on the store's clock: the stored
+//     tick minus its enqueue tick, in seconds (1 tick = 1 ms, SPEC §7); 0
+//     when every event is acked. One read through an index
+//     (fairrelay.Queue.Overview). The store's clock moves with the writes
+//     of the processes that write their tick (a running relay does), so
+//     it is the signal to alert on for a stuck flow or a relay that falls
+//     behind, not for a relay that is down (alert on its absence).
 //
 // A scrape whose read fails reports the error instead of values.
 func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
@@ -236,6 +245,8 @@ func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
 		backlog: prometheus.NewDesc("fairrelay_group_backlog", "Events not acked in a group (SPEC §8), for the groups that have a row.",
 			[]string{"group"}, nil),
 		limit: prometheus.NewDesc("fairrelay_group_max_backlog", "A group's backlog limit (0: none).", []string{"group"}, nil),
+		oldest: prometheus.NewDesc("fairrelay_oldest_unacked_age_seconds",
+			"How long the oldest event not acked has waited, on the store's clock (its tick now minus the event's enqueue tick; 1 tick = 1 ms); 0 when every event is acked.", nil, nil),
 	})
 }
 
@@ -244,11 +255,22 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.flows
 	ch <- c.backlog
 	ch <- c.limit
+	ch <- c.oldest
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	o, err := c.q.Overview(ctx, fairrelay.OverviewParams{})
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.oldest, err)
+		return
+	}
+	var age float64
+	if o.Oldest != nil {
+		age = float64(max(0, o.Clock.Tick-o.Oldest.EnqueuedAt)) / 1000
+	}
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
 	counts := map[fairrelay.State]int64{fairrelay.StateReady: 0, fairrelay.StateInflight: 0, fairrelay.StateQuarantined: 0}
 	var flows int64
 	const page = 1000

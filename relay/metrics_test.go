@@ -1,10 +1,12 @@
 package relay_test
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/relay"
 )
 
@@ -107,4 +109,75 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no counter %s", name)
 	return 0
+}
+
+// fairrelay_oldest_unacked_age_seconds is the stored tick minus the enqueue
+// tick of the oldest event not acked, in seconds (1 tick = 1 ms), and 0
+// once every event is acked: a gauge to alert on for a stuck head.
+func TestOldestUnackedAgeGauge(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	reg := prometheus.NewRegistry()
+	if err := relay.RegisterQueueGauges(reg, q); err != nil {
+		t.Fatal(err)
+	}
+	age := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "fairrelay_oldest_unacked_age_seconds" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no fairrelay_oldest_unacked_age_seconds")
+		return 0
+	}
+	if a := age(); a != 0 {
+		t.Errorf("empty store: age %v, want 0", a)
+	}
+	for _, e := range []struct {
+		id, flow string
+		at       int64
+	}{{"A1", "A", 1000}, {"B1", "B", 2500}, {"C1", "C", 6000}} {
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: e.id, Flow: e.flow, Body: []byte(`{"delta":1}`), At: e.at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := age(); a != 5 {
+		t.Errorf("A1 enqueued at tick 1000, the store at 6000: age %v, want 5", a)
+	}
+	cr, err := q.Claim(ctx, fairrelay.ClaimParams{At: 7000, Limit: 3})
+	if err != nil || len(cr.Claims) != 3 {
+		t.Fatalf("claim: %+v %v", cr, err)
+	}
+	for _, c := range cr.Claims {
+		if c.Token.EventID != "A1" {
+			continue
+		}
+		if r, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted, At: 7001}); err != nil || r.Status != fairrelay.SettleAcked {
+			t.Fatalf("settle A1: %+v %v", r, err)
+		}
+	}
+	if a := age(); a != 4.501 {
+		t.Errorf("A1 acked, B1 enqueued at 2500, the store at 7001: age %v, want 4.501", a)
+	}
+	for _, c := range cr.Claims {
+		if c.Token.EventID == "A1" {
+			continue
+		}
+		if r, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted, At: 7002}); err != nil || r.Status != fairrelay.SettleAcked {
+			t.Fatalf("settle %s: %+v %v", c.Token.EventID, r, err)
+		}
+	}
+	if a := age(); a != 0 {
+		t.Errorf("every event acked: age %v, want 0", a)
+	}
 }
