@@ -31,6 +31,20 @@ func TestScriptFieldErrorsComeAfterTheClock(t *testing.T) {
 		{`{"op":"claim","at":%d,"weight":"heavy"}`, "weight"},
 		{`{"op":"settle","id":"A1","generation":"one","outcome":"accepted","at":%d}`, "generation"},
 		{`{"op":"configure","group":"g","weight":"x","at":%d}`, "weight"},
+		// Missing or empty fields the runner refuses itself (a breaker's
+		// report: these answered invalid_input at a regressed tick).
+		{`{"op":"enqueue","flow":"A","delta":1,"at":%d}`, "id"},
+		{`{"op":"settle","generation":1,"outcome":"accepted","at":%d}`, "id"},
+		{`{"op":"redrive","reason":"x","at":%d}`, "id"},
+		{`{"op":"redrive","id":"A1","reason":"x","at":%d}`, "expected_generation"},
+		{`{"op":"redrive","id":"A1","expected_generation":0,"at":%d}`, "reason"},
+		{`{"op":"expedite","reason":"x","at":%d}`, "id"},
+		{`{"op":"expedite","id":"A1","expected_generation":0,"at":%d}`, "reason"},
+		{`{"op":"pause","reason":"x","at":%d}`, "flow"},
+		{`{"op":"resume","flow":"A","at":%d}`, "reason"},
+		{`{"op":"prune","at":%d}`, "acked_before"},
+		{`{"op":"prune","acked_before":0,"at":%d}`, "ids_before"},
+		{`{"op":"configure","group":"","at":%d}`, "group"},
 	} {
 		behind := fmt.Sprintf(c.line, 3)
 		if r := rn.Do(ctx, []byte(behind)); fmt.Sprint(r["error"]) != string(fairrelay.CodeClockRegressed) {

@@ -143,6 +143,12 @@ func (rn *Runner) Do(ctx context.Context, line []byte) Result {
 	}
 	res, err := rn.do(ctx, o)
 	if err != nil {
+		if o.At != nil && clockedOps[o.Op] && fairrelay.CodeOf(err) == fairrelay.CodeInvalidInput {
+			// A field the runner refused itself (missing, empty) comes
+			// after the clock's answer too. The queue's own refusals
+			// already do; for them this reads the same clock again.
+			err = rn.tickFirst(ctx, o.Op, *o.At, err)
+		}
 		return errResult(err)
 	}
 	return res
