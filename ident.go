@@ -1,6 +1,10 @@
 package fairrelay
 
-import "github.com/fairrelay/fairrelay/internal/ident"
+import (
+	"strings"
+
+	"github.com/fairrelay/fairrelay/internal/ident"
+)
 
 // CheckID applies the one rule for every name fairrelay stores and sends —
 // event ids, flow ids, operator names and group names — and returns nil
@@ -25,10 +29,15 @@ func CheckID(field, v string) error {
 // (Cc, which includes the line feed and the tab), format (Cf), line (Zl)
 // or paragraph (Zp) separator character, so that one audit row prints as
 // one line and cannot move or recolour an operator's terminal. White space
-// at the ends is allowed; an empty or blank reason is not an input error
-// but a rejection (SPEC §2: empty_reason). It returns nil or an *Error with
-// CodeInvalidInput naming field.
+// at the ends is allowed; an empty or blank reason (only white space, tabs
+// and line breaks included, as strings.TrimSpace reads it) is not an input
+// error but a rejection (SPEC §2: "non-empty after trimming", else
+// empty_reason), and a rejection writes nothing. It returns nil or an
+// *Error with CodeInvalidInput naming field.
 func CheckReason(field, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return nil // the action answers empty_reason
+	}
 	if err := ident.CheckText(v, MaxReasonBytes); err != nil {
 		return invalid(field, "%s", err.Error())
 	}
