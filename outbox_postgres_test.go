@@ -584,3 +584,38 @@ func TestPostgresSQLEnqueueErrors(t *testing.T) {
 		}
 	}
 }
+
+// The SQL function checks an explicit tick against a jump of an hour
+// (3 600 000 ticks) unless the caller passes p_max_tick_jump (migration
+// 018): an at in epoch milliseconds, or a typo, would move the store's
+// clock decades ahead, and the relay's retention would then prune every
+// acked event and tombstone at once. Refused, it writes nothing; at the
+// bound it is created; p_max_tick_jump => 0 sets no limit; the Go library
+// keeps its policy's (ReferencePolicy: none).
+func TestPostgresSQLEnqueueChecksTheTickJump(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q, pool, schema := outboxStore(t, "frtickjump_", fairrelay.ReferencePolicy())
+	fn := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	body := []byte(`{"delta":1}`)
+	var status string
+	err := pool.QueryRow(ctx, `SELECT status FROM `+fn("enqueue")+`('a1', 'F', $1, 3600001)`, body).Scan(&status)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "FR002" || pe.Detail != "at" {
+		t.Fatalf("enqueue at 3 600 001 on a store at 0: %q %v, want SQLSTATE FR002, DETAIL at", status, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+fn("event")).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d events after the refusal (%v), want 0", n, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT status FROM `+fn("enqueue")+`('a1', 'F', $1, 3600000)`, body).Scan(&status); err != nil || status != "created" {
+		t.Fatalf("enqueue at 3 600 000: %q %v, want created", status, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT status FROM `+fn("enqueue_many")+`(ARRAY['a2'], ARRAY['F'], ARRAY[$1::bytea], 100000000000, p_max_tick_jump => 0)`, body).Scan(&status); err != nil || status != "created" {
+		t.Fatalf("enqueue_many far ahead with p_max_tick_jump 0: %q %v, want created", status, err)
+	}
+	r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "a3", Flow: "F", Body: body, At: 300000000000})
+	if err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("Go enqueue far ahead under the reference policy: %+v %v, want created", r, err)
+	}
+}
