@@ -619,3 +619,139 @@ func TestPostgresSQLEnqueueChecksTheTickJump(t *testing.T) {
 		t.Fatalf("Go enqueue far ahead under the reference policy: %+v %v, want created", r, err)
 	}
 }
+
+// An enqueue that waits for a row another transaction holds reads the
+// store's tick again once it holds its rows (migration 019; SPEC §2, §10):
+// a breaker's enqueue at tick 500 waited for a transaction that enqueued
+// onto its flow at 1000, then was created at 500, behind it in the flow.
+// Now an explicit tick below the committed one is clock_regressed and
+// writes nothing, and a call at the stored tick (at NULL) runs at the new
+// one. Each path that may wait: one event onto a held flow (the common
+// call skips it and goes the general way), a batch, and calls under a
+// store limit, which wait for the store's limit row on other flows.
+func TestPostgresEnqueueReadsTheTickAfterItsLocks(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"delta":1}`)
+	type call struct {
+		name, sql string
+		args      []any
+	}
+	cases := []struct {
+		name      string
+		limit     bool   // a store max_backlog, so calls take its row
+		holder    string // the flow the first transaction enqueues onto, at 1000
+		second    call
+		wantTick  int64 // 0: want clock_regressed
+		wantEvent string
+	}{
+		{"one event onto the held flow, at 500", false, "A",
+			call{"enqueue", `SELECT status, tick FROM %s('a2', 'A', $1, 500)`, nil}, 0, ""},
+		{"one event onto the held flow, at the stored tick", false, "A",
+			call{"enqueue", `SELECT status, tick FROM %s('a2', 'A', $1)`, nil}, 1000, "a2"},
+		{"a batch with the held flow, at 500", false, "A",
+			call{"enqueue_many", `SELECT status, tick FROM %s(ARRAY['a2', 'b2'], ARRAY['B', 'A'], ARRAY[$1, $1]::bytea[], 500)`, nil}, 0, ""},
+		{"a batch with the held flow, at the stored tick", false, "A",
+			call{"enqueue_many", `SELECT status, tick FROM %s(ARRAY['a2', 'b2'], ARRAY['B', 'A'], ARRAY[$1, $1]::bytea[])`, nil}, 1000, "b2"},
+		{"another flow under a store limit, at 500", true, "A",
+			call{"enqueue", `SELECT status, tick FROM %s('b2', 'B', $1, 500)`, nil}, 0, ""},
+		{"another flow under a store limit, at the stored tick", true, "A",
+			call{"enqueue", `SELECT status, tick FROM %s('b2', 'B', $1)`, nil}, 1000, "b2"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q, pool, schema := outboxStore(t, "frtickafter_", fairrelay.DaemonPolicy())
+			for _, f := range []string{"A", "B"} {
+				if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: f + "0", Flow: f, Body: body, At: 10}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.limit {
+				mb := int64(1000)
+				if _, err := q.Configure(ctx, fairrelay.ConfigureParams{MaxBacklog: &mb, At: 10}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Rollback(context.Background())
+			if _, err := q.EnqueuePgxTx(ctx, first, fairrelay.EnqueueParams{ID: "h1", Flow: c.holder, Body: body, At: 1000}); err != nil {
+				t.Fatal(err)
+			}
+			type answer struct {
+				status []string
+				ticks  []int64
+				err    error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				var a answer
+				rows, err := pool.Query(context.Background(), fmt.Sprintf(c.second.sql, pgx.Identifier{schema, c.second.name}.Sanitize()), body)
+				if err == nil {
+					for rows.Next() {
+						var s string
+						var tk int64
+						if err = rows.Scan(&s, &tk); err != nil {
+							break
+						}
+						a.status, a.ticks = append(a.status, s), append(a.ticks, tk)
+					}
+					rows.Close()
+					err = cmp.Or(err, rows.Err())
+				}
+				a.err = err
+				done <- a
+			}()
+			waitBlockedBy(t, pool, first)
+			if err := first.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a := <-done
+			if c.wantTick == 0 {
+				var pe *pgconn.PgError
+				if !errors.As(a.err, &pe) || pe.Code != "FR001" {
+					t.Fatalf("second call: %v %v, want SQLSTATE FR001 (clock_regressed)", a.status, a.err)
+				}
+			} else {
+				if a.err != nil || len(a.status) == 0 {
+					t.Fatalf("second call: %v %v", a.status, a.err)
+				}
+				for i, s := range a.status {
+					if s != "created" || a.ticks[i] != c.wantTick {
+						t.Errorf("second call, event %d: %s at tick %d, want created at %d", i+1, s, a.ticks[i], c.wantTick)
+					}
+				}
+			}
+			// Per flow, the ticks of the events follow their seqs.
+			rows, err := pool.Query(ctx, `SELECT event_id, flow_id, enqueued_at FROM `+pgx.Identifier{schema, "event"}.Sanitize()+` ORDER BY flow_id, seq`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := map[string]int64{}
+			seen := map[string]bool{}
+			for rows.Next() {
+				var id, flow string
+				var at int64
+				if err := rows.Scan(&id, &flow, &at); err != nil {
+					t.Fatal(err)
+				}
+				if at < last[flow] {
+					t.Errorf("flow %s: %s enqueued at %d after an event at %d", flow, id, at, last[flow])
+				}
+				last[flow], seen[id] = at, true
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if c.wantTick == 0 && (seen["a2"] || seen["b2"]) {
+				t.Errorf("the refused call wrote an event: %v", seen)
+			}
+			if c.wantEvent != "" && !seen[c.wantEvent] {
+				t.Errorf("%s not stored", c.wantEvent)
+			}
+		})
+	}
+}
