@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -95,12 +96,12 @@ var clockedCommands = map[string]bool{"enqueue": true, "claim": true, "settle": 
 // clockBeforeFields returns, for a command of clockedCommands given --at
 // whose input the command refused (invalid_input naming a flag other than
 // --queue and --at: a missing or empty flag, refused before the store was
-// opened), the clock's answer instead when it is clock_regressed: SPEC §2
-// puts the clock before the fields of a write, and the library and the
-// script answer so. The store is opened only when it exists (nothing is
-// created) and under no policy of the flags (they may be what was
-// refused), so only clock_regressed is read here; any other error, or a
-// store that cannot be opened, leaves err as it is.
+// opened), the clock's answer instead when it has one: clock_regressed,
+// or invalid_input naming at for a tick more than --max-tick-jump ahead
+// of the stored one or beyond the largest tick. SPEC §2 puts the clock
+// before the fields of a write, and the library and the script answer so.
+// The store is opened only when it exists (nothing is created); any other
+// error, or a store that cannot be opened, leaves err as it is.
 func clockBeforeFields(ctx context.Context, cmd *cobra.Command, err error) error {
 	var fe *fairrelay.Error
 	if cmd == nil || !clockedCommands[cmd.Name()] || !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput ||
@@ -115,15 +116,42 @@ func clockBeforeFields(ctx context.Context, cmd *cobra.Command, err error) error
 	if perr != nil {
 		return err
 	}
-	q, oerr := fairrelay.Open(ctx, queueFlag.Value.String(), fairrelay.Config{MustExist: true, AdoptStoredEntry: true})
+	pol := fairrelay.DaemonPolicy()
+	pol.MaxTickJump = maxTickJumpFlag(cmd)
+	q, oerr := fairrelay.Open(ctx, queueFlag.Value.String(), fairrelay.Config{Policy: pol, MustExist: true, AdoptStoredEntry: true})
 	if oerr != nil {
 		return err
 	}
 	defer q.Close()
-	if terr := q.CheckTick(ctx, cmd.Name(), at, false); fairrelay.CodeOf(terr) == fairrelay.CodeClockRegressed {
+	terr := q.CheckTick(ctx, cmd.Name(), at, false)
+	var te *fairrelay.Error
+	if errors.As(terr, &te) && (te.Code == fairrelay.CodeClockRegressed || (te.Code == fairrelay.CodeInvalidInput && te.Field == "at")) {
 		return terr
 	}
 	return err
+}
+
+// maxTickJumpFlag is cmd's --max-tick-jump in ticks (a duration of the
+// daemon's milliseconds, or ticks under the script's policy flags); 0
+// (no limit) when the command has none or it does not parse (then the
+// command refused it, and that error stands).
+func maxTickJumpFlag(cmd *cobra.Command) int64 {
+	f := cmd.Flags().Lookup("max-tick-jump")
+	if f == nil {
+		return 0
+	}
+	if f.Value.Type() == "duration" {
+		d, err := time.ParseDuration(f.Value.String())
+		if err != nil || d < 0 {
+			return 0
+		}
+		return d.Milliseconds()
+	}
+	n, err := strconv.ParseInt(f.Value.String(), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // flagNames returns err with the library's field names that are flags of

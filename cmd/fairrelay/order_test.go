@@ -45,8 +45,32 @@ func TestCommandFieldErrorsComeAfterTheClock(t *testing.T) {
 			t.Errorf("%v: exit %d, %q: want invalid_input naming %s", ahead, code, errOut, c.field)
 		}
 	}
+	// redrive --all whose filter matches nothing: the clock's answer first,
+	// not "no quarantined head matched".
+	_, errOut, code := cli(t, "", "redrive", "--all", "--flow", "NOPE", "--reason", "x", "--queue", queue, "--at", "3")
+	if code != exitFailed || !strings.Contains(errOut, "clock_regressed") {
+		t.Errorf("redrive --all at a regressed tick, nothing matching: exit %d, %q: want clock_regressed", code, errOut)
+	}
+	// A tick further ahead than --max-tick-jump (an hour by default) is the
+	// clock's answer too: invalid_input naming at, before the flag's.
+	for _, args := range [][]string{
+		{"pause", "--flow", "", "--reason", "x"},
+		{"configure", "--group", "", "--weight", "2"},
+		{"enqueue", "--id", "A2", "--flow", "A", "--group", "", "--delta", "1"},
+	} {
+		far := append(append([]string{}, args...), "--queue", queue, "--at", "99999999")
+		_, errOut, code := cli(t, "", far...)
+		if code != exitFailed || !strings.Contains(errOut, "invalid_input: at: ") || !strings.Contains(errOut, "max-tick-jump") {
+			t.Errorf("%v: exit %d, %q: want invalid_input naming at (max-tick-jump)", far, code, errOut)
+		}
+		within := append(far, "--max-tick-jump", "0")
+		_, errOut, code = cli(t, "", within...)
+		if code != exitFailed || strings.Contains(errOut, "invalid_input: at: ") {
+			t.Errorf("%v: exit %d, %q: want the flag's own error", within, code, errOut)
+		}
+	}
 	missing := filepath.Join(t.TempDir(), "missing.db")
-	_, errOut, code := cli(t, "", "pause", "--reason", "x", "--queue", missing, "--at", "3")
+	_, errOut, code = cli(t, "", "pause", "--reason", "x", "--queue", missing, "--at", "3")
 	if code != exitFailed || !strings.Contains(errOut, "invalid_input: flow:") {
 		t.Errorf("pause without --flow on a missing store: exit %d, %q: want invalid_input naming flow", code, errOut)
 	}

@@ -99,6 +99,11 @@ alone.`,
 // Redrive errors stop it; rejections are printed and it goes on.
 func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, operator string, at int64) error {
 	ctx := cmd.Context()
+	// The clock first (SPEC §2), also when no head matches: a tick behind
+	// the store's is clock_regressed, not "no quarantined head matched".
+	if err := q.CheckTick(ctx, "redrive", at, false); err != nil {
+		return err
+	}
 	if reasonIs != "" && !quarantineReason(reasonIs) {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason-is", Message: fmt.Sprintf("%q is not a quarantine reason: budget_exhausted or a permanent outcome (id_conflict, sequence_conflict, unsupported_delta, invalid_body, rejected)", reasonIs)}
 	}
