@@ -36,7 +36,11 @@ type EnqueueParams struct {
 	At int64
 	// Floor runs the write at the stored tick when At lies below it, instead
 	// of failing with ErrClockRegressed (as ClaimParams.Floor);
-	// EnqueueResult.Tick says the tick it ran at.
+	// EnqueueResult.Tick says the tick it ran at. It is for a daemon clock
+	// (SPEC §7, relay.Relay.Do), so Policy.MaxTickJump does not apply to a
+	// floor write: a relay's first write after an outage longer than the
+	// limit would be refused. Do not set it for a tick a person or another
+	// system typed; leave it false, or pass AtStored.
 	Floor bool
 }
 
