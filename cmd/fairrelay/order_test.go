@@ -78,3 +78,25 @@ func TestCommandFieldErrorsComeAfterTheClock(t *testing.T) {
 		t.Errorf("the missing store was created: %v", m)
 	}
 }
+
+// A redrive rejected for generation_mismatch says the event's generation
+// now and where the quarantined heads are listed with theirs (a fresh
+// user's report: the answer named neither).
+func TestRedriveMismatchNamesTheGeneration(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "q.db")
+	for _, args := range [][]string{
+		{"enqueue", "--id", "A1", "--flow", "A", "--delta", "1"},
+		{"claim"},
+		{"settle", "--id", "A1", "--generation", "1", "--outcome", "invalid_body"},
+	} {
+		if out, errOut, code := cli(t, "", append(args, "--queue", queue)...); code != exitApplied {
+			t.Fatalf("%v: exit %d, %s %s", args, code, out, errOut)
+		}
+	}
+	out, errOut, code := cli(t, "", "redrive", "--queue", queue, "--id", "A1", "--expected-generation", "5", "--reason", "x")
+	if code != exitNotApplied || !strings.Contains(out, "generation_mismatch") ||
+		!strings.Contains(errOut, "the event is at generation 1") || !strings.Contains(errOut, "inspect quarantined") {
+		t.Errorf("redrive at a stale generation: exit %d, %q, stderr %q: want generation_mismatch naming generation 1 and inspect quarantined", code, out, errOut)
+	}
+}

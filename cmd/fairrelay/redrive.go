@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -72,7 +73,7 @@ alone.`,
 				return err
 			}
 			if r.Status == fairrelay.RedriveRejected {
-				return notApplied("redrive %s: rejected (%s); nothing changed", id, r.RejectReason)
+				return notApplied("redrive %s: rejected (%s); nothing changed%s", id, r.RejectReason, generationHint(cmd.Context(), q, id, r.RejectReason))
 			}
 			return nil
 		},
@@ -167,4 +168,20 @@ func osUser() string {
 		return u.Username
 	}
 	return os.Getenv("USER")
+}
+
+// generationHint is what a redrive rejected for generation_mismatch adds
+// to its stderr line: the event's generation now, read after the answer
+// (it may have moved again since), and where the quarantined heads are
+// listed with theirs. Empty for other rejections, or when the read fails
+// (the rejection itself stands).
+func generationHint(ctx context.Context, q *fairrelay.Queue, id, reason string) string {
+	if reason != fairrelay.RejectGenerationMismatch {
+		return ""
+	}
+	e, err := q.Event(ctx, id)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect quarantined lists each head with the generation a redrive needs)", e.Generation)
 }
