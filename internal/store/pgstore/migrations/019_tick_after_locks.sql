@@ -12,9 +12,12 @@
 -- stored tick: an explicit at below it is clock_regressed (FR001), as
 -- when it is below at the start; at NULL, or under p_floor, runs at it.
 -- The common call does not wait for a flow (SKIP LOCKED: a held flow goes
--- the general way) and is unchanged. Not covered: a new flow that another
--- transaction creates while this one waits for its name (enqueue_events'
--- per-event lock_name) — both then write one new flow, rarely.
+-- the general way). A call of one event that waited for another
+-- transaction's insert of the same id (its answer then existing or
+-- conflict, the common call's included) reads the tick again before it
+-- answers, likewise. Not covered: a new flow that another transaction
+-- creates while this one waits for its name (enqueue_events' per-event
+-- lock_name) — both then write one new flow, rarely.
 --
 -- The function is restated from its own definition with the re-reads
 -- inserted at anchors that must each occur once (checked, so that the
@@ -55,6 +58,11 @@ DECLARE
                                || ARRAY(SELECT e.flow_id FROM event e WHERE e.event_id = ANY (p_ids))
                                || ARRAY(SELECT t.flow_id FROM tombstone t WHERE t.event_id = ANY (p_ids)))
         ORDER BY f.flow_id FOR NO KEY UPDATE;';
+    -- the answers existing or conflict after a wait for the same id's
+    -- insert: the common call's and the general path's (twice), and the
+    -- general path's new flow given up (once)
+    flow_tick CONSTANT TEXT := '            UPDATE flow f SET tick = v_at WHERE f.flow_id = p_flows[1] AND f.tick < v_at;';
+    settings_tick CONSTANT TEXT := '                            UPDATE settings s SET tick = v_at WHERE s.id = 1 AND s.tick < v_at;';
     a TEXT;
 BEGIN
     SELECT pg_get_functiondef(p.oid) INTO def
@@ -69,9 +77,17 @@ BEGIN'] LOOP
             RAISE EXCEPTION 'migration 019: enqueue_many''s definition does not hold this exactly once: %', a;
         END IF;
     END LOOP;
+    -- flow_tick also matches, at a deeper indentation, inside the general
+    -- path's line: two occurrences in all, each one answer's.
+    IF (length(def) - length(replace(def, flow_tick, ''))) / length(flow_tick) <> 2
+       OR (length(def) - length(replace(def, settings_tick, ''))) / length(settings_tick) <> 1 THEN
+        RAISE EXCEPTION 'migration 019: enqueue_many''s definition does not hold the answers'' tick updates as expected';
+    END IF;
     FOREACH a IN ARRAY anchors LOOP
         def := replace(def, a, a || recheck);
     END LOOP;
+    def := replace(def, flow_tick, recheck || E'\n' || flow_tick);
+    def := replace(def, settings_tick, recheck || E'\n' || settings_tick);
     def := replace(def, before_events, pre_events || replace(recheck, E'\n            ', E'\n        ') || E'\n' || before_events);
     def := replace(def, '    hd       RECORD;
 BEGIN', '    hd       RECORD;
