@@ -78,9 +78,28 @@ type ClaimResult struct {
 	// Claims are the heads claimed, in claim order (ascending Ticket); empty
 	// when nothing was eligible (idle; the tick still advanced).
 	Claims []Claim
+	// Quarantined are the heads the claim quarantined instead of claiming
+	// them (SPEC §2: an expired inflight head whose round already used the
+	// whole budget goes to quarantined, reason budget_exhausted), so that a
+	// dispatcher reports them as it reports a settle's quarantine; no
+	// settle answers them. Empty in the common case.
+	Quarantined []Quarantined
 	// Tick is the tick the claim ran at: At, or the stored tick (AtStored,
 	// Floor).
 	Tick int64
+}
+
+// Quarantined is a head a claim quarantined itself (ClaimResult.Quarantined):
+// its id, flow and seq, the generation of the claim whose lease ran out, the
+// attempts of its round (the policy's budget) and the reason
+// (ReasonBudgetExhausted).
+type Quarantined struct {
+	ID         string `json:"id"`
+	Flow       string `json:"flow"`
+	Seq        int64  `json:"seq"`
+	Generation int64  `json:"generation"`
+	Attempts   int64  `json:"attempts"`
+	Reason     string `json:"reason"`
 }
 
 // First returns the first claim, nil when the claim was idle: for a claim of
@@ -106,6 +125,7 @@ func (q *Queue) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 		k = 1
 	}
 	var out []Claim
+	var qs []Quarantined
 	op := writeOp{name: "claim", lanes: store.LaneClaim, at: p.At, floor: p.Floor,
 		read: store.ReadSet{PickLimit: max(k, 1) + len(p.Exclude), GroupPickLimit: max(k, 1) + len(p.Exclude), Order: q.pickOrder(), DueLimit: duePage},
 		check: func() error {
@@ -118,12 +138,13 @@ func (q *Queue) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	tick, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		var err error
 		out, err = t.claim(ctx, k, excludeSet(p.Exclude), rr)
+		qs = slices.Clone(t.quarantined)
 		return err
 	})
 	if err != nil {
 		return ClaimResult{}, err
 	}
-	return ClaimResult{Claims: out, Tick: tick}, nil
+	return ClaimResult{Claims: out, Quarantined: qs, Tick: tick}, nil
 }
 
 // checkExclude refuses an Exclude list that is too long or names no group.
@@ -552,6 +573,8 @@ func (t *txn) promoteDue(ctx context.Context, due []store.FlowHead) error {
 				t.leaseExpired(head)
 				head.State, head.Reason = store.StateQuarantined, ReasonBudgetExhausted
 				t.changedEvent(head)
+				t.quarantined = append(t.quarantined, Quarantined{ID: head.ID, Flow: head.Flow, Seq: head.Seq,
+					Generation: head.Generation, Attempts: head.Attempts, Reason: head.Reason})
 				t.parkHead(f)
 			} else if f.Paused {
 				t.parkHead(f) // a member flow paused while it waited

@@ -3,6 +3,7 @@ package fairrelay
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -121,6 +122,9 @@ type SettleManyResult struct {
 	// Claims are the heads claimed after the settles (ClaimLimit), in claim
 	// order; empty when none was asked for or nothing was eligible.
 	Claims []Claim
+	// Quarantined are the heads those claims quarantined instead (as
+	// ClaimResult.Quarantined).
+	Quarantined []Quarantined
 	// Tick is the tick the write ran at (At, or the stored tick under
 	// AtStored or Floor).
 	Tick int64
@@ -150,6 +154,7 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 	k := p.ClaimLimit
 	var rs []SettleResult
 	var cs []Claim
+	var qs []Quarantined
 	op := writeOp{name: "settle", lanes: store.LaneSettle, at: p.At, floor: p.Floor,
 		read:   store.ReadSet{Events: settleIDs(p.Settles), SkipHeld: p.SkipHeld},
 		before: faultpoint.BeforeSettleCommit, after: faultpoint.AfterSettleCommit,
@@ -181,16 +186,17 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 		if rs, err = t.settleMany(p.Settles, p.Relay, rr.Held); err != nil {
 			return err
 		}
-		cs = nil
+		cs, qs = nil, nil
 		if k > 0 {
 			cs, err = t.claim(ctx, k, excludeSet(p.Exclude), rr)
+			qs = slices.Clone(t.quarantined)
 		}
 		return err
 	})
 	if err != nil {
 		return SettleManyResult{}, err
 	}
-	return SettleManyResult{Results: rs, Claims: cs, Tick: tick}, nil
+	return SettleManyResult{Results: rs, Claims: cs, Quarantined: qs, Tick: tick}, nil
 }
 
 func checkSettles(ps []Settlement) error {

@@ -141,6 +141,9 @@ type txn struct {
 	eventDirty  map[*store.EventRow]bool
 	audit       []store.AuditRow
 	attempts    []store.AttemptRow
+	// quarantined are the heads a claim quarantined itself (promoteDue:
+	// budget spent), for ClaimResult.Quarantined.
+	quarantined []Quarantined
 	// claimLane: the transaction holds LaneClaim, the only writer of a
 	// member flow's Runnable and of group rows (store.GroupRow).
 	claimLane bool
@@ -249,7 +252,7 @@ func (p *txnPool) put(t *txn) {
 	clear(t.ws.Events)
 	t.dirtyFlows, t.dirtyEvents, t.cands = t.dirtyFlows[:0], t.dirtyEvents[:0], t.cands[:0]
 	t.ws = store.WriteSet{Flows: t.ws.Flows[:0], Events: t.ws.Events[:0]}
-	t.audit = nil
+	t.audit, t.quarantined = nil, nil
 	clear(t.attempts)
 	t.attempts = t.attempts[:0]
 	t.q, t.tx = nil, nil

@@ -129,12 +129,14 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				}
 				kinds, cs, tick = append(kinds, txSettleAndClaim), res.Claims, res.Tick
 				setResults(settled, res.Results)
+				r.reportQuarantined(res.Quarantined, res.Tick)
 			case k > 0:
 				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: first, Floor: true, Exclude: exclude})
 				if err != nil {
 					return at, err
 				}
 				kinds, cs, tick = append(kinds, txClaim), res.Claims, res.Tick
+				r.reportQuarantined(res.Quarantined, res.Tick)
 			default:
 				cs = nil // every answer's lease ran out: nothing to write
 				return at, nil
@@ -149,6 +151,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 					r.health.failed("claim", err)
 				} else {
 					kinds, cs, tick = append(kinds, txClaim), append(cs, res.Claims...), res.Tick
+					r.reportQuarantined(res.Quarantined, res.Tick)
 				}
 			}
 			starts = r.ts.started(starts, cs)
@@ -255,6 +258,7 @@ func (r *Relay) claimMore(ctx context.Context, at int64, n, relax int) ([]fairre
 		r.health.failed("claim", err)
 		return nil, nil, at
 	}
+	r.reportQuarantined(res.Quarantined, res.Tick)
 	return res.Claims, ahead, res.Tick
 }
 

@@ -17,6 +17,7 @@ type Metrics struct {
 	idles     prometheus.Counter
 	settles   *prometheus.CounterVec
 	leaseLost prometheus.Counter
+	claimQuar prometheus.Counter
 	held      prometheus.Counter
 	latency   prometheus.Histogram
 	txs       *prometheus.CounterVec
@@ -47,6 +48,11 @@ const OtherGroups = "(other)"
 //   - fairrelay_settles_total{outcome, status}: settles by the outcome sent
 //     and settle's answer (acked, ready, quarantined, stale, expired);
 //   - fairrelay_lease_lost_total: settles not sent because the lease ran out;
+//   - fairrelay_claim_quarantines_total: heads a claim quarantined itself,
+//     with no settle (SPEC §2: an inflight head whose lease ran out after
+//     its round used the whole budget, reason budget_exhausted; a relay
+//     that died while delivering it leaves one); the relay logs each at
+//     WARN, as a settle's quarantine;
 //   - fairrelay_settles_held_total: settle attempts put off because another
 //     transaction held the event's flow (an open outbox transaction on
 //     PostgreSQL, fairrelay.SettleManyParams.SkipHeld): one per answer per attempt,
@@ -85,6 +91,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"outcome", "status"}),
 		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_lease_lost_total", Help: "Settles not sent because the lease ran out first."}),
+		claimQuar: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairrelay_claim_quarantines_total", Help: "Heads a claim quarantined itself: the lease ran out after the round used the whole budget (budget_exhausted, SPEC §2); no settle counts them."}),
 		held: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_settles_held_total", Help: "Settle attempts put off because another transaction (an open outbox transaction) held the event's flow; one per answer per attempt."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -107,7 +115,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"group"}),
 		labelled: map[string]bool{},
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS, m.slotSecs, m.slots} {
+	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.claimQuar, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS, m.slotSecs, m.slots} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -179,6 +187,13 @@ func (m *Metrics) pruned(events, tombstones int64) {
 	}
 	m.prunedEv.Add(float64(events))
 	m.prunedTS.Add(float64(tombstones))
+}
+
+func (m *Metrics) claimQuarantined(n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.claimQuar.Add(float64(n))
 }
 
 func (m *Metrics) idle() {

@@ -60,6 +60,19 @@ func (r *Relay) report(s Settled) {
 	}
 }
 
+// reportQuarantined reports the heads a claim of tick ran quarantined
+// itself (fairrelay.ClaimResult.Quarantined: budget spent, no settle), at
+// WARN like a settle's quarantine (docs/operations.md: the relay logs
+// every quarantine) and in fairrelay_claim_quarantines_total.
+func (r *Relay) reportQuarantined(qs []fairrelay.Quarantined, ran int64) {
+	r.cfg.Metrics.claimQuarantined(len(qs))
+	for _, q := range qs {
+		r.log.Warn("relay: quarantined", "id", q.ID, "flow", q.Flow, "seq", q.Seq, "generation", q.Generation,
+			"attempt", q.Attempts, "reason", q.Reason, "tick", ran,
+			"detail", "its lease ran out after the round used the whole budget (by the claim; no answer was settled)")
+	}
+}
+
 // quarantineReason is the reason settle quarantined a head for when the
 // outcome o was settled (SPEC §2): a permanent outcome is its own reason;
 // a transient one quarantines only when the budget is spent.
