@@ -763,3 +763,39 @@ func TestPostgresEnqueueReadsTheTickAfterItsLocks(t *testing.T) {
 		})
 	}
 }
+
+// Every function in the store's schema says whether it is for callers
+// (migration 020; a fresh user listing them with \df+ saw the internal
+// ones beside enqueue and enqueue_many with nothing to tell them apart):
+// enqueue and enqueue_many are "fairrelay outbox:", the rest "fairrelay
+// internal:". A function added later without its comment fails here.
+func TestPostgresSchemaFunctionsSayWhoCallsThem(t *testing.T) {
+	t.Parallel()
+	_, pool, schema := outboxStore(t, "frfncomment_", fairrelay.DaemonPolicy())
+	rows, err := pool.Query(t.Context(), `SELECT p.proname, coalesce(obj_description(p.oid, 'pg_proc'), '')
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var name, comment string
+		if err := rows.Scan(&name, &comment); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		want := "fairrelay internal:"
+		if name == "enqueue" || name == "enqueue_many" {
+			want = "fairrelay outbox:"
+		}
+		if !strings.HasPrefix(comment, want) {
+			t.Errorf("function %s: comment %q, want it to start with %q", name, comment, want)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 6 {
+		t.Errorf("%d functions in the schema, want at least 6", n)
+	}
+}
