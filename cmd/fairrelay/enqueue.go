@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,7 +57,7 @@ full, or a bulk line failed or was refused), 2 an error.`,
 			at := atFlag(cmd, at)
 			payload, err := enqueueBody(d, b)
 			if err != nil {
-				return bodyAfterTick(cmd, queue, pol, &pf, at, err)
+				return err // after the clock's answer: clockBeforeFields
 			}
 			q, err := openEnqueueQueue(cmd, queue, pol, &pf)
 			if err != nil {
@@ -112,21 +111,6 @@ func enqueueBody(delta, body json.RawMessage) ([]byte, error) {
 		named.Message = "not JSON (the command takes JSON bodies; the library and the SQL function take any bytes): " + fe.Message
 	}
 	return nil, &named
-}
-
-// bodyAfterTick answers an enqueue whose body the command refused: the
-// clock's answer comes first when the store has one (SPEC §2 order), else
-// bodyErr. A missing store is not created for it.
-func bodyAfterTick(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags, at int64, bodyErr error) error {
-	q, err := openExistingQueue(cmd.Context(), queue, pol, pf)
-	if err != nil {
-		if missingStore(err, "queue") {
-			return bodyErr
-		}
-		return err
-	}
-	defer q.Close()
-	return cmp.Or(q.CheckTick(cmd.Context(), "enqueue", at, false), bodyErr)
 }
 
 // openEnqueueQueue opens enqueue's queue store, creating a missing SQLite

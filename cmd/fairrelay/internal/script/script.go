@@ -130,23 +130,19 @@ func errResult(err error) Result {
 	return Result{"error": string(fairrelay.CodeDatabase), "message": err.Error()}
 }
 
-// Do runs one op line and returns its result.
+// Do runs one op line and returns its result. A field refused as
+// invalid_input, by the parser or by the runner (missing, empty), comes
+// after the clock's answer when the op writes at a tick it names (SPEC §2
+// order); the queue's own refusals already do, and for them this reads
+// the same clock again.
 func (rn *Runner) Do(ctx context.Context, line []byte) Result {
 	o, err := parseOp(line)
-	if err != nil {
-		if o.At != nil && clockedOps[o.Op] {
-			// A field the parser refused is a field of the input: it
-			// comes after clock_regressed and max_tick_jump (SPEC §2).
-			err = rn.tickFirst(ctx, o.Op, *o.At, err)
-		}
-		return errResult(err)
+	var res Result
+	if err == nil {
+		res, err = rn.do(ctx, o)
 	}
-	res, err := rn.do(ctx, o)
 	if err != nil {
 		if o.At != nil && clockedOps[o.Op] && fairrelay.CodeOf(err) == fairrelay.CodeInvalidInput {
-			// A field the runner refused itself (missing, empty) comes
-			// after the clock's answer too. The queue's own refusals
-			// already do; for them this reads the same clock again.
 			err = rn.tickFirst(ctx, o.Op, *o.At, err)
 		}
 		return errResult(err)
@@ -332,19 +328,19 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		}
 		id, err := need("id", o.ID)
 		if err != nil {
-			return nil, rn.tickFirst(ctx, "settle", at, err)
+			return nil, err
 		}
 		gen, err := need("generation", o.Generation)
 		if err != nil {
-			return nil, rn.tickFirst(ctx, "settle", at, err)
+			return nil, err
 		}
 		name, err := need("outcome", o.Outcome)
 		if err != nil {
-			return nil, rn.tickFirst(ctx, "settle", at, err)
+			return nil, err
 		}
 		outcome, err := fairrelay.ParseOutcome(name)
 		if err != nil {
-			return nil, rn.tickFirst(ctx, "settle", at, err)
+			return nil, err
 		}
 		r, err := rn.Queue.Settle(ctx, fairrelay.SettleParams{Token: fairrelay.Token{EventID: id, Generation: gen}, Outcome: outcome, At: at})
 		if err != nil {
@@ -506,20 +502,20 @@ func (rn *Runner) enqueue(ctx context.Context, o op) (Result, error) {
 	}
 	id, err := need("id", o.ID)
 	if err != nil {
-		return nil, rn.tickFirst(ctx, "enqueue", at, err)
+		return nil, err
 	}
 	flow, err := need("flow", o.Flow)
 	if err != nil {
-		return nil, rn.tickFirst(ctx, "enqueue", at, err)
+		return nil, err
 	}
 	body, err := Body(o.Delta, o.Body)
 	if err != nil {
-		return nil, rn.tickFirst(ctx, "enqueue", at, err)
+		return nil, err
 	}
 	p := fairrelay.EnqueueParams{ID: id, Flow: flow, Body: body, At: at}
 	if o.Group != nil {
 		if *o.Group == "" {
-			return nil, rn.tickFirst(ctx, "enqueue", at, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "group", Message: "empty"})
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "group", Message: "empty"}
 		}
 		p.Group = *o.Group
 	}
