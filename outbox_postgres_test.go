@@ -663,6 +663,25 @@ func TestPostgresEnqueueReadsTheTickAfterItsLocks(t *testing.T) {
 			call{"enqueue", `SELECT status, tick FROM %s('h1', 'B', $1, 500)`, nil}, 0, "", ""},
 		{"the same id onto a free flow, at the stored tick", false, "A",
 			call{"enqueue", `SELECT status, tick FROM %s('h1', 'B', $1)`, nil}, 1000, "", "conflict"},
+		// A call naming a group goes event by event (enqueue_events): onto
+		// a flow the other transaction is making, it waits for the flow's
+		// name (lock_name), then finds the flow made at 1000.
+		{"a grouped event onto a flow the other makes, at 500", false, "N",
+			call{"enqueue_many", `SELECT status, tick FROM %s(ARRAY['a2'], ARRAY['N'], ARRAY[$1]::bytea[], 500, p_groups => ARRAY['N'])`, nil}, 0, "", ""},
+		{"a grouped event onto a flow the other makes, at the stored tick", false, "N",
+			call{"enqueue_many", `SELECT status, tick FROM %s(ARRAY['a2'], ARRAY['N'], ARRAY[$1]::bytea[], p_groups => ARRAY['N'])`, nil}, 1000, "a2", ""},
+		{"a grouped batch with a flow the other makes, at 500", false, "N",
+			call{"enqueue_many", `SELECT status, tick FROM %s(ARRAY['a2', 'b2'], ARRAY['B', 'N'], ARRAY[$1, $1]::bytea[], 500, p_groups => ARRAY['B', 'N'])`, nil}, 0, "", ""},
+		{"a grouped batch with a flow the other makes, at the stored tick", false, "N",
+			call{"enqueue_many", `SELECT status, tick FROM %s(ARRAY['a2', 'b2'], ARRAY['B', 'N'], ARRAY[$1, $1]::bytea[], p_groups => ARRAY['B', 'N'])`, nil}, 1000, "b2", ""},
+		{"a batch onto a flow the other makes, at 500", false, "N",
+			call{"enqueue_many", `SELECT status, tick FROM %s(ARRAY['a2', 'b2'], ARRAY['B', 'N'], ARRAY[$1, $1]::bytea[], 500)`, nil}, 0, "", ""},
+		{"a batch onto a flow the other makes, at the stored tick", false, "N",
+			call{"enqueue_many", `SELECT status, tick FROM %s(ARRAY['a2', 'b2'], ARRAY['B', 'N'], ARRAY[$1, $1]::bytea[])`, nil}, 1000, "b2", ""},
+		{"one event onto a flow the other makes, at 500", false, "N",
+			call{"enqueue", `SELECT status, tick FROM %s('a2', 'N', $1, 500)`, nil}, 0, "", ""},
+		{"one event onto a flow the other makes, at the stored tick", false, "N",
+			call{"enqueue", `SELECT status, tick FROM %s('a2', 'N', $1)`, nil}, 1000, "a2", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
