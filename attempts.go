@@ -2,6 +2,7 @@ package fairrelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -94,6 +95,37 @@ func wallTime(ms int64) time.Time {
 // not read as "never enqueued" beside an enqueue that answers existing.
 // A failed read of the tombstone is the store's error (ErrBusy,
 // ErrDatabase), named by op.
+// noEvent is the ErrNotFound a write answers for an id that names no
+// event (redrive, expedite, settle). Its message is completed after the
+// write by explainNoEvent, in a read transaction of its own (a write
+// transaction does not read tombstones).
+type noEvent struct{ id string }
+
+func (n noEvent) Error() string { return "no event with id " + quote(n.id) }
+
+// errNoEvent is the answer of a write for id, which names no event.
+func errNoEvent(id string) error {
+	return &Error{Code: CodeNotFound, Err: noEvent{id}}
+}
+
+// explainNoEvent gives the ErrNotFound of a write, err, the answer of a
+// read (eventNotFound): an id a prune deleted the event of says so, as
+// Attempts and Event do (a fresh user: redrive of a pruned id said only
+// "no event"). Any other err is returned as it is; a failed read of the
+// tombstone is the store's error, named by op.
+func (q *Queue) explainNoEvent(ctx context.Context, op string, err error) error {
+	var n noEvent
+	if !errors.As(err, &n) {
+		return err
+	}
+	tx, rerr := q.store.BeginRead(ctx)
+	if rerr != nil {
+		return dbError(op, rerr)
+	}
+	defer tx.Rollback(ctx)
+	return eventNotFound(ctx, tx, op, n.id)
+}
+
 func eventNotFound(ctx context.Context, tx store.ReadTx, op, id string) error {
 	ts, err := tx.Tombstone(ctx, id)
 	if err != nil {

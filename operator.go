@@ -88,7 +88,7 @@ func (q *Queue) Expedite(ctx context.Context, p ExpediteParams) (ActionResult, e
 	_, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		e := t.events[p.EventID]
 		if e == nil {
-			return &Error{Code: CodeNotFound, Message: "no event with id " + quote(p.EventID)}
+			return errNoEvent(p.EventID)
 		}
 		reject := ""
 		switch {
@@ -119,7 +119,7 @@ func (q *Queue) Expedite(ctx context.Context, p ExpediteParams) (ActionResult, e
 		res = ActionResult{Status: ActionReady, NextAt: t.at}
 		return nil
 	})
-	return res, err
+	return res, q.explainNoEvent(ctx, "expedite", err)
 }
 
 // FlowActionParams names a flow for Pause and Resume (SPEC §9).

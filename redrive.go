@@ -80,7 +80,7 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 	_, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		e := t.events[p.EventID]
 		if e == nil {
-			return &Error{Code: CodeNotFound, Message: "no event with id " + quote(p.EventID)}
+			return errNoEvent(p.EventID)
 		}
 		switch {
 		case strings.TrimSpace(p.Reason) == "":
@@ -108,5 +108,5 @@ func (q *Queue) Redrive(ctx context.Context, p RedriveParams) (RedriveResult, er
 		res = RedriveResult{Status: RedriveReady, Generation: e.Generation}
 		return nil
 	})
-	return res, err
+	return res, q.explainNoEvent(ctx, "redrive", err)
 }

@@ -194,7 +194,7 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 		return err
 	})
 	if err != nil {
-		return SettleManyResult{}, err
+		return SettleManyResult{}, q.explainNoEvent(ctx, op.name, err)
 	}
 	return SettleManyResult{Results: rs, Claims: cs, Quarantined: qs, Tick: tick}, nil
 }
@@ -246,7 +246,7 @@ func (t *txn) settle(p Settlement, relay string) (SettleResult, error) {
 	at := t.at
 	e := t.events[p.Token.EventID]
 	if e == nil {
-		return SettleResult{}, &Error{Code: CodeNotFound, Message: "no event with id " + quote(p.Token.EventID)}
+		return SettleResult{}, errNoEvent(p.Token.EventID)
 	}
 	// The fence (SPEC §2): a stale generation, then a lease that ran out —
 	// also when nobody has re-claimed the event.
