@@ -6,10 +6,14 @@
 //
 // What the consumer does with the inbox's answer:
 //
-//	accepted, duplicate         ack: the effect is committed (now or before)
-//	gap, retry, database error  redeliver later, after min(base·2^(n-1), cap),
-//	                            n the broker's delivery count
-//	permanent outcome           redeliver later, after cap, and log an error
+//	accepted, duplicate         ack: the effect is committed (now or before);
+//	                            after accepted, the flow's held events that
+//	                            now follow on are applied (inbox ReceiveHeld)
+//	gap, permanent outcome      hold: kept in the inbox (inbox Hold), then
+//	                            ack; a permanent answer is logged as an error
+//	retry, database error       redeliver later, after min(base·2^(n-1), cap),
+//	                            n the broker's delivery count (also when the
+//	                            hold itself failed)
 //	not a fairrelay message     reject (never applied; a dead-letter exchange
 //	                            or the stream's advisories keep it)
 //
@@ -27,11 +31,16 @@
 // duplicate, and never acks a message it could not apply.
 //
 // A permanent answer (unsupported_delta, invalid_body, id_conflict,
-// sequence_conflict) holds its flow at the consumer the way a quarantine
-// holds it in the queue: the message is redelivered every cap and logged,
-// and the events behind it answer gap, until the cause is fixed (for
-// unsupported_delta, a receiver restarted with a larger --max-delta). Nothing
-// skips it.
+// sequence_conflict) holds its flow in the inbox the way a quarantine holds
+// it in the queue: the message is kept in the inbox's held table, retried
+// every cap and logged, and the events behind it answer gap and are held
+// too, until the cause is fixed (for unsupported_delta, a receiver
+// restarted with a larger --max-delta); then the flow's held events apply
+// in seq order. Nothing skips it, and nothing else waits for it: held
+// messages are acked at the broker, so they do not fill its window of
+// unacked messages (RabbitMQ's prefetch, JetStream's MaxAckPending), which,
+// full of one flow's redeliveries, held up every other flow (a breaker's
+// report against the consumer that redelivered them).
 package consume
 
 import (
@@ -132,6 +141,14 @@ const (
 	ActionRedeliver Action = "redeliver"
 	// ActionReject: refused for good (not a fairrelay message).
 	ActionReject Action = "reject"
+	// ActionHold: kept in the inbox (inbox.Inbox.Hold), then acknowledged;
+	// the inbox applies it once its predecessor is applied or its cause
+	// fixed (ActionApplied).
+	ActionHold Action = "hold"
+	// ActionApplied: a held message applied by the inbox
+	// (inbox.Inbox.ReceiveHeld); the broker's copy was acknowledged when it
+	// was held. Only the message's id, flow and seq are reported.
+	ActionApplied Action = "applied"
 )
 
 // Applied reports one message to Options.OnApplied.
@@ -163,8 +180,9 @@ type Options struct {
 	// take (gap, retry, error) comes again; it doubles with every delivery
 	// up to RedeliverCap. Defaults to 500ms.
 	RedeliverBase time.Duration
-	// RedeliverCap caps that wait, and is the wait after a permanent
-	// answer. Defaults to 30s.
+	// RedeliverCap caps that wait, and is how often the held messages
+	// (ActionHold) are retried: a flow whose next event answered a
+	// permanent outcome goes on once the cause is fixed. Defaults to 30s.
 	RedeliverCap time.Duration
 	// Logger receives a line per permanent answer, error and rejected
 	// message (warn or error level), and per message at debug level.
@@ -207,14 +225,19 @@ func Run(ctx context.Context, src Source, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{opts: opts, stop: ctx.Done()}
+	r := &runner{opts: opts, stop: ctx.Done(), held: map[string]bool{}}
 	lanes := make([]chan item, opts.Lanes)
 	var wg sync.WaitGroup
 	for i := range lanes {
 		lanes[i] = make(chan item, laneBuffer)
 		wg.Go(func() { r.lane(lanes[i]) })
 	}
+	retryCtx, stopRetry := context.WithCancel(ctx)
+	var retry sync.WaitGroup
+	retry.Go(func() { r.retryHeld(retryCtx, lanes) })
 	defer func() {
+		stopRetry()
+		retry.Wait()
 		for _, l := range lanes {
 			close(l)
 		}
@@ -236,10 +259,8 @@ func Run(ctx context.Context, src Source, opts Options) error {
 			r.report(Applied{Message: m, Action: ActionReject, Err: errors.Join(err, env.Reject())})
 			continue
 		}
-		h := fnv.New32a()
-		h.Write([]byte(m.Delivery.Flow))
 		select {
-		case lanes[h.Sum32()%uint32(len(lanes))] <- item{env, m}:
+		case lanes[laneOf(m.Delivery.Flow, len(lanes))] <- item{env: env, m: m}:
 		case <-ctx.Done():
 			env.Redeliver(0)
 			return nil
@@ -250,12 +271,42 @@ func Run(ctx context.Context, src Source, opts Options) error {
 type runner struct {
 	opts Options
 	stop <-chan struct{}
+	// held are the flows known to have held messages (this consumer held
+	// them, or retryHeld listed them): an accepted message of one of them
+	// is followed by a drain, and only then.
+	mu   sync.Mutex
+	held map[string]bool
 }
 
-// item is a decoded message waiting for its lane.
+func (r *runner) markHeld(flow string, v bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v {
+		r.held[flow] = true
+	} else {
+		delete(r.held, flow)
+	}
+}
+
+func (r *runner) isHeld(flow string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held[flow]
+}
+
+// item is a decoded message waiting for its lane, or (env nil) a flow
+// whose held messages the lane applies (retryHeld).
 type item struct {
-	env Envelope
-	m   Message
+	env   Envelope
+	m     Message
+	drain string
+}
+
+// laneOf is the lane of flow's messages, of n.
+func laneOf(flow string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(flow))
+	return int(h.Sum32() % uint32(n))
 }
 
 func (r *runner) lane(ch <-chan item) {
@@ -263,11 +314,78 @@ func (r *runner) lane(ch <-chan item) {
 		select {
 		case <-r.stop:
 			// Shutting down: not applied, so back to the broker at once.
-			it.env.Redeliver(0)
+			if it.env != nil {
+				it.env.Redeliver(0)
+			}
 			continue
 		default:
 		}
+		if it.env == nil {
+			r.drain(it.drain)
+			continue
+		}
 		r.apply(it.env, it.m)
+	}
+}
+
+// retryHeld hands every flow with held messages to its lane, at the start
+// and then every RedeliverCap, until ctx is done: a flow whose next event
+// answered a permanent outcome goes on once the cause is fixed, and one
+// whose predecessor another consumer applied is not left waiting.
+func (r *runner) retryHeld(ctx context.Context, lanes []chan item) {
+	for {
+		after := ""
+		for {
+			flows, err := r.opts.Inbox.HeldFlows(ctx, after, 100)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.opts.Logger.Warn("consume: could not list the held messages; retried later", "err", err)
+				}
+				break
+			}
+			for _, f := range flows {
+				r.markHeld(f, true)
+				select {
+				case lanes[laneOf(f, len(lanes))] <- item{drain: f}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if len(flows) < 100 {
+				break
+			}
+			after = flows[len(flows)-1]
+		}
+		t := time.NewTimer(r.opts.RedeliverCap)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// drain applies flow's held messages that follow on (inbox ReceiveHeld)
+// and reports each.
+func (r *runner) drain(flow string) {
+	ctx, cancel := context.WithTimeout(context.Background(), receiveTimeout)
+	defer cancel()
+	res, err := r.opts.Inbox.ReceiveHeld(ctx, flow)
+	for _, a := range res.Applied {
+		r.report(Applied{Message: Message{Delivery: inbox.Delivery{EventID: a.ID, Flow: a.Flow, Seq: a.Seq}},
+			Outcome: fairrelay.OutcomeAccepted, Action: ActionApplied})
+	}
+	if err == nil && !res.Remaining {
+		r.markHeld(flow, false)
+	}
+	log := r.opts.Logger.With("flow", flow)
+	switch {
+	case err != nil:
+		log.Warn("consume: the flow's held messages could not be applied; retried later", "err", err)
+	case res.Stopped.Class() == fairrelay.ClassPermanent:
+		log.Error("consume: the inbox refuses a held event for good; its flow waits in the inbox until the cause is fixed",
+			"id", res.StoppedID, "outcome", res.Stopped, "retried_every", r.opts.RedeliverCap)
 	}
 }
 
@@ -281,9 +399,37 @@ func (r *runner) apply(env Envelope, m Message) {
 	case err == nil && out.Class() == fairrelay.ClassAck:
 		a.Action = ActionAck
 		a.Err = env.Ack()
-	case err == nil && out.Class() == fairrelay.ClassPermanent:
-		a.Action, a.Delay = ActionRedeliver, r.opts.RedeliverCap
-		a.Err = env.Redeliver(a.Delay)
+		if out == fairrelay.OutcomeAccepted && r.isHeld(m.Delivery.Flow) {
+			// Before the message's own report: whoever waits for it finds
+			// the held messages that followed on applied too.
+			r.drain(m.Delivery.Flow)
+		}
+		r.report(a)
+		return
+	case err == nil && (out == fairrelay.OutcomeGap || out.Class() == fairrelay.ClassPermanent):
+		ctx, cancel := context.WithTimeout(context.Background(), receiveTimeout)
+		held, herr := r.opts.Inbox.Hold(ctx, m.Delivery)
+		cancel()
+		switch {
+		case herr != nil:
+			a.Action, a.Delay = ActionRedeliver, r.backoff(m.Delivered)
+			a.Err = errors.Join(herr, env.Redeliver(a.Delay))
+		case !held:
+			// Applied meanwhile (another consumer): done with.
+			a.Action = ActionAck
+			a.Err = env.Ack()
+		default:
+			a.Action = ActionHold
+			a.Err = env.Ack()
+			r.markHeld(m.Delivery.Flow, true)
+		}
+		r.report(a)
+		if herr == nil {
+			// Its predecessor may have been applied since Receive read
+			// the flow (another consumer, which found nothing held yet).
+			r.drain(m.Delivery.Flow)
+		}
+		return
 	default:
 		a.Action, a.Delay = ActionRedeliver, r.backoff(m.Delivered)
 		a.Err = errors.Join(err, env.Redeliver(a.Delay))
@@ -309,11 +455,14 @@ func (r *runner) report(a Applied) {
 	case a.Action == ActionAck && a.Err != nil:
 		log.Warn("consume: applied, but the ack did not reach the broker: the message comes again and answers duplicate",
 			"outcome", a.Outcome, "err", a.Err)
+	case a.Action == ActionHold && a.Err != nil:
+		log.Warn("consume: held in the inbox, but the ack did not reach the broker: the message comes again and is held once",
+			"outcome", a.Outcome, "err", a.Err)
 	case a.Err != nil:
 		log.Warn("consume: not applied, redelivered later", "outcome", a.Outcome, "after", a.Delay, "err", a.Err)
 	case a.Outcome.Class() == fairrelay.ClassPermanent:
-		log.Error("consume: the inbox refused the event for good; its flow waits here until the cause is fixed",
-			"outcome", a.Outcome, "redelivered_every", a.Delay)
+		log.Error("consume: the inbox refused the event for good; it is held in the inbox and its flow waits there until the cause is fixed",
+			"outcome", a.Outcome, "retried_every", r.opts.RedeliverCap)
 	default:
 		log.Debug("consume: applied", "outcome", a.Outcome, "action", a.Action, "after", a.Delay)
 	}

@@ -71,8 +71,8 @@ func ledger(f *fake, id, flow string, seq, delta, delivered int) *msg {
 }
 
 // Each answer of the inbox leads to its action: acks after the commit,
-// redeliveries with the backoff of the delivery count, the cap after a
-// permanent answer, a rejection for what is not a fairrelay message.
+// holds in the inbox (then acks) for a gap and a permanent answer, a
+// rejection for what is not a fairrelay message.
 func TestRunActions(t *testing.T) {
 	t.Parallel()
 	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{MaxDelta: 5})
@@ -109,8 +109,8 @@ func TestRunActions(t *testing.T) {
 	}
 	want := map[string][]string{
 		"A1": {"ack", "ack"},
-		"A3": {"redeliver 400ms"}, // 100 ms doubled for the 2nd and 3rd delivery
-		"B1": {"redeliver 1s"},
+		"A3": {"ack"}, // held in the inbox first
+		"B1": {"ack"}, // likewise
 		"X":  {"reject"},
 	}
 	for id, w := range want {
@@ -124,6 +124,55 @@ func TestRunActions(t *testing.T) {
 	}
 	if fmt.Sprint(outcomes["A1"]) != "[accepted duplicate]" || fmt.Sprint(outcomes["A3"]) != "[gap]" || fmt.Sprint(outcomes["B1"]) != "[unsupported_delta]" {
 		t.Errorf("outcomes %v", outcomes)
+	}
+	actions := map[string][]consume.Action{}
+	for _, a := range reports {
+		actions[a.Message.Delivery.EventID] = append(actions[a.Message.Delivery.EventID], a.Action)
+	}
+	if fmt.Sprint(actions["A3"]) != "[hold]" || fmt.Sprint(actions["B1"]) != "[hold]" {
+		t.Errorf("actions %v, want A3 and B1 held", actions)
+	}
+	if n, err := in.HeldCount(t.Context()); err != nil || n != 2 {
+		t.Errorf("%d held (%v), want 2 (A3, B1)", n, err)
+	}
+}
+
+// What the inbox cannot take now (retry: here, an inbox marked
+// unavailable) is redelivered after the backoff of its delivery count,
+// min(base·2^(n-1), cap).
+func TestRunRedeliversWithBackoff(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	in.SetUnavailable(true)
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1), ledger(f, "B1", "B", 1, 1, 3), ledger(f, "C1", "C", 1, 1, 9)}
+	var mu sync.Mutex
+	n := 0
+	ctx, cancel := context.WithCancel(t.Context())
+	err = consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 2, RedeliverBase: 100 * time.Millisecond, RedeliverCap: time.Second,
+		OnApplied: func(a consume.Applied) {
+			mu.Lock()
+			defer mu.Unlock()
+			if n++; n == 3 {
+				cancel()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"A1": {"redeliver 100ms"},
+		"B1": {"redeliver 400ms"}, // 100 ms doubled for the 2nd and 3rd delivery
+		"C1": {"redeliver 1s"},    // capped
+	}
+	for id, w := range want {
+		if got := f.done[id]; fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("%s: %v, want %v", id, got, w)
+		}
 	}
 }
 
@@ -189,5 +238,148 @@ func TestRunNeedsAnInbox(t *testing.T) {
 	var fe *fairrelay.Error
 	if err := consume.Run(t.Context(), &fake{}, consume.Options{}); !errors.As(err, &fe) || fe.Field != "inbox" {
 		t.Fatalf("%v, want an error naming inbox", err)
+	}
+}
+
+// windowed is a broker with a window of unacked messages, as RabbitMQ's
+// prefetch and JetStream's MaxAckPending: it hands out a message only
+// while fewer than size are unacked. A message handed back for redelivery
+// stays unacked until its delay has passed, then goes back to the front of
+// the queue, as a RabbitMQ requeue does.
+type windowed struct {
+	mu      sync.Mutex
+	size    int
+	queue   []*wmsg
+	unacked int
+	wake    chan struct{}
+}
+
+type wmsg struct {
+	w         *windowed
+	id, flow  string
+	seq       int
+	delta     int
+	delivered int
+}
+
+func (w *windowed) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *windowed) Next(ctx context.Context) (consume.Envelope, error) {
+	for {
+		w.mu.Lock()
+		if w.unacked < w.size && len(w.queue) > 0 {
+			m := w.queue[0]
+			w.queue = w.queue[1:]
+			w.unacked++
+			m.delivered++
+			w.mu.Unlock()
+			return m, nil
+		}
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-w.wake:
+		}
+	}
+}
+
+func (m *wmsg) Message() (consume.Message, error) {
+	h := map[string]string{consume.HeaderFlow: m.flow, consume.HeaderSeq: fmt.Sprint(m.seq)}
+	return consume.Decode(m.id, func(k string) string { return h[k] }, fmt.Appendf(nil, `{"delta":%d}`, m.delta), m.delivered)
+}
+
+func (m *wmsg) settle() error {
+	m.w.mu.Lock()
+	m.w.unacked--
+	m.w.mu.Unlock()
+	m.w.signal()
+	return nil
+}
+
+func (m *wmsg) Ack() error    { return m.settle() }
+func (m *wmsg) Reject() error { return m.settle() }
+func (m *wmsg) Redeliver(d time.Duration) error {
+	time.AfterFunc(d, func() {
+		m.w.mu.Lock()
+		m.w.unacked--
+		m.w.queue = append([]*wmsg{m}, m.w.queue...)
+		m.w.mu.Unlock()
+		m.w.signal()
+	})
+	return nil
+}
+
+// A flow stuck at the consumer holds up only itself (a breaker's report:
+// RabbitMQ with 300 events behind a poison head, NATS with 1 100, and the
+// other flows were never applied). Flow A's head answers unsupported_delta
+// and the 39 events behind it gap; with the broker's window of 16 unacked
+// messages, a consumer that handed them back for redelivery kept the window
+// full of A, and B was never delivered. Held in the inbox and acked, they
+// leave the window to B; once the receiver takes larger deltas, A's held
+// events apply in order on the consumer's own retry.
+func TestRunAStuckFlowHoldsUpNoOther(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{MaxDelta: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	w := &windowed{size: 16, wake: make(chan struct{}, 1)}
+	w.queue = append(w.queue, &wmsg{w: w, id: "A1", flow: "A", seq: 1, delta: 100})
+	for i := 2; i <= 40; i++ {
+		w.queue = append(w.queue, &wmsg{w: w, id: fmt.Sprint("A", i), flow: "A", seq: i, delta: 1})
+	}
+	for i := 1; i <= 5; i++ {
+		w.queue = append(w.queue, &wmsg{w: w, id: fmt.Sprint("B", i), flow: "B", seq: i, delta: 1})
+	}
+	bDone, aDone := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, w, consume.Options{Inbox: in, Lanes: 2, RedeliverBase: 10 * time.Millisecond, RedeliverCap: 50 * time.Millisecond,
+			OnApplied: func(a consume.Applied) {
+				if a.Outcome != fairrelay.OutcomeAccepted {
+					return
+				}
+				switch a.Message.Delivery.EventID {
+				case "B5":
+					close(bDone)
+				case "A40":
+					close(aDone)
+				}
+			}})
+	}()
+	// Bounds on a failure, not synchronisation: the channels say when.
+	select {
+	case <-bDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("B5 not applied after 20 s: the stuck flow A held up flow B")
+	}
+	in.SetMaxDelta(1000)
+	select {
+	case <-aDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("A40 not applied 20 s after the receiver took larger deltas")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s, err := in.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.ByFlow()
+	if p["A"].Seq != 40 || p["A"].Total != 139 || p["B"].Seq != 5 || p["B"].Total != 5 {
+		t.Errorf("projection %+v, want A at seq 40 with total 139, B at seq 5 with total 5", p)
+	}
+	if n, err := in.HeldCount(t.Context()); err != nil || n != 0 {
+		t.Errorf("%d still held (%v), want 0", n, err)
 	}
 }

@@ -429,6 +429,16 @@ func (s *Snapshot) ByFlow() map[string]Projection {
 // ErrInvalidInput (field "limit" for limit < 1, "after_seq" negative or
 // given without afterFlow, whose seq it is); database errors.
 func (in *Inbox) Receipts(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
+	return in.receiptPage(ctx, "inbox receipts", q["ReceiptPage"], afterFlow, afterSeq, limit)
+}
+
+// Held lists up to limit held deliveries (Hold) as Receipts lists receipts:
+// in (flow, seq) order, after afterFlow's afterSeq. Errors as Receipts.
+func (in *Inbox) Held(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
+	return in.receiptPage(ctx, "inbox held", q["HeldPage"], afterFlow, afterSeq, limit)
+}
+
+func (in *Inbox) receiptPage(ctx context.Context, op, query, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
 	if limit < 1 {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
 	}
@@ -438,21 +448,21 @@ func (in *Inbox) Receipts(ctx context.Context, afterFlow string, afterSeq int64,
 	if afterSeq != 0 && afterFlow == "" {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: `is a seq of afterFlow: give the flow too ("" and 0 start at the first receipt)`}
 	}
-	rows, err := in.db.QueryContext(ctx, q["ReceiptPage"], afterFlow, afterSeq, limit)
+	rows, err := in.db.QueryContext(ctx, query, afterFlow, afterSeq, limit)
 	if err != nil {
-		return nil, dbError("inbox receipts", in.translate(err))
+		return nil, dbError(op, in.translate(err))
 	}
 	defer rows.Close()
 	out := []Receipt{}
 	for rows.Next() {
 		var r Receipt
 		if err := rows.Scan(&r.ID, &r.Flow, &r.Seq); err != nil {
-			return nil, dbError("inbox receipts", in.translate(err))
+			return nil, dbError(op, in.translate(err))
 		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, dbError("inbox receipts", in.translate(err))
+		return nil, dbError(op, in.translate(err))
 	}
 	return out, nil
 }

@@ -216,13 +216,13 @@ func runBrokerDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) er
 		return err
 	}
 	fmt.Fprintf(out, "The broker acked every event, so the queue acked them all: the relay's job ends at the broker.\n"+
-		"The consumer's inbox answered unsupported_delta to A1: the consumer holds it (redelivered every second)\n"+
-		"and A2 waits behind it (gap); every other flow was applied:\n\n")
+		"The consumer's inbox answered unsupported_delta to A1: the consumer holds it in the inbox (retried every second)\n"+
+		"and A2 waits there behind it (gap); every other flow was applied:\n\n")
 	if err := demoFlowTable(ctx, out, q, in, false); err != nil {
 		return err
 	}
 	in.SetMaxDelta(1000)
-	fmt.Fprintf(out, "\nThe receiver now supports deltas up to 1000: A1 applies at its next redelivery, then A2.\n")
+	fmt.Fprintf(out, "\nThe receiver now supports deltas up to 1000: A1 applies at its next retry, then A2.\n")
 	if err := st.untilApplied(ctx, settled, relayDone, in, func(receipts int) bool { return receipts == len(work) }); err != nil {
 		return err
 	}

@@ -22,15 +22,15 @@ type inboxPage struct {
 // from a store that must exist.
 func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage) error {
 	switch view {
-	case "receipts", "projection":
+	case "receipts", "projection", "held":
 	default:
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown inbox view %q: receipts or projection", view)}
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown inbox view %q: receipts, projection or held", view)}
 	}
 	if p.afterSeq < 0 {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "must not be negative"}
 	}
 	if view == "projection" && p.afterSeq != 0 {
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the receipts view only (projection pages with --after)"}
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the receipts and held views only (projection pages with --after)"}
 	}
 	if p.afterSeq != 0 && p.afterFlow == "" {
 		// A seq is within a flow: alone it would be ignored.
@@ -45,8 +45,12 @@ func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage
 	var rows []any
 	var table func(w io.Writer)
 	next := ""
-	if view == "receipts" {
-		rs, err := in.Receipts(ctx, p.afterFlow, p.afterSeq, p.limit)
+	if view == "receipts" || view == "held" {
+		list := in.Receipts
+		if view == "held" {
+			list = in.Held
+		}
+		rs, err := list(ctx, p.afterFlow, p.afterSeq, p.limit)
 		if err != nil {
 			return err
 		}

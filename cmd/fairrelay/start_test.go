@@ -78,7 +78,7 @@ func TestRedactDSN(t *testing.T) {
 	}
 }
 
-// inspect --inbox shows an inbox's receipts and projection, a page at a
+// inspect --inbox shows an inbox's receipts, projection and held deliveries, a page at a
 // time, on SQLite and PostgreSQL, and refuses a store that does not exist
 // without creating it (issue 15: the only way to read an inbox was script,
 // which creates missing files).
@@ -102,6 +102,10 @@ func TestInspectInbox(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// B3 waits for B2: held, as a broker consumer keeps it.
+			if held, err := in.Hold(t.Context(), inbox.Delivery{EventID: "B3", Flow: "B", Seq: 3, Body: []byte(`{"delta":2}`)}); err != nil || !held {
+				t.Fatalf("hold: %v %v", held, err)
+			}
 			in.Close()
 
 			out, errOut, code := cli(t, "", "inspect", "--inbox", dsn, "--json")
@@ -120,6 +124,10 @@ func TestInspectInbox(t *testing.T) {
 			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "--limit", "2", "--json", "--after", "A", "--after-seq", "2")
 			if out != `{"id":"B1","flow":"B","seq":1}`+"\n" {
 				t.Fatalf("second page: %q", out)
+			}
+			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "held", "--json")
+			if out != `{"id":"B3","flow":"B","seq":3}`+"\n" {
+				t.Fatalf("held: %q", out)
 			}
 			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "projection", "--json", "--after", "A")
 			if out != `{"flow":"B","seq":1,"total":2}`+"\n" {

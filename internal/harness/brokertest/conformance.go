@@ -87,7 +87,7 @@ func RunConformance(t *testing.T, newRig NewRig) {
 		return sink.Func(func(ctx context.Context, d sink.Delivery) (sink.Result, error) {
 			return w.roundTrip(ctx, rig, d)
 		})
-	})
+	}, sinktest.HoldsGaps())
 }
 
 // waiters routes the consumer's reports to the deliveries waiting for them,

@@ -1,0 +1,210 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// A broker consumer (package consume) meets deliveries it cannot apply yet:
+// an event whose predecessor is not applied (gap), or one the inbox refuses
+// for good until an operator fixes the cause (a permanent answer). Kept
+// unacked at the broker, they fill its window of unacked messages
+// (RabbitMQ's prefetch, JetStream's MaxAckPending) and, once it is full,
+// the broker delivers nothing else: one stuck flow held up every flow (a
+// breaker's report). Hold keeps such a delivery in the inbox's own
+// database instead, so that the consumer can ack the broker's copy, and
+// ReceiveHeld applies a flow's held deliveries in seq order once the next
+// one can be applied. The HTTP receiver does not need them: the relay
+// sends a flow's next event only after its head was answered.
+
+// Hold keeps d, which Receive answered gap or a permanent outcome for,
+// until ReceiveHeld applies it. It is idempotent by event id: a second Hold
+// of an id keeps the first copy. It has committed when it returns held true,
+// so a broker's copy of d may be acked then; held false means d is applied
+// already (its receipt matches d), and nothing is kept. Errors:
+// ErrInvalidInput as Receive's, checked first; database errors and ErrBusy,
+// with nothing held.
+func (in *Inbox) Hold(ctx context.Context, d Delivery) (held bool, err error) {
+	if err := d.check(); err != nil {
+		return false, err
+	}
+	tx, err := in.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, dbError("hold: begin transaction", in.translate(err))
+	}
+	defer tx.Rollback()
+	if in.lock != "" {
+		if _, err := tx.ExecContext(ctx, in.lock, d.Flow, d.EventID); err != nil {
+			return false, dbError("hold", in.translate(err))
+		}
+	}
+	var flow string
+	var seq int64
+	var body []byte
+	err = tx.QueryRowContext(ctx, q["ReceiptGet"], d.EventID).Scan(&flow, &seq, &body)
+	switch {
+	case err == nil && flow == d.Flow && seq == d.Seq && string(body) == string(d.Body):
+		return false, nil
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return false, dbError("hold", in.translate(err))
+	}
+	if _, err := tx.ExecContext(ctx, q["HeldInsert"], d.EventID, d.Flow, d.Seq, d.Body); err != nil {
+		return false, dbError("hold", in.translate(err))
+	}
+	if err := tx.Commit(); err != nil {
+		return false, dbError("hold: commit", in.translate(err))
+	}
+	return true, nil
+}
+
+// HeldResult is what ReceiveHeld did for one flow.
+type HeldResult struct {
+	// Applied are the held deliveries applied (accepted), in order, and
+	// Discarded counts those found applied already (duplicate): both are
+	// gone from the held table.
+	Applied   []Receipt
+	Discarded int
+	// Stopped is the answer of the held delivery that stays held — the
+	// flow's next event, refused (a permanent outcome, or retry while the
+	// inbox is unavailable) — with its id in StoppedID; "" when the flow's
+	// next event is not held (nothing more to do until it arrives).
+	Stopped   fairrelay.Outcome
+	StoppedID string
+	// Remaining reports whether deliveries of the flow stay held (the
+	// stopped one, or later ones whose predecessor is not here yet).
+	Remaining bool
+}
+
+// ReceiveHeld applies flow's held deliveries (Hold) in seq order, each in a
+// transaction of its own with its receipt and effect (Receive's), for as
+// long as the flow's next event is held and is accepted. The held copy of
+// an applied id is deleted in the same transaction. It stops at the first
+// that is not applied, which stays held, and reports its answer. Errors:
+// ErrInvalidInput naming flow (fairrelay.CheckID's rule); database errors
+// and ErrBusy, with what was applied before them kept.
+func (in *Inbox) ReceiveHeld(ctx context.Context, flow string) (HeldResult, error) {
+	var r HeldResult
+	if err := fairrelay.CheckID("flow", flow); err != nil {
+		return r, err
+	}
+	if in.unavailable.Load() {
+		r.Stopped, r.Remaining = fairrelay.OutcomeRetry, true
+		return r, nil
+	}
+	for {
+		out, d, err := in.receiveHeldOne(ctx, flow)
+		if err != nil {
+			return r, err
+		}
+		switch out {
+		case "":
+			// Held copies of events applied meanwhile (the broker
+			// delivered another copy, which was applied) go.
+			if _, err := in.db.ExecContext(ctx, q["HeldDeleteApplied"], flow, d.Seq-1); err != nil {
+				return r, dbError("receive held", in.translate(err))
+			}
+			err := in.db.QueryRowContext(ctx, q["HeldAny"], flow).Scan(&r.Remaining)
+			if err != nil {
+				return r, dbError("receive held", in.translate(err))
+			}
+			return r, nil
+		case fairrelay.OutcomeAccepted:
+			r.Applied = append(r.Applied, Receipt{ID: d.EventID, Flow: d.Flow, Seq: d.Seq})
+		case fairrelay.OutcomeDuplicate:
+			r.Discarded++
+		case fairrelay.OutcomeSequenceConflict:
+			// Another receiver applied the flow's next seq meanwhile, from
+			// another event id: this copy can never apply (it stays held,
+			// for an operator to see); go on from the new next seq.
+		default:
+			r.Stopped, r.StoppedID, r.Remaining = out, d.EventID, true
+			return r, nil
+		}
+	}
+}
+
+// receiveHeldOne applies the held delivery of flow's next seq, if any: its
+// answer and the delivery; "" when none is held, with the flow and its
+// next seq.
+func (in *Inbox) receiveHeldOne(ctx context.Context, flow string) (fairrelay.Outcome, Delivery, error) {
+	tx, err := in.db.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		return "", Delivery{}, dbError("receive held: begin transaction", in.translate(err))
+	}
+	defer tx.Rollback()
+	var pseq, total int64
+	err = tx.QueryRowContext(ctx, q["ProjectionGet"], flow).Scan(&pseq, &total)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", Delivery{}, dbError("receive held", in.translate(err))
+	}
+	d := Delivery{Flow: flow, Seq: pseq + 1}
+	err = tx.QueryRowContext(ctx, q["HeldNext"], flow, d.Seq).Scan(&d.EventID, &d.Body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", d, nil // the flow's next seq, not held
+	}
+	if err != nil {
+		return "", Delivery{}, dbError("receive held", in.translate(err))
+	}
+	// receive takes the flow's and the id's locks (PostgreSQL) and reads
+	// again: another receiver may have applied the flow's next event
+	// since the read above (the answer is then gap, sequence_conflict or
+	// duplicate).
+	out, err := in.receive(ctx, tx, d)
+	if err != nil {
+		return "", Delivery{}, dbError("receive held", in.translate(err))
+	}
+	if out.Class() != fairrelay.ClassAck {
+		return out, d, nil
+	}
+	if _, err := tx.ExecContext(ctx, q["HeldDelete"], d.EventID); err != nil {
+		return "", Delivery{}, dbError("receive held", in.translate(err))
+	}
+	if err := tx.Commit(); err != nil {
+		if applied, rerr := in.applied(context.WithoutCancel(ctx), d); rerr == nil && applied {
+			return out, d, nil
+		}
+		return "", Delivery{}, dbError("receive held: commit", in.translate(err))
+	}
+	return out, d, nil
+}
+
+// HeldFlows lists up to limit flows that have held deliveries, by flow id
+// after the given one ("" starts at the first): what a consumer retries on
+// its own (a flow whose next event answered a permanent outcome is applied
+// once the cause is fixed). Errors: ErrInvalidInput (limit below 1);
+// database errors.
+func (in *Inbox) HeldFlows(ctx context.Context, after string, limit int) ([]string, error) {
+	if limit < 1 {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: fmt.Sprintf("must be at least 1, got %d", limit)}
+	}
+	rows, err := in.db.QueryContext(ctx, q["HeldFlows"], after, limit)
+	if err != nil {
+		return nil, dbError("held flows", in.translate(err))
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var f string
+		if err := rows.Scan(&f); err != nil {
+			return nil, dbError("held flows", in.translate(err))
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbError("held flows", in.translate(err))
+	}
+	return out, nil
+}
+
+// HeldCount counts the held deliveries. Errors: database errors.
+func (in *Inbox) HeldCount(ctx context.Context) (int64, error) {
+	var n int64
+	if err := in.db.QueryRowContext(ctx, q["HeldCount"]).Scan(&n); err != nil {
+		return 0, dbError("held count", in.translate(err))
+	}
+	return n, nil
+}

@@ -1,0 +1,113 @@
+package inbox_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+)
+
+// Hold keeps what the inbox cannot apply yet (a gap, a permanent answer)
+// and ReceiveHeld applies a flow's held deliveries in seq order once each
+// is the flow's next, stopping at one that is refused, which stays held;
+// both backends.
+func TestHoldAndReceiveHeld(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			dsn := filepath.Join(t.TempDir(), "inbox.db")
+			if backend == "postgres" {
+				dsn = pgtest.Schema(t, "frinheld")
+			}
+			in, err := inbox.Open(ctx, dsn, inbox.Options{MaxDelta: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			d := func(flow string, seq, delta int) inbox.Delivery {
+				return inbox.Delivery{EventID: fmt.Sprint(flow, seq), Flow: flow, Seq: int64(seq), Body: fmt.Appendf(nil, `{"delta":%d}`, delta)}
+			}
+			hold := func(x inbox.Delivery, want bool) {
+				t.Helper()
+				if held, err := in.Hold(ctx, x); err != nil || held != want {
+					t.Fatalf("hold %s: %v %v, want held %v", x.EventID, held, err, want)
+				}
+			}
+			// A3 and A2 wait for A1; a second hold of A3 keeps one copy.
+			hold(d("A", 3, 1), true)
+			hold(d("A", 2, 2), true)
+			hold(d("A", 3, 1), true)
+			r, err := in.ReceiveHeld(ctx, "A")
+			if err != nil || len(r.Applied) != 0 || r.Stopped != "" || !r.Remaining {
+				t.Fatalf("before A1: %+v %v, want nothing applied and A's deliveries still held", r, err)
+			}
+			if out, err := in.Receive(ctx, d("A", 1, 1)); err != nil || out != fairrelay.OutcomeAccepted {
+				t.Fatalf("A1: %q %v", out, err)
+			}
+			r, err = in.ReceiveHeld(ctx, "A")
+			want := []inbox.Receipt{{ID: "A2", Flow: "A", Seq: 2}, {ID: "A3", Flow: "A", Seq: 3}}
+			if err != nil || !cmp.Equal(r.Applied, want) || r.Stopped != "" || r.Remaining {
+				t.Fatalf("after A1: %+v %v, want %v applied and nothing left", r, err, want)
+			}
+			// An applied id is not held again.
+			hold(d("A", 3, 1), false)
+			// A permanent answer stays held, and so does what follows it,
+			// until the cause is fixed.
+			hold(d("B", 1, 100), true)
+			hold(d("B", 2, 1), true)
+			r, err = in.ReceiveHeld(ctx, "B")
+			if err != nil || len(r.Applied) != 0 || r.Stopped != fairrelay.OutcomeUnsupportedDelta || r.StoppedID != "B1" || !r.Remaining {
+				t.Fatalf("B with a delta over the limit: %+v %v, want stopped at B1 with unsupported_delta", r, err)
+			}
+			if fs, err := in.HeldFlows(ctx, "", 10); err != nil || !cmp.Equal(fs, []string{"B"}) {
+				t.Fatalf("held flows %v %v, want [B]", fs, err)
+			}
+			in.SetMaxDelta(1000)
+			r, err = in.ReceiveHeld(ctx, "B")
+			if err != nil || len(r.Applied) != 2 || r.Remaining {
+				t.Fatalf("B after the fix: %+v %v, want B1 and B2 applied", r, err)
+			}
+			// A held copy of an event another copy of which was applied
+			// meanwhile goes at the flow's next ReceiveHeld.
+			hold(d("C", 1, 1), true)
+			if out, err := in.Receive(ctx, d("C", 1, 1)); err != nil || out != fairrelay.OutcomeAccepted {
+				t.Fatalf("C1: %q %v", out, err)
+			}
+			r, err = in.ReceiveHeld(ctx, "C")
+			if err != nil || len(r.Applied) != 0 || r.Remaining {
+				t.Fatalf("C after C1 was applied: %+v %v, want its held copy gone", r, err)
+			}
+			s, err := in.Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := s.ByFlow()
+			if p["A"].Seq != 3 || p["A"].Total != 4 || p["B"].Seq != 2 || p["B"].Total != 101 {
+				t.Errorf("projection %+v, want A at 3 with 4, B at 2 with 101", p)
+			}
+			if n, err := in.HeldCount(ctx); err != nil || n != 0 {
+				t.Errorf("%d held (%v), want 0", n, err)
+			}
+			// Bad input names its field and holds nothing.
+			if _, err := in.Hold(ctx, inbox.Delivery{EventID: "C1", Flow: "C", Seq: 0, Body: []byte("{}")}); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+				t.Errorf("hold with seq 0: %v, want invalid_input", err)
+			}
+			if _, err := in.ReceiveHeld(ctx, ""); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+				t.Errorf("receive held of flow \"\": %v, want invalid_input", err)
+			}
+			if _, err := in.HeldFlows(ctx, "", 0); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+				t.Errorf("held flows with limit 0: %v, want invalid_input", err)
+			}
+			if n, err := in.HeldCount(ctx); err != nil || n != 0 {
+				t.Errorf("%d held after the refusals (%v), want 0", n, err)
+			}
+		})
+	}
+}
