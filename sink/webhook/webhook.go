@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -300,14 +301,20 @@ func transientStatus(code int) bool {
 }
 
 // retryAfter parses Retry-After (delay-seconds or HTTP-date), capped at
-// maxAfter; 0 when absent or malformed.
+// maxAfter; 0 when absent or malformed. Delay-seconds is any number of
+// digits (RFC 9110 §10.2.3): one past int64 is capped too, not dropped (a
+// breaker's receiver answered 99999999999999999999 and was retried at once).
 func (s *Sink) retryAfter(v string) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
 	var d time.Duration
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && v[0] != '-' {
+		return s.maxAfter
+	}
+	if err == nil {
 		if n <= 0 {
 			return 0
 		}
