@@ -39,7 +39,10 @@ const receiveLock = `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '
 func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
 	cfg, schema, err := pgstore.PoolConfig(dsn, opts.BusyTimeout)
 	if err != nil {
-		return nil, err
+		// A URL or schema name that does not parse is the caller's input,
+		// as for a queue store (a breaker: ?schema=a-b was a database
+		// error here and invalid_input there).
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: err.Error()}
 	}
 	db := stdlib.OpenDB(*cfg.ConnConfig)
 	// The pool's size (pool_max_conns, or pgxpool's default) bounds the

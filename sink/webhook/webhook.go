@@ -37,6 +37,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/jsontext"
 	"github.com/fairrelay/fairrelay/sink"
 )
 
@@ -209,7 +210,14 @@ func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) 
 		// while the operator looks at the wrong thing.
 		res.Detail += ": the receiver refused the request: " + refusal(answer.Cause, h.Get("Date"), sent)
 	}
-	if isJSON && answer.Status != "" {
+	var dup *jsontext.DuplicateKeyError
+	if _, err := jsontext.Object(body); isJSON && errors.As(err, &dup) {
+		// {"status":"retry","status":"accepted"}: Go's decoder takes the
+		// last, another reader the first; an answer that says two things
+		// is taken as neither (a breaker's receiver), and retried.
+		res.Outcome = fairrelay.OutcomeRetry
+		res.Detail += fmt.Sprintf("; the answer repeats the key %q: ambiguous, retried", dup.Key)
+	} else if isJSON && answer.Status != "" {
 		if o, err := fairrelay.ParseOutcome(answer.Status); err == nil && consistent(o, status) {
 			res.Outcome = o
 		}
@@ -270,14 +278,14 @@ func refusal(cause, date string, sent time.Time) string {
 	case CauseTimestamp:
 		return clocks()
 	case CauseSignature, CauseUnsigned:
-		return "check that the relay's --secret matches the receiver's"
+		return "check that the sender's signing key (the relay's --secret; in Go, webhook.Options.Key) matches the receiver's"
 	case CauseMetadata:
 		return "its Fairrelay-* headers differ from the signed webhook-id; something between the relay and the receiver rewrote them"
 	}
 	if skew >= skewWorthNaming || skew <= -skewWorthNaming {
 		return clocks()
 	}
-	return "check that the relay's --secret matches the receiver's (and that their clocks agree)"
+	return "check that the sender's signing key (the relay's --secret; in Go, webhook.Options.Key) matches the receiver's (and that their clocks agree)"
 }
 
 // consistent reports whether a JSON outcome may be taken at this HTTP status:

@@ -201,6 +201,8 @@ func TestClassify(t *testing.T) {
 		{"503 with Retry-After seconds", answer{status: 503, retryAfter: "7"}, nil, fairrelay.OutcomeRetry, 7 * time.Second},
 		{"429 with Retry-After date", answer{status: 429, retryAfter: now.Add(90 * time.Second).UTC().Format(http.TimeFormat)}, nil, fairrelay.OutcomeRetry, 90 * time.Second},
 		{"Retry-After capped", answer{status: 503, retryAfter: "999999999"}, nil, fairrelay.OutcomeRetry, time.Hour},
+		{"an answer that repeats status is retried", answer{status: 200, body: `{"status":"retry","status":"accepted"}`}, nil, fairrelay.OutcomeRetry, 0},
+		{"an answer that repeats status, the other way", answer{status: 200, body: `{"status":"accepted","status":"retry"}`}, nil, fairrelay.OutcomeRetry, 0},
 		{"Retry-After past int64 capped", answer{status: 503, retryAfter: "99999999999999999999"}, nil, fairrelay.OutcomeRetry, time.Hour},
 		{"Retry-After negative past int64", answer{status: 503, retryAfter: "-99999999999999999999"}, nil, fairrelay.OutcomeRetry, 0},
 		{"Retry-After garbage", answer{status: 503, retryAfter: "soon"}, nil, fairrelay.OutcomeRetry, 0},
