@@ -177,8 +177,9 @@ type Options struct {
 	// Defaults to 8.
 	Lanes int
 	// RedeliverBase is the first wait before a message the inbox did not
-	// take (gap, retry, error) comes again; it doubles with every delivery
-	// up to RedeliverCap. Defaults to 500ms.
+	// take (retry, error) comes again; it doubles with every delivery up to
+	// RedeliverCap. A flow whose held messages wait is retried likewise,
+	// doubling with every retry that applied nothing. Defaults to 500ms.
 	RedeliverBase time.Duration
 	// RedeliverCap caps that wait, and is how often the held messages
 	// (ActionHold) are retried: a flow whose next event answered a
@@ -225,19 +226,21 @@ func Run(ctx context.Context, src Source, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{opts: opts, stop: ctx.Done(), held: map[string]bool{}}
+	r := &runner{opts: opts, stop: ctx.Done(), held: map[string]*heldFlow{}, wake: make(chan struct{}, 1)}
 	lanes := make([]chan item, opts.Lanes)
 	var wg sync.WaitGroup
 	for i := range lanes {
 		lanes[i] = make(chan item, laneBuffer)
 		wg.Go(func() { r.lane(lanes[i]) })
 	}
-	retryCtx, stopRetry := context.WithCancel(ctx)
-	var retry sync.WaitGroup
-	retry.Go(func() { r.retryHeld(retryCtx, lanes) })
+	heldCtx, stopHeld := context.WithCancel(ctx)
+	var held sync.WaitGroup
+	held.Go(func() { r.retryHeld(heldCtx) })
+	held.Go(func() { r.drainer(heldCtx) })
 	defer func() {
-		stopRetry()
-		retry.Wait()
+		stopHeld()
+		held.Wait()
+		r.stopTimers()
 		for _, l := range lanes {
 			close(l)
 		}
@@ -271,35 +274,133 @@ func Run(ctx context.Context, src Source, opts Options) error {
 type runner struct {
 	opts Options
 	stop <-chan struct{}
+
 	// held are the flows known to have held messages (this consumer held
 	// them, or retryHeld listed them): an accepted message of one of them
-	// is followed by a drain, and only then.
-	mu   sync.Mutex
-	held map[string]bool
+	// is followed by a drain, and only then. queue and wake feed the
+	// drainer, which applies long runs of held messages off the lanes.
+	mu      sync.Mutex
+	held    map[string]*heldFlow
+	queue   []string
+	stopped bool
+	wake    chan struct{}
 }
 
-func (r *runner) markHeld(flow string, v bool) {
+// heldFlow is what the consumer knows of a flow with held messages.
+type heldFlow struct {
+	queued bool        // in the drainer's queue
+	timer  *time.Timer // a retry scheduled (retryLater)
+	tries  int         // drains in a row that applied nothing
+}
+
+// Drain sizes: a lane applies at most inlineDrain held messages after the
+// message that let them follow on (so a message of another flow in the lane
+// waits at most that long), and hands the rest to the drainer, which takes
+// drainBatch of a flow at a time, in turn with the other flows.
+const (
+	inlineDrain = 64
+	drainBatch  = 256
+)
+
+func (r *runner) flow(f string) *heldFlow {
+	h := r.held[f]
+	if h == nil {
+		h = &heldFlow{}
+		r.held[f] = h
+	}
+	return h
+}
+
+func (r *runner) isHeld(f string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if v {
-		r.held[flow] = true
-	} else {
-		delete(r.held, flow)
+	return r.held[f] != nil
+}
+
+// requestDrain queues f for the drainer.
+func (r *runner) requestDrain(f string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	h := r.flow(f)
+	if h.queued {
+		return
+	}
+	h.queued = true
+	r.queue = append(r.queue, f)
+	select {
+	case r.wake <- struct{}{}:
+	default:
 	}
 }
 
-func (r *runner) isHeld(flow string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.held[flow]
+// settled records what a drain of f found: more to apply now (queued for
+// the drainer), held messages that wait (a retry after the backoff of the
+// drains in a row that applied nothing, as a redelivery's: their
+// predecessor may be applied by another consumer or receiver, or their
+// cause fixed), or nothing held (forgotten).
+func (r *runner) settled(f string, res inbox.HeldResult, err error, limit int) {
+	switch {
+	case err == nil && !res.Remaining:
+		r.mu.Lock()
+		if h := r.held[f]; h != nil && !h.queued {
+			if h.timer != nil {
+				h.timer.Stop()
+			}
+			delete(r.held, f)
+		}
+		r.mu.Unlock()
+	case err == nil && res.Stopped == "" && len(res.Applied) >= limit:
+		r.requestDrain(f)
+	default:
+		r.retryLater(f, len(res.Applied) > 0)
+	}
 }
 
-// item is a decoded message waiting for its lane, or (env nil) a flow
-// whose held messages the lane applies (retryHeld).
+// retryLater schedules a drain of f after the backoff of its drains in a
+// row that applied nothing (reset when this one applied some), unless one
+// is scheduled.
+func (r *runner) retryLater(f string, progressed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	h := r.flow(f)
+	if progressed {
+		h.tries = 0
+	}
+	if h.timer != nil {
+		return
+	}
+	h.tries++
+	h.timer = time.AfterFunc(r.backoff(h.tries), func() {
+		r.mu.Lock()
+		if h := r.held[f]; h != nil {
+			h.timer = nil
+		}
+		r.mu.Unlock()
+		r.requestDrain(f)
+	})
+}
+
+func (r *runner) stopTimers() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	for _, h := range r.held {
+		if h.timer != nil {
+			h.timer.Stop()
+		}
+	}
+}
+
+// item is a decoded message waiting for its lane.
 type item struct {
-	env   Envelope
-	m     Message
-	drain string
+	env Envelope
+	m   Message
 }
 
 // laneOf is the lane of flow's messages, of n.
@@ -314,25 +415,19 @@ func (r *runner) lane(ch <-chan item) {
 		select {
 		case <-r.stop:
 			// Shutting down: not applied, so back to the broker at once.
-			if it.env != nil {
-				it.env.Redeliver(0)
-			}
+			it.env.Redeliver(0)
 			continue
 		default:
-		}
-		if it.env == nil {
-			r.drain(it.drain)
-			continue
 		}
 		r.apply(it.env, it.m)
 	}
 }
 
-// retryHeld hands every flow with held messages to its lane, at the start
-// and then every RedeliverCap, until ctx is done: a flow whose next event
-// answered a permanent outcome goes on once the cause is fixed, and one
-// whose predecessor another consumer applied is not left waiting.
-func (r *runner) retryHeld(ctx context.Context, lanes []chan item) {
+// retryHeld queues every flow with held messages for the drainer, at the
+// start and then every RedeliverCap, until ctx is done: a consumer that
+// restarted, or that shares the inbox with another, finds what it did not
+// hold itself.
+func (r *runner) retryHeld(ctx context.Context) {
 	for {
 		after := ""
 		for {
@@ -344,12 +439,7 @@ func (r *runner) retryHeld(ctx context.Context, lanes []chan item) {
 				break
 			}
 			for _, f := range flows {
-				r.markHeld(f, true)
-				select {
-				case lanes[laneOf(f, len(lanes))] <- item{drain: f}:
-				case <-ctx.Done():
-					return
-				}
+				r.requestDrain(f)
 			}
 			if len(flows) < 100 {
 				break
@@ -366,26 +456,53 @@ func (r *runner) retryHeld(ctx context.Context, lanes []chan item) {
 	}
 }
 
-// drain applies flow's held messages that follow on (inbox ReceiveHeld)
-// and reports each.
-func (r *runner) drain(flow string) {
+// drainer applies the queued flows' held messages, drainBatch of a flow at
+// a time, the flows in turn, until ctx is done.
+func (r *runner) drainer(ctx context.Context) {
+	for {
+		r.mu.Lock()
+		var f string
+		if len(r.queue) > 0 {
+			f = r.queue[0]
+			r.queue = r.queue[1:]
+			if h := r.held[f]; h != nil {
+				h.queued = false
+			}
+		}
+		r.mu.Unlock()
+		if f == "" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.wake:
+				continue
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.drain(f, drainBatch)
+	}
+}
+
+// drain applies up to limit of flow's held messages that follow on (inbox
+// ReceiveHeld), reports each, and settles what is left.
+func (r *runner) drain(flow string, limit int) {
 	ctx, cancel := context.WithTimeout(context.Background(), receiveTimeout)
 	defer cancel()
-	res, err := r.opts.Inbox.ReceiveHeld(ctx, flow)
+	res, err := r.opts.Inbox.ReceiveHeld(ctx, flow, limit)
 	for _, a := range res.Applied {
 		r.report(Applied{Message: Message{Delivery: inbox.Delivery{EventID: a.ID, Flow: a.Flow, Seq: a.Seq}},
 			Outcome: fairrelay.OutcomeAccepted, Action: ActionApplied})
 	}
-	if err == nil && !res.Remaining {
-		r.markHeld(flow, false)
-	}
+	r.settled(flow, res, err, limit)
 	log := r.opts.Logger.With("flow", flow)
 	switch {
 	case err != nil:
 		log.Warn("consume: the flow's held messages could not be applied; retried later", "err", err)
 	case res.Stopped.Class() == fairrelay.ClassPermanent:
 		log.Error("consume: the inbox refuses a held event for good; its flow waits in the inbox until the cause is fixed",
-			"id", res.StoppedID, "outcome", res.Stopped, "retried_every", r.opts.RedeliverCap)
+			"id", res.StoppedID, "outcome", res.Stopped)
 	}
 }
 
@@ -401,8 +518,9 @@ func (r *runner) apply(env Envelope, m Message) {
 		a.Err = env.Ack()
 		if out == fairrelay.OutcomeAccepted && r.isHeld(m.Delivery.Flow) {
 			// Before the message's own report: whoever waits for it finds
-			// the held messages that followed on applied too.
-			r.drain(m.Delivery.Flow)
+			// the held messages that followed on applied too (the first
+			// inlineDrain; the drainer takes the rest).
+			r.drain(m.Delivery.Flow, inlineDrain)
 		}
 		r.report(a)
 		return
@@ -421,13 +539,13 @@ func (r *runner) apply(env Envelope, m Message) {
 		default:
 			a.Action = ActionHold
 			a.Err = env.Ack()
-			r.markHeld(m.Delivery.Flow, true)
 		}
 		r.report(a)
-		if herr == nil {
+		if herr == nil && held {
 			// Its predecessor may have been applied since Receive read
-			// the flow (another consumer, which found nothing held yet).
-			r.drain(m.Delivery.Flow)
+			// the flow (another consumer, which found nothing held yet);
+			// if not, the drain schedules a retry, as a redelivery was.
+			r.drain(m.Delivery.Flow, inlineDrain)
 		}
 		return
 	default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -381,5 +382,103 @@ func TestRunAStuckFlowHoldsUpNoOther(t *testing.T) {
 	}
 	if n, err := in.HeldCount(t.Context()); err != nil || n != 0 {
 		t.Errorf("%d still held (%v), want 0", n, err)
+	}
+}
+
+// A long run of held messages does not hold up the other flows of its
+// lane (a breaker's report: 15 000 held behind a fixed head kept a lane,
+// and then every lane, for tens of seconds). With one lane, B1 is applied
+// before A's run of 1 000 held messages is through; the run completes.
+func TestRunALongHeldRunHoldsUpNoOther(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	const n = 1000
+	for i := 2; i <= n+1; i++ {
+		if _, err := in.Hold(t.Context(), inbox.Delivery{EventID: fmt.Sprint("A", i), Flow: "A", Seq: int64(i), Body: []byte(`{"delta":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1), ledger(f, "B1", "B", 1, 1, 1)}
+	var mu sync.Mutex
+	var order []string
+	last := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1, RedeliverBase: time.Hour, RedeliverCap: time.Hour,
+			OnApplied: func(a consume.Applied) {
+				mu.Lock()
+				defer mu.Unlock()
+				id := a.Message.Delivery.EventID
+				order = append(order, id)
+				if id == fmt.Sprint("A", n+1) {
+					close(last)
+				}
+			}})
+	}()
+	select {
+	case <-last:
+	case <-time.After(60 * time.Second): // a bound on a failure, not synchronisation
+		t.Fatal("A's held run not applied in 60 s")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	b := slices.Index(order, "B1")
+	if b < 0 || b > len(order)-2 {
+		t.Fatalf("B1 reported at %d of %d, want before A's run was through", b, len(order))
+	}
+	if s, err := in.Snapshot(t.Context()); err != nil || s.ByFlow()["A"].Seq != n+1 {
+		t.Fatalf("A at %+v (%v), want seq %d", s.ByFlow()["A"], err, n+1)
+	}
+}
+
+// A held message whose predecessor is applied elsewhere (another consumer,
+// or the HTTP receiver, on the same inbox) is applied after the backoff of
+// a redelivery, not at the next periodic retry of every held flow (a
+// breaker's report: 30 s late). Here that retry is an hour away.
+func TestRunHeldFollowsAPredecessorAppliedElsewhere(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A2", "A", 2, 1, 1)}
+	held, applied := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1, RedeliverBase: 10 * time.Millisecond, RedeliverCap: time.Hour,
+			OnApplied: func(a consume.Applied) {
+				switch a.Action {
+				case consume.ActionHold:
+					close(held)
+				case consume.ActionApplied:
+					close(applied)
+				}
+			}})
+	}()
+	<-held
+	if out, err := in.Receive(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":1}`)}); err != nil || out != fairrelay.OutcomeAccepted {
+		t.Fatalf("A1 elsewhere: %q %v", out, err)
+	}
+	select {
+	case <-applied:
+	case <-time.After(20 * time.Second): // a bound on a failure, not synchronisation
+		t.Fatal("A2 not applied 20 s after A1 was applied elsewhere")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,7 +1,9 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -22,9 +24,11 @@ import (
 // sends a flow's next event only after its head was answered.
 
 // Hold keeps d, which Receive answered gap or a permanent outcome for,
-// until ReceiveHeld applies it. It is idempotent by event id: a second Hold
-// of an id keeps the first copy. It has committed when it returns held true,
-// so a broker's copy of d may be acked then; held false means d is applied
+// until ReceiveHeld applies it. It is idempotent by event id and body: a
+// second Hold of the same copy keeps one, and copies of one id with
+// different bodies (a faulty publisher) are kept apart, so that a bad copy
+// cannot shadow a good one. It has committed when it returns held true, so
+// a broker's copy of d may be acked then; held false means d is applied
 // already (its receipt matches d), and nothing is kept. Errors:
 // ErrInvalidInput as Receive's, checked first; database errors and ErrBusy,
 // with nothing held.
@@ -47,12 +51,13 @@ func (in *Inbox) Hold(ctx context.Context, d Delivery) (held bool, err error) {
 	var body []byte
 	err = tx.QueryRowContext(ctx, q["ReceiptGet"], d.EventID).Scan(&flow, &seq, &body)
 	switch {
-	case err == nil && flow == d.Flow && seq == d.Seq && string(body) == string(d.Body):
+	case err == nil && flow == d.Flow && seq == d.Seq && bytes.Equal(body, d.Body):
 		return false, nil
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
 		return false, dbError("hold", in.translate(err))
 	}
-	if _, err := tx.ExecContext(ctx, q["HeldInsert"], d.EventID, d.Flow, d.Seq, d.Body); err != nil {
+	sum := sha256.Sum256(d.Body)
+	if _, err := tx.ExecContext(ctx, q["HeldInsert"], d.EventID, d.Flow, d.Seq, d.Body, sum[:]); err != nil {
 		return false, dbError("hold", in.translate(err))
 	}
 	if err := tx.Commit(); err != nil {
@@ -68,35 +73,49 @@ type HeldResult struct {
 	// gone from the held table.
 	Applied   []Receipt
 	Discarded int
-	// Stopped is the answer of the held delivery that stays held — the
-	// flow's next event, refused (a permanent outcome, or retry while the
-	// inbox is unavailable) — with its id in StoppedID; "" when the flow's
-	// next event is not held (nothing more to do until it arrives).
+	// Stopped is the answer of the flow's next event, held and refused —
+	// a permanent outcome, or retry while the inbox is unavailable — with
+	// its id in StoppedID (of several held copies of that seq, the first
+	// by id); "" when the flow's next event is not held, or limit was
+	// reached.
 	Stopped   fairrelay.Outcome
 	StoppedID string
-	// Remaining reports whether deliveries of the flow stay held (the
-	// stopped one, or later ones whose predecessor is not here yet).
+	// Remaining reports whether deliveries of the flow past its last
+	// applied seq stay held: the stopped one, later ones whose predecessor
+	// is not here yet, or more than limit. Copies of seqs already applied
+	// from other ids or bodies (which can never apply) stay in the held
+	// table but do not count.
 	Remaining bool
 }
 
-// ReceiveHeld applies flow's held deliveries (Hold) in seq order, each in a
-// transaction of its own with its receipt and effect (Receive's), for as
-// long as the flow's next event is held and is accepted. The held copy of
-// an applied id is deleted in the same transaction. It stops at the first
-// that is not applied, which stays held, and reports its answer. Errors:
-// ErrInvalidInput naming flow (fairrelay.CheckID's rule); database errors
-// and ErrBusy, with what was applied before them kept.
-func (in *Inbox) ReceiveHeld(ctx context.Context, flow string) (HeldResult, error) {
+// ReceiveHeld applies up to limit of flow's held deliveries (Hold) in seq
+// order, each in a transaction of its own with its receipt and effect
+// (Receive's), for as long as the flow's next event is held and is
+// accepted. Of several held copies of the next seq (other ids or bodies),
+// each is tried in turn until one is accepted; the held copy of an
+// applied event is deleted in the same transaction. It stops at a next
+// event that is refused, which stays held, and reports its answer. An
+// unavailable inbox (SetUnavailable) applies nothing and answers retry.
+// Errors: ErrInvalidInput naming flow (fairrelay.CheckID's rule) or limit
+// (below 1); database errors and ErrBusy, with what was applied before
+// them kept.
+func (in *Inbox) ReceiveHeld(ctx context.Context, flow string, limit int) (HeldResult, error) {
 	var r HeldResult
 	if err := fairrelay.CheckID("flow", flow); err != nil {
 		return r, err
 	}
-	if in.unavailable.Load() {
-		r.Stopped, r.Remaining = fairrelay.OutcomeRetry, true
-		return r, nil
+	if limit < 1 {
+		return r, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: fmt.Sprintf("must be at least 1, got %d", limit)}
 	}
 	for {
-		out, d, err := in.receiveHeldOne(ctx, flow)
+		if in.unavailable.Load() {
+			r.Stopped, r.Remaining = fairrelay.OutcomeRetry, true
+			return r, nil
+		}
+		if len(r.Applied) >= limit {
+			return r, in.heldAhead(ctx, flow, &r)
+		}
+		out, d, next, err := in.receiveHeldOne(ctx, flow)
 		if err != nil {
 			return r, err
 		}
@@ -104,22 +123,17 @@ func (in *Inbox) ReceiveHeld(ctx context.Context, flow string) (HeldResult, erro
 		case "":
 			// Held copies of events applied meanwhile (the broker
 			// delivered another copy, which was applied) go.
-			if _, err := in.db.ExecContext(ctx, q["HeldDeleteApplied"], flow, d.Seq-1); err != nil {
+			if _, err := in.db.ExecContext(ctx, q["HeldDeleteApplied"], flow, next-1); err != nil {
 				return r, dbError("receive held", in.translate(err))
 			}
-			err := in.db.QueryRowContext(ctx, q["HeldAny"], flow).Scan(&r.Remaining)
-			if err != nil {
-				return r, dbError("receive held", in.translate(err))
-			}
-			return r, nil
+			return r, in.heldAhead(ctx, flow, &r)
 		case fairrelay.OutcomeAccepted:
 			r.Applied = append(r.Applied, Receipt{ID: d.EventID, Flow: d.Flow, Seq: d.Seq})
 		case fairrelay.OutcomeDuplicate:
 			r.Discarded++
-		case fairrelay.OutcomeSequenceConflict:
-			// Another receiver applied the flow's next seq meanwhile, from
-			// another event id: this copy can never apply (it stays held,
-			// for an operator to see); go on from the new next seq.
+		case fairrelay.OutcomeSequenceConflict, fairrelay.OutcomeGap:
+			// Another receiver applied the flow's next seq meanwhile:
+			// go on from the new next seq.
 		default:
 			r.Stopped, r.StoppedID, r.Remaining = out, d.EventID, true
 			return r, nil
@@ -127,49 +141,102 @@ func (in *Inbox) ReceiveHeld(ctx context.Context, flow string) (HeldResult, erro
 	}
 }
 
-// receiveHeldOne applies the held delivery of flow's next seq, if any: its
-// answer and the delivery; "" when none is held, with the flow and its
-// next seq.
-func (in *Inbox) receiveHeldOne(ctx context.Context, flow string) (fairrelay.Outcome, Delivery, error) {
+// heldAhead sets r.Remaining: whether deliveries of flow past its last
+// applied seq are held.
+func (in *Inbox) heldAhead(ctx context.Context, flow string, r *HeldResult) error {
+	var pseq, total int64
+	err := in.db.QueryRowContext(ctx, q["ProjectionGet"], flow).Scan(&pseq, &total)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return dbError("receive held", in.translate(err))
+	}
+	if err := in.db.QueryRowContext(ctx, q["HeldAhead"], flow, pseq).Scan(&r.Remaining); err != nil {
+		return dbError("receive held", in.translate(err))
+	}
+	return nil
+}
+
+// heldCopy is one held delivery of a flow's next seq.
+type heldCopy struct {
+	id   string
+	body []byte
+	sum  []byte
+}
+
+// receiveHeldOne applies a held delivery of flow's next seq, if any, trying
+// each held copy of that seq until one is applied: its answer and the
+// delivery; "" when none is held, with next, the flow's next seq. When
+// none is applied, the first copy's answer.
+func (in *Inbox) receiveHeldOne(ctx context.Context, flow string) (fairrelay.Outcome, Delivery, int64, error) {
+	var pseq, total int64
+	err := in.db.QueryRowContext(ctx, q["ProjectionGet"], flow).Scan(&pseq, &total)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", Delivery{}, 0, dbError("receive held", in.translate(err))
+	}
+	next := pseq + 1
+	rows, err := in.db.QueryContext(ctx, q["HeldCandidates"], flow, next)
+	if err != nil {
+		return "", Delivery{}, 0, dbError("receive held", in.translate(err))
+	}
+	var copies []heldCopy
+	for rows.Next() {
+		var c heldCopy
+		if err := rows.Scan(&c.id, &c.body, &c.sum); err != nil {
+			rows.Close()
+			return "", Delivery{}, 0, dbError("receive held", in.translate(err))
+		}
+		copies = append(copies, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", Delivery{}, 0, dbError("receive held", in.translate(err))
+	}
+	var first fairrelay.Outcome
+	var firstD Delivery
+	for _, c := range copies {
+		d := Delivery{EventID: c.id, Flow: flow, Seq: next, Body: c.body}
+		out, err := in.receiveHeldCopy(ctx, d, c.sum)
+		if err != nil {
+			return "", Delivery{}, 0, err
+		}
+		if out.Class() == fairrelay.ClassAck {
+			return out, d, next, nil
+		}
+		if first == "" {
+			first, firstD = out, d
+		}
+	}
+	return first, firstD, next, nil
+}
+
+// receiveHeldCopy receives d, a held copy (sum the SHA-256 of its body), in
+// a transaction that deletes the copy when it is applied.
+func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (fairrelay.Outcome, error) {
 	tx, err := in.db.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
-		return "", Delivery{}, dbError("receive held: begin transaction", in.translate(err))
+		return "", dbError("receive held: begin transaction", in.translate(err))
 	}
 	defer tx.Rollback()
-	var pseq, total int64
-	err = tx.QueryRowContext(ctx, q["ProjectionGet"], flow).Scan(&pseq, &total)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return "", Delivery{}, dbError("receive held", in.translate(err))
-	}
-	d := Delivery{Flow: flow, Seq: pseq + 1}
-	err = tx.QueryRowContext(ctx, q["HeldNext"], flow, d.Seq).Scan(&d.EventID, &d.Body)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", d, nil // the flow's next seq, not held
-	}
-	if err != nil {
-		return "", Delivery{}, dbError("receive held", in.translate(err))
-	}
 	// receive takes the flow's and the id's locks (PostgreSQL) and reads
 	// again: another receiver may have applied the flow's next event
-	// since the read above (the answer is then gap, sequence_conflict or
-	// duplicate).
+	// since the read of the candidates (the answer is then gap,
+	// sequence_conflict or duplicate).
 	out, err := in.receive(ctx, tx, d)
 	if err != nil {
-		return "", Delivery{}, dbError("receive held", in.translate(err))
+		return "", dbError("receive held", in.translate(err))
 	}
 	if out.Class() != fairrelay.ClassAck {
-		return out, d, nil
+		return out, nil
 	}
-	if _, err := tx.ExecContext(ctx, q["HeldDelete"], d.EventID); err != nil {
-		return "", Delivery{}, dbError("receive held", in.translate(err))
+	if _, err := tx.ExecContext(ctx, q["HeldDeleteOne"], d.EventID, sum); err != nil {
+		return "", dbError("receive held", in.translate(err))
 	}
 	if err := tx.Commit(); err != nil {
 		if applied, rerr := in.applied(context.WithoutCancel(ctx), d); rerr == nil && applied {
-			return out, d, nil
+			return out, nil
 		}
-		return "", Delivery{}, dbError("receive held: commit", in.translate(err))
+		return "", dbError("receive held: commit", in.translate(err))
 	}
-	return out, d, nil
+	return out, nil
 }
 
 // HeldFlows lists up to limit flows that have held deliveries, by flow id

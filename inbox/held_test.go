@@ -44,14 +44,14 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 			hold(d("A", 3, 1), true)
 			hold(d("A", 2, 2), true)
 			hold(d("A", 3, 1), true)
-			r, err := in.ReceiveHeld(ctx, "A")
+			r, err := in.ReceiveHeld(ctx, "A", 100)
 			if err != nil || len(r.Applied) != 0 || r.Stopped != "" || !r.Remaining {
 				t.Fatalf("before A1: %+v %v, want nothing applied and A's deliveries still held", r, err)
 			}
 			if out, err := in.Receive(ctx, d("A", 1, 1)); err != nil || out != fairrelay.OutcomeAccepted {
 				t.Fatalf("A1: %q %v", out, err)
 			}
-			r, err = in.ReceiveHeld(ctx, "A")
+			r, err = in.ReceiveHeld(ctx, "A", 100)
 			want := []inbox.Receipt{{ID: "A2", Flow: "A", Seq: 2}, {ID: "A3", Flow: "A", Seq: 3}}
 			if err != nil || !cmp.Equal(r.Applied, want) || r.Stopped != "" || r.Remaining {
 				t.Fatalf("after A1: %+v %v, want %v applied and nothing left", r, err, want)
@@ -62,7 +62,7 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 			// until the cause is fixed.
 			hold(d("B", 1, 100), true)
 			hold(d("B", 2, 1), true)
-			r, err = in.ReceiveHeld(ctx, "B")
+			r, err = in.ReceiveHeld(ctx, "B", 100)
 			if err != nil || len(r.Applied) != 0 || r.Stopped != fairrelay.OutcomeUnsupportedDelta || r.StoppedID != "B1" || !r.Remaining {
 				t.Fatalf("B with a delta over the limit: %+v %v, want stopped at B1 with unsupported_delta", r, err)
 			}
@@ -70,7 +70,7 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 				t.Fatalf("held flows %v %v, want [B]", fs, err)
 			}
 			in.SetMaxDelta(1000)
-			r, err = in.ReceiveHeld(ctx, "B")
+			r, err = in.ReceiveHeld(ctx, "B", 100)
 			if err != nil || len(r.Applied) != 2 || r.Remaining {
 				t.Fatalf("B after the fix: %+v %v, want B1 and B2 applied", r, err)
 			}
@@ -80,7 +80,7 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 			if out, err := in.Receive(ctx, d("C", 1, 1)); err != nil || out != fairrelay.OutcomeAccepted {
 				t.Fatalf("C1: %q %v", out, err)
 			}
-			r, err = in.ReceiveHeld(ctx, "C")
+			r, err = in.ReceiveHeld(ctx, "C", 100)
 			if err != nil || len(r.Applied) != 0 || r.Remaining {
 				t.Fatalf("C after C1 was applied: %+v %v, want its held copy gone", r, err)
 			}
@@ -99,14 +99,85 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 			if _, err := in.Hold(ctx, inbox.Delivery{EventID: "C1", Flow: "C", Seq: 0, Body: []byte("{}")}); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
 				t.Errorf("hold with seq 0: %v, want invalid_input", err)
 			}
-			if _, err := in.ReceiveHeld(ctx, ""); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+			if _, err := in.ReceiveHeld(ctx, "", 100); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
 				t.Errorf("receive held of flow \"\": %v, want invalid_input", err)
+			}
+			if _, err := in.ReceiveHeld(ctx, "A", 0); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+				t.Errorf("receive held with limit 0: %v, want invalid_input", err)
 			}
 			if _, err := in.HeldFlows(ctx, "", 0); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
 				t.Errorf("held flows with limit 0: %v, want invalid_input", err)
 			}
 			if n, err := in.HeldCount(ctx); err != nil || n != 0 {
 				t.Errorf("%d held after the refusals (%v), want 0", n, err)
+			}
+		})
+	}
+}
+
+// Held copies of one seq that a faulty publisher sent under one id with
+// two bodies, or under two ids, are kept apart and each tried in turn: a
+// bad copy held first neither shadows the good one nor blocks its flow (a
+// breaker's report: Hold kept the first copy of an id, and ReceiveHeld
+// tried only the first id of a seq). Held lists every copy's id, and its
+// pages do not split a seq. Both backends.
+func TestHeldCopiesOfOneSeq(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			dsn := filepath.Join(t.TempDir(), "inbox.db")
+			if backend == "postgres" {
+				dsn = pgtest.Schema(t, "frinheldcopies")
+			}
+			in, err := inbox.Open(ctx, dsn, inbox.Options{MaxDelta: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			hold := func(id, flow string, seq int64, body string) {
+				t.Helper()
+				if held, err := in.Hold(ctx, inbox.Delivery{EventID: id, Flow: flow, Seq: seq, Body: []byte(body)}); err != nil || !held {
+					t.Fatalf("hold %s %s: %v %v", id, body, held, err)
+				}
+			}
+			hold("A2", "A", 2, `not json`)
+			hold("A2", "A", 2, `{"delta":1}`)
+			hold("B2-a", "B", 2, `{"delta":9}`) // over the max delta
+			hold("B2-b", "B", 2, `{"delta":1}`)
+			for _, f := range []string{"A", "B"} {
+				if out, err := in.Receive(ctx, inbox.Delivery{EventID: f + "1", Flow: f, Seq: 1, Body: []byte(`{"delta":1}`)}); err != nil || out != fairrelay.OutcomeAccepted {
+					t.Fatalf("%s1: %q %v", f, out, err)
+				}
+				r, err := in.ReceiveHeld(ctx, f, 100)
+				if err != nil || len(r.Applied) != 1 || r.Applied[0].Seq != 2 || r.Remaining {
+					t.Errorf("%s: %+v %v, want its good copy of seq 2 applied, nothing left to apply", f, r, err)
+				}
+			}
+			s, err := in.Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := s.ByFlow(); p["A"].Total != 2 || p["B"].Total != 2 {
+				t.Errorf("projection %+v, want A and B at total 2", p)
+			}
+			// The bad copies stay, listed; a page of one row takes its
+			// seq's other copies along.
+			hold("C2-a", "C", 2, `{"delta":1}`)
+			hold("C2-b", "C", 2, `{"delta":1}`)
+			hold("C3", "C", 3, `{"delta":1}`)
+			page, err := in.Held(ctx, "C", 0, 1)
+			if err != nil || len(page) != 2 || page[0].ID != "C2-a" || page[1].ID != "C2-b" {
+				t.Fatalf("held page of 1 from C: %+v %v, want C2-a and C2-b", page, err)
+			}
+			page, err = in.Held(ctx, "C", 2, 10)
+			if err != nil || len(page) != 1 || page[0].ID != "C3" {
+				t.Fatalf("held page after C 2: %+v %v, want C3", page, err)
+			}
+			all, err := in.Held(ctx, "", 0, 100)
+			if err != nil || len(all) != 5 {
+				t.Errorf("held: %+v %v, want A2 (its bad copy), B2-a, C2-a, C2-b, C3", all, err)
 			}
 		})
 	}

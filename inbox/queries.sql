@@ -29,13 +29,23 @@ ORDER BY flow_id, seq LIMIT $3;
 SELECT flow_id, seq, total FROM projection WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 
 -- name: HeldInsert
-INSERT INTO held (event_id, flow_id, seq, body) VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING;
+INSERT INTO held (event_id, flow_id, seq, body, body_sha256) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (event_id, body_sha256) DO NOTHING;
 
--- name: HeldNext
-SELECT event_id, body FROM held WHERE flow_id = $1 AND seq = $2 ORDER BY event_id LIMIT 1;
+-- name: HeldCandidates
+SELECT event_id, body, body_sha256 FROM held WHERE flow_id = $1 AND seq = $2 ORDER BY event_id, body_sha256;
 
--- name: HeldDelete
-DELETE FROM held WHERE event_id = $1;
+-- name: HeldDeleteOne
+DELETE FROM held WHERE event_id = $1 AND body_sha256 = $2;
+
+-- name: HeldDeleteApplied
+DELETE FROM held
+WHERE flow_id = $1 AND seq <= $2
+  AND EXISTS (SELECT 1 FROM receipt r WHERE r.event_id = held.event_id AND r.flow_id = held.flow_id
+                                        AND r.seq = held.seq AND r.body = held.body);
+
+-- name: HeldAhead
+SELECT EXISTS (SELECT 1 FROM held WHERE flow_id = $1 AND seq > $2);
 
 -- name: HeldFlows
 SELECT DISTINCT flow_id FROM held WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
@@ -43,16 +53,12 @@ SELECT DISTINCT flow_id FROM held WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 -- name: HeldCount
 SELECT count(*) FROM held;
 
--- name: HeldAny
-SELECT EXISTS (SELECT 1 FROM held WHERE flow_id = $1);
-
 -- name: HeldPage
-SELECT event_id, flow_id, seq FROM held
+SELECT DISTINCT event_id, flow_id, seq FROM held
 WHERE flow_id > $1 OR (flow_id = $1 AND seq > $2)
 ORDER BY flow_id, seq, event_id LIMIT $3;
 
--- name: HeldDeleteApplied
-DELETE FROM held
-WHERE flow_id = $1 AND seq <= $2
-  AND EXISTS (SELECT 1 FROM receipt r WHERE r.event_id = held.event_id AND r.flow_id = held.flow_id
-                                        AND r.seq = held.seq AND r.body = held.body);
+-- name: HeldPageRest
+SELECT DISTINCT event_id, flow_id, seq FROM held
+WHERE flow_id = $1 AND seq = $2 AND event_id > $3
+ORDER BY event_id;

@@ -44,9 +44,12 @@ SIGINT or SIGTERM.
 
 With --from, it consumes from a broker instead of listening, applies each
 message through the inbox and acks it only after the inbox committed
-(accepted, duplicate); gap, retry and errors are redelivered later, and a
-permanent answer holds its flow (redelivered every 30s, logged) until the
-cause is fixed. Prints {"status":"consuming","from":...} once the stream or queue
+(accepted, duplicate); retry and errors are redelivered later. A message that
+cannot apply yet (gap) or that the inbox refuses for good is held in the
+inbox and acked, so that it holds up only its own flow: the flow's held
+messages apply in order once their predecessor is, and a refused one is
+retried (logged) until the cause is fixed ('inspect --inbox I held' lists
+them). Prints {"status":"consuming","from":...} once the stream or queue
 exists.
 
   nats://HOST[:PORT]?stream=NAME&durable=NAME[&subject=fairrelay.{flow}]
