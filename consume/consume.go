@@ -288,9 +288,32 @@ type runner struct {
 
 // heldFlow is what the consumer knows of a flow with held messages.
 type heldFlow struct {
-	queued bool        // in the drainer's queue
-	timer  *time.Timer // a retry scheduled (retryLater)
-	tries  int         // drains in a row that applied nothing
+	queued  bool        // in the drainer's queue
+	timer   *time.Timer // a retry scheduled (retryLater)
+	tries   int         // drains in a row that applied nothing
+	refused bool        // its last drain stopped at a permanent answer
+	logged  time.Time   // when that was last logged at error level
+}
+
+// noteDrain records a drain of f that applied n messages and stopped at
+// out: whether to log the refusal at error level (at most once per
+// RedeliverCap a flow: each message arriving behind a refused head drains
+// it, and logged every line, a busy flow flooded the log), and whether the
+// flow goes on after a refusal (logged once, at info level).
+func (r *runner) noteDrain(f string, n int, out fairrelay.Outcome) (logRefusal, recovered bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.flow(f)
+	if n > 0 && h.refused {
+		recovered, h.refused = true, false
+	}
+	if out.Class() == fairrelay.ClassPermanent {
+		h.refused = true
+		if time.Since(h.logged) >= r.opts.RedeliverCap {
+			logRefusal, h.logged = true, time.Now()
+		}
+	}
+	return logRefusal, recovered
 }
 
 // Drain sizes: a lane applies at most inlineDrain held messages after the
@@ -495,14 +518,20 @@ func (r *runner) drain(flow string, limit int) {
 		r.report(Applied{Message: Message{Delivery: inbox.Delivery{EventID: a.ID, Flow: a.Flow, Seq: a.Seq}},
 			Outcome: fairrelay.OutcomeAccepted, Action: ActionApplied})
 	}
+	logRefusal, recovered := r.noteDrain(flow, len(res.Applied), res.Stopped)
 	r.settled(flow, res, err, limit)
 	log := r.opts.Logger.With("flow", flow)
+	if recovered {
+		log.Info("consume: a held event refused before is applied; its flow goes on", "applied", len(res.Applied))
+	}
 	switch {
 	case err != nil:
 		log.Warn("consume: the flow's held messages could not be applied; retried later", "err", err)
+	case res.Stopped.Class() == fairrelay.ClassPermanent && logRefusal:
+		log.Error("consume: the inbox refuses a held event for good; its flow waits in the inbox until the cause is fixed (logged at most once per cap)",
+			"id", res.StoppedID, "outcome", res.Stopped, "cap", r.opts.RedeliverCap)
 	case res.Stopped.Class() == fairrelay.ClassPermanent:
-		log.Error("consume: the inbox refuses a held event for good; its flow waits in the inbox until the cause is fixed",
-			"id", res.StoppedID, "outcome", res.Stopped)
+		log.Debug("consume: the inbox still refuses a held event", "id", res.StoppedID, "outcome", res.Stopped)
 	}
 }
 
@@ -526,7 +555,7 @@ func (r *runner) apply(env Envelope, m Message) {
 		return
 	case err == nil && (out == fairrelay.OutcomeGap || out.Class() == fairrelay.ClassPermanent):
 		ctx, cancel := context.WithTimeout(context.Background(), receiveTimeout)
-		held, herr := r.opts.Inbox.Hold(ctx, m.Delivery)
+		held, herr := r.opts.Inbox.Hold(ctx, m.Delivery, out)
 		cancel()
 		switch {
 		case herr != nil:
@@ -539,6 +568,10 @@ func (r *runner) apply(env Envelope, m Message) {
 		default:
 			a.Action = ActionHold
 			a.Err = env.Ack()
+			if out.Class() == fairrelay.ClassPermanent {
+				// Logged by report below: the drain that follows need not.
+				r.noteDrain(m.Delivery.Flow, 0, out)
+			}
 		}
 		r.report(a)
 		if herr == nil && held {
@@ -580,7 +613,7 @@ func (r *runner) report(a Applied) {
 		log.Warn("consume: not applied, redelivered later", "outcome", a.Outcome, "after", a.Delay, "err", a.Err)
 	case a.Outcome.Class() == fairrelay.ClassPermanent:
 		log.Error("consume: the inbox refused the event for good; it is held in the inbox and its flow waits there until the cause is fixed",
-			"outcome", a.Outcome, "retried_every", r.opts.RedeliverCap)
+			"outcome", a.Outcome, "retried_after", "a backoff from "+r.opts.RedeliverBase.String()+" doubling to "+r.opts.RedeliverCap.String())
 	default:
 		log.Debug("consume: applied", "outcome", a.Outcome, "action", a.Action, "after", a.Delay)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -398,7 +400,7 @@ func TestRunALongHeldRunHoldsUpNoOther(t *testing.T) {
 	defer in.Close()
 	const n = 1000
 	for i := 2; i <= n+1; i++ {
-		if _, err := in.Hold(t.Context(), inbox.Delivery{EventID: fmt.Sprint("A", i), Flow: "A", Seq: int64(i), Body: []byte(`{"delta":1}`)}); err != nil {
+		if _, err := in.Hold(t.Context(), inbox.Delivery{EventID: fmt.Sprint("A", i), Flow: "A", Seq: int64(i), Body: []byte(`{"delta":1}`)}, fairrelay.OutcomeGap); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -480,5 +482,60 @@ func TestRunHeldFollowsAPredecessorAppliedElsewhere(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lockedBuffer is a log sink for tests: lanes log concurrently.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Every message that arrives behind a refused head drains its flow, and
+// each drain logged the refusal at error level: a busy stuck flow flooded
+// the log (a fresh user: 41 lines for 40 messages). The refusal is logged
+// once per RedeliverCap a flow, and the flow's recovery once.
+func TestRunLogsARefusedHeadOncePerCap(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{MaxDelta: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A1", "A", 1, 100, 1)}
+	for i := 2; i <= 21; i++ {
+		f.queue = append(f.queue, ledger(f, fmt.Sprint("A", i), "A", i, 1, 1))
+	}
+	var logs lockedBuffer
+	var mu sync.Mutex
+	n := 0
+	ctx, cancel := context.WithCancel(t.Context())
+	err = consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1, RedeliverBase: time.Hour, RedeliverCap: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		OnApplied: func(a consume.Applied) {
+			mu.Lock()
+			defer mu.Unlock()
+			if n++; n == 21 {
+				cancel()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(logs.String(), "level=ERROR"); got > 2 {
+		t.Errorf("%d error lines for one refused head and 20 messages behind it, want at most 2:\n%s", got, logs.String())
 	}
 }

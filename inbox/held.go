@@ -23,18 +23,22 @@ import (
 // one can be applied. The HTTP receiver does not need them: the relay
 // sends a flow's next event only after its head was answered.
 
-// Hold keeps d, which Receive answered gap or a permanent outcome for,
-// until ReceiveHeld applies it. It is idempotent by event id and body: a
+// Hold keeps d, which Receive answered reason for (gap or a permanent
+// outcome), until ReceiveHeld applies it. It is idempotent by event id and body: a
 // second Hold of the same copy keeps one, and copies of one id with
 // different bodies (a faulty publisher) are kept apart, so that a bad copy
 // cannot shadow a good one. It has committed when it returns held true, so
 // a broker's copy of d may be acked then; held false means d is applied
 // already (its receipt matches d), and nothing is kept. Errors:
 // ErrInvalidInput as Receive's, checked first; database errors and ErrBusy,
-// with nothing held.
-func (in *Inbox) Hold(ctx context.Context, d Delivery) (held bool, err error) {
+// with nothing held; ErrInvalidInput naming reason for another outcome.
+func (in *Inbox) Hold(ctx context.Context, d Delivery, reason fairrelay.Outcome) (held bool, err error) {
 	if err := d.check(); err != nil {
 		return false, err
+	}
+	if reason != fairrelay.OutcomeGap && reason.Class() != fairrelay.ClassPermanent {
+		return false, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason",
+			Message: fmt.Sprintf("%q: hold what answered gap or a permanent outcome", reason)}
 	}
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -57,7 +61,7 @@ func (in *Inbox) Hold(ctx context.Context, d Delivery) (held bool, err error) {
 		return false, dbError("hold", in.translate(err))
 	}
 	sum := sha256.Sum256(d.Body)
-	if _, err := tx.ExecContext(ctx, q["HeldInsert"], d.EventID, d.Flow, d.Seq, d.Body, sum[:]); err != nil {
+	if _, err := tx.ExecContext(ctx, q["HeldInsert"], d.EventID, d.Flow, d.Seq, d.Body, sum[:], string(reason)); err != nil {
 		return false, dbError("hold", in.translate(err))
 	}
 	if err := tx.Commit(); err != nil {
@@ -224,6 +228,16 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 	if err != nil {
 		return "", dbError("receive held", in.translate(err))
 	}
+	if out.Class() == fairrelay.ClassPermanent {
+		// What refuses it now, for Held (it may have been held for a gap).
+		if _, err := tx.ExecContext(ctx, q["HeldReason"], d.EventID, sum, string(out)); err != nil {
+			return "", dbError("receive held", in.translate(err))
+		}
+		if err := tx.Commit(); err != nil {
+			return "", dbError("receive held: commit", in.translate(err))
+		}
+		return out, nil
+	}
 	if out.Class() != fairrelay.ClassAck {
 		return out, nil
 	}
@@ -274,4 +288,62 @@ func (in *Inbox) HeldCount(ctx context.Context) (int64, error) {
 		return 0, dbError("held count", in.translate(err))
 	}
 	return n, nil
+}
+
+// HeldDelivery is one held delivery as Held lists it.
+type HeldDelivery struct {
+	ID   string `json:"id"`
+	Flow string `json:"flow"`
+	Seq  int64  `json:"seq"`
+	// Reason is the inbox's last answer to it: gap (its predecessor was
+	// not applied) or the permanent outcome that refuses it.
+	Reason fairrelay.Outcome `json:"reason"`
+}
+
+// Held lists held deliveries (Hold) as Receipts lists receipts: in (flow,
+// seq, id) order, after afterFlow's afterSeq, up to limit and then the rest
+// of the last row's seq, so that a page never splits the copies of one seq
+// (a faulty publisher's, under other ids) and the next page, after that
+// seq, misses none. Copies of one id with different bodies are one row.
+// Errors as Receipts.
+func (in *Inbox) Held(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]HeldDelivery, error) {
+	if limit < 1 {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+	}
+	if afterSeq < 0 {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: fmt.Sprintf("must not be negative, got %d", afterSeq)}
+	}
+	if afterSeq != 0 && afterFlow == "" {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: `is a seq of afterFlow: give the flow too ("" and 0 start at the first)`}
+	}
+	out, err := in.heldRows(ctx, q["HeldPage"], afterFlow, afterSeq, limit)
+	if err != nil || len(out) < limit {
+		return out, err
+	}
+	last := out[len(out)-1]
+	rest, err := in.heldRows(ctx, q["HeldPageRest"], last.Flow, last.Seq, last.ID)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rest...), nil
+}
+
+func (in *Inbox) heldRows(ctx context.Context, query string, args ...any) ([]HeldDelivery, error) {
+	rows, err := in.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, dbError("inbox held", in.translate(err))
+	}
+	defer rows.Close()
+	out := []HeldDelivery{}
+	for rows.Next() {
+		var h HeldDelivery
+		if err := rows.Scan(&h.ID, &h.Flow, &h.Seq, &h.Reason); err != nil {
+			return nil, dbError("inbox held", in.translate(err))
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbError("inbox held", in.translate(err))
+	}
+	return out, nil
 }

@@ -36,7 +36,7 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 			}
 			hold := func(x inbox.Delivery, want bool) {
 				t.Helper()
-				if held, err := in.Hold(ctx, x); err != nil || held != want {
+				if held, err := in.Hold(ctx, x, fairrelay.OutcomeGap); err != nil || held != want {
 					t.Fatalf("hold %s: %v %v, want held %v", x.EventID, held, err, want)
 				}
 			}
@@ -69,6 +69,14 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 			if fs, err := in.HeldFlows(ctx, "", 10); err != nil || !cmp.Equal(fs, []string{"B"}) {
 				t.Fatalf("held flows %v %v, want [B]", fs, err)
 			}
+			// Held says what holds each: B1 was held for a gap, and is
+			// refused now.
+			hs, err := in.Held(ctx, "", 0, 10)
+			wantHeld := []inbox.HeldDelivery{{ID: "B1", Flow: "B", Seq: 1, Reason: fairrelay.OutcomeUnsupportedDelta},
+				{ID: "B2", Flow: "B", Seq: 2, Reason: fairrelay.OutcomeGap}}
+			if err != nil || !cmp.Equal(hs, wantHeld) {
+				t.Fatalf("held %+v %v, want %+v", hs, err, wantHeld)
+			}
 			in.SetMaxDelta(1000)
 			r, err = in.ReceiveHeld(ctx, "B", 100)
 			if err != nil || len(r.Applied) != 2 || r.Remaining {
@@ -96,8 +104,11 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 				t.Errorf("%d held (%v), want 0", n, err)
 			}
 			// Bad input names its field and holds nothing.
-			if _, err := in.Hold(ctx, inbox.Delivery{EventID: "C1", Flow: "C", Seq: 0, Body: []byte("{}")}); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+			if _, err := in.Hold(ctx, inbox.Delivery{EventID: "C1", Flow: "C", Seq: 0, Body: []byte("{}")}, fairrelay.OutcomeGap); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
 				t.Errorf("hold with seq 0: %v, want invalid_input", err)
+			}
+			if _, err := in.Hold(ctx, d("D", 1, 1), fairrelay.OutcomeAccepted); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+				t.Errorf("hold with reason accepted: %v, want invalid_input", err)
 			}
 			if _, err := in.ReceiveHeld(ctx, "", 100); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
 				t.Errorf("receive held of flow \"\": %v, want invalid_input", err)
@@ -138,7 +149,7 @@ func TestHeldCopiesOfOneSeq(t *testing.T) {
 			defer in.Close()
 			hold := func(id, flow string, seq int64, body string) {
 				t.Helper()
-				if held, err := in.Hold(ctx, inbox.Delivery{EventID: id, Flow: flow, Seq: seq, Body: []byte(body)}); err != nil || !held {
+				if held, err := in.Hold(ctx, inbox.Delivery{EventID: id, Flow: flow, Seq: seq, Body: []byte(body)}, fairrelay.OutcomeGap); err != nil || !held {
 					t.Fatalf("hold %s %s: %v %v", id, body, held, err)
 				}
 			}

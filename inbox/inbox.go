@@ -432,36 +432,6 @@ func (in *Inbox) Receipts(ctx context.Context, afterFlow string, afterSeq int64,
 	return in.receiptPage(ctx, "inbox receipts", q["ReceiptPage"], afterFlow, afterSeq, limit)
 }
 
-// Held lists held deliveries (Hold) as Receipts lists receipts: in (flow,
-// seq, id) order, after afterFlow's afterSeq, up to limit and then the rest
-// of the last row's seq, so that a page never splits the copies of one seq
-// (a faulty publisher's, under other ids) and the next page, after that
-// seq, misses none. Copies of one id with different bodies are one row.
-// Errors as Receipts.
-func (in *Inbox) Held(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
-	out, err := in.receiptPage(ctx, "inbox held", q["HeldPage"], afterFlow, afterSeq, limit)
-	if err != nil || len(out) < limit {
-		return out, err
-	}
-	last := out[len(out)-1]
-	rows, err := in.db.QueryContext(ctx, q["HeldPageRest"], last.Flow, last.Seq, last.ID)
-	if err != nil {
-		return nil, dbError("inbox held", in.translate(err))
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r Receipt
-		if err := rows.Scan(&r.ID, &r.Flow, &r.Seq); err != nil {
-			return nil, dbError("inbox held", in.translate(err))
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbError("inbox held", in.translate(err))
-	}
-	return out, nil
-}
-
 func (in *Inbox) receiptPage(ctx context.Context, op, query, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
 	if limit < 1 {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}

@@ -29,8 +29,11 @@ ORDER BY flow_id, seq LIMIT $3;
 SELECT flow_id, seq, total FROM projection WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 
 -- name: HeldInsert
-INSERT INTO held (event_id, flow_id, seq, body, body_sha256) VALUES ($1, $2, $3, $4, $5)
+INSERT INTO held (event_id, flow_id, seq, body, body_sha256, reason) VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (event_id, body_sha256) DO NOTHING;
+
+-- name: HeldReason
+UPDATE held SET reason = $3 WHERE event_id = $1 AND body_sha256 = $2;
 
 -- name: HeldCandidates
 SELECT event_id, body, body_sha256 FROM held WHERE flow_id = $1 AND seq = $2 ORDER BY event_id, body_sha256;
@@ -54,11 +57,13 @@ SELECT DISTINCT flow_id FROM held WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 SELECT count(*) FROM held;
 
 -- name: HeldPage
-SELECT DISTINCT event_id, flow_id, seq FROM held
+SELECT event_id, flow_id, seq, min(reason) FROM held
 WHERE flow_id > $1 OR (flow_id = $1 AND seq > $2)
+GROUP BY flow_id, seq, event_id
 ORDER BY flow_id, seq, event_id LIMIT $3;
 
 -- name: HeldPageRest
-SELECT DISTINCT event_id, flow_id, seq FROM held
+SELECT event_id, flow_id, seq, min(reason) FROM held
 WHERE flow_id = $1 AND seq = $2 AND event_id > $3
+GROUP BY flow_id, seq, event_id
 ORDER BY event_id;

@@ -58,9 +58,10 @@ func newInspectCmd() *cobra.Command {
 and of an inbox (--inbox, the receiver's store):
   receipts     each receipt: event id, flow, seq (the default), by flow and seq
   projection   each flow's ledger: the last seq applied and the total
-  held         what a broker consumer keeps until it can be applied (its flow's
-               previous event is not applied yet, or the inbox refused it for
-               good and retries it): event id, flow, seq, by flow and seq
+  held         what a broker consumer keeps until it can be applied: event id,
+               flow, seq and reason (gap: its flow's previous event is not
+               applied yet; or the outcome that refuses it for good, retried
+               until the cause is fixed), by flow and seq
 Both refuse a store that does not exist. --limit rows at a time; a full page
 says on stderr how to ask for the next (--after FLOW, and --after-seq N for
 receipts and held). A readable table by default; --json prints one JSON object per line. Stored
@@ -321,7 +322,7 @@ can forge lines or drive the terminal.`,
 // with asJSON. A full page (limit rows) says on stderr how to ask for the
 // next one (next: the paging flags).
 func printView(cmd *cobra.Command, rows []any, table func(w io.Writer), asJSON bool, limit int, next string) error {
-	if len(rows) == limit && next != "" {
+	if len(rows) >= limit && next != "" {
 		// A full page: say so, on stderr (stdout stays the rows).
 		fmt.Fprintf(cmd.ErrOrStderr(), "inspect: a full page (--limit %d); more may follow: ask again with %s\n", limit, next)
 	}

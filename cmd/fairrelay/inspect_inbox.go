@@ -45,12 +45,25 @@ func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage
 	var rows []any
 	var table func(w io.Writer)
 	next := ""
-	if view == "receipts" || view == "held" {
-		list := in.Receipts
-		if view == "held" {
-			list = in.Held
+	if view == "held" {
+		hs, err := in.Held(ctx, p.afterFlow, p.afterSeq, p.limit)
+		if err != nil {
+			return err
 		}
-		rs, err := list(ctx, p.afterFlow, p.afterSeq, p.limit)
+		if len(hs) >= p.limit {
+			last := hs[len(hs)-1]
+			next = "--after " + shellQuote(last.Flow) + " --after-seq " + strconv.FormatInt(last.Seq, 10)
+		}
+		table := func(w io.Writer) {
+			fmt.Fprintln(w, "ID\tFLOW\tSEQ\tREASON")
+			for _, h := range hs {
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", cell(h.ID), cell(h.Flow), h.Seq, cell(string(h.Reason)))
+			}
+		}
+		return printView(cmd, anyRows(hs), table, asJSON, p.limit, next)
+	}
+	if view == "receipts" {
+		rs, err := in.Receipts(ctx, p.afterFlow, p.afterSeq, p.limit)
 		if err != nil {
 			return err
 		}

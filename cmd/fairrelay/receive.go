@@ -255,7 +255,7 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		// Once the stream or queue exists: a relay started after this line
 		// finds it.
 		printErr = printJSON(cmd.OutOrStdout(), map[string]string{"status": "consuming", "from": shown})
-		log.Info("receive: consuming", "from", shown, "max_delta", deltaLimit(maxDelta))
+		log.Info("receive: consuming", "from", shown, "inbox", redactDSN(inboxDSN), "max_delta", deltaLimit(maxDelta))
 	})
 	if err = errors.Join(err, printErr); err != nil {
 		return err

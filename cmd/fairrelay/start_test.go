@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
@@ -103,7 +104,7 @@ func TestInspectInbox(t *testing.T) {
 				}
 			}
 			// B3 waits for B2: held, as a broker consumer keeps it.
-			if held, err := in.Hold(t.Context(), inbox.Delivery{EventID: "B3", Flow: "B", Seq: 3, Body: []byte(`{"delta":2}`)}); err != nil || !held {
+			if held, err := in.Hold(t.Context(), inbox.Delivery{EventID: "B3", Flow: "B", Seq: 3, Body: []byte(`{"delta":2}`)}, fairrelay.OutcomeGap); err != nil || !held {
 				t.Fatalf("hold: %v %v", held, err)
 			}
 			in.Close()
@@ -126,7 +127,7 @@ func TestInspectInbox(t *testing.T) {
 				t.Fatalf("second page: %q", out)
 			}
 			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "held", "--json")
-			if out != `{"id":"B3","flow":"B","seq":3}`+"\n" {
+			if out != `{"id":"B3","flow":"B","seq":3,"reason":"gap"}`+"\n" {
 				t.Fatalf("held: %q", out)
 			}
 			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "projection", "--json", "--after", "A")

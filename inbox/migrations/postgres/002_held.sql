@@ -6,6 +6,7 @@ CREATE TABLE held (
     seq         BIGINT NOT NULL,
     body        BYTEA NOT NULL,
     body_sha256 BYTEA NOT NULL,
+    reason      TEXT NOT NULL,
     PRIMARY KEY (event_id, body_sha256)
 );
 CREATE INDEX held_flow ON held (flow_id, seq);

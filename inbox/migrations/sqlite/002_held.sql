@@ -7,13 +7,15 @@
 -- breaker's report). ReceiveHeld applies them in seq order. Copies of one
 -- id with different bodies (a faulty publisher) are kept apart, so that a
 -- bad copy held first cannot shadow the good one; body_sha256 is the
--- SHA-256 of body.
+-- SHA-256 of body; reason the inbox's last answer to it (gap, or the
+-- permanent outcome that refused it).
 CREATE TABLE held (
     event_id    TEXT NOT NULL,
     flow_id     TEXT NOT NULL,
     seq         INTEGER NOT NULL,
     body        BLOB NOT NULL,
     body_sha256 BLOB NOT NULL,
+    reason      TEXT NOT NULL,
     PRIMARY KEY (event_id, body_sha256)
 );
 CREATE INDEX held_flow ON held (flow_id, seq);
