@@ -521,8 +521,14 @@ func (r *runner) drain(flow string, limit int) {
 	logRefusal, recovered := r.noteDrain(flow, len(res.Applied), res.Stopped)
 	r.settled(flow, res, err, limit)
 	log := r.opts.Logger.With("flow", flow)
-	if recovered {
+	switch {
+	case recovered:
 		log.Info("consume: a held event refused before is applied; its flow goes on", "applied", len(res.Applied))
+	case len(res.Applied) > 0 && limit == drainBatch:
+		// The drainer's: a long run, a retry after a wait, or what a
+		// restarted consumer found held (the inline drains after an
+		// event, the common case, are not worth a line).
+		log.Info("consume: held events applied", "applied", len(res.Applied))
 	}
 	switch {
 	case err != nil:

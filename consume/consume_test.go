@@ -539,3 +539,42 @@ func TestRunLogsARefusedHeadOncePerCap(t *testing.T) {
 		t.Errorf("%d error lines for one refused head and 20 messages behind it, want at most 2:\n%s", got, logs.String())
 	}
 }
+
+// What a restarted consumer finds held and can apply now (its cause fixed
+// while it was down) is applied at its start and logged at info level (a
+// fresh user: nothing said that the held events had gone on).
+func TestRunAppliesAndLogsWhatItFindsHeld(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if _, err := in.Hold(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":9}`)}, fairrelay.OutcomeUnsupportedDelta); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	applied := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	bound := time.AfterFunc(20*time.Second, cancel) // a bound on a failure, not synchronisation
+	defer bound.Stop()
+	err = consume.Run(ctx, &fake{done: map[string][]string{}}, consume.Options{Inbox: in, RedeliverBase: time.Hour, RedeliverCap: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		OnApplied: func(a consume.Applied) {
+			if a.Action == consume.ActionApplied && a.Message.Delivery.EventID == "A1" {
+				close(applied)
+				cancel()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-applied:
+	default:
+		t.Fatal("A1 not applied in 20 s")
+	}
+	if !strings.Contains(logs.String(), `msg="consume: held events applied" flow=A applied=1`) {
+		t.Errorf("no info line for the held events applied:\n%s", logs.String())
+	}
+}
