@@ -579,13 +579,18 @@ func (r *runner) apply(env Envelope, m Message) {
 				r.noteDrain(m.Delivery.Flow, 0, out)
 			}
 		}
-		r.report(a)
 		if herr == nil && held {
 			// Its predecessor may have been applied since Receive read
 			// the flow (another consumer, which found nothing held yet);
 			// if not, the drain schedules a retry, as a redelivery was.
+			// Before the message's own report, as after an accepted one:
+			// whoever waits for the report then sees the drain's work
+			// done (the broker conformance suite raised the receiver's
+			// limit on the report and met the drain applying the held
+			// copy beside its own second delivery).
 			r.drain(m.Delivery.Flow, inlineDrain)
 		}
+		r.report(a)
 		return
 	default:
 		a.Action, a.Delay = ActionRedeliver, r.backoff(m.Delivered)
