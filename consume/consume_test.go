@@ -68,6 +68,18 @@ func (m *msg) Redeliver(d time.Duration) error {
 	return m.record(fmt.Sprintf("redeliver %s", d))
 }
 
+// newInbox opens an inbox on a SQLite file of the test's, closed when the
+// test ends.
+func newInbox(t *testing.T, opts inbox.Options) *inbox.Inbox {
+	t.Helper()
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	return in
+}
+
 func ledger(f *fake, id, flow string, seq, delta, delivered int) *msg {
 	return &msg{f: f, id: id, delivered: delivered, body: fmt.Sprintf(`{"delta":%d}`, delta),
 		headers: map[string]string{consume.HeaderFlow: flow, consume.HeaderSeq: fmt.Sprint(seq)}}
@@ -78,11 +90,7 @@ func ledger(f *fake, id, flow string, seq, delta, delivered int) *msg {
 // rejection for what is not a fairrelay message.
 func TestRunActions(t *testing.T) {
 	t.Parallel()
-	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{MaxDelta: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := newInbox(t, inbox.Options{MaxDelta: 5})
 	f := &fake{done: map[string][]string{}}
 	noFlow := &msg{f: f, id: "X", headers: map[string]string{consume.HeaderSeq: "1"}, body: "{}"}
 	f.queue = []*msg{
@@ -145,18 +153,14 @@ func TestRunActions(t *testing.T) {
 // min(base·2^(n-1), cap).
 func TestRunRedeliversWithBackoff(t *testing.T) {
 	t.Parallel()
-	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := newInbox(t, inbox.Options{})
 	in.SetUnavailable(true)
 	f := &fake{done: map[string][]string{}}
 	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1), ledger(f, "B1", "B", 1, 1, 3), ledger(f, "C1", "C", 1, 1, 9)}
 	var mu sync.Mutex
 	n := 0
 	ctx, cancel := context.WithCancel(t.Context())
-	err = consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 2, RedeliverBase: 100 * time.Millisecond, RedeliverCap: time.Second,
+	err := consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 2, RedeliverBase: 100 * time.Millisecond, RedeliverCap: time.Second,
 		OnApplied: func(a consume.Applied) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -183,11 +187,7 @@ func TestRunRedeliversWithBackoff(t *testing.T) {
 // whatever the lanes: 200 events over 10 flows all answer accepted.
 func TestRunKeepsFlowOrder(t *testing.T) {
 	t.Parallel()
-	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := newInbox(t, inbox.Options{})
 	f := &fake{done: map[string][]string{}}
 	for i := range 200 {
 		f.queue = append(f.queue, ledger(f, fmt.Sprint("e", i), fmt.Sprint("f", i%10), i/10+1, 1, 1))
@@ -196,7 +196,7 @@ func TestRunKeepsFlowOrder(t *testing.T) {
 	n := 0
 	var bad []error
 	ctx, cancel := context.WithCancel(t.Context())
-	err = consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 3, OnApplied: func(a consume.Applied) {
+	err := consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 3, OnApplied: func(a consume.Applied) {
 		mu.Lock()
 		defer mu.Unlock()
 		if a.Outcome != fairrelay.OutcomeAccepted || a.Err != nil {
@@ -328,11 +328,7 @@ func (m *wmsg) Redeliver(d time.Duration) error {
 // events apply in order on the consumer's own retry.
 func TestRunAStuckFlowHoldsUpNoOther(t *testing.T) {
 	t.Parallel()
-	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{MaxDelta: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := newInbox(t, inbox.Options{MaxDelta: 5})
 	w := &windowed{size: 16, wake: make(chan struct{}, 1)}
 	w.queue = append(w.queue, &wmsg{w: w, id: "A1", flow: "A", seq: 1, delta: 100})
 	for i := 2; i <= 40; i++ {
@@ -393,11 +389,7 @@ func TestRunAStuckFlowHoldsUpNoOther(t *testing.T) {
 // before A's run of 1 000 held messages is through; the run completes.
 func TestRunALongHeldRunHoldsUpNoOther(t *testing.T) {
 	t.Parallel()
-	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := newInbox(t, inbox.Options{})
 	const n = 1000
 	for i := 2; i <= n+1; i++ {
 		if _, err := in.Hold(t.Context(), inbox.Delivery{EventID: fmt.Sprint("A", i), Flow: "A", Seq: int64(i), Body: []byte(`{"delta":1}`)}, fairrelay.OutcomeGap); err != nil {
@@ -449,11 +441,7 @@ func TestRunALongHeldRunHoldsUpNoOther(t *testing.T) {
 // breaker's report: 30 s late). Here that retry is an hour away.
 func TestRunHeldFollowsAPredecessorAppliedElsewhere(t *testing.T) {
 	t.Parallel()
-	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := newInbox(t, inbox.Options{})
 	f := &fake{done: map[string][]string{}}
 	f.queue = []*msg{ledger(f, "A2", "A", 2, 1, 1)}
 	held, applied := make(chan struct{}), make(chan struct{})
@@ -509,11 +497,7 @@ func (l *lockedBuffer) String() string {
 // once per RedeliverCap a flow, and the flow's recovery once.
 func TestRunLogsARefusedHeadOncePerCap(t *testing.T) {
 	t.Parallel()
-	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{MaxDelta: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := newInbox(t, inbox.Options{MaxDelta: 5})
 	f := &fake{done: map[string][]string{}}
 	f.queue = []*msg{ledger(f, "A1", "A", 1, 100, 1)}
 	for i := 2; i <= 21; i++ {
@@ -523,7 +507,7 @@ func TestRunLogsARefusedHeadOncePerCap(t *testing.T) {
 	var mu sync.Mutex
 	n := 0
 	ctx, cancel := context.WithCancel(t.Context())
-	err = consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1, RedeliverBase: time.Hour, RedeliverCap: time.Hour,
+	err := consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1, RedeliverBase: time.Hour, RedeliverCap: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		OnApplied: func(a consume.Applied) {
 			mu.Lock()
@@ -545,11 +529,7 @@ func TestRunLogsARefusedHeadOncePerCap(t *testing.T) {
 // fresh user: nothing said that the held events had gone on).
 func TestRunAppliesAndLogsWhatItFindsHeld(t *testing.T) {
 	t.Parallel()
-	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := newInbox(t, inbox.Options{})
 	if _, err := in.Hold(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":9}`)}, fairrelay.OutcomeUnsupportedDelta); err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +538,7 @@ func TestRunAppliesAndLogsWhatItFindsHeld(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	bound := time.AfterFunc(20*time.Second, cancel) // a bound on a failure, not synchronisation
 	defer bound.Stop()
-	err = consume.Run(ctx, &fake{done: map[string][]string{}}, consume.Options{Inbox: in, RedeliverBase: time.Hour, RedeliverCap: time.Hour,
+	err := consume.Run(ctx, &fake{done: map[string][]string{}}, consume.Options{Inbox: in, RedeliverBase: time.Hour, RedeliverCap: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		OnApplied: func(a consume.Applied) {
 			if a.Action == consume.ActionApplied && a.Message.Delivery.EventID == "A1" {

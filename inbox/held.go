@@ -117,7 +117,11 @@ func (in *Inbox) ReceiveHeld(ctx context.Context, flow string, limit int) (HeldR
 			return r, nil
 		}
 		if len(r.Applied) >= limit {
-			return r, in.heldAhead(ctx, flow, &r)
+			pseq, err := in.appliedSeq(ctx, flow)
+			if err != nil {
+				return r, err
+			}
+			return r, in.heldAhead(ctx, flow, pseq, &r)
 		}
 		out, d, next, err := in.receiveHeldOne(ctx, flow)
 		if err != nil {
@@ -130,7 +134,7 @@ func (in *Inbox) ReceiveHeld(ctx context.Context, flow string, limit int) (HeldR
 			if _, err := in.db.ExecContext(ctx, q["HeldDeleteApplied"], flow, next-1); err != nil {
 				return r, dbError("receive held", in.translate(err))
 			}
-			return r, in.heldAhead(ctx, flow, &r)
+			return r, in.heldAhead(ctx, flow, next-1, &r)
 		case fairrelay.OutcomeAccepted:
 			r.Applied = append(r.Applied, Receipt{ID: d.EventID, Flow: d.Flow, Seq: d.Seq})
 		case fairrelay.OutcomeDuplicate:
@@ -145,18 +149,23 @@ func (in *Inbox) ReceiveHeld(ctx context.Context, flow string, limit int) (HeldR
 	}
 }
 
-// heldAhead sets r.Remaining: whether deliveries of flow past its last
-// applied seq are held.
-func (in *Inbox) heldAhead(ctx context.Context, flow string, r *HeldResult) error {
-	var pseq, total int64
-	err := in.db.QueryRowContext(ctx, q["ProjectionGet"], flow).Scan(&pseq, &total)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return dbError("receive held", in.translate(err))
-	}
+// heldAhead sets r.Remaining: whether deliveries of flow past pseq, its
+// last applied seq, are held.
+func (in *Inbox) heldAhead(ctx context.Context, flow string, pseq int64, r *HeldResult) error {
 	if err := in.db.QueryRowContext(ctx, q["HeldAhead"], flow, pseq).Scan(&r.Remaining); err != nil {
 		return dbError("receive held", in.translate(err))
 	}
 	return nil
+}
+
+// appliedSeq is flow's last applied seq (0: none yet).
+func (in *Inbox) appliedSeq(ctx context.Context, flow string) (int64, error) {
+	var pseq, total int64
+	err := in.db.QueryRowContext(ctx, q["ProjectionGet"], flow).Scan(&pseq, &total)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, dbError("receive held", in.translate(err))
+	}
+	return pseq, nil
 }
 
 // heldCopy is one held delivery of a flow's next seq.
@@ -171,10 +180,9 @@ type heldCopy struct {
 // delivery; "" when none is held, with next, the flow's next seq. When
 // none is applied, the first copy's answer.
 func (in *Inbox) receiveHeldOne(ctx context.Context, flow string) (fairrelay.Outcome, Delivery, int64, error) {
-	var pseq, total int64
-	err := in.db.QueryRowContext(ctx, q["ProjectionGet"], flow).Scan(&pseq, &total)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return "", Delivery{}, 0, dbError("receive held", in.translate(err))
+	pseq, err := in.appliedSeq(ctx, flow)
+	if err != nil {
+		return "", Delivery{}, 0, err
 	}
 	next := pseq + 1
 	rows, err := in.db.QueryContext(ctx, q["HeldCandidates"], flow, next)
@@ -307,14 +315,8 @@ type HeldDelivery struct {
 // seq, misses none. Copies of one id with different bodies are one row.
 // Errors as Receipts.
 func (in *Inbox) Held(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]HeldDelivery, error) {
-	if limit < 1 {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
-	}
-	if afterSeq < 0 {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: fmt.Sprintf("must not be negative, got %d", afterSeq)}
-	}
-	if afterSeq != 0 && afterFlow == "" {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: `is a seq of afterFlow: give the flow too ("" and 0 start at the first)`}
+	if err := checkPage(afterFlow, afterSeq, limit); err != nil {
+		return nil, err
 	}
 	out, err := in.heldRows(ctx, q["HeldPage"], afterFlow, afterSeq, limit)
 	if err != nil || len(out) < limit {

@@ -12,118 +12,126 @@ import (
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
 
+// eachBackend runs test on a fresh inbox of each backend (a SQLite file, a
+// PostgreSQL schema named from prefix), in parallel.
+func eachBackend(t *testing.T, prefix string, opts inbox.Options, test func(t *testing.T, in *inbox.Inbox)) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			dsn := filepath.Join(t.TempDir(), "inbox.db")
+			if backend == "postgres" {
+				dsn = pgtest.Schema(t, prefix)
+			}
+			in, err := inbox.Open(t.Context(), dsn, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			test(t, in)
+		})
+	}
+}
+
 // Hold keeps what the inbox cannot apply yet (a gap, a permanent answer)
 // and ReceiveHeld applies a flow's held deliveries in seq order once each
 // is the flow's next, stopping at one that is refused, which stays held;
 // both backends.
 func TestHoldAndReceiveHeld(t *testing.T) {
-	t.Parallel()
-	for _, backend := range []string{"sqlite", "postgres"} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			dsn := filepath.Join(t.TempDir(), "inbox.db")
-			if backend == "postgres" {
-				dsn = pgtest.Schema(t, "frinheld")
+	eachBackend(t, "frinheld", inbox.Options{MaxDelta: 5}, func(t *testing.T, in *inbox.Inbox) {
+		ctx := t.Context()
+		d := func(flow string, seq, delta int) inbox.Delivery {
+			return inbox.Delivery{EventID: fmt.Sprint(flow, seq), Flow: flow, Seq: int64(seq), Body: fmt.Appendf(nil, `{"delta":%d}`, delta)}
+		}
+		hold := func(x inbox.Delivery, want bool) {
+			t.Helper()
+			if held, err := in.Hold(ctx, x, fairrelay.OutcomeGap); err != nil || held != want {
+				t.Fatalf("hold %s: %v %v, want held %v", x.EventID, held, err, want)
 			}
-			in, err := inbox.Open(ctx, dsn, inbox.Options{MaxDelta: 5})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer in.Close()
-			d := func(flow string, seq, delta int) inbox.Delivery {
-				return inbox.Delivery{EventID: fmt.Sprint(flow, seq), Flow: flow, Seq: int64(seq), Body: fmt.Appendf(nil, `{"delta":%d}`, delta)}
-			}
-			hold := func(x inbox.Delivery, want bool) {
-				t.Helper()
-				if held, err := in.Hold(ctx, x, fairrelay.OutcomeGap); err != nil || held != want {
-					t.Fatalf("hold %s: %v %v, want held %v", x.EventID, held, err, want)
-				}
-			}
-			// A3 and A2 wait for A1; a second hold of A3 keeps one copy.
-			hold(d("A", 3, 1), true)
-			hold(d("A", 2, 2), true)
-			hold(d("A", 3, 1), true)
-			r, err := in.ReceiveHeld(ctx, "A", 100)
-			if err != nil || len(r.Applied) != 0 || r.Stopped != "" || !r.Remaining {
-				t.Fatalf("before A1: %+v %v, want nothing applied and A's deliveries still held", r, err)
-			}
-			if out, err := in.Receive(ctx, d("A", 1, 1)); err != nil || out != fairrelay.OutcomeAccepted {
-				t.Fatalf("A1: %q %v", out, err)
-			}
-			r, err = in.ReceiveHeld(ctx, "A", 100)
-			want := []inbox.Receipt{{ID: "A2", Flow: "A", Seq: 2}, {ID: "A3", Flow: "A", Seq: 3}}
-			if err != nil || !cmp.Equal(r.Applied, want) || r.Stopped != "" || r.Remaining {
-				t.Fatalf("after A1: %+v %v, want %v applied and nothing left", r, err, want)
-			}
-			// An applied id is not held again.
-			hold(d("A", 3, 1), false)
-			// A permanent answer stays held, and so does what follows it,
-			// until the cause is fixed.
-			hold(d("B", 1, 100), true)
-			hold(d("B", 2, 1), true)
-			r, err = in.ReceiveHeld(ctx, "B", 100)
-			if err != nil || len(r.Applied) != 0 || r.Stopped != fairrelay.OutcomeUnsupportedDelta || r.StoppedID != "B1" || !r.Remaining {
-				t.Fatalf("B with a delta over the limit: %+v %v, want stopped at B1 with unsupported_delta", r, err)
-			}
-			if fs, err := in.HeldFlows(ctx, "", 10); err != nil || !cmp.Equal(fs, []string{"B"}) {
-				t.Fatalf("held flows %v %v, want [B]", fs, err)
-			}
-			// Held says what holds each: B1 was held for a gap, and is
-			// refused now.
-			hs, err := in.Held(ctx, "", 0, 10)
-			wantHeld := []inbox.HeldDelivery{{ID: "B1", Flow: "B", Seq: 1, Reason: fairrelay.OutcomeUnsupportedDelta},
-				{ID: "B2", Flow: "B", Seq: 2, Reason: fairrelay.OutcomeGap}}
-			if err != nil || !cmp.Equal(hs, wantHeld) {
-				t.Fatalf("held %+v %v, want %+v", hs, err, wantHeld)
-			}
-			in.SetMaxDelta(1000)
-			r, err = in.ReceiveHeld(ctx, "B", 100)
-			if err != nil || len(r.Applied) != 2 || r.Remaining {
-				t.Fatalf("B after the fix: %+v %v, want B1 and B2 applied", r, err)
-			}
-			// A held copy of an event another copy of which was applied
-			// meanwhile goes at the flow's next ReceiveHeld.
-			hold(d("C", 1, 1), true)
-			if out, err := in.Receive(ctx, d("C", 1, 1)); err != nil || out != fairrelay.OutcomeAccepted {
-				t.Fatalf("C1: %q %v", out, err)
-			}
-			r, err = in.ReceiveHeld(ctx, "C", 100)
-			if err != nil || len(r.Applied) != 0 || r.Remaining {
-				t.Fatalf("C after C1 was applied: %+v %v, want its held copy gone", r, err)
-			}
-			s, err := in.Snapshot(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := s.ByFlow()
-			if p["A"].Seq != 3 || p["A"].Total != 4 || p["B"].Seq != 2 || p["B"].Total != 101 {
-				t.Errorf("projection %+v, want A at 3 with 4, B at 2 with 101", p)
-			}
-			if n, err := in.HeldCount(ctx); err != nil || n != 0 {
-				t.Errorf("%d held (%v), want 0", n, err)
-			}
-			// Bad input names its field and holds nothing.
-			if _, err := in.Hold(ctx, inbox.Delivery{EventID: "C1", Flow: "C", Seq: 0, Body: []byte("{}")}, fairrelay.OutcomeGap); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
-				t.Errorf("hold with seq 0: %v, want invalid_input", err)
-			}
-			if _, err := in.Hold(ctx, d("D", 1, 1), fairrelay.OutcomeAccepted); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
-				t.Errorf("hold with reason accepted: %v, want invalid_input", err)
-			}
-			if _, err := in.ReceiveHeld(ctx, "", 100); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
-				t.Errorf("receive held of flow \"\": %v, want invalid_input", err)
-			}
-			if _, err := in.ReceiveHeld(ctx, "A", 0); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
-				t.Errorf("receive held with limit 0: %v, want invalid_input", err)
-			}
-			if _, err := in.HeldFlows(ctx, "", 0); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
-				t.Errorf("held flows with limit 0: %v, want invalid_input", err)
-			}
-			if n, err := in.HeldCount(ctx); err != nil || n != 0 {
-				t.Errorf("%d held after the refusals (%v), want 0", n, err)
-			}
-		})
-	}
+		}
+		// A3 and A2 wait for A1; a second hold of A3 keeps one copy.
+		hold(d("A", 3, 1), true)
+		hold(d("A", 2, 2), true)
+		hold(d("A", 3, 1), true)
+		r, err := in.ReceiveHeld(ctx, "A", 100)
+		if err != nil || len(r.Applied) != 0 || r.Stopped != "" || !r.Remaining {
+			t.Fatalf("before A1: %+v %v, want nothing applied and A's deliveries still held", r, err)
+		}
+		if out, err := in.Receive(ctx, d("A", 1, 1)); err != nil || out != fairrelay.OutcomeAccepted {
+			t.Fatalf("A1: %q %v", out, err)
+		}
+		r, err = in.ReceiveHeld(ctx, "A", 100)
+		want := []inbox.Receipt{{ID: "A2", Flow: "A", Seq: 2}, {ID: "A3", Flow: "A", Seq: 3}}
+		if err != nil || !cmp.Equal(r.Applied, want) || r.Stopped != "" || r.Remaining {
+			t.Fatalf("after A1: %+v %v, want %v applied and nothing left", r, err, want)
+		}
+		// An applied id is not held again.
+		hold(d("A", 3, 1), false)
+		// A permanent answer stays held, and so does what follows it,
+		// until the cause is fixed.
+		hold(d("B", 1, 100), true)
+		hold(d("B", 2, 1), true)
+		r, err = in.ReceiveHeld(ctx, "B", 100)
+		if err != nil || len(r.Applied) != 0 || r.Stopped != fairrelay.OutcomeUnsupportedDelta || r.StoppedID != "B1" || !r.Remaining {
+			t.Fatalf("B with a delta over the limit: %+v %v, want stopped at B1 with unsupported_delta", r, err)
+		}
+		if fs, err := in.HeldFlows(ctx, "", 10); err != nil || !cmp.Equal(fs, []string{"B"}) {
+			t.Fatalf("held flows %v %v, want [B]", fs, err)
+		}
+		// Held says what holds each: B1 was held for a gap, and is
+		// refused now.
+		hs, err := in.Held(ctx, "", 0, 10)
+		wantHeld := []inbox.HeldDelivery{{ID: "B1", Flow: "B", Seq: 1, Reason: fairrelay.OutcomeUnsupportedDelta},
+			{ID: "B2", Flow: "B", Seq: 2, Reason: fairrelay.OutcomeGap}}
+		if err != nil || !cmp.Equal(hs, wantHeld) {
+			t.Fatalf("held %+v %v, want %+v", hs, err, wantHeld)
+		}
+		in.SetMaxDelta(1000)
+		r, err = in.ReceiveHeld(ctx, "B", 100)
+		if err != nil || len(r.Applied) != 2 || r.Remaining {
+			t.Fatalf("B after the fix: %+v %v, want B1 and B2 applied", r, err)
+		}
+		// A held copy of an event another copy of which was applied
+		// meanwhile goes at the flow's next ReceiveHeld.
+		hold(d("C", 1, 1), true)
+		if out, err := in.Receive(ctx, d("C", 1, 1)); err != nil || out != fairrelay.OutcomeAccepted {
+			t.Fatalf("C1: %q %v", out, err)
+		}
+		r, err = in.ReceiveHeld(ctx, "C", 100)
+		if err != nil || len(r.Applied) != 0 || r.Remaining {
+			t.Fatalf("C after C1 was applied: %+v %v, want its held copy gone", r, err)
+		}
+		s, err := in.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.ByFlow()
+		if p["A"].Seq != 3 || p["A"].Total != 4 || p["B"].Seq != 2 || p["B"].Total != 101 {
+			t.Errorf("projection %+v, want A at 3 with 4, B at 2 with 101", p)
+		}
+		if n, err := in.HeldCount(ctx); err != nil || n != 0 {
+			t.Errorf("%d held (%v), want 0", n, err)
+		}
+		// Bad input names its field and holds nothing.
+		if _, err := in.Hold(ctx, inbox.Delivery{EventID: "C1", Flow: "C", Seq: 0, Body: []byte("{}")}, fairrelay.OutcomeGap); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+			t.Errorf("hold with seq 0: %v, want invalid_input", err)
+		}
+		if _, err := in.Hold(ctx, d("D", 1, 1), fairrelay.OutcomeAccepted); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+			t.Errorf("hold with reason accepted: %v, want invalid_input", err)
+		}
+		if _, err := in.ReceiveHeld(ctx, "", 100); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+			t.Errorf("receive held of flow \"\": %v, want invalid_input", err)
+		}
+		if _, err := in.ReceiveHeld(ctx, "A", 0); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+			t.Errorf("receive held with limit 0: %v, want invalid_input", err)
+		}
+		if _, err := in.HeldFlows(ctx, "", 0); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
+			t.Errorf("held flows with limit 0: %v, want invalid_input", err)
+		}
+		if n, err := in.HeldCount(ctx); err != nil || n != 0 {
+			t.Errorf("%d held after the refusals (%v), want 0", n, err)
+		}
+	})
 }
 
 // Held copies of one seq that a faulty publisher sent under one id with
@@ -133,63 +141,50 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 // tried only the first id of a seq). Held lists every copy's id, and its
 // pages do not split a seq. Both backends.
 func TestHeldCopiesOfOneSeq(t *testing.T) {
-	t.Parallel()
-	for _, backend := range []string{"sqlite", "postgres"} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			dsn := filepath.Join(t.TempDir(), "inbox.db")
-			if backend == "postgres" {
-				dsn = pgtest.Schema(t, "frinheldcopies")
+	eachBackend(t, "frinheldcopies", inbox.Options{MaxDelta: 5}, func(t *testing.T, in *inbox.Inbox) {
+		ctx := t.Context()
+		hold := func(id, flow string, seq int64, body string) {
+			t.Helper()
+			if held, err := in.Hold(ctx, inbox.Delivery{EventID: id, Flow: flow, Seq: seq, Body: []byte(body)}, fairrelay.OutcomeGap); err != nil || !held {
+				t.Fatalf("hold %s %s: %v %v", id, body, held, err)
 			}
-			in, err := inbox.Open(ctx, dsn, inbox.Options{MaxDelta: 5})
-			if err != nil {
-				t.Fatal(err)
+		}
+		hold("A2", "A", 2, `not json`)
+		hold("A2", "A", 2, `{"delta":1}`)
+		hold("B2-a", "B", 2, `{"delta":9}`) // over the max delta
+		hold("B2-b", "B", 2, `{"delta":1}`)
+		for _, f := range []string{"A", "B"} {
+			if out, err := in.Receive(ctx, inbox.Delivery{EventID: f + "1", Flow: f, Seq: 1, Body: []byte(`{"delta":1}`)}); err != nil || out != fairrelay.OutcomeAccepted {
+				t.Fatalf("%s1: %q %v", f, out, err)
 			}
-			defer in.Close()
-			hold := func(id, flow string, seq int64, body string) {
-				t.Helper()
-				if held, err := in.Hold(ctx, inbox.Delivery{EventID: id, Flow: flow, Seq: seq, Body: []byte(body)}, fairrelay.OutcomeGap); err != nil || !held {
-					t.Fatalf("hold %s %s: %v %v", id, body, held, err)
-				}
+			r, err := in.ReceiveHeld(ctx, f, 100)
+			if err != nil || len(r.Applied) != 1 || r.Applied[0].Seq != 2 || r.Remaining {
+				t.Errorf("%s: %+v %v, want its good copy of seq 2 applied, nothing left to apply", f, r, err)
 			}
-			hold("A2", "A", 2, `not json`)
-			hold("A2", "A", 2, `{"delta":1}`)
-			hold("B2-a", "B", 2, `{"delta":9}`) // over the max delta
-			hold("B2-b", "B", 2, `{"delta":1}`)
-			for _, f := range []string{"A", "B"} {
-				if out, err := in.Receive(ctx, inbox.Delivery{EventID: f + "1", Flow: f, Seq: 1, Body: []byte(`{"delta":1}`)}); err != nil || out != fairrelay.OutcomeAccepted {
-					t.Fatalf("%s1: %q %v", f, out, err)
-				}
-				r, err := in.ReceiveHeld(ctx, f, 100)
-				if err != nil || len(r.Applied) != 1 || r.Applied[0].Seq != 2 || r.Remaining {
-					t.Errorf("%s: %+v %v, want its good copy of seq 2 applied, nothing left to apply", f, r, err)
-				}
-			}
-			s, err := in.Snapshot(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p := s.ByFlow(); p["A"].Total != 2 || p["B"].Total != 2 {
-				t.Errorf("projection %+v, want A and B at total 2", p)
-			}
-			// The bad copies stay, listed; a page of one row takes its
-			// seq's other copies along.
-			hold("C2-a", "C", 2, `{"delta":1}`)
-			hold("C2-b", "C", 2, `{"delta":1}`)
-			hold("C3", "C", 3, `{"delta":1}`)
-			page, err := in.Held(ctx, "C", 0, 1)
-			if err != nil || len(page) != 2 || page[0].ID != "C2-a" || page[1].ID != "C2-b" {
-				t.Fatalf("held page of 1 from C: %+v %v, want C2-a and C2-b", page, err)
-			}
-			page, err = in.Held(ctx, "C", 2, 10)
-			if err != nil || len(page) != 1 || page[0].ID != "C3" {
-				t.Fatalf("held page after C 2: %+v %v, want C3", page, err)
-			}
-			all, err := in.Held(ctx, "", 0, 100)
-			if err != nil || len(all) != 5 {
-				t.Errorf("held: %+v %v, want A2 (its bad copy), B2-a, C2-a, C2-b, C3", all, err)
-			}
-		})
-	}
+		}
+		s, err := in.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := s.ByFlow(); p["A"].Total != 2 || p["B"].Total != 2 {
+			t.Errorf("projection %+v, want A and B at total 2", p)
+		}
+		// The bad copies stay, listed; a page of one row takes its
+		// seq's other copies along.
+		hold("C2-a", "C", 2, `{"delta":1}`)
+		hold("C2-b", "C", 2, `{"delta":1}`)
+		hold("C3", "C", 3, `{"delta":1}`)
+		page, err := in.Held(ctx, "C", 0, 1)
+		if err != nil || len(page) != 2 || page[0].ID != "C2-a" || page[1].ID != "C2-b" {
+			t.Fatalf("held page of 1 from C: %+v %v, want C2-a and C2-b", page, err)
+		}
+		page, err = in.Held(ctx, "C", 2, 10)
+		if err != nil || len(page) != 1 || page[0].ID != "C3" {
+			t.Fatalf("held page after C 2: %+v %v, want C3", page, err)
+		}
+		all, err := in.Held(ctx, "", 0, 100)
+		if err != nil || len(all) != 5 {
+			t.Errorf("held: %+v %v, want A2 (its bad copy), B2-a, C2-a, C2-b, C3", all, err)
+		}
+	})
 }

@@ -429,36 +429,40 @@ func (s *Snapshot) ByFlow() map[string]Projection {
 // ErrInvalidInput (field "limit" for limit < 1, "after_seq" negative or
 // given without afterFlow, whose seq it is); database errors.
 func (in *Inbox) Receipts(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
-	return in.receiptPage(ctx, "inbox receipts", q["ReceiptPage"], afterFlow, afterSeq, limit)
-}
-
-func (in *Inbox) receiptPage(ctx context.Context, op, query, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
-	if limit < 1 {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+	if err := checkPage(afterFlow, afterSeq, limit); err != nil {
+		return nil, err
 	}
-	if afterSeq < 0 {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: fmt.Sprintf("must not be negative, got %d", afterSeq)}
-	}
-	if afterSeq != 0 && afterFlow == "" {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: `is a seq of afterFlow: give the flow too ("" and 0 start at the first receipt)`}
-	}
-	rows, err := in.db.QueryContext(ctx, query, afterFlow, afterSeq, limit)
+	rows, err := in.db.QueryContext(ctx, q["ReceiptPage"], afterFlow, afterSeq, limit)
 	if err != nil {
-		return nil, dbError(op, in.translate(err))
+		return nil, dbError("inbox receipts", in.translate(err))
 	}
 	defer rows.Close()
 	out := []Receipt{}
 	for rows.Next() {
 		var r Receipt
 		if err := rows.Scan(&r.ID, &r.Flow, &r.Seq); err != nil {
-			return nil, dbError(op, in.translate(err))
+			return nil, dbError("inbox receipts", in.translate(err))
 		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, dbError(op, in.translate(err))
+		return nil, dbError("inbox receipts", in.translate(err))
 	}
 	return out, nil
+}
+
+// checkPage checks the paging arguments of Receipts and Held.
+func checkPage(afterFlow string, afterSeq int64, limit int) error {
+	if limit < 1 {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+	}
+	if afterSeq < 0 {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: fmt.Sprintf("must not be negative, got %d", afterSeq)}
+	}
+	if afterSeq != 0 && afterFlow == "" {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: `is a seq of afterFlow: give the flow too ("" and 0 start at the first row)`}
+	}
+	return nil
 }
 
 // Projections lists up to limit flows' ledgers in flow order, starting
