@@ -192,6 +192,8 @@ type Options struct {
 	// OnApplied, when set, is called after each message was settled with
 	// the broker, from the message's lane. It must not block for long.
 	OnApplied func(Applied)
+	// Metrics, when set, counts each message settled (see NewMetrics).
+	Metrics *Metrics
 }
 
 // laneBuffer is how many messages wait for one lane before the source is
@@ -518,6 +520,9 @@ func (r *runner) drain(flow string, limit int) {
 		r.report(Applied{Message: Message{Delivery: inbox.Delivery{EventID: a.ID, Flow: a.Flow, Seq: a.Seq}},
 			Outcome: fairrelay.OutcomeAccepted, Action: ActionApplied})
 	}
+	if err != nil {
+		r.opts.Metrics.drainFailed()
+	}
 	logRefusal, recovered := r.noteDrain(flow, len(res.Applied), res.Stopped)
 	r.settled(flow, res, err, limit)
 	log := r.opts.Logger.With("flow", flow)
@@ -628,6 +633,7 @@ func (r *runner) report(a Applied) {
 	default:
 		log.Debug("consume: applied", "outcome", a.Outcome, "action", a.Action, "after", a.Delay)
 	}
+	r.opts.Metrics.observe(a)
 	if r.opts.OnApplied != nil {
 		r.opts.OnApplied(a)
 	}

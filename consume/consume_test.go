@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/consume"
 	"github.com/fairrelay/fairrelay/inbox"
@@ -557,4 +560,93 @@ func TestRunAppliesAndLogsWhatItFindsHeld(t *testing.T) {
 	if !strings.Contains(logs.String(), `msg="consume: held events applied" flow=A applied=1`) {
 		t.Errorf("no info line for the held events applied:\n%s", logs.String())
 	}
+}
+
+// The metrics count each message by action and outcome, and its errors,
+// and read what is held from the inbox at each scrape; a scrape whose
+// inbox read fails fails, rather than showing a number.
+func TestRunMetrics(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t, inbox.Options{MaxDelta: 5})
+	reg := prometheus.NewRegistry()
+	m, err := consume.NewMetrics(reg, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := consume.NewMetrics(reg, in); err == nil {
+		t.Error("NewMetrics registered its metrics twice on one registry without an error")
+	}
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{
+		ledger(f, "A1", "A", 1, 1, 1),
+		ledger(f, "A1", "A", 1, 1, 2), // a second copy: duplicate
+		ledger(f, "A3", "A", 3, 1, 1), // ahead of A2: held (gap)
+		ledger(f, "B1", "B", 1, 9, 1), // over the max delta: held (unsupported_delta)
+		{f: f, id: "X", headers: map[string]string{consume.HeaderSeq: "1"}, body: "{}"}, // no flow: rejected
+		ledger(f, "A2", "A", 2, 1, 1), // accepted, and A3 applied after it
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var mu sync.Mutex
+	reports := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 2, RedeliverBase: time.Second, RedeliverCap: time.Minute, Metrics: m,
+			OnApplied: func(consume.Applied) {
+				mu.Lock()
+				defer mu.Unlock()
+				if reports++; reports == 7 {
+					cancel()
+				}
+			}})
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := gather(t, reg)
+	want := map[string]float64{
+		"fairrelay_consume_messages_total{action=ack,outcome=accepted}":           2,
+		"fairrelay_consume_messages_total{action=ack,outcome=duplicate}":          1,
+		"fairrelay_consume_messages_total{action=hold,outcome=gap}":               1,
+		"fairrelay_consume_messages_total{action=hold,outcome=unsupported_delta}": 1,
+		"fairrelay_consume_messages_total{action=reject,outcome=none}":            1,
+		"fairrelay_consume_messages_total{action=applied,outcome=accepted}":       1,
+		"fairrelay_consume_errors_total{action=reject}":                           1,
+		"fairrelay_inbox_held": 1, // B1
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	in.Close()
+	if _, err := reg.Gather(); err == nil || !strings.Contains(err.Error(), "fairrelay_inbox_held") {
+		t.Errorf("a scrape with the inbox closed: %v, want an error naming fairrelay_inbox_held", err)
+	}
+}
+
+// gather returns reg's counters and gauges as name{label=value,…} → value.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			var labels []string
+			for _, l := range mt.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			name := mf.GetName()
+			if len(labels) > 0 {
+				name += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case mt.GetCounter() != nil:
+				got[name] = mt.GetCounter().GetValue()
+			case mt.GetGauge() != nil:
+				got[name] = mt.GetGauge().GetValue()
+			}
+		}
+	}
+	return got
 }

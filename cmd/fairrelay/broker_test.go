@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -61,9 +64,32 @@ func overBroker(t *testing.T, sinkURL, fromURL string) {
 	if !strings.Contains(recv.stderr(), "the inbox did not exist and was created empty") {
 		t.Errorf("receive --from created the inbox without a warning:\n%s", recv.stderr())
 	}
-	recv = startConsumerCLI(t, inboxPath, fromURL)
+	_, before := inboxLedger(t, inboxPath)
+	metrics := freeAddr(t)
+	recv = startConsumerCLI(t, inboxPath, fromURL, "--metrics-addr", metrics)
 	waitReceipts(t, inboxPath, 200)
 	wantLedger(t, inboxPath, 10, 20)
+	// The second consumer's metrics: every receipt it added counted once
+	// as accepted (acked, or applied from the held table), nothing held.
+	// A message is counted after its commit and ack: poll until the
+	// count reaches the receipts (another process's), or 10 s pass.
+	var got map[string]float64
+	var accepted float64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got = scrapeConsumer(t, metrics)
+		accepted = got[`fairrelay_consume_messages_total{action="ack",outcome="accepted"}`] +
+			got[`fairrelay_consume_messages_total{action="applied",outcome="accepted"}`]
+		if accepted >= float64(200-before) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's counts, not synchronising
+	}
+	if accepted != float64(200-before) {
+		t.Errorf("the second consumer counted %v accepted messages, want %d (200 receipts, %d before it started):\n%v", accepted, 200-before, before, got)
+	}
+	if held, ok := got["fairrelay_inbox_held"]; !ok || held != 0 {
+		t.Errorf("fairrelay_inbox_held = %v (shown: %v), want 0", held, ok)
+	}
 	if code := rel.signal(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("relay exited %d on SIGTERM: %s", code, rel.stderr())
 	}
@@ -136,9 +162,9 @@ func TestRelayWaitsForANATSServerNotUpYet(t *testing.T) {
 }
 
 // startConsumerCLI runs receive --from and waits for its first line.
-func startConsumerCLI(t *testing.T, inboxPath, from string) *daemon {
+func startConsumerCLI(t *testing.T, inboxPath, from string, args ...string) *daemon {
 	t.Helper()
-	d := startCLI(t, "receive", "--inbox", inboxPath, "--from", from)
+	d := startCLI(t, append([]string{"receive", "--inbox", inboxPath, "--from", from}, args...)...)
 	line := <-d.firstLine
 	var l struct{ Status, From string }
 	if err := json.Unmarshal(line, &l); err != nil || l.Status != "consuming" {
@@ -149,6 +175,32 @@ func startConsumerCLI(t *testing.T, inboxPath, from string) *daemon {
 		t.Errorf("receive --from printed %s; want the URL's & as it is", line)
 	}
 	return d
+}
+
+// scrapeConsumer reads receive --from's /metrics at addr: each sample's
+// line (name{labels}) → value.
+func scrapeConsumer(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s, %v\n%s", resp.Status, err, body)
+	}
+	got := map[string]float64{}
+	for line := range strings.Lines(string(body)) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			got[name] = v
+		}
+	}
+	return got
 }
 
 // waitReceipts polls the inbox, which the receive process writes, until
@@ -266,6 +318,61 @@ func TestBrokerFlagErrors(t *testing.T) {
 	for _, p := range []string{queue, inboxPath} {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("%s was created by a refused command", p)
+		}
+	}
+}
+
+// A relay started before its consumer: with no queue bound for the routing
+// key each head is rejected and quarantined, nothing is lost, and once the
+// consumer is up the redrive docs/relay.md gives puts every flow back; each
+// event then applies once, in order.
+func TestRelayBeforeItsConsumerRedrives(t *testing.T) {
+	t.Setenv(brokerUserEnv, brokertest.AMQPUser)
+	t.Setenv(brokerPasswordEnv, brokertest.AMQPPassword)
+	server := brokertest.AMQP(t)
+	queueName := brokertest.Name("frfirst-")
+	t.Cleanup(func() { deleteQueue(t, server, queueName) })
+	sinkURL := server + "?routing_key=" + brokertest.Name("frfirst") + ".{flow}"
+	dir := t.TempDir()
+	queue, inboxPath := filepath.Join(dir, "queue.db"), filepath.Join(dir, "inbox.db")
+	if out, errOut, code := cli(t, eventsFile(3, 4), "enqueue", "--queue", queue); code != 0 {
+		t.Fatalf("bulk enqueue: exit %d\n%s%s", code, out, errOut)
+	}
+	rel := startCLI(t, "relay", "--queue", queue, "--sink", sinkURL, "--workers", "4")
+	var heads []struct{ ID, Reason string }
+	for deadline := time.Now().Add(30 * time.Second); len(heads) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the 3 heads were not quarantined within 30 s: %v\n%s", heads, rel.stderr())
+		}
+		time.Sleep(50 * time.Millisecond) // polling another process's writes, not synchronising
+		out, errOut, code := cli(t, "", "inspect", "--queue", queue, "quarantined", "--json")
+		if code != 0 {
+			t.Fatalf("inspect quarantined: exit %d: %s", code, errOut)
+		}
+		heads = heads[:0]
+		for line := range strings.Lines(out) {
+			var h struct{ ID, Reason string }
+			if err := json.Unmarshal([]byte(line), &h); err != nil {
+				t.Fatalf("inspect quarantined printed %q: %v", line, err)
+			}
+			heads = append(heads, h)
+		}
+	}
+	for _, h := range heads {
+		if h.Reason != "rejected" {
+			t.Errorf("head %s quarantined for %q, want rejected (no queue bound)", h.ID, h.Reason)
+		}
+	}
+	recv := startConsumerCLI(t, inboxPath, sinkURL+"&queue="+queueName)
+	out, errOut, code := cli(t, "", "redrive", "--queue", queue, "--all", "--reason-is", "rejected", "--reason", "consumer was not up")
+	if code != 0 || strings.Count(out, `"status":"ready"`) != 3 {
+		t.Fatalf("redrive --all: exit %d, want 3 ready heads\n%s%s", code, out, errOut)
+	}
+	waitReceipts(t, inboxPath, 12)
+	wantLedger(t, inboxPath, 3, 4)
+	for _, d := range []*daemon{rel, recv} {
+		if code := d.signal(t, syscall.SIGTERM); code != 0 {
+			t.Fatalf("exit %d on SIGTERM: %s", code, d.stderr())
 		}
 	}
 }

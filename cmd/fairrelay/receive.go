@@ -60,8 +60,9 @@ exists.
       with the routing key's wildcard
 
 With --metrics-addr it serves /metrics (requests by HTTP status and their
-durations), /healthz and /readyz (the inbox's database answers); with
---from, the two probes.
+durations; with --from, messages by action and outcome, errors, and the
+deliveries held in the inbox), /healthz and /readyz (the inbox's database
+answers).
 
 Broker ` + brokerEnvHelp + `.`,
 		Args: cobra.NoArgs,
@@ -188,7 +189,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
 	logs.register(f)
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (requests by HTTP status, their durations), and /healthz and /readyz (the inbox answers) (e.g. 127.0.0.1:9091)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (requests by HTTP status, their durations; with --from, messages by action and outcome, and the deliveries held), and /healthz and /readyz (the inbox answers) (e.g. 127.0.0.1:9091)")
 	f.DurationVar(&limits.read, "read-timeout", defaultLimits.read, "longest time to read one request, headers and body: a client sending slower is cut off (408)")
 	f.DurationVar(&limits.write, "write-timeout", defaultLimits.write, "longest time from a request's headers to the end of its answer, the inbox transaction included")
 	f.DurationVar(&limits.idle, "idle-timeout", defaultLimits.idle, "how long a kept-alive connection may wait for its next request (longer than the relay's 90 s, so the relay closes first)")
@@ -244,14 +245,17 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 	if created {
 		log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
 	}
+	opts := consume.Options{Inbox: in, Logger: log}
 	if metricsLn != nil {
-		// The probes and the process's metrics; the consumer's own
-		// counts are in its log.
-		stop := serveMetrics(metricsLn, prometheus.NewRegistry(), inboxReady(in), log)
+		reg := prometheus.NewRegistry()
+		if opts.Metrics, err = consume.NewMetrics(reg, in); err != nil {
+			return err
+		}
+		stop := serveMetrics(metricsLn, reg, inboxReady(in), log)
 		defer stop()
 	}
 	var printErr error
-	err = run(ctx, consume.Options{Inbox: in, Logger: log}, func() {
+	err = run(ctx, opts, func() {
 		// Once the stream or queue exists: a relay started after this line
 		// finds it.
 		printErr = printJSON(cmd.OutOrStdout(), map[string]string{"status": "consuming", "from": shown})
