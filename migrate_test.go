@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/sqlitetest"
 )
 
 // TestOpenRefusesANewerStore: a store that records a migration this build
@@ -45,14 +47,7 @@ func TestOpenRefusesANewerStore(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "q.db")
 		check(t, path, func() {
-			db, err := sql.Open("sqlite", path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			if _, err := db.Exec(`INSERT INTO fairrelay_migration (version, applied_at) VALUES (999, 'later')`); err != nil {
-				t.Fatal(err)
-			}
+			sqlitetest.Exec(t, path, `INSERT INTO fairrelay_migration (version, applied_at) VALUES (999, 'later')`)
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
@@ -101,29 +96,13 @@ func TestOpenUnderTheOtherEntryRuleMigratesNothing(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "q.db")
-		db := func() *sql.DB {
-			db, err := sql.Open("sqlite", path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return db
-		}
-		latest := func() int {
-			d := db()
-			defer d.Close()
-			var v int
-			if err := d.QueryRow(`SELECT max(version) FROM fairrelay_migration`).Scan(&v); err != nil {
-				t.Fatal(err)
-			}
+		latest := func() (v int) {
+			sqlitetest.QueryRow(t, path, `SELECT max(version) FROM fairrelay_migration`, &v)
 			return v
 		}
 		check(t, path, func() int {
-			d := db()
-			defer d.Close()
 			// Migration 005: three indexes.
-			if _, err := d.Exec(`DROP INDEX event_inflight; DROP INDEX event_waiting; DROP INDEX flow_paused; DELETE FROM fairrelay_migration WHERE version = 5`); err != nil {
-				t.Fatal(err)
-			}
+			sqlitetest.Exec(t, path, `DROP INDEX event_inflight; DROP INDEX event_waiting; DROP INDEX flow_paused; DELETE FROM fairrelay_migration WHERE version = 5`)
 			return latest()
 		}, latest)
 	})
@@ -141,4 +120,122 @@ func TestOpenUnderTheOtherEntryRuleMigratesNothing(t *testing.T) {
 			return latest()
 		}, latest)
 	})
+}
+
+// TestReadOnlyOpenWritesNothing: Config.ReadOnly (inspect) reads a current
+// store, and refuses — invalid_input naming queue, with the migrations it
+// lacks and what to run — a store an older fairrelay made, or one that
+// records no entry rule yet, without migrating or recording anything: a
+// newer binary's inspect migrated the store under older relays, which then
+// refused it at their next start. A missing store is not created.
+func TestReadOnlyOpenWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type state struct {
+		latest int
+		entry  sql.NullString
+	}
+	check := func(t *testing.T, dsn, missing string, undoLast, forgetEntry func(), read func() state) {
+		q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()}) // seed
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: 1}); err != nil {
+			t.Fatal(err)
+		}
+		q.Close()
+		ro := fairrelay.Config{ReadOnly: true, AdoptStoredEntry: true}
+		q, err = fairrelay.Open(ctx, dsn, ro)
+		if err != nil {
+			t.Fatalf("read-only open of a current store: %v", err)
+		}
+		heads, err := q.Heads(ctx, "", 10)
+		q.Close()
+		if err != nil || len(heads) != 1 || heads[0].Head == nil || heads[0].Head.ID != "A1" {
+			t.Fatalf("read-only open read heads %v, %v; want A1", heads, err)
+		}
+		if q.Policy().Entry != fairrelay.EntrySeed {
+			t.Errorf("read-only open took entry rule %q, want the stored seed", q.Policy().Entry)
+		}
+		refused := func(what string, want ...string) {
+			t.Helper()
+			before := read()
+			_, err := fairrelay.Open(ctx, dsn, ro)
+			var fe *fairrelay.Error
+			if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "queue" {
+				t.Fatalf("read-only open of %s: %v, want invalid_input naming queue", what, err)
+			}
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("read-only open of %s: %q does not say %q", what, err, w)
+				}
+			}
+			if after := read(); after != before {
+				t.Errorf("read-only open of %s changed the store: %+v → %+v", what, before, after)
+			}
+		}
+		undoLast()
+		refused("a store one migration behind", "lacks migration", "run fairrelay migrate")
+		// A read-write open migrates it again; then one without a rule.
+		q, err = fairrelay.Open(ctx, dsn, fairrelay.Config{AdoptStoredEntry: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Close()
+		forgetEntry()
+		refused("a store without an entry rule", "no entry rule", "run fairrelay migrate")
+		_, err = fairrelay.Open(ctx, missing, ro)
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "queue" {
+			t.Fatalf("read-only open of a missing store: %v, want invalid_input naming queue", err)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		path := filepath.Join(dir, "q.db")
+		exec := func(stmt string) { sqlitetest.Exec(t, path, stmt) }
+		read := func() (s state) {
+			sqlitetest.QueryRow(t, path, `SELECT (SELECT max(version) FROM fairrelay_migration), (SELECT entry FROM settings WHERE id = 1)`, &s.latest, &s.entry)
+			return s
+		}
+		check(t, path, filepath.Join(dir, "missing.db"),
+			// Migration 005: three indexes.
+			func() {
+				exec(`DROP INDEX event_inflight; DROP INDEX event_waiting; DROP INDEX flow_paused; DELETE FROM fairrelay_migration WHERE version = 5`)
+			},
+			func() { exec(`UPDATE settings SET entry = NULL WHERE id = 1`) }, read)
+		if _, err := os.Stat(filepath.Join(dir, "missing.db")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a read-only open created the missing store: %v", err)
+		}
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		dsn := pgtest.Schema(t, "frreadonly")
+		missing := pgtest.Schema(t, "frreadonlymissing")
+		read := func() (s state) {
+			var entry *string
+			pgtest.QueryRow(t, dsn, `SELECT (SELECT max(version) FROM fairrelay_migration), (SELECT entry FROM settings WHERE id = 1)`, &s.latest, &entry)
+			s.entry = sql.NullString{String: derefOr(entry), Valid: entry != nil}
+			return s
+		}
+		check(t, dsn, missing,
+			// The latest migration restates functions: undone by forgetting it.
+			func() {
+				pgtest.Exec(t, dsn, `DELETE FROM fairrelay_migration WHERE version = (SELECT max(version) FROM fairrelay_migration)`)
+			},
+			func() { pgtest.Exec(t, dsn, `UPDATE settings SET entry = NULL WHERE id = 1`) }, read)
+		var tables int
+		pgtest.QueryRow(t, missing, `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()`, &tables)
+		if tables != 0 {
+			t.Errorf("a read-only open created %d tables in the missing store's schema", tables)
+		}
+	})
+}
+
+func derefOr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -59,6 +59,14 @@ type Config struct {
 	// records Policy.Entry. For tools that act on a store they did not
 	// create (inspect, settle, redrive) and whose user named no rule.
 	AdoptStoredEntry bool
+	// ReadOnly makes Open write nothing, for tools that only read (inspect):
+	// the store must exist (as MustExist), be migrated by this version and
+	// record its entry rule; a store an older fairrelay made is refused
+	// with ErrInvalidInput (field "queue", naming the migrations it lacks)
+	// instead of migrated, since an older relay refuses a store a newer
+	// fairrelay migrated. Writes through such a Queue are not refused by
+	// Open's doing: do not make them.
+	ReadOnly bool
 	// Now is the wall clock the queue stamps attempt and audit rows with
 	// (milliseconds since the Unix epoch, UTC): for display and retention
 	// of history only; the protocol runs on ticks. Defaults to time.Now.
@@ -86,7 +94,8 @@ type Queue struct {
 // fairrelay recorded it takes the rule of its first Open. Errors:
 // ErrInvalidInput (field "queue" or a policy field) for a bad path, URL or
 // policy, a store migrated by a newer fairrelay (it records a migration
-// this build does not know), or a missing store under MustExist;
+// this build does not know), a missing store under MustExist, or a store
+// not migrated to this version under ReadOnly;
 // ErrInvalidInput (field "policy") for a store created under the other
 // entry rule; ErrNotDatabase for a file that is not a database; ErrBusy or
 // ErrDatabase from the backend; ctx's own error (errors.Is
@@ -112,10 +121,10 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 			return nil, invalid("queue", "%s", perr.Error())
 		}
 		s, err = pgstore.Open(ctx, dsn, pgstore.Options{LockTimeout: cfg.BusyTimeout, MustExist: cfg.MustExist,
-			Entry: string(pol.Entry), AdoptEntry: cfg.AdoptStoredEntry})
+			Entry: string(pol.Entry), AdoptEntry: cfg.AdoptStoredEntry, ReadOnly: cfg.ReadOnly})
 	default:
 		s, err = sqlitestore.Open(ctx, dsn, sqlitestore.Options{BusyTimeout: cfg.BusyTimeout, MustExist: cfg.MustExist,
-			Entry: string(pol.Entry), AdoptEntry: cfg.AdoptStoredEntry})
+			Entry: string(pol.Entry), AdoptEntry: cfg.AdoptStoredEntry, ReadOnly: cfg.ReadOnly})
 		// Name a read-only or unwritable place, which the driver calls
 		// "unable to open database file".
 		err = fsfault.Explain(dsn, err)
@@ -147,7 +156,7 @@ func openError(err error) error {
 		return fmt.Errorf("open stopped: %w", err)
 	case errors.As(err, &ee):
 		return &Error{Code: CodeInvalidInput, Field: "policy", Message: ee.Error()}
-	case errors.Is(err, store.ErrMissing), errors.Is(err, sqlfile.ErrNewerSchema):
+	case errors.Is(err, store.ErrMissing), errors.Is(err, sqlfile.ErrNewerSchema), errors.Is(err, sqlfile.ErrOlderSchema):
 		// The message is the error's own (Err keeps it for errors.Is).
 		return &Error{Code: CodeInvalidInput, Field: "queue", Err: err}
 	case errors.Is(err, store.ErrNotDatabase):

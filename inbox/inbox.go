@@ -83,6 +83,11 @@ type Options struct {
 	// a PostgreSQL schema without one — instead of creating an empty one:
 	// for tools that only read, where a typo must not pass silently.
 	MustExist bool
+	// ReadOnly makes Open write nothing, for tools that only read (inspect
+	// --inbox): the inbox must exist (as MustExist) and be migrated by this
+	// version; one an older fairrelay made is refused with ErrInvalidInput
+	// (field "inbox", naming the migrations it lacks) instead of migrated.
+	ReadOnly bool
 }
 
 // NoDeltaLimit is the MaxDelta of an inbox that supports every delta.
@@ -111,6 +116,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
 	}
+	opts.MustExist = opts.MustExist || opts.ReadOnly
 	if strings.TrimSpace(dsn) == "" {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "empty path"}
 	}
@@ -174,7 +180,12 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 		db.Close()
 		return nil, err
 	}
-	if _, err := sqlfile.ApplyNamed(ctx, db, MigrationTable, migs, ""); err != nil {
+	if opts.ReadOnly {
+		err = sqlfile.Check(ctx, db, MigrationTable, migs)
+	} else {
+		_, err = sqlfile.ApplyNamed(ctx, db, MigrationTable, migs, "")
+	}
+	if err != nil {
 		db.Close()
 		return nil, openSQLiteError(abs, sqlitestore.Translate(err))
 	}
@@ -217,6 +228,11 @@ func openError(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		// Stopped, not refused: no Code (fairrelay.Open does the same).
 		return fmt.Errorf("open inbox stopped: %w", err)
+	}
+	if errors.Is(err, sqlfile.ErrNewerSchema) || errors.Is(err, sqlfile.ErrOlderSchema) {
+		// The inbox's version, not the database, is at fault: as for a
+		// queue store.
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: err}
 	}
 	out := dbError("open inbox", err)
 	if e, ok := out.(*fairrelay.Error); ok && e.Code == fairrelay.CodeNotDatabase && e.Field == "" {

@@ -2,10 +2,14 @@ package inbox_test
 
 import (
 	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/sqlitetest"
 )
 
 // A PostgreSQL URL or schema name that does not parse is the caller's
@@ -27,5 +31,72 @@ func TestOpenRefusesABadPostgresURLAsInput(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "inbox" {
 			t.Errorf("%s: %v, want invalid_input naming inbox", dsn, err)
 		}
+	}
+}
+
+// Options.ReadOnly (inspect --inbox) reads a current inbox and refuses one
+// an older fairrelay made — invalid_input naming inbox, with the migration
+// it lacks — without migrating it; an inbox a newer fairrelay migrated is
+// invalid_input naming inbox too (it was a database error), as for a
+// queue store. Both backends.
+func TestReadOnlyOpenMigratesNothing(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			dsn := filepath.Join(t.TempDir(), "inbox.db")
+			table := inbox.MigrationTable
+			exec := func(stmt string) { sqlitetest.Exec(t, dsn, stmt) }
+			versions := func() (n int) {
+				sqlitetest.QueryRow(t, dsn, `SELECT count(*) FROM `+table, &n)
+				return n
+			}
+			if backend == "postgres" {
+				dsn, table = pgtest.Schema(t, "frinro"), "fairrelay_migration"
+				exec = func(stmt string) { pgtest.Exec(t, dsn, stmt) }
+				versions = func() (n int) {
+					pgtest.QueryRow(t, dsn, `SELECT count(*) FROM fairrelay_migration`, &n)
+					return n
+				}
+			}
+			in, err := inbox.Open(ctx, dsn, inbox.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := in.Receive(ctx, inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":1}`)}); err != nil {
+				t.Fatal(err)
+			}
+			in.Close()
+			in, err = inbox.Open(ctx, dsn, inbox.Options{ReadOnly: true})
+			if err != nil {
+				t.Fatalf("read-only open of a current inbox: %v", err)
+			}
+			receipts, err := in.Receipts(ctx, "", 0, 10)
+			in.Close()
+			if err != nil || len(receipts) != 1 {
+				t.Fatalf("read-only open read %v, %v; want A1's receipt", receipts, err)
+			}
+			refused := func(what string, opts inbox.Options, want string) {
+				t.Helper()
+				before := versions()
+				in, err := inbox.Open(ctx, dsn, opts)
+				if in != nil {
+					in.Close()
+				}
+				var fe *fairrelay.Error
+				if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "inbox" || !strings.Contains(err.Error(), want) {
+					t.Fatalf("open of %s: %v, want invalid_input naming inbox and saying %q", what, err, want)
+				}
+				if after := versions(); after != before {
+					t.Errorf("open of %s changed the recorded migrations from %d to %d", what, before, after)
+				}
+			}
+			// Migration 002: the held table.
+			exec(`DROP TABLE held; DELETE FROM ` + table + ` WHERE version = 2`)
+			refused("an inbox one migration behind", inbox.Options{ReadOnly: true}, "lacks migration 2")
+			exec(`INSERT INTO ` + table + ` (version, applied_at) VALUES (999, 'later')`)
+			refused("an inbox a newer fairrelay migrated", inbox.Options{}, "migration 999")
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 
+	"github.com/fairrelay/fairrelay/internal/sqlfile"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
@@ -76,6 +77,18 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error
 			}
 			return nil, err
 		}
+	}
+	if opts.ReadOnly {
+		migs, err := sqlfile.Migrations(postgresMigrations, "migrations/postgres")
+		if err == nil {
+			// pgstore.Migrate's record, in the inbox's own schema.
+			err = pgstore.Translate(sqlfile.Check(ctx, db, "fairrelay_migration", migs))
+		}
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		return db, nil
 	}
 	if _, err := pgstore.Migrate(ctx, db, schema, postgresMigrations, "migrations/postgres", "receipt"); err != nil {
 		db.Close()

@@ -131,7 +131,7 @@ can forge lines or drive the terminal.`,
 			default:
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, events, quarantined, groups, settings, audit, attempts or clock", view)}
 			}
-			q, err := openExistingQueue(ctx, queue, fairrelay.Policy{}, nil)
+			q, err := openReadOnlyQueue(ctx, queue)
 			if err != nil {
 				return err
 			}

@@ -37,7 +37,7 @@ func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "needs --after FLOW: the seq is within that flow"}
 	}
 	ctx := cmd.Context()
-	in, err := openInbox(ctx, dsn, inbox.Options{MustExist: true})
+	in, err := openInbox(ctx, dsn, inbox.Options{ReadOnly: true})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/sqlitetest"
 )
 
 // A store written before fairrelay.CheckID may hold ids, flows, reasons and
@@ -321,6 +322,47 @@ func TestInspectEvents(t *testing.T) {
 	} {
 		if _, e, code := cli(t, "", append([]string{"inspect", "--queue", q}, c.args...)...); code != 2 || !strings.Contains(e, c.want) {
 			t.Errorf("inspect %v: exit %d, %q; want 2 and %q", c.args, code, e, c.want)
+		}
+	}
+}
+
+// inspect writes nothing: on a store or an inbox an older fairrelay made it
+// exits 2 saying to run fairrelay migrate, and the store stays as it was
+// (it migrated it, and older relays refused the store at their next start);
+// after fairrelay migrate it reads both.
+func TestInspectDoesNotMigrate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queue, in := filepath.Join(dir, "q.db"), filepath.Join(dir, "inbox.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != 0 {
+		t.Fatal(e)
+	}
+	if _, e, code := cli(t, "", "migrate", "--inbox", in); code != 0 {
+		t.Fatal(e)
+	}
+	count := func(path, query string) (n int) {
+		sqlitetest.QueryRow(t, path, query, &n)
+		return n
+	}
+	// Each store's last migration undone: the queue's 005 (three indexes),
+	// the inbox's 002 (the held table).
+	sqlitetest.Exec(t, queue, `DROP INDEX event_inflight; DROP INDEX event_waiting; DROP INDEX flow_paused; DELETE FROM fairrelay_migration WHERE version = 5`)
+	sqlitetest.Exec(t, in, `DROP TABLE held; DELETE FROM fairrelay_inbox_migration WHERE version = 2`)
+	for _, args := range [][]string{{"inspect", "--queue", queue}, {"inspect", "--inbox", in, "receipts"}} {
+		out, errOut, code := cli(t, "", args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "lacks migration") || !strings.Contains(errOut, "run fairrelay migrate") {
+			t.Errorf("%v on an older store: exit %d, stdout %q, stderr %q; want exit 2 saying to run fairrelay migrate", args, code, out, errOut)
+		}
+	}
+	if n := count(queue, `SELECT count(*) FROM fairrelay_migration WHERE version = 5`); n != 0 {
+		t.Error("inspect --queue migrated the older store")
+	}
+	if n := count(in, `SELECT count(*) FROM sqlite_master WHERE name = 'held'`); n != 0 {
+		t.Error("inspect --inbox migrated the older inbox")
+	}
+	for _, args := range [][]string{{"migrate", "--queue", queue}, {"migrate", "--inbox", in}, {"inspect", "--queue", queue}, {"inspect", "--inbox", in, "held"}} {
+		if _, errOut, code := cli(t, "", args...); code != 0 {
+			t.Errorf("%v: exit %d: %s", args, code, errOut)
 		}
 	}
 }

@@ -118,7 +118,7 @@ func clockBeforeFields(ctx context.Context, cmd *cobra.Command, err error) error
 	}
 	pol := fairrelay.DaemonPolicy()
 	pol.MaxTickJump = maxTickJumpFlag(cmd)
-	q, oerr := fairrelay.Open(ctx, queueFlag.Value.String(), fairrelay.Config{Policy: pol, MustExist: true, AdoptStoredEntry: true})
+	q, oerr := fairrelay.Open(ctx, queueFlag.Value.String(), fairrelay.Config{Policy: pol, MustExist: true, AdoptStoredEntry: true, ReadOnly: true})
 	if oerr != nil {
 		return err
 	}

@@ -208,6 +208,14 @@ func openExistingQueue(ctx context.Context, dsn string, pol fairrelay.Policy, pf
 	return openQueueConfig(ctx, dsn, fairrelay.Config{Policy: pol, MustExist: true, AdoptStoredEntry: pf.adopt()})
 }
 
+// openReadOnlyQueue opens a queue store for a command that only reads
+// (inspect): it must exist and be migrated by this version, and nothing is
+// written — a newer binary's inspect does not migrate a store that older
+// relays still run on (they would refuse it at their next start).
+func openReadOnlyQueue(ctx context.Context, dsn string) (*fairrelay.Queue, error) {
+	return openQueueConfig(ctx, dsn, fairrelay.Config{MustExist: true, AdoptStoredEntry: true, ReadOnly: true})
+}
+
 func openQueueConfig(ctx context.Context, dsn string, cfg fairrelay.Config) (*fairrelay.Queue, error) {
 	if dsn == "" {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "queue", Message: "missing: give --queue PATH or a postgres:// URL"}

@@ -110,16 +110,8 @@ var ErrNewerSchema = errors.New("the database was migrated by a newer fairrelay"
 // records a version migs lacks; the database's errors.
 func ApplyNamed(ctx context.Context, db *sql.DB, table string, migs []Migration, lock string) ([]int, error) {
 	if have, ok := recorded(ctx, db, table); ok {
-		known := map[int]bool{}
-		last := 0
-		for _, m := range migs {
-			known[m.Version] = true
-			last = max(last, m.Version)
-		}
-		for v := range have {
-			if !known[v] {
-				return nil, fmt.Errorf("%w: it records migration %d, and this build knows migrations up to %d; run a fairrelay at least as new as the one that migrated it", ErrNewerSchema, v, last)
-			}
+		if err := newer(have, migs); err != nil {
+			return nil, err
 		}
 		if len(have) == len(migs) {
 			return nil, nil
@@ -136,6 +128,65 @@ func ApplyNamed(ctx context.Context, db *sql.DB, table string, migs []Migration,
 		}
 	}
 	return applied, nil
+}
+
+// newer is ErrNewerSchema (wrapped, naming the version) when have records a
+// migration migs lacks.
+func newer(have map[int]bool, migs []Migration) error {
+	known := map[int]bool{}
+	last := 0
+	for _, m := range migs {
+		known[m.Version] = true
+		last = max(last, m.Version)
+	}
+	for v := range have {
+		if !known[v] {
+			return fmt.Errorf("%w: it records migration %d, and this build knows migrations up to %d; run a fairrelay at least as new as the one that migrated it", ErrNewerSchema, v, last)
+		}
+	}
+	return nil
+}
+
+// ErrOlderSchema is returned (wrapped) by Check when the database lacks
+// migrations this build has: an older fairrelay made it, and a read-only
+// open refuses to migrate it.
+var ErrOlderSchema = errors.New("the store is older than this fairrelay")
+
+// Check reads, without writing or locking, the migrations table records
+// against migs. Errors: ErrNewerSchema (wrapped) when it records one migs
+// lacks; ErrOlderSchema (wrapped, naming the versions missing) when it
+// lacks some; the database's errors, a missing table included (check the
+// store exists first).
+func Check(ctx context.Context, db *sql.DB, table string, migs []Migration) error {
+	rows, err := db.QueryContext(ctx, `SELECT version FROM `+table)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	have := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return err
+		}
+		have[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if err := newer(have, migs); err != nil {
+		return err
+	}
+	var missing []string
+	for _, m := range migs {
+		if !have[m.Version] {
+			missing = append(missing, strconv.Itoa(m.Version))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: it lacks migration %s (of %d); run fairrelay migrate on it first (this command writes nothing)", ErrOlderSchema, strings.Join(missing, ", "), len(migs))
+	}
+	return nil
 }
 
 // recorded returns the versions table records, reading without a

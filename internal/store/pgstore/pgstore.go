@@ -67,6 +67,11 @@ type Options struct {
 	// AdoptEntry opens a store that records a rule under that rule,
 	// whatever Entry says; a store without one records Entry.
 	AdoptEntry bool
+	// ReadOnly makes Open write nothing, for commands that only read: the
+	// store must exist (as MustExist) and be fully migrated, with its entry
+	// rule recorded; otherwise Open fails with sqlfile.ErrOlderSchema
+	// (wrapped) instead of migrating it.
+	ReadOnly bool
 }
 
 // holds reports whether table exists in the connection's schema.
@@ -237,6 +242,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%w: %w", store.ErrServer, err)
 	}
+	opts.MustExist = opts.MustExist || opts.ReadOnly
 	hasQueue, err := holds(ctx, pool, "event")
 	if err != nil {
 		pool.Close()
@@ -277,7 +283,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 			return nil, &store.EntryMismatchError{Stored: *stored, Asked: opts.Entry}
 		}
 	}
-	if _, err := s.Migrate(ctx); err != nil {
+	if opts.ReadOnly {
+		if err := s.checkCurrent(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	} else if _, err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -285,13 +296,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, Translate(fmt.Errorf("current schema: %w", err))
 	}
-	if err := s.settle(ctx, opts.Entry, opts.AdoptEntry); err != nil {
+	if err := s.settle(ctx, opts.Entry, opts.AdoptEntry, opts.ReadOnly); err != nil {
 		pool.Close()
 		return nil, err
 	}
-	if err := s.ensureIndexes(ctx); err != nil {
-		pool.Close()
-		return nil, err
+	if !opts.ReadOnly {
+		if err := s.ensureIndexes(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	s.enqueueSQL = "SELECT status, seq, tick, \"limit\" FROM " + pgx.Identifier{s.schema, "enqueue_many"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
 	return s, nil
@@ -304,13 +317,16 @@ var otherIndex = map[string]string{"seed": "flow_runnable_fair", "fair": "flow_r
 // settle records the entry rule when the store has none yet, dropping the
 // runnable index the rule does not use (keeping both cost ~15-20 % per
 // claim step at 100 000 flows), or checks it against the stored one.
-func (s *Store) settle(ctx context.Context, entry string, adopt bool) error {
+func (s *Store) settle(ctx context.Context, entry string, adopt, readOnly bool) error {
 	if _, ok := otherIndex[entry]; !ok {
 		return fmt.Errorf("entry rule %q: want seed or fair", entry)
 	}
 	var stored *string
 	if err := s.pool.QueryRow(ctx, q["SettingsGet"]).Scan(&stored); err != nil {
 		return Translate(fmt.Errorf("read settings: %w", err))
+	}
+	if stored == nil && readOnly {
+		return fmt.Errorf("%w: it records no entry rule yet; run fairrelay migrate on it first (this command writes nothing)", sqlfile.ErrOlderSchema)
 	}
 	if stored == nil {
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -418,6 +434,19 @@ func (s *Store) Close() error {
 	s.watches.Close()
 	s.pool.Close()
 	return nil
+}
+
+// checkCurrent is Open's check under ReadOnly, which writes nothing: every
+// migration applied (sqlfile.ErrOlderSchema or ErrNewerSchema, wrapped,
+// otherwise).
+func (s *Store) checkCurrent(ctx context.Context) error {
+	migs, err := sqlfile.Migrations(migrationsFS, "migrations")
+	if err != nil {
+		return err
+	}
+	db := stdlib.OpenDBFromPool(s.pool)
+	defer db.Close()
+	return Translate(sqlfile.Check(ctx, db, "fairrelay_migration", migs))
 }
 
 // Migrate applies the embedded migrations the schema lacks, each in its own

@@ -53,6 +53,11 @@ type Options struct {
 	// AdoptEntry opens a store that records a rule under that rule,
 	// whatever Entry says; a store without one records Entry.
 	AdoptEntry bool
+	// ReadOnly makes Open write nothing, for commands that only read: the
+	// store must exist (as MustExist) and be fully migrated, with its entry
+	// rule recorded; otherwise Open fails with sqlfile.ErrOlderSchema
+	// (wrapped) instead of migrating it. No checkpointer runs.
+	ReadOnly bool
 }
 
 // Store is the SQLite queue store. It holds two pools on the same file: a
@@ -120,6 +125,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("directory %s does not exist", filepath.Dir(abs))
 	}
+	opts.MustExist = opts.MustExist || opts.ReadOnly
 	if opts.MustExist {
 		if _, err := os.Stat(abs); err != nil {
 			return nil, fmt.Errorf("%w: %s does not exist (create it with fairrelay migrate or enqueue)", store.ErrMissing, abs)
@@ -167,6 +173,17 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, &store.EntryMismatchError{Stored: stored.String, Asked: opts.Entry}
 		}
 	}
+	if opts.ReadOnly {
+		if err := s.checkCurrent(ctx, opts.Entry, opts.AdoptEntry); err != nil {
+			s.Close()
+			return nil, err
+		}
+		if err := s.prepare(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return s, nil
+	}
 	if err := s.incrementalVacuum(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -191,6 +208,41 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// checkCurrent is Open's check under ReadOnly, which writes nothing: every
+// migration applied and the entry rule recorded (sqlfile.ErrOlderSchema,
+// wrapped, otherwise), the rule matching entry unless adopt.
+func (s *Store) checkCurrent(ctx context.Context, entry string, adopt bool) error {
+	migs, err := sqlfile.Migrations(migrationsFS, "migrations")
+	if err != nil {
+		return err
+	}
+	if err := sqlfile.Check(ctx, s.read, "fairrelay_migration", migs); err != nil {
+		return Translate(err)
+	}
+	var stored sql.NullString
+	if err := s.read.QueryRowContext(ctx, q["SettingsGet"]).Scan(&stored); err != nil {
+		return Translate(fmt.Errorf("read settings: %w", err))
+	}
+	return s.adoptStored(stored, entry, adopt)
+}
+
+// adoptStored sets s.entry from the rule the store records (stored), which
+// must be entry unless adopt; a store that records none is older than this
+// build (sqlfile.ErrOlderSchema, wrapped).
+func (s *Store) adoptStored(stored sql.NullString, entry string, adopt bool) error {
+	if !stored.Valid {
+		return fmt.Errorf("%w: it records no entry rule yet; run fairrelay migrate on it first (this command writes nothing)", sqlfile.ErrOlderSchema)
+	}
+	if adopt {
+		entry = stored.String
+	}
+	if stored.String != entry {
+		return &store.EntryMismatchError{Stored: stored.String, Asked: entry}
+	}
+	s.entry = entry
+	return nil
+}
+
 // otherIndex names the runnable index a store of the given entry rule does
 // not use.
 var otherIndex = map[string]string{"seed": "flow_runnable_fair", "fair": "flow_runnable_seed"}
@@ -212,14 +264,7 @@ func (s *Store) settle(ctx context.Context, entry string, adopt bool) error {
 		return Translate(fmt.Errorf("read settings: %w", err))
 	}
 	if stored.Valid {
-		if adopt {
-			entry = stored.String
-		}
-		if stored.String != entry {
-			return &store.EntryMismatchError{Stored: stored.String, Asked: entry}
-		}
-		s.entry = entry
-		return nil
+		return s.adoptStored(stored, entry, adopt)
 	}
 	if _, err := tx.ExecContext(ctx, q["SettingsSetEntry"], entry); err != nil {
 		return Translate(fmt.Errorf("record the entry rule: %w", err))

@@ -1,0 +1,43 @@
+// Package sqlitetest gives tests plain SQL on a SQLite file, beside the
+// store that owns it (as package pgtest does for PostgreSQL): to put in the
+// rows or undo the migrations an older fairrelay would have left.
+package sqlitetest
+
+import (
+	"database/sql"
+	"testing"
+
+	_ "modernc.org/sqlite" // the "sqlite" driver
+)
+
+// Exec runs stmt (one or more statements, no parameters) on the SQLite file
+// at path in a connection of its own, failing the test on error.
+func Exec(t testing.TB, path, stmt string) {
+	t.Helper()
+	db := open(t, path)
+	defer db.Close()
+	if _, err := db.Exec(stmt); err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+}
+
+// QueryRow runs query (no parameters) on the SQLite file at path and scans
+// its first row into dest, failing the test on error or when there is no
+// row.
+func QueryRow(t testing.TB, path, query string, dest ...any) {
+	t.Helper()
+	db := open(t, path)
+	defer db.Close()
+	if err := db.QueryRow(query).Scan(dest...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func open(t testing.TB, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
