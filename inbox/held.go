@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -50,15 +49,11 @@ func (in *Inbox) Hold(ctx context.Context, d Delivery, reason fairrelay.Outcome)
 			return false, dbError("hold", in.translate(err))
 		}
 	}
-	var flow string
-	var seq int64
-	var body []byte
-	err = tx.QueryRowContext(ctx, q["ReceiptGet"], d.EventID).Scan(&flow, &seq, &body)
-	switch {
-	case err == nil && flow == d.Flow && seq == d.Seq && bytes.Equal(body, d.Body):
-		return false, nil
-	case err != nil && !errors.Is(err, sql.ErrNoRows):
+	switch _, same, err := receiptOf(ctx, tx, d); {
+	case err != nil:
 		return false, dbError("hold", in.translate(err))
+	case same:
+		return false, nil
 	}
 	sum := sha256.Sum256(d.Body)
 	if _, err := tx.ExecContext(ctx, q["HeldInsert"], d.EventID, d.Flow, d.Seq, d.Body, sum[:], string(reason)); err != nil {

@@ -1,8 +1,10 @@
 package inbox_test
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -185,6 +187,78 @@ func TestHeldCopiesOfOneSeq(t *testing.T) {
 		all, err := in.Held(ctx, "", 0, 100)
 		if err != nil || len(all) != 5 {
 			t.Errorf("held: %+v %v, want A2 (its bad copy), B2-a, C2-a, C2-b, C3", all, err)
+		}
+	})
+}
+
+// A receipt keeps its body's SHA-256, not the body (inbox migration 003):
+// the inbox no longer grows by every body received. A copy is still told
+// from a conflict by its body — by hash for a new receipt, as it is for
+// one written before the migration — and a held copy of an applied event
+// is dropped either way. Both backends.
+func TestReceiptKeepsTheBodyHash(t *testing.T) {
+	eachBackend(t, "frinsha", inbox.Options{}, func(t *testing.T, in *inbox.Inbox) {
+		ctx := t.Context()
+		big := []byte(`{"delta":1,"pad":"` + strings.Repeat("x", 64<<10) + `"}`)
+		other := []byte(`{"delta":2}`)
+		receive := func(id, flow string, seq int64, body []byte) fairrelay.Outcome {
+			t.Helper()
+			out, err := in.Receive(ctx, inbox.Delivery{EventID: id, Flow: flow, Seq: seq, Body: body})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		if out := receive("A1", "A", 1, big); out != fairrelay.OutcomeAccepted {
+			t.Fatalf("A1: %s", out)
+		}
+		var stored, sumLen int64
+		if err := in.DB().QueryRowContext(ctx, `SELECT length(body), length(body_sha256) FROM receipt WHERE event_id = 'A1'`).Scan(&stored, &sumLen); err != nil {
+			t.Fatal(err)
+		}
+		if stored != 0 || sumLen != 32 {
+			t.Errorf("A1's receipt keeps %d body bytes and a %d-byte hash, want 0 and 32", stored, sumLen)
+		}
+		// A receipt an inbox wrote before migration 003: the body, no hash.
+		if _, err := in.DB().ExecContext(ctx, `INSERT INTO receipt (event_id, flow_id, seq, body) VALUES ('B1', 'B', 1, $1)`, other); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := in.DB().ExecContext(ctx, `INSERT INTO projection (flow_id, seq, total) VALUES ('B', 1, 2)`); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			id, flow string
+			seq      int64
+			body     []byte
+			want     fairrelay.Outcome
+		}{
+			{"A1", "A", 1, big, fairrelay.OutcomeDuplicate},
+			{"A1", "A", 1, other, fairrelay.OutcomeIDConflict},
+			{"A1", "A", 2, big, fairrelay.OutcomeIDConflict},
+			{"B1", "B", 1, other, fairrelay.OutcomeDuplicate},
+			{"B1", "B", 1, big, fairrelay.OutcomeIDConflict},
+		} {
+			if got := receive(c.id, c.flow, c.seq, c.body); got != c.want {
+				t.Errorf("%s (%s, %d, %d bytes): %s, want %s", c.id, c.flow, c.seq, len(c.body), got, c.want)
+			}
+		}
+		// Held copies of both applied events (as a consumer that held them
+		// before their receipt landed leaves them) go at the next drain.
+		for _, h := range []struct {
+			id, flow string
+			body     []byte
+		}{{"A1", "A", big}, {"B1", "B", other}} {
+			sum := sha256.Sum256(h.body)
+			if _, err := in.DB().ExecContext(ctx, `INSERT INTO held (event_id, flow_id, seq, body, body_sha256, reason) VALUES ($1, $2, 1, $3, $4, 'gap')`,
+				h.id, h.flow, h.body, sum[:]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := in.ReceiveHeld(ctx, h.flow, 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n, err := in.HeldCount(ctx); err != nil || n != 0 {
+			t.Errorf("%d held copies of applied events left (%v), want 0", n, err)
 		}
 	})
 }

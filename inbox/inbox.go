@@ -10,6 +10,7 @@ package inbox
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"embed"
 	"errors"
@@ -343,17 +344,38 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 func (in *Inbox) applied(ctx context.Context, d Delivery) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	_, same, err := receiptOf(ctx, in.db, d)
+	return same, err
+}
+
+// rowQuerier is a transaction or the database.
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// receiptOf reads, in db, the receipt of d's event id: found, and same when
+// it is d's — the same flow, seq and body (SPEC §3 step 2), the body
+// compared by its SHA-256 (a receipt since inbox migration 003) or as it
+// is (one written before). Errors: the database's.
+func receiptOf(ctx context.Context, db rowQuerier, d Delivery) (found, same bool, err error) {
 	var flow string
 	var seq int64
-	var body []byte
-	err := in.db.QueryRowContext(ctx, q["ReceiptGet"], d.EventID).Scan(&flow, &seq, &body)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
+	var body, sum []byte
+	err = db.QueryRowContext(ctx, q["ReceiptGet"], d.EventID).Scan(&flow, &seq, &body, &sum)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, false, nil
+	case err != nil:
+		return false, false, fmt.Errorf("ReceiptGet: %w", err)
 	}
-	if err != nil {
-		return false, err
+	if flow != d.Flow || seq != d.Seq {
+		return true, false, nil
 	}
-	return flow == d.Flow && seq == d.Seq && bytes.Equal(body, d.Body), nil
+	if sum == nil {
+		return true, bytes.Equal(body, d.Body), nil
+	}
+	got := sha256.Sum256(d.Body)
+	return true, bytes.Equal(sum, got[:]), nil
 }
 
 func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay.Outcome, error) {
@@ -366,21 +388,16 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 			return "", fmt.Errorf("ReceiveLock: %w", err)
 		}
 	}
-	var flow string
-	var seq int64
-	var body []byte
-	err := tx.QueryRowContext(ctx, q["ReceiptGet"], d.EventID).Scan(&flow, &seq, &body)
-	switch {
-	case err == nil:
-		if flow == d.Flow && seq == d.Seq && bytes.Equal(body, d.Body) {
-			return fairrelay.OutcomeDuplicate, nil
-		}
+	switch found, same, err := receiptOf(ctx, tx, d); {
+	case err != nil:
+		return "", err
+	case same:
+		return fairrelay.OutcomeDuplicate, nil
+	case found:
 		return fairrelay.OutcomeIDConflict, nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return "", fmt.Errorf("ReceiptGet: %w", err)
 	}
 	var pseq, total int64
-	err = tx.QueryRowContext(ctx, q["ProjectionGet"], d.Flow).Scan(&pseq, &total)
+	err := tx.QueryRowContext(ctx, q["ProjectionGet"], d.Flow).Scan(&pseq, &total)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return "", fmt.Errorf("ProjectionGet: %w", err)
 	}
@@ -399,7 +416,8 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 	if tooLarge || delta > in.maxDelta.Load() || total > math.MaxInt64-delta {
 		return fairrelay.OutcomeUnsupportedDelta, nil
 	}
-	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, d.Body); err != nil {
+	sum := sha256.Sum256(d.Body)
+	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, []byte{}, sum[:]); err != nil {
 		return "", fmt.Errorf("ReceiptInsert: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, d.Seq, total+delta); err != nil {

@@ -2,13 +2,13 @@
 -- numbered in order of first appearance (SQLite binds them by position).
 
 -- name: ReceiptGet
-SELECT flow_id, seq, body FROM receipt WHERE event_id = $1;
+SELECT flow_id, seq, body, body_sha256 FROM receipt WHERE event_id = $1;
 
 -- name: ProjectionGet
 SELECT seq, total FROM projection WHERE flow_id = $1;
 
 -- name: ReceiptInsert
-INSERT INTO receipt (event_id, flow_id, seq, body) VALUES ($1, $2, $3, $4);
+INSERT INTO receipt (event_id, flow_id, seq, body, body_sha256) VALUES ($1, $2, $3, $4, $5);
 
 -- name: ProjectionUpsert
 INSERT INTO projection (flow_id, seq, total) VALUES ($1, $2, $3)
@@ -45,7 +45,9 @@ DELETE FROM held WHERE event_id = $1 AND body_sha256 = $2;
 DELETE FROM held
 WHERE flow_id = $1 AND seq <= $2
   AND EXISTS (SELECT 1 FROM receipt r WHERE r.event_id = held.event_id AND r.flow_id = held.flow_id
-                                        AND r.seq = held.seq AND r.body = held.body);
+                                        AND r.seq = held.seq
+                                        AND (r.body_sha256 = held.body_sha256
+                                             OR (r.body_sha256 IS NULL AND r.body = held.body)));
 
 -- name: HeldAhead
 SELECT EXISTS (SELECT 1 FROM held WHERE flow_id = $1 AND seq > $2);
