@@ -15,7 +15,8 @@ import (
 // used the whole budget, as a relay that died while delivering it leaves
 // it (SPEC §2) — is logged at WARN as "relay: quarantined" and counted in
 // fairrelay_claim_quarantines_total, as a settle's quarantine is (a
-// breaker's report: no settle answers it, and the relay said nothing).
+// breaker's report: no settle answers it, and the relay said nothing), and
+// reported to Config.OnQuarantine.
 func TestRelayReportsAClaimsQuarantine(t *testing.T) {
 	t.Parallel()
 	pol := testPolicy()
@@ -37,9 +38,16 @@ func TestRelayReportsAClaimsQuarantine(t *testing.T) {
 	cfg.Metrics = m
 	quarantined := make(chan struct{})
 	cfg.Logger = slog.New(&onMessage{prefix: "relay: quarantined", do: func() { close(quarantined) }})
+	reported := make(chan relay.Quarantine, 4)
+	cfg.OnQuarantine = func(q relay.Quarantine) { reported <- q }
 	_, stop := h.start(t, cfg)
 	h.time.Advance(time.Duration(pol.Lease)*time.Millisecond + time.Minute) // past its lease
 	waitClosed(t, quarantined)
+	// And to the application's hook, which OnSettle alone never told.
+	if q := nextQuarantine(t, reported); !q.ByClaim || q.Head.ID != "A1" || q.Head.Reason != fairrelay.ReasonBudgetExhausted ||
+		q.Head.Generation != cr.Claims[0].Token.Generation || q.Outcome != "" {
+		t.Errorf("OnQuarantine got %+v, want A1 by the claim, budget_exhausted, generation %d", q, cr.Claims[0].Token.Generation)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

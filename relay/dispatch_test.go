@@ -92,7 +92,10 @@ func TestQuarantineOnPermanentAnswerThenRedrive(t *testing.T) {
 	h.in.SetMaxDelta(5)
 	h.enqueue(t, "A", 10, 1)
 	h.enqueue(t, "B", 1, 2, 3)
-	r, stop := h.start(t, h.patient(t))
+	cfg := h.patient(t)
+	reported := make(chan relay.Quarantine, 4)
+	cfg.OnQuarantine = func(q relay.Quarantine) { reported <- q }
+	r, stop := h.start(t, cfg)
 	quarantined := func(all []relay.Settled) bool {
 		q := false
 		for _, s := range all {
@@ -110,6 +113,12 @@ func TestQuarantineOnPermanentAnswerThenRedrive(t *testing.T) {
 	if a1.State != fairrelay.StateQuarantined || *a1.Reason != "unsupported_delta" {
 		t.Fatalf("A1: %+v", a1.EventState)
 	}
+	// Config.OnQuarantine hears of it once, with the generation a redrive
+	// needs.
+	if q := nextQuarantine(t, reported); q.ByClaim || q.Head.ID != "A1" || q.Head.Flow != "A" || q.Head.Seq != 1 ||
+		q.Head.Reason != "unsupported_delta" || q.Head.Generation != a1.Generation || q.Outcome != fairrelay.OutcomeUnsupportedDelta {
+		t.Errorf("OnQuarantine got %+v, want A1 by a settle of unsupported_delta at generation %d", q, a1.Generation)
+	}
 	if a2 := h.event(t, "A2"); a2.State != fairrelay.StateReady || a2.Generation != 0 {
 		t.Fatalf("A2 was touched: %+v", a2.EventState)
 	}
@@ -121,6 +130,11 @@ func TestQuarantineOnPermanentAnswerThenRedrive(t *testing.T) {
 	}
 	h.mu.Unlock()
 
+	select {
+	case q := <-reported:
+		t.Errorf("OnQuarantine called again: %+v", q)
+	default:
+	}
 	h.in.SetMaxDelta(1000)
 	err := r.Do(t.Context(), func(at int64) error {
 		_, err := h.q.Redrive(t.Context(), fairrelay.RedriveParams{EventID: "A1", ExpectedGeneration: a1.Generation, Reason: "receiver upgraded", At: at})

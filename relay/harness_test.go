@@ -265,6 +265,19 @@ func waitClosed(t *testing.T, ch chan struct{}) {
 	}
 }
 
+// nextQuarantine receives the next report of Config.OnQuarantine from ch,
+// failing the test after 10 seconds.
+func nextQuarantine(t *testing.T, ch <-chan relay.Quarantine) relay.Quarantine {
+	t.Helper()
+	select {
+	case q := <-ch:
+		return q
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for OnQuarantine")
+		return relay.Quarantine{}
+	}
+}
+
 // onMessage is a slog.Handler that runs do once, at the first record whose
 // message starts with prefix: the relay logs when it stops claiming.
 type onMessage struct {

@@ -173,6 +173,16 @@ type Config struct {
 	// call at a time per goroutine. It must not block for long: the
 	// dispatch waits for it.
 	OnSettle func(Settled)
+	// OnQuarantine, when set, is called for every head this relay's writes
+	// quarantined, after the write committed: by a settle (a permanent
+	// outcome, or a transient one with the budget spent; also reported to
+	// OnSettle) and by a claim (an inflight head whose lease ran out after
+	// its round used the whole budget, reason budget_exhausted, SPEC §2: no
+	// settle answers it, so OnSettle never sees it). One hook for an
+	// application that pages someone or opens a ticket per quarantine. It
+	// is called from the goroutine that wrote, as OnSettle, and must not
+	// block for long.
+	OnQuarantine func(Quarantine)
 	// Quantum is how far a group's charge (its slot time over its weight)
 	// may run ahead of the floor (the charge of a fair share) and the group
 	// still be claimed while slots are scarce (SPEC §11, fair by worker
@@ -361,6 +371,21 @@ type Settled struct {
 	// Latency is the delivery's duration, from send to answer, as
 	// Config.Source measures it.
 	Latency time.Duration
+}
+
+// Quarantine reports one head quarantined to Config.OnQuarantine.
+type Quarantine struct {
+	// Head is the quarantined event, with the reason (SPEC §2: a permanent
+	// outcome is its own reason; budget_exhausted otherwise) and its
+	// generation and attempts at the write.
+	Head fairrelay.Quarantined
+	// At is the tick of the write that quarantined it.
+	At int64
+	// ByClaim: a claim quarantined it (no answer was settled); else a
+	// settle of Outcome did, with the sink's Detail.
+	ByClaim bool
+	Outcome fairrelay.Outcome
+	Detail  string
 }
 
 // Relay is the dispatch daemon. Create it with New, run it once with Run.

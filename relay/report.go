@@ -58,6 +58,11 @@ func (r *Relay) report(s Settled) {
 	if r.cfg.OnSettle != nil {
 		r.cfg.OnSettle(s)
 	}
+	if r.cfg.OnQuarantine != nil && !s.LeaseLost && s.Result.Status == fairrelay.SettleQuarantined {
+		c := s.Claim
+		r.cfg.OnQuarantine(Quarantine{Head: fairrelay.Quarantined{ID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Generation: c.Token.Generation,
+			Attempts: c.Attempts, Reason: quarantineReason(s.Outcome)}, At: s.At, Outcome: s.Outcome, Detail: s.Detail})
+	}
 }
 
 // reportQuarantined reports the heads a claim of tick ran quarantined
@@ -70,6 +75,9 @@ func (r *Relay) reportQuarantined(qs []fairrelay.Quarantined, ran int64) {
 		r.log.Warn("relay: quarantined", "id", q.ID, "flow", q.Flow, "seq", q.Seq, "generation", q.Generation,
 			"attempt", q.Attempts, "reason", q.Reason, "tick", ran,
 			"detail", "its lease ran out after the round used the whole budget (by the claim; no answer was settled)")
+		if r.cfg.OnQuarantine != nil {
+			r.cfg.OnQuarantine(Quarantine{Head: q, At: ran, ByClaim: true})
+		}
 	}
 }
 
