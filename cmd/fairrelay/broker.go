@@ -116,9 +116,15 @@ func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx co
 			return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: err.Error()}
 		}
 		subj, _ := jetstream.ParseSubject(e.Subject)
+		// The consumer reads the subjects of its own template only: a
+		// stream that captures more (another setup's prefix, an
+		// application's own subjects) would otherwise hand it events that
+		// are not its relay's. A stream that captures none of them is
+		// refused by the server when the consumer is made.
+		wildcard := subj.Literal("*")
 		return e.String(), func(ctx context.Context, opts consume.Options, ready func()) error {
 			return jetstream.Consume(ctx, jetstream.ConsumerOptions{Conn: nc, Stream: e.Stream, Durable: e.Durable,
-				Subjects: []string{subj.Literal("*")}, Ready: ready}, opts)
+				Subjects: []string{wildcard}, FilterSubject: wildcard, Ready: ready}, opts)
 		}, nc.Close, nil
 	}
 	e, err := amqp.ParseEndpoint("from", raw)

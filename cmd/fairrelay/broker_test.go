@@ -376,3 +376,53 @@ func TestRelayBeforeItsConsumerRedrives(t *testing.T) {
 		}
 	}
 }
+
+// receive --from nats:// reads only its subject template's subjects: on a
+// stream that also captures another setup's (or an application's)
+// subjects it applies its own relay's events alone (it took every subject
+// of the stream, a fresh user's report), and on a stream that captures
+// none of them it does not start.
+func TestConsumerReadsOnlyItsSubjects(t *testing.T) {
+	server := brokertest.NATS(t)
+	nc, err := nats.Connect(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	j, err := js.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, prefix := brokertest.Name("FRCLISUB_"), brokertest.Name("frsub")
+	if _, err := j.CreateStream(t.Context(), js.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteStream(t, server, stream) })
+	publish := func(subject, id, flow string) {
+		m := nats.NewMsg(subject)
+		m.Header.Set("Nats-Msg-Id", id)
+		m.Header.Set("Fairrelay-Flow", flow)
+		m.Header.Set("Fairrelay-Seq", "1")
+		m.Data = []byte(`{"delta":1}`)
+		if _, err := j.PublishMsg(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(prefix+".other.B", "B1", "B") // another setup's, first in the stream
+	publish(prefix+".mine.A", "A1", "A")
+	inboxPath := filepath.Join(t.TempDir(), "inbox.db")
+	recv := startConsumerCLI(t, inboxPath, server+"?stream="+stream+"&durable=mine&subject="+prefix+".mine.{flow}")
+	waitReceipts(t, inboxPath, 1)
+	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("receive exited %d on SIGTERM: %s", code, recv.stderr())
+	}
+	if got, n := inboxLedger(t, inboxPath); n != 1 || got["A"].Total != 1 {
+		t.Errorf("the inbox applied %d events (%v), want A1 alone", n, got)
+	}
+	// A template the stream does not capture: refused when the consumer
+	// is made, before it says it consumes.
+	out, errOut, code := cli(t, "", "receive", "--inbox", inboxPath, "--from", server+"?stream="+stream+"&durable=elsewhere&subject=frelsewhere.{flow}")
+	if code == 0 || strings.Contains(out, "consuming") || !strings.Contains(errOut, "elsewhere") {
+		t.Errorf("receive --from on a stream that captures none of its subjects: exit %d, stdout %q, stderr %q; want a refusal naming the consumer", code, out, errOut)
+	}
+}
