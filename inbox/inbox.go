@@ -155,8 +155,22 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 		if _, err := os.Stat(abs); err != nil {
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " does not exist (create it with fairrelay migrate --inbox or receive)"}
 		}
+		// An existing file that holds no inbox (empty, or another
+		// application's database) is missing too: refused on a read-only
+		// connection, before one that would switch it to WAL mode or give an
+		// empty file its first page, so that nothing in it changes.
+		if err := sqlitestore.Probe(ctx, abs, opts.BusyTimeout, MigrationTable, "fairrelay_migration", "a fairrelay queue store, not an inbox", "no inbox"); err != nil {
+			if errors.Is(err, store.ErrMissing) {
+				return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " holds no inbox (create it with fairrelay migrate --inbox or receive)"}
+			}
+			return nil, openSQLiteError(abs, err)
+		}
 	}
-	db, err := sql.Open("sqlite", sqlitestore.DSN(abs, opts.BusyTimeout, true))
+	dsn := sqlitestore.DSN(abs, opts.BusyTimeout, true)
+	if opts.ReadOnly {
+		dsn = sqlitestore.ReadOnlyDSN(abs, opts.BusyTimeout)
+	}
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -164,17 +178,6 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 	if err := sqlitestore.RefuseForeign(ctx, db, "fairrelay_migration", "a fairrelay queue store, not an inbox"); err != nil {
 		db.Close()
 		return nil, openSQLiteError(abs, err)
-	}
-	if opts.MustExist {
-		// An existing file that holds no inbox (empty, or another
-		// application's database) is missing too: nothing is installed in it.
-		if err := sqlitestore.RequireTable(ctx, db, MigrationTable, "no inbox"); err != nil {
-			db.Close()
-			if errors.Is(err, store.ErrMissing) {
-				return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " holds no inbox (create it with fairrelay migrate --inbox or receive)"}
-			}
-			return nil, openSQLiteError(abs, err)
-		}
 	}
 	migs, err := sqlfile.Migrations(migrationsFS, "migrations/sqlite")
 	if err != nil {

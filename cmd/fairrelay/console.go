@@ -127,7 +127,9 @@ the header H, set by an authenticating proxy, to name the user.`,
 			defer q.Close()
 			var in *inbox.Inbox
 			if inboxDSN != "" {
-				if in, err = openInbox(ctx, inboxDSN, inbox.Options{MustExist: true}); err != nil {
+				// The console only reads the inbox: opened read-only, a
+				// newer console does not migrate it under older receivers.
+				if in, err = openInbox(ctx, inboxDSN, inbox.Options{ReadOnly: true}); err != nil {
 					return err
 				}
 				defer in.Close()

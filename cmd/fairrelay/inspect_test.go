@@ -1,7 +1,9 @@
 package main
 
 import (
+	"crypto/sha256"
 	"database/sql"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -327,7 +329,7 @@ func TestInspectEvents(t *testing.T) {
 }
 
 // inspect writes nothing: on a store or an inbox an older fairrelay made it
-// exits 2 saying to run fairrelay migrate, and the store stays as it was
+// (and the console, on an inbox) exits 2 saying to run fairrelay migrate, and the store stays as it was
 // (it migrated it, and older relays refused the store at their next start);
 // after fairrelay migrate it reads both.
 func TestInspectDoesNotMigrate(t *testing.T) {
@@ -360,9 +362,70 @@ func TestInspectDoesNotMigrate(t *testing.T) {
 	if n := count(in, `SELECT count(*) FROM sqlite_master WHERE name = 'held'`); n != 0 {
 		t.Error("inspect --inbox migrated the older inbox")
 	}
-	for _, args := range [][]string{{"migrate", "--queue", queue}, {"migrate", "--inbox", in}, {"inspect", "--queue", queue}, {"inspect", "--inbox", in, "held"}} {
+	if _, errOut, code := cli(t, "", "migrate", "--queue", queue); code != 0 {
+		t.Fatal(errOut)
+	}
+	// The console only reads the inbox: it does not migrate it either.
+	if out, errOut, code := cli(t, "", "console", "--queue", queue, "--inbox", in, "--addr", "127.0.0.1:0"); code != 2 || !strings.Contains(errOut, "lacks migration") {
+		t.Errorf("console on an older inbox: exit %d, stdout %q, stderr %q; want exit 2 saying it lacks a migration", code, out, errOut)
+	}
+	if n := count(in, `SELECT count(*) FROM sqlite_master WHERE name = 'held'`); n != 0 {
+		t.Error("console migrated the older inbox")
+	}
+	for _, args := range [][]string{{"migrate", "--inbox", in}, {"inspect", "--queue", queue}, {"inspect", "--inbox", in, "held"}} {
 		if _, errOut, code := cli(t, "", args...); code != 0 {
 			t.Errorf("%v: exit %d: %s", args, code, errOut)
 		}
+	}
+}
+
+// A command that must not create a store changes nothing in a file that is
+// not one, and inspect changes nothing in one that is: the refusal came
+// after a connection had switched the file to WAL mode (an empty file got
+// its first page), and inspect converted a store's VACUUM INTO snapshot
+// (a fresh user's and a breaker's reports).
+func TestCommandsThatMustNotCreateChangeNoFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sum := func(path string) [sha256.Size]byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sha256.Sum256(b)
+	}
+	empty, other := filepath.Join(dir, "empty.db"), filepath.Join(dir, "other.db")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sqlitetest.Exec(t, other, `CREATE TABLE t (x); INSERT INTO t VALUES (1)`) // rollback journal, as most applications'
+	for _, path := range []string{empty, other} {
+		before := sum(path)
+		for _, args := range [][]string{
+			{"inspect", "--queue", path}, {"inspect", "--inbox", path, "receipts"}, {"configure", "--queue", path, "--max-backlog", "5"},
+			{"claim", "--queue", path, "--at", "1"}, {"prune", "--queue", path, "--acked-before", "1", "--ids-before", "0"},
+		} {
+			if _, errOut, code := cli(t, "", args...); code != 2 || !strings.Contains(errOut, "invalid_input") {
+				t.Errorf("%v: exit %d, %s; want 2, invalid_input", args, code, errOut)
+			}
+			if sum(path) != before {
+				t.Fatalf("%v changed the file", args)
+			}
+		}
+	}
+	queue, snap := filepath.Join(dir, "q.db"), filepath.Join(dir, "snap.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != 0 {
+		t.Fatal(e)
+	}
+	sqlitetest.Exec(t, queue, `VACUUM INTO '`+snap+`'`)
+	before := sum(snap)
+	for _, view := range []string{"heads", "events", "clock", "settings"} {
+		out, errOut, code := cli(t, "", "inspect", "--queue", snap, view)
+		if code != 0 || (view == "events" && !strings.Contains(out, "A1")) {
+			t.Errorf("inspect %s of a snapshot: exit %d\n%s%s", view, code, out, errOut)
+		}
+	}
+	if sum(snap) != before {
+		t.Error("inspect changed the snapshot's bytes")
 	}
 }

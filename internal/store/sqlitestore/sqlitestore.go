@@ -103,6 +103,39 @@ func DSN(path string, busy time.Duration, immediate bool) string {
 	return u.String()
 }
 
+// ReadOnlyDSN is the data source name of a read-only connection to path
+// that sets no pragma but the busy timeout: it changes nothing in the file
+// (not its journal mode, not an empty file's size, and it does not
+// checkpoint a log it finds when it closes).
+func ReadOnlyDSN(path string, busy time.Duration) string {
+	v := url.Values{}
+	v.Add("mode", "ro")
+	v.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
+	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: v.Encode()}
+	return u.String()
+}
+
+// Probe checks, on a read-only connection (ReadOnlyDSN), that the existing
+// file at path is a fairrelay store of the kind whose schema holds table:
+// not one holding foreign (the mark of the other kind, described by
+// foreignWhat), and holding table (else missingWhy). For opens that must
+// not create a store: a file that is not one is refused before any
+// connection that would switch it to WAL mode or write its first page.
+// Errors: store.ErrNotDatabase (wrapped) for another kind of store or a
+// file that is not a database; store.ErrMissing (wrapped) for a database
+// without table; the database's, translated.
+func Probe(ctx context.Context, path string, busy time.Duration, table, foreign, foreignWhat, missingWhy string) error {
+	db, err := sql.Open("sqlite", ReadOnlyDSN(path, busy))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := RefuseForeign(ctx, db, foreign, foreignWhat); err != nil {
+		return err
+	}
+	return RequireTable(ctx, db, table, missingWhy)
+}
+
 // Open opens (creating if missing) the queue store at path and applies the
 // migrations. Errors: the directory is missing; the file is not a SQLite
 // database (wraps store.ErrNotDatabase); the database is busy (wraps
@@ -130,8 +163,21 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		if _, err := os.Stat(abs); err != nil {
 			return nil, fmt.Errorf("%w: %s does not exist (create it with fairrelay migrate or enqueue)", store.ErrMissing, abs)
 		}
+		// A file that exists but holds no store (empty, or another
+		// application's database) is missing too, and is refused before
+		// the connections below, which would switch it to WAL mode (or
+		// give an empty file its first page): a command that must not
+		// create a store changes nothing in it (as on PostgreSQL).
+		if err := Probe(ctx, abs, opts.BusyTimeout, "fairrelay_migration", "fairrelay_inbox_migration", "a fairrelay inbox, not a queue store",
+			abs+" holds no fairrelay tables (create the store with fairrelay migrate or enqueue)"); err != nil {
+			return nil, err
+		}
 	}
-	w, err := sql.Open("sqlite", writeDSN(abs, opts.BusyTimeout))
+	wdsn, rdsn := writeDSN(abs, opts.BusyTimeout), DSN(abs, opts.BusyTimeout, false)
+	if opts.ReadOnly {
+		wdsn, rdsn = ReadOnlyDSN(abs, opts.BusyTimeout), ReadOnlyDSN(abs, opts.BusyTimeout)
+	}
+	w, err := sql.Open("sqlite", wdsn)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +186,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	r, err := sql.Open("sqlite", DSN(abs, opts.BusyTimeout, false))
+	r, err := sql.Open("sqlite", rdsn)
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -150,15 +196,6 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := RefuseForeign(ctx, r, "fairrelay_inbox_migration", "a fairrelay inbox, not a queue store"); err != nil {
 		s.Close()
 		return nil, err
-	}
-	if opts.MustExist {
-		// A file that exists but holds no store (empty, or another
-		// application's database) is missing too: a read-only command must
-		// not install the schema in it (as on PostgreSQL).
-		if err := RequireTable(ctx, r, "fairrelay_migration", abs+" holds no fairrelay tables (create the store with fairrelay migrate or enqueue)"); err != nil {
-			s.Close()
-			return nil, err
-		}
 	}
 	// The entry rule before anything writes (SPEC §7: opening under the
 	// other rule changes nothing): a store of an older version would
