@@ -584,6 +584,7 @@ func TestRunMetrics(t *testing.T) {
 		ledger(f, "B1", "B", 1, 9, 1), // over the max delta: held (unsupported_delta)
 		{f: f, id: "X", headers: map[string]string{consume.HeaderSeq: "1"}, body: "{}"}, // no flow: rejected
 		ledger(f, "A2", "A", 2, 1, 1), // accepted, and A3 applied after it
+		ledger(f, "Z1", "A", 1, 1, 1), // another id for A's seq 1: held (sequence_conflict), superseded
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	var mu sync.Mutex
@@ -594,7 +595,7 @@ func TestRunMetrics(t *testing.T) {
 			OnApplied: func(consume.Applied) {
 				mu.Lock()
 				defer mu.Unlock()
-				if reports++; reports == 7 {
+				if reports++; reports == 8 {
 					cancel()
 				}
 			}})
@@ -610,8 +611,14 @@ func TestRunMetrics(t *testing.T) {
 		"fairrelay_consume_messages_total{action=hold,outcome=unsupported_delta}": 1,
 		"fairrelay_consume_messages_total{action=reject,outcome=none}":            1,
 		"fairrelay_consume_messages_total{action=applied,outcome=accepted}":       1,
+		"fairrelay_consume_messages_total{action=hold,outcome=sequence_conflict}": 1,
+		"fairrelay_consume_errors_total{action=ack}":                              0,
+		"fairrelay_consume_errors_total{action=applied}":                          0,
+		"fairrelay_consume_errors_total{action=hold}":                             0,
+		"fairrelay_consume_errors_total{action=redeliver}":                        0,
 		"fairrelay_consume_errors_total{action=reject}":                           1,
-		"fairrelay_inbox_held": 1, // B1
+		"fairrelay_inbox_held{state=waiting}":                                     1, // B1
+		"fairrelay_inbox_held{state=superseded}":                                  1, // Z1
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)

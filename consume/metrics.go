@@ -31,13 +31,18 @@ const heldReadTimeout = 5 * time.Second
 //     transaction or broker call (ack, redelivery, rejection) failed, by
 //     action (Applied.Err), and with action applied the inbox transactions
 //     that failed to apply a flow's held messages (retried later);
-//   - fairrelay_inbox_held, when in is not nil: the deliveries held in the
-//     inbox now (inbox.Inbox.HeldCount), read at each scrape within 5 s; a
-//     failed read fails the scrape with the inbox's error rather than
-//     showing a number. Above zero for long, some flow is stuck: `fairrelay
-//     inspect --inbox I held` lists them.
+//   - fairrelay_inbox_held{state}, when in is not nil: the deliveries held
+//     in the inbox now, read at each scrape within 5 s (as
+//     inbox.Inbox.HeldCounts reads them): state "waiting", past their
+//     flow's last applied seq, and "superseded", copies of seqs applied
+//     already under another id or body (a faulty publisher's), which never
+//     apply and stay listed. Waiting above zero for long, some flow is
+//     stuck: `fairrelay inspect --inbox I held` lists them. A failed read
+//     gives the registry's Gather an error for this metric rather than a
+//     number (a handler with promhttp.ContinueOnError serves the rest).
 //
-// Errors: reg's (a metric registered twice).
+// The errors' series start at zero for every action. Errors: reg's (a
+// metric registered twice).
 func NewMetrics(reg prometheus.Registerer, in *inbox.Inbox) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairrelay_consume_messages_total",
@@ -46,10 +51,14 @@ func NewMetrics(reg prometheus.Registerer, in *inbox.Inbox) (*Metrics, error) {
 		errs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairrelay_consume_errors_total",
 			Help: "Messages whose decoding, inbox transaction or broker call failed, by action."}, []string{"action"}),
 	}
+	for _, a := range []Action{ActionAck, ActionRedeliver, ActionReject, ActionHold, ActionApplied} {
+		m.errs.WithLabelValues(string(a))
+	}
 	cs := []prometheus.Collector{m.messages, m.errs}
 	if in != nil {
 		cs = append(cs, heldCollector{in: in, desc: prometheus.NewDesc("fairrelay_inbox_held",
-			"Deliveries held in the inbox now (waiting for their predecessor, or refused until the cause is fixed).", nil, nil)})
+			"Deliveries held in the inbox now: waiting (for their predecessor, or refused until the cause is fixed) and superseded (copies of applied seqs under another id or body, which never apply).",
+			[]string{"state"}, nil)})
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -94,10 +103,11 @@ func (c heldCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c heldCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), heldReadTimeout)
 	defer cancel()
-	n, err := c.in.HeldCount(ctx)
+	waiting, superseded, err := c.in.HeldCounts(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(waiting), "waiting")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(superseded), "superseded")
 }

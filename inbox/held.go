@@ -293,6 +293,18 @@ func (in *Inbox) HeldCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// HeldCounts counts the held deliveries in one read: waiting, those that
+// may still apply (past their flow's last applied seq: waiting for a
+// predecessor, or refused until the cause is fixed), and superseded, copies
+// of seqs applied already under another id or body (a faulty publisher's),
+// which can never apply and stay for Held to list. Errors: database errors.
+func (in *Inbox) HeldCounts(ctx context.Context) (waiting, superseded int64, err error) {
+	if err := in.db.QueryRowContext(ctx, q["HeldCounts"]).Scan(&waiting, &superseded); err != nil {
+		return 0, 0, dbError("held counts", in.translate(err))
+	}
+	return waiting, superseded, nil
+}
+
 // HeldDelivery is one held delivery as Held lists it.
 type HeldDelivery struct {
 	ID   string `json:"id"`

@@ -58,6 +58,11 @@ SELECT DISTINCT flow_id FROM held WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 -- name: HeldCount
 SELECT count(*) FROM held;
 
+-- name: HeldCounts
+SELECT coalesce(sum(CASE WHEN h.seq > coalesce(p.seq, 0) THEN 1 ELSE 0 END), 0),
+       coalesce(sum(CASE WHEN h.seq > coalesce(p.seq, 0) THEN 0 ELSE 1 END), 0)
+FROM held h LEFT JOIN projection p ON p.flow_id = h.flow_id;
+
 -- name: HeldPage
 SELECT event_id, flow_id, seq, min(reason) FROM held
 WHERE flow_id > $1 OR (flow_id = $1 AND seq > $2)

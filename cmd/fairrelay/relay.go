@@ -308,12 +308,18 @@ func listenOn(field, addr string) (net.Listener, error) {
 }
 
 // serveMetrics serves, on ln (listenOn's) until stop is called, reg at
-// /metrics and two probes: /healthz answers 200 while the process serves
+// /metrics (a metric whose collection fails is left out and logged at warn
+// level, the rest served) and two probes: /healthz answers 200 while the process serves
 // HTTP at all, /readyz 200 when ready returns nil, else 503 with its error
 // (within 5 s). stop closes ln.
 func serveMetrics(ln net.Listener, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (stop func()) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// A metric that cannot be read now (the inbox's held count while its
+	// database is slow or gone) is left out and logged: the page keeps the
+	// counters that say what happened meanwhile (a 500 for the whole page
+	// hid them; a fresh user's report).
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
