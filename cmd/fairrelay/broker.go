@@ -138,8 +138,17 @@ func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx co
 		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "exchange",
 			Message: "a consumer binds its queue to one exchange: " + topic.Placeholder + " in the exchange is for the relay's sink"}
 	}
+	// Connect once before the inbox is opened, as for NATS: a broker that
+	// cannot be reached (a wrong port, refused credentials) is refused
+	// with the field named and creates no inbox. Consume connects again.
+	dial := e.Dialer("fairrelay receive", amqpCredentials())
+	conn, err := dial()
+	if err != nil {
+		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "amqp: connect: " + err.Error()}
+	}
+	conn.Close()
 	return e.String(), func(ctx context.Context, opts consume.Options, ready func()) error {
-		return amqp.Consume(ctx, amqp.ConsumerOptions{Dial: e.Dialer("fairrelay receive", amqpCredentials()), Queue: e.Queue,
+		return amqp.Consume(ctx, amqp.ConsumerOptions{Dial: dial, Queue: e.Queue,
 			Exchange: e.Exchange, BindingKey: e.BindingKey(), Logger: log, Ready: ready}, opts)
 	}, func() {}, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -303,6 +304,20 @@ func TestBrokerFlagErrors(t *testing.T) {
 		_, errOut, code := cli(t, "", tc.args...)
 		if code == 0 || !strings.Contains(errOut, "invalid_input: "+tc.field) {
 			t.Errorf("%v: exit %d, %s; want invalid_input naming %s", tc.args, code, errOut, tc.field)
+		}
+	}
+	// A broker that cannot be reached at start: refused with the field
+	// named, as for NATS, and no inbox is created (RabbitMQ's consumer
+	// created the inbox and printed an error without a code; a fresh
+	// user's report).
+	for _, from := range []string{"amqp://127.0.0.1:1/?queue=q", "nats://127.0.0.1:1?stream=S&durable=D"} {
+		fresh := filepath.Join(dir, "unreached.db")
+		_, errOut, code := cli(t, "", "receive", "--inbox", fresh, "--from", from)
+		if code != 2 || !strings.Contains(errOut, "invalid_input: from:") {
+			t.Errorf("receive --from %s (nothing listening): exit %d, %s; want exit 2, invalid_input naming from", from, code, errOut)
+		}
+		if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("receive --from %s (nothing listening) created the inbox: %v", from, err)
 		}
 	}
 	// Credentials in the URL: the error names the variables they go in.
