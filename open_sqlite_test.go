@@ -3,6 +3,7 @@ package fairrelay_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,4 +86,60 @@ func tables(t *testing.T, path string) []string {
 		out = append(out, n)
 	}
 	return out
+}
+
+// A SQLite store whose file is removed or replaced under a running
+// process refuses every write with a database error rather than writing to
+// a file no other process sees (a breaker's report, on the inbox; the same
+// kind here: a relay's settles would be lost at its next start).
+func TestWritesRefuseARemovedOrReplacedStoreFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, how := range []string{"removed", "replaced"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, "q.db")
+			q, err := fairrelay.Open(ctx, path, fairrelay.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)}); err != nil {
+				t.Fatal(err)
+			}
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				if err := os.Rename(path+suffix, filepath.Join(dir, "moved.db"+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Fatal(err)
+				}
+			}
+			if how == "replaced" {
+				other, err := fairrelay.Open(ctx, path, fairrelay.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				other.Close()
+			}
+			for name, write := range map[string]func() error{
+				"enqueue": func() error {
+					_, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":1}`)})
+					return err
+				},
+				"claim": func() error {
+					_, err := q.Claim(ctx, fairrelay.ClaimParams{At: fairrelay.AtStored, Limit: 1})
+					return err
+				},
+				"prune": func() error {
+					_, err := q.Prune(ctx, fairrelay.PruneParams{At: fairrelay.AtStored, AckedBefore: 1, IDsBefore: 0})
+					return err
+				},
+			} {
+				err := write()
+				var fe *fairrelay.Error
+				if !errors.As(err, &fe) || fe.Code != fairrelay.CodeDatabase || !strings.Contains(err.Error(), "removed or replaced") {
+					t.Errorf("%s on a %s file: %v, want a database error saying the file was removed or replaced", name, how, err)
+				}
+			}
+		})
+	}
 }

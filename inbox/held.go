@@ -39,7 +39,7 @@ func (in *Inbox) Hold(ctx context.Context, d Delivery, reason fairrelay.Outcome)
 		return false, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason",
 			Message: fmt.Sprintf("%q: hold what answered gap or a permanent outcome", reason)}
 	}
-	tx, err := in.db.BeginTx(ctx, nil)
+	tx, err := in.begin(ctx)
 	if err != nil {
 		return false, dbError("hold: begin transaction", in.translate(err))
 	}
@@ -218,7 +218,7 @@ func (in *Inbox) receiveHeldOne(ctx context.Context, flow string) (fairrelay.Out
 // receiveHeldCopy receives d, a held copy (sum the SHA-256 of its body), in
 // a transaction that deletes the copy when it is applied.
 func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (fairrelay.Outcome, error) {
-	tx, err := in.db.BeginTx(context.WithoutCancel(ctx), nil)
+	tx, err := in.begin(ctx)
 	if err != nil {
 		return "", dbError("receive held: begin transaction", in.translate(err))
 	}

@@ -101,7 +101,11 @@ type Inbox struct {
 	// lock, when not empty, is run first in every receive with the
 	// delivery's flow and event id: it serialises the receives of one flow
 	// and of one id (PostgreSQL; SQLite's transactions are serialised).
-	lock        string
+	lock string
+	// path and file identify a SQLite inbox's file as opened (begin); ""
+	// and nil on PostgreSQL.
+	path        string
+	file        os.FileInfo
 	maxDelta    atomic.Int64
 	unavailable atomic.Bool
 	// commitHook, when set (by tests), commits in place of tx.Commit: it
@@ -136,6 +140,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 		}
 	}
 	in := &Inbox{db: db, translate: translate, lock: lock}
+	if lock == "" { // SQLite: the file its writes must keep going to
+		if in.path, err = filepath.Abs(dsn); err == nil {
+			in.file, err = os.Stat(in.path)
+		}
+		if err != nil {
+			db.Close()
+			return nil, openSQLiteError(dsn, err)
+		}
+	}
 	if opts.MaxDelta == 0 {
 		opts.MaxDelta = NoDeltaLimit
 	}
@@ -205,6 +218,29 @@ func openSQLiteError(path string, err error) error {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "cannot open", Err: err}
 	}
 	return openError(err)
+}
+
+// begin starts a write transaction, on a context that ctx's cancellation
+// does not reach (see Receive), once a SQLite inbox's file is checked to be
+// the one opened (sqlitestore.CheckFile: removed or replaced under a
+// running receiver, its receipts and effects would go to a file nobody sees,
+// and a broker consumer would ack them: lost at its next start).
+func (in *Inbox) begin(ctx context.Context) (*sql.Tx, error) {
+	if err := sqlitestore.CheckFile(in.path, in.file); err != nil {
+		return nil, err
+	}
+	return in.db.BeginTx(context.WithoutCancel(ctx), nil)
+}
+
+// Ping reports whether the inbox can take deliveries: its database
+// answers and, for SQLite, its file is the one opened (not removed or
+// replaced since; sqlitestore.ErrFileReplaced, wrapped). For readiness
+// probes. Errors: the database's, or that one.
+func (in *Inbox) Ping(ctx context.Context) error {
+	if err := sqlitestore.CheckFile(in.path, in.file); err != nil {
+		return err
+	}
+	return in.db.PingContext(ctx)
 }
 
 // DB returns the inbox's database, for receivers that keep more of their own
@@ -311,7 +347,7 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 	// "context canceled" (answered 500) for a receipt the server had
 	// committed. The statements below still run on ctx, so a request
 	// cancelled before the commit changes nothing.
-	tx, err := in.db.BeginTx(context.WithoutCancel(ctx), nil)
+	tx, err := in.begin(ctx)
 	if err != nil {
 		return "", dbError("receive: begin transaction", in.translate(err))
 	}

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,6 +98,64 @@ func TestReadOnlyOpenMigratesNothing(t *testing.T) {
 			refused("an inbox one migration behind", inbox.Options{ReadOnly: true}, "lacks migration 2")
 			exec(`INSERT INTO ` + table + ` (version, applied_at) VALUES (999, 'later')`)
 			refused("an inbox a newer fairrelay migrated", inbox.Options{}, "migration 999")
+		})
+	}
+}
+
+// A SQLite inbox whose file is removed or replaced under a running
+// receiver refuses every write with an error, rather than applying to a
+// file nobody sees: a broker consumer acked such messages, and their
+// effects were gone at its next start (a breaker's report). The error is a
+// database error, which the consumer redelivers and the HTTP receiver
+// answers 503.
+func TestWritesRefuseARemovedOrReplacedFile(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, how := range []string{"removed", "replaced"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, "inbox.db")
+			in, err := inbox.Open(ctx, path, inbox.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			d := inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":1}`)}
+			if out, err := in.Receive(ctx, d); err != nil || out != fairrelay.OutcomeAccepted {
+				t.Fatalf("A1: %s %v", out, err)
+			}
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				if err := os.Rename(path+suffix, filepath.Join(dir, "moved.db"+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Fatal(err)
+				}
+			}
+			if how == "replaced" {
+				other, err := inbox.Open(ctx, path, inbox.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				other.Close()
+			}
+			if err := in.Ping(ctx); err == nil || !strings.Contains(err.Error(), "removed or replaced") {
+				t.Errorf("Ping (readiness) on a %s file: %v, want an error saying so", how, err)
+			}
+			for name, write := range map[string]func() error{
+				"receive": func() error {
+					_, err := in.Receive(ctx, inbox.Delivery{EventID: "A2", Flow: "A", Seq: 2, Body: []byte(`{"delta":1}`)})
+					return err
+				},
+				"hold": func() error {
+					_, err := in.Hold(ctx, inbox.Delivery{EventID: "A4", Flow: "A", Seq: 4, Body: []byte(`{"delta":1}`)}, fairrelay.OutcomeGap)
+					return err
+				},
+			} {
+				err := write()
+				var fe *fairrelay.Error
+				if !errors.As(err, &fe) || fe.Code != fairrelay.CodeDatabase || !strings.Contains(err.Error(), "removed or replaced") {
+					t.Errorf("%s on a %s file: %v, want a database error saying the file was removed or replaced", name, how, err)
+				}
+			}
 		})
 	}
 }

@@ -314,9 +314,10 @@ func instrumentReceiver(reg *prometheus.Registry, h http.Handler) (http.Handler,
 }
 
 // inboxReady is /readyz of receive: the inbox's database answers within
-// the probe's time.
+// the probe's time, and a SQLite inbox's file is the one receive opened
+// (inbox.Inbox.Ping).
 func inboxReady(in *inbox.Inbox) func(context.Context) error {
-	return func(ctx context.Context) error { return in.DB().PingContext(ctx) }
+	return in.Ping
 }
 
 // deltaLimit is --max-delta as the logs show it: 0 is no limit, which a

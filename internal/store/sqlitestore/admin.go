@@ -14,7 +14,7 @@ import (
 // rotation until its first flow; a group named like a flow that is its own
 // group becomes that flow's group row first.
 func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, error) {
-	tx, err := s.write.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return 0, Translate(fmt.Errorf("begin transaction: %w", err))
 	}
@@ -108,7 +108,7 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 			return store.PruneResult{}, err
 		}
 	}
-	tx, err := s.write.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return store.PruneResult{}, Translate(fmt.Errorf("begin transaction: %w", err))
 	}

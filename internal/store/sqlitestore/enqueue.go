@@ -21,7 +21,7 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	var c conn
 	var own *sql.Tx
 	if caller == nil {
-		tx, err := s.write.BeginTx(ctx, nil)
+		tx, err := s.beginWrite(ctx)
 		if err != nil {
 			return store.EnqueueResult{}, Translate(fmt.Errorf("begin transaction: %w", err))
 		}

@@ -64,7 +64,10 @@ type Options struct {
 // write pool of one connection whose transactions begin IMMEDIATE, and a read
 // pool for snapshots.
 type Store struct {
-	path  string
+	path string
+	// file identifies the file at path when the store was opened
+	// (beginWrite).
+	file  os.FileInfo
 	write *sql.DB
 	read  *sql.DB
 	entry string
@@ -241,6 +244,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if s.file, err = os.Stat(abs); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.stopCheckpoints = startCheckpointer(r, &s.commits)
 	return s, nil
 }
@@ -291,7 +298,7 @@ func (s *Store) settle(ctx context.Context, entry string, adopt bool) error {
 	if _, ok := otherIndex[entry]; !ok {
 		return fmt.Errorf("entry rule %q: want seed or fair", entry)
 	}
-	tx, err := s.write.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return Translate(fmt.Errorf("begin transaction: %w", err))
 	}
@@ -379,7 +386,7 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	tx, err := s.write.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return Translate(fmt.Errorf("begin transaction: %w", err))
 	}
@@ -496,10 +503,47 @@ func Translate(err error) error {
 	return err
 }
 
+// ErrFileReplaced is returned (wrapped) by every write of a store whose
+// file was removed or replaced since the store was opened: the process would
+// go on writing to a file no other process sees (an unlinked inode), and
+// what it wrote would be gone at its next start — a relay's settles, an
+// inbox's receipts and effects, acked meanwhile. Restart the process.
+var ErrFileReplaced = errors.New("the store's file was removed or replaced since it was opened")
+
+// CheckFile returns ErrFileReplaced (wrapped, naming path) unless the file
+// at path is still the one identified by file (os.SameFile); nil when file
+// is nil (a store opened before its file existed checks nothing).
+func CheckFile(path string, file os.FileInfo) error {
+	if file == nil {
+		return nil
+	}
+	now, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: %s no longer exists; restart the process", ErrFileReplaced, path)
+	}
+	if err != nil {
+		return err
+	}
+	if !os.SameFile(file, now) {
+		return fmt.Errorf("%w: %s is another file now; restart the process", ErrFileReplaced, path)
+	}
+	return nil
+}
+
+// beginWrite starts an IMMEDIATE transaction on the write connection, once
+// the store's file is checked to be the one it opened (CheckFile: a stat, a
+// microsecond beside a write transaction's milliseconds).
+func (s *Store) beginWrite(ctx context.Context) (*sql.Tx, error) {
+	if err := CheckFile(s.path, s.file); err != nil {
+		return nil, err
+	}
+	return s.write.BeginTx(ctx, nil)
+}
+
 // Begin starts an IMMEDIATE transaction on the write connection. SQLite has
 // one writer: every lane shares it.
 func (s *Store) Begin(ctx context.Context, _ store.Lane) (store.Tx, error) {
-	tx, err := s.write.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
 	}
