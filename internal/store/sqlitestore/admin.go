@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"os"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -103,10 +102,8 @@ func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, 
 // incremental auto-vacuum it then returns the freed pages to the file
 // system; elsewhere SQLite reuses them for new rows.
 func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResult, error) {
-	if os.Getenv("FR_PACE") != "" {
-		if err := s.checkpointBeside(ctx); err != nil {
-			return store.PruneResult{}, err
-		}
+	if err := s.checkpointBeside(ctx); err != nil {
+		return store.PruneResult{}, err
 	}
 	tx, err := s.beginWrite(ctx)
 	if err != nil {
@@ -213,17 +210,39 @@ const (
 	vacuumStep  = 64
 )
 
-// checkpointBeside: past pruneLogPages frames of log, checkpoints on a read
-// connection until the log is wholly copied.
+// checkpointBeside runs, before a prune transaction, PASSIVE checkpoints
+// on a read connection until the log is wholly copied into the database
+// file, when it holds more than s.pruneLogFrames frames (at most
+// pruneCheckpointTries of them; then the prune goes on). A prune writes the
+// log fast, and the checkpointer's checkpoints beside continuous writes
+// never copy all of it, so before this the log grew to checkpointSafety
+// frames and the write connection's own checkpoint ran inside a prune's
+// commit: an fsync of every page copied since the last complete checkpoint
+// (40-90 ms on the 2-core machine of BENCHMARKS.md) with the write lock
+// held, which the next dispatch step waited out. Here the prune, which can
+// wait, waits; the checkpoint that completes (and its fsync) runs beside
+// the writers, which go on; and the next write starts the log over. The
+// worst dispatch step beside a prune of 200 000 events went from 36-76 ms
+// to 15-21 ms (BENCHMARKS.md, "Retention"). Errors: the checkpoint's,
+// translated.
 func (s *Store) checkpointBeside(ctx context.Context) error {
-	for i := 0; i < 100; i++ {
-		var busy, log, done int64
-		if err := s.read.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done); err != nil {
-			return Translate(fmt.Errorf("checkpoint: %w", err))
+	for range pruneCheckpointTries {
+		var busy, log, copied int64
+		if err := s.read.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &copied); err != nil {
+			return Translate(fmt.Errorf("checkpoint before a prune: %w", err))
 		}
-		if log < 4096 || done >= log {
+		if log <= s.pruneLogFrames || copied >= log {
 			return nil
 		}
 	}
 	return nil
 }
+
+// pruneLogFrames is Store.pruneLogFrames's default: 4096 frames, 16 MiB of
+// 4 KiB pages, a quarter of checkpointSafety. pruneCheckpointTries bounds
+// checkpointBeside's checkpoints: each after the first copies what the
+// writers appended meanwhile, a few frames.
+const (
+	pruneLogFrames       = 4096
+	pruneCheckpointTries = 100
+)

@@ -3,11 +3,14 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairrelay/fairrelay/internal/store"
 )
 
 // The store's write connection leaves checkpoints to the checkpointer up
@@ -79,5 +82,55 @@ func TestCheckpointerCopiesTheLogIntoTheFile(t *testing.T) {
 			t.Fatalf("after 30 s the file holds %d bytes: no checkpoint ran", size())
 		}
 		time.Sleep(10 * time.Millisecond) // the checkpointer runs on its own ticker: wait for its effect
+	}
+}
+
+// walIndex reads the log's frame count (mxFrame) and how many of them are
+// copied into the database file (nBackfill) from the -shm file of path,
+// without a connection: a checkpoint run to read them would change them.
+// The layout is SQLite's wal-index header (two 48-byte copies) followed by
+// its checkpoint info, in native (here little-endian) byte order.
+func walIndex(t *testing.T, path string) (frames, copied uint32) {
+	t.Helper()
+	b, err := os.ReadFile(path + "-shm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 100 {
+		t.Fatalf("%s-shm holds %d bytes", path, len(b))
+	}
+	return binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint32(b[96:])
+}
+
+// A prune transaction begins only once a log longer than pruneLogFrames is
+// wholly copied into the database file by a checkpoint beside the writers
+// (so that its write starts the log over): the prune no longer grows the log to the
+// write connection's own checkpoint (checkpointSafety frames), whose fsync
+// ran inside a prune's commit with the write lock held (issue 16).
+func TestPruneStartsAfterTheLogIsCopied(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.db")
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.pruneLogFrames = 64
+	// A long log the checkpointer leaves alone (these commits are not the
+	// store's: it counts its own).
+	if _, err := s.write.Exec(`CREATE TABLE junk (x BLOB);
+		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) INSERT INTO junk SELECT randomblob(8000) FROM n`); err != nil {
+		t.Fatal(err)
+	}
+	frames, copied := walIndex(t, path)
+	if frames <= 64 || copied >= frames {
+		t.Fatalf("before the prune: %d frames, %d copied; want a long log not yet copied", frames, copied)
+	}
+	if _, err := s.Prune(context.Background(), store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20}); err != nil {
+		t.Fatal(err)
+	}
+	// Copied whole before the prune's transaction (which, writing, starts
+	// the log over; this one had nothing to delete and wrote nothing).
+	if after, copiedAfter := walIndex(t, path); copiedAfter < after || after < frames {
+		t.Errorf("after the prune: %d frames, %d copied (before: %d, %d); want the long log wholly copied", after, copiedAfter, frames, copied)
 	}
 }

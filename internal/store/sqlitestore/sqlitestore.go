@@ -67,10 +67,13 @@ type Store struct {
 	path string
 	// file identifies the file at path when the store was opened
 	// (beginWrite).
-	file  os.FileInfo
-	write *sql.DB
-	read  *sql.DB
-	entry string
+	file os.FileInfo
+	// pruneLogFrames is how long the log may be when a prune transaction
+	// begins (checkpointBeside); pruneLogFrames unless a test lowers it.
+	pruneLogFrames int64
+	write          *sql.DB
+	read           *sql.DB
+	entry          string
 	// stmts holds every query of queries.sql prepared on the write pool's one
 	// connection, so a write transaction never parses SQL again (parsing
 	// was a third of a claim's CPU).
@@ -195,7 +198,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	r.SetMaxOpenConns(4)
-	s := &Store{path: abs, write: w, read: r}
+	s := &Store{path: abs, write: w, read: r, pruneLogFrames: pruneLogFrames}
 	if err := RefuseForeign(ctx, r, "fairrelay_inbox_migration", "a fairrelay inbox, not a queue store"); err != nil {
 		s.Close()
 		return nil, err
