@@ -305,6 +305,33 @@ func (in *Inbox) HeldCounts(ctx context.Context) (waiting, superseded int64, err
 	return waiting, superseded, nil
 }
 
+// DropSuperseded deletes the superseded held deliveries (HeldCounts):
+// copies of seqs applied already under another id or body, which can never
+// apply, kept so that an operator can see them (Held, `fairrelay inspect
+// --inbox I held`) until they are dropped. It returns how many it deleted;
+// held deliveries that may still apply are untouched. Errors: database
+// errors (sqlitestore.ErrFileReplaced, wrapped, for a SQLite file replaced
+// since Open).
+func (in *Inbox) DropSuperseded(ctx context.Context) (int64, error) {
+	tx, err := in.begin(ctx)
+	if err != nil {
+		return 0, dbError("drop superseded: begin transaction", in.translate(err))
+	}
+	defer tx.Rollback()
+	r, err := tx.ExecContext(ctx, q["HeldDropSuperseded"])
+	if err != nil {
+		return 0, dbError("drop superseded", in.translate(err))
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return 0, dbError("drop superseded", in.translate(err))
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, dbError("drop superseded: commit", in.translate(err))
+	}
+	return n, nil
+}
+
 // HeldDelivery is one held delivery as Held lists it.
 type HeldDelivery struct {
 	ID   string `json:"id"`

@@ -262,3 +262,48 @@ func TestReceiptKeepsTheBodyHash(t *testing.T) {
 		}
 	})
 }
+
+// DropSuperseded deletes the held copies of applied seqs (which never
+// apply) and nothing that may still apply; HeldCounts tells the two apart.
+// Both backends.
+func TestDropSuperseded(t *testing.T) {
+	eachBackend(t, "frinsup", inbox.Options{}, func(t *testing.T, in *inbox.Inbox) {
+		ctx := t.Context()
+		body := []byte(`{"delta":1}`)
+		if out, err := in.Receive(ctx, inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: body}); err != nil || out != fairrelay.OutcomeAccepted {
+			t.Fatalf("A1: %s %v", out, err)
+		}
+		for _, h := range []struct {
+			d      inbox.Delivery
+			reason fairrelay.Outcome
+		}{
+			{inbox.Delivery{EventID: "X1", Flow: "A", Seq: 1, Body: body}, fairrelay.OutcomeSequenceConflict}, // superseded
+			{inbox.Delivery{EventID: "A3", Flow: "A", Seq: 3, Body: body}, fairrelay.OutcomeGap},              // waiting
+			{inbox.Delivery{EventID: "B2", Flow: "B", Seq: 2, Body: body}, fairrelay.OutcomeGap},              // waiting, no projection yet
+		} {
+			if held, err := in.Hold(ctx, h.d, h.reason); err != nil || !held {
+				t.Fatalf("hold %s: %v %v", h.d.EventID, held, err)
+			}
+		}
+		if w, s, err := in.HeldCounts(ctx); err != nil || w != 2 || s != 1 {
+			t.Fatalf("HeldCounts: %d waiting, %d superseded, %v; want 2 and 1", w, s, err)
+		}
+		if n, err := in.DropSuperseded(ctx); err != nil || n != 1 {
+			t.Fatalf("DropSuperseded: %d, %v; want 1", n, err)
+		}
+		rows, err := in.Held(ctx, "", 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		if diff := cmp.Diff([]string{"A3", "B2"}, ids); diff != "" {
+			t.Errorf("held after DropSuperseded (-want +got):\n%s", diff)
+		}
+		if n, err := in.DropSuperseded(ctx); err != nil || n != 0 {
+			t.Errorf("a second DropSuperseded: %d, %v; want 0", n, err)
+		}
+	})
+}

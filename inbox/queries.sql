@@ -58,6 +58,9 @@ SELECT DISTINCT flow_id FROM held WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 -- name: HeldCount
 SELECT count(*) FROM held;
 
+-- name: HeldDropSuperseded
+DELETE FROM held WHERE seq <= coalesce((SELECT p.seq FROM projection p WHERE p.flow_id = held.flow_id), 0);
+
 -- name: HeldCounts
 SELECT coalesce(sum(CASE WHEN h.seq > coalesce(p.seq, 0) THEN 1 ELSE 0 END), 0),
        coalesce(sum(CASE WHEN h.seq > coalesce(p.seq, 0) THEN 0 ELSE 1 END), 0)

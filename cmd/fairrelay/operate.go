@@ -5,6 +5,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/cmd/fairrelay/internal/script"
+	"github.com/fairrelay/fairrelay/inbox"
 )
 
 func init() {
@@ -88,13 +89,14 @@ store's limit): a pause of dispatch as long as that count.`,
 }
 
 func newPruneCmd() *cobra.Command {
-	var queue string
+	var queue, inboxDSN string
 	var ackedBefore, idsBefore, at int64
 	var limit int
+	var superseded bool
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "prune --queue Q --acked-before TICK --ids-before TICK [--limit N] [--at TICK]",
-		Short: "Delete acked events and old tombstones (SPEC §8 retention)",
+		Use:   "prune (--queue Q --acked-before TICK --ids-before TICK [--limit N] [--at TICK] | --inbox I --superseded-held)",
+		Short: "Delete acked events and old tombstones (SPEC §8 retention), or an inbox's superseded held copies",
 		Long: `Deletes every event acked at a tick below --acked-before, with its body and
 attempt history, keeping a tombstone (id, flow, seq, SHA-256 of the body, the
 tick it was acked at) unless it was acked below --ids-before, and deletes the
@@ -106,9 +108,19 @@ heads, seqs, served and the audit are never touched. Ticks are the store's
 It runs in transactions of --limit events (default 1000, 0 for one
 transaction) until nothing is left, so it never holds the write lock long
 beside a running relay, and prints {"status":"pruned","events":N,"tombstones":M}.
-'fairrelay relay --retain-acked D --retain-ids D' prunes on its own.`,
+'fairrelay relay --retain-acked D --retain-ids D' prunes on its own.
+
+With --inbox I --superseded-held it deletes instead the inbox's held copies of
+seqs applied already under another id or body (a faulty publisher's), which
+can never apply and stay listed by 'fairrelay inspect --inbox I held' (and
+counted in fairrelay_inbox_held{state="superseded"}) until dropped; held
+deliveries that may still apply are untouched. It prints
+{"status":"pruned","held":N}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if inboxDSN != "" || superseded {
+				return pruneInbox(cmd, inboxDSN, queue, superseded)
+			}
 			pol, err := pf.policy()
 			if err != nil {
 				return err
@@ -142,8 +154,38 @@ beside a running relay, and prints {"status":"pruned","events":N,"tombstones":M}
 	f.Int64Var(&idsBefore, "ids-before", 0, "keep no tombstone of events acked below this tick, and delete older tombstones (at most --acked-before)")
 	f.IntVar(&limit, "limit", 1000, "events and tombstones per transaction; 0 for one transaction")
 	f.Int64Var(&at, "at", 0, atUsage)
+	f.StringVar(&inboxDSN, "inbox", "", "with --superseded-held: the inbox (a SQLite file path or a postgres:// URL)")
+	f.BoolVar(&superseded, "superseded-held", false, "delete the inbox's held copies of seqs applied already (they never apply)")
 	pf.registerAdmin(cmd)
 	return cmd
+}
+
+// pruneInbox runs prune --inbox I --superseded-held: the inbox alone, no
+// queue flag.
+func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool) error {
+	switch {
+	case queue != "":
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "give --queue or --inbox, not both"}
+	case !superseded:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "superseded-held", Message: "required with --inbox: what to prune of an inbox"}
+	case inboxDSN == "":
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "required with --superseded-held"}
+	}
+	for _, name := range []string{"acked-before", "ids-before", "limit", "at"} {
+		if cmd.Flags().Changed(name) {
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "prunes a queue store, not an inbox"}
+		}
+	}
+	in, err := openInbox(cmd.Context(), inboxDSN, inbox.Options{MustExist: true})
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	n, err := in.DropSuperseded(cmd.Context())
+	if err != nil {
+		return err
+	}
+	return printJSON(cmd.OutOrStdout(), script.Result{"status": "pruned", "held": n})
 }
 
 func newExpediteCmd() *cobra.Command {

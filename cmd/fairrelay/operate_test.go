@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
 )
 
 // TestTenancyAndOperatorCommands drives SPEC §8 and §9 through the command
@@ -211,5 +214,52 @@ func TestAdminHelpOmitsTheDispatchFlags(t *testing.T) {
 	q := filepath.Join(t.TempDir(), "q.db")
 	if _, errOut, code := cli(t, "", "enqueue", "--queue", q, "--id", "a", "--flow", "f", "--delta", "1", "--at", "0", "--lease", "10s", "--budget", "3"); code != 0 {
 		t.Fatalf("enqueue with --lease and --budget: exit %d: %s", code, errOut)
+	}
+}
+
+// prune --inbox I --superseded-held drops the held copies of applied seqs
+// and nothing that may still apply, and prints how many; its flags are
+// refused with any of the queue's.
+func TestPruneInboxSupersededHeld(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "inbox.db")
+	in, err := inbox.Open(t.Context(), path, inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"delta":1}`)
+	if _, err := in.Receive(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []struct {
+		d      inbox.Delivery
+		reason fairrelay.Outcome
+	}{
+		{inbox.Delivery{EventID: "X1", Flow: "A", Seq: 1, Body: body}, fairrelay.OutcomeSequenceConflict},
+		{inbox.Delivery{EventID: "A3", Flow: "A", Seq: 3, Body: body}, fairrelay.OutcomeGap},
+	} {
+		if _, err := in.Hold(t.Context(), h.d, h.reason); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.Close()
+	for _, args := range [][]string{
+		{"prune", "--inbox", path},
+		{"prune", "--superseded-held"},
+		{"prune", "--inbox", path, "--superseded-held", "--queue", filepath.Join(dir, "q.db")},
+		{"prune", "--inbox", path, "--superseded-held", "--acked-before", "5"},
+	} {
+		if out, errOut, code := cli(t, "", args...); code != 2 || out != "" || !strings.Contains(errOut, "invalid_input") {
+			t.Errorf("%v: exit %d, %q, %q; want exit 2, invalid_input", args, code, out, errOut)
+		}
+	}
+	out, errOut, code := cli(t, "", "prune", "--inbox", path, "--superseded-held")
+	if code != 0 || strings.TrimSpace(out) != `{"held":1,"status":"pruned"}` {
+		t.Fatalf("prune --superseded-held: exit %d, %q, %s", code, out, errOut)
+	}
+	out, _, _ = cli(t, "", "inspect", "--inbox", path, "held", "--json")
+	if strings.Contains(out, "X1") || !strings.Contains(out, "A3") {
+		t.Errorf("held after the prune: %s; want A3 alone", out)
 	}
 }
