@@ -125,28 +125,17 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 	if strings.TrimSpace(dsn) == "" {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "empty path"}
 	}
-	var db *sql.DB
 	var err error
-	translate, lock := sqlitestore.Translate, ""
+	in := &Inbox{translate: sqlitestore.Translate}
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		if db, err = openPostgres(ctx, dsn, opts); err != nil {
+		if in.db, err = openPostgres(ctx, dsn, opts); err != nil {
 			return nil, openError(err)
 		}
-		translate, lock = pgstore.Translate, receiveLock
+		in.translate, in.lock = pgstore.Translate, receiveLock
 	default:
-		if db, err = openSQLite(ctx, dsn, opts); err != nil {
+		if in.db, in.path, in.file, err = openSQLite(ctx, dsn, opts); err != nil {
 			return nil, err
-		}
-	}
-	in := &Inbox{db: db, translate: translate, lock: lock}
-	if lock == "" { // SQLite: the file its writes must keep going to
-		if in.path, err = filepath.Abs(dsn); err == nil {
-			in.file, err = os.Stat(in.path)
-		}
-		if err != nil {
-			db.Close()
-			return nil, openSQLiteError(dsn, err)
 		}
 	}
 	if opts.MaxDelta == 0 {
@@ -156,17 +145,19 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 	return in, nil
 }
 
-func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error) {
-	abs, err := filepath.Abs(path)
+// openSQLite opens the SQLite inbox at path, and returns with it the file's
+// absolute path and identity, which its writes check (Inbox.begin).
+func openSQLite(ctx context.Context, path string, opts Options) (_ *sql.DB, abs string, file os.FileInfo, err error) {
+	abs, err = filepath.Abs(path)
 	if err != nil {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: err.Error()}
+		return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: err.Error()}
 	}
 	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
-		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "directory " + filepath.Dir(abs) + " does not exist"}
+		return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "directory " + filepath.Dir(abs) + " does not exist"}
 	}
 	if opts.MustExist {
 		if _, err := os.Stat(abs); err != nil {
-			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " does not exist (create it with fairrelay migrate --inbox or receive)"}
+			return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " does not exist (create it with fairrelay migrate --inbox or receive)"}
 		}
 		// An existing file that holds no inbox (empty, or another
 		// application's database) is missing too: refused on a read-only
@@ -174,9 +165,9 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 		// empty file its first page, so that nothing in it changes.
 		if err := sqlitestore.Probe(ctx, abs, opts.BusyTimeout, MigrationTable, "fairrelay_migration", "a fairrelay queue store, not an inbox", "no inbox"); err != nil {
 			if errors.Is(err, store.ErrMissing) {
-				return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " holds no inbox (create it with fairrelay migrate --inbox or receive)"}
+				return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " holds no inbox (create it with fairrelay migrate --inbox or receive)"}
 			}
-			return nil, openSQLiteError(abs, err)
+			return nil, "", nil, openSQLiteError(abs, err)
 		}
 	}
 	dsn := sqlitestore.DSN(abs, opts.BusyTimeout, true)
@@ -185,17 +176,19 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
-		return nil, err
+		return nil, "", nil, err
 	}
 	db.SetMaxOpenConns(1)
-	if err := sqlitestore.RefuseForeign(ctx, db, "fairrelay_migration", "a fairrelay queue store, not an inbox"); err != nil {
-		db.Close()
-		return nil, openSQLiteError(abs, err)
+	if !opts.MustExist { // else Probe checked it
+		if err := sqlitestore.RefuseForeign(ctx, db, "fairrelay_migration", "a fairrelay queue store, not an inbox"); err != nil {
+			db.Close()
+			return nil, "", nil, openSQLiteError(abs, err)
+		}
 	}
 	migs, err := sqlfile.Migrations(migrationsFS, "migrations/sqlite")
 	if err != nil {
 		db.Close()
-		return nil, err
+		return nil, "", nil, err
 	}
 	if opts.ReadOnly {
 		err = sqlfile.Check(ctx, db, MigrationTable, migs)
@@ -204,9 +197,14 @@ func openSQLite(ctx context.Context, path string, opts Options) (*sql.DB, error)
 	}
 	if err != nil {
 		db.Close()
-		return nil, openSQLiteError(abs, sqlitestore.Translate(err))
+		return nil, "", nil, openSQLiteError(abs, sqlitestore.Translate(err))
 	}
-	return db, nil
+	// The file its writes must keep going to (it exists now).
+	if file, err = os.Stat(abs); err != nil {
+		db.Close()
+		return nil, "", nil, openSQLiteError(abs, err)
+	}
+	return db, abs, file, nil
 }
 
 // openSQLiteError classifies a failure to open the SQLite inbox at path: a

@@ -6,7 +6,10 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/consume"
@@ -138,19 +141,35 @@ func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx co
 		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "exchange",
 			Message: "a consumer binds its queue to one exchange: " + topic.Placeholder + " in the exchange is for the relay's sink"}
 	}
-	// Connect once before the inbox is opened, as for NATS: a broker that
+	// Connect before the inbox is opened, as for NATS: a broker that
 	// cannot be reached (a wrong port, refused credentials) is refused
-	// with the field named and creates no inbox. Consume connects again.
+	// with the field named and creates no inbox. Consume's first dial
+	// takes this connection; its reconnections dial anew.
 	dial := e.Dialer("fairrelay receive", amqpCredentials())
-	conn, err := dial()
+	first, err := dial()
 	if err != nil {
 		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "amqp: connect: " + err.Error()}
 	}
-	conn.Close()
+	var mu sync.Mutex
+	take := func() *amqp091.Connection {
+		mu.Lock()
+		defer mu.Unlock()
+		c := first
+		first = nil
+		return c
+	}
 	return e.String(), func(ctx context.Context, opts consume.Options, ready func()) error {
-		return amqp.Consume(ctx, amqp.ConsumerOptions{Dial: dial, Queue: e.Queue,
-			Exchange: e.Exchange, BindingKey: e.BindingKey(), Logger: log, Ready: ready}, opts)
-	}, func() {}, nil
+			return amqp.Consume(ctx, amqp.ConsumerOptions{Dial: func() (*amqp091.Connection, error) {
+				if c := take(); c != nil {
+					return c, nil
+				}
+				return dial()
+			}, Queue: e.Queue, Exchange: e.Exchange, BindingKey: e.BindingKey(), Logger: log, Ready: ready}, opts)
+		}, func() {
+			if c := take(); c != nil { // never used: the inbox did not open
+				c.Close()
+			}
+		}, nil
 }
 
 func natsCredentials() jetstream.Credentials {

@@ -199,9 +199,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	s := &Store{path: abs, write: w, read: r, pruneLogFrames: pruneLogFrames}
-	if err := RefuseForeign(ctx, r, "fairrelay_inbox_migration", "a fairrelay inbox, not a queue store"); err != nil {
-		s.Close()
-		return nil, err
+	if !opts.MustExist { // else Probe checked it
+		if err := RefuseForeign(ctx, r, "fairrelay_inbox_migration", "a fairrelay inbox, not a queue store"); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	// The entry rule before anything writes (SPEC §7: opening under the
 	// other rule changes nothing): a store of an older version would
