@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -449,38 +450,68 @@ func TestPostgresCallsDoNotFailOnDeadlock(t *testing.T) {
 		}
 	})
 
-	t.Run("one event against a grouped batch", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		q, pool, schema := outboxStore(t, "frdeadlock2_", fairrelay.DaemonPolicy())
-		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "g0", Flow: "G0", Group: "G", Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
-			t.Fatal(err)
-		}
-		th, t2, t1 := begin(t, pool), begin(t, pool), begin(t, pool)
-		if _, err := q.EnqueuePgxTx(ctx, th, fairrelay.EnqueueParams{ID: "h1", Flow: "Z", Body: []byte("1"), At: fairrelay.AtStored}); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan result, 2)
-		// T2 stores d1 in Y and waits for h1 (TH), then will make X.
-		go func() {
-			got, err := sqlBatch(context.Background(), t2, schema, []string{"d1", "h1", "e2"}, []string{"Y", "Y", "X"}, []string{"G", "G", "G"})
-			done <- result{"t2", got, err}
-		}()
-		waitBlockedBy(t, pool, th)
-		// T1 makes X for d1 and waits for d1 (T2).
-		go one(q, t1, "t1", "d1", "X", done)
-		waitBlockedBy(t, pool, t2)
-		if err := th.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-		out := finish(t, map[string]pgx.Tx{"t1": t1, "t2": t2}, done)
-		for who, r := range out {
-			var pe *pgconn.PgError
-			if errors.As(r.err, &pe) || (r.err != nil && fairrelay.CodeOf(r.err) != fairrelay.CodeInvalidInput) {
-				t.Errorf("%s: %v (code %s): a call must answer, not fail", who, r.err, fairrelay.CodeOf(r.err))
+	// The batch's d1 and the one-event call's flow X: a cycle once the
+	// batch goes on to X's name. Which of the two the deadlock detector
+	// ends is set by each transaction's deadlock_timeout: "either" leaves
+	// both at the server's; "batch" makes the batch the one that detects
+	// it (the one-event call never looks), the case that failed before
+	// migration 022 — the batch's d1 came from a subtransaction that had
+	// committed into its attempt, so the one-event call waited for the
+	// batch's whole transaction, ending the attempt freed nothing, and
+	// every attempt met the same deadlock until the call failed.
+	for _, victim := range []string{"either", "batch"} {
+		t.Run("one event against a grouped batch, the detector ends "+victim, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q, pool, schema := outboxStore(t, "frdeadlock2_", fairrelay.DaemonPolicy())
+			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "g0", Flow: "G0", Group: "G", Body: []byte("0"), At: fairrelay.AtStored}); err != nil {
+				t.Fatal(err)
 			}
-		}
-	})
+			th, t2, t1 := begin(t, pool), begin(t, pool), begin(t, pool)
+			if victim == "batch" {
+				for tx, timeout := range map[pgx.Tx]string{t1: "60s", t2: "20ms"} {
+					if _, err := tx.Exec(ctx, "SET LOCAL deadlock_timeout = '"+timeout+"'"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if _, err := q.EnqueuePgxTx(ctx, th, fairrelay.EnqueueParams{ID: "h1", Flow: "Z", Body: []byte("1"), At: fairrelay.AtStored}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan result, 2)
+			// T2 stores d1 in Y and waits for h1 (TH), then will make X.
+			go func() {
+				got, err := sqlBatch(context.Background(), t2, schema, []string{"d1", "h1", "e2"}, []string{"Y", "Y", "X"}, []string{"G", "G", "G"})
+				done <- result{"t2", got, err}
+			}()
+			waitBlockedBy(t, pool, th)
+			// T1 makes X for d1 and waits for d1 (T2).
+			go one(q, t1, "t1", "d1", "X", done)
+			waitBlockedBy(t, pool, t2)
+			if err := th.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			out := finish(t, map[string]pgx.Tx{"t1": t1, "t2": t2}, done)
+			// Exactly one of the two stored d1. When the one-event call
+			// did, it made X its own group's flow, and the batch, which
+			// names group G for e2 in X, is refused whole (SQL: FR002,
+			// field group; SPEC §8, a flow's group is fixed); otherwise
+			// the batch answered every event: h1 is TH's (in Z), and e2
+			// made X in G.
+			var pe *pgconn.PgError
+			if r := out["t1"]; r.err != nil {
+				t.Errorf("t1: %v (code %s): a call must answer, not fail", r.err, fairrelay.CodeOf(r.err))
+			} else if r.got[0] == "created 1 " {
+				if r2 := out["t2"]; !errors.As(r2.err, &pe) || pe.Code != "FR002" || pe.Detail != "group" {
+					t.Errorf("t2: %v %v, want FR002 (group): t1 made X its own group's", r2.got, r2.err)
+				}
+			} else if r.got[0] != "conflict 0 " {
+				t.Errorf("t1: %v, want created 1 or conflict", r.got)
+			} else if d := cmp.Diff([]string{"created 1 ", "conflict 0 ", "created 1 "}, out["t2"].got); d != "" || out["t2"].err != nil {
+				t.Errorf("t2: %v; answers (-want +got):\n%s", out["t2"].err, d)
+			}
+		})
+	}
 }
 
 // The batch path of enqueue_many (several events, no group) is taken only
