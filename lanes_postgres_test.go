@@ -3,6 +3,7 @@ package fairrelay_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -488,5 +489,28 @@ func TestPostgresResumeSeesTheHeadAnOutboxAppended(t *testing.T) {
 	cs, err := queuetest.Claims(q.Claim(ctx, fairrelay.ClaimParams{At: 1, Limit: 3}))
 	if err != nil || len(cs) != 2 || cs[0].Token.EventID != "A2" && cs[1].Token.EventID != "A2" {
 		t.Fatalf("claim after the resume: %+v %v, want A2 (A's new head) and C1", cs, err)
+	}
+}
+
+// An enqueue that waits past the busy timeout for a flow an open outbox
+// transaction holds answers busy with what happened and what to do — not
+// only the server's "canceling statement due to lock timeout" (a fresh
+// user's report) — and changes nothing.
+func TestPostgresBusyEnqueueSaysWhatHeldIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool := postgresQueue(t, "frbusymsg", 200*time.Millisecond)
+	if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	holdFlowA(t, q, pool)
+	_, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A3", Flow: "A", Body: []byte(`{"delta":3}`), At: fairrelay.AtStored})
+	if fairrelay.CodeOf(err) != fairrelay.CodeBusy || !strings.Contains(err.Error(), "another transaction held a row this call needs") ||
+		!strings.Contains(err.Error(), "nothing was changed, try again") {
+		t.Fatalf("enqueue onto a held flow: %v (code %s), want busy saying another transaction held it", err, fairrelay.CodeOf(err))
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM event WHERE event_id = 'A3'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("A3 rows: %d %v, want none", n, err)
 	}
 }

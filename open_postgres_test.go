@@ -59,6 +59,12 @@ func TestOpenPostgresRefusesWhatIsNotAQueue(t *testing.T) {
 	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput {
 		t.Fatalf("bad schema name: %v", err)
 	}
+	// Upper case: hand-written SQL (relay.enqueue) would fold it to
+	// another schema's name; refused, naming the lower-case one.
+	_, err = fairrelay.Open(ctx, base+sep+"schema=Frt_Upper", fairrelay.Config{})
+	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "schema=frt_upper") {
+		t.Fatalf("upper-case schema name: %v, want invalid_input naming schema=frt_upper", err)
+	}
 	_, err = fairrelay.Open(ctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", fairrelay.Config{})
 	if fairrelay.CodeOf(err) != fairrelay.CodeDatabase {
 		t.Fatalf("unreachable server: %v, want a database error", err)

@@ -110,15 +110,19 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// schemaName is what a schema=NAME parameter may hold: a plain identifier of
-// at most 63 bytes (PostgreSQL's limit), so that no name is ever truncated or
-// needs more than quoting.
-var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+// schemaName is what a schema=NAME parameter may hold: a plain lower-case
+// identifier of at most 63 bytes (PostgreSQL's limit), so that no name is
+// ever truncated, and SQL written by hand (SELECT * FROM relay.enqueue(…))
+// names the same schema without quotes: PostgreSQL folds an unquoted name to
+// lower case, so a schema "Relay" would be "relay" to every such caller (a
+// fresh user's report).
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // ParseDSN splits a postgres:// or postgresql:// URL into the connection
 // string pgx receives and the schema named by its `schema` query parameter
 // ("" when absent). Errors: a URL that does not parse, a schema that is not
-// an identifier of letters, digits and underscores (at most 63 bytes).
+// an identifier of lower-case letters, digits and underscores (at most 63
+// bytes).
 func ParseDSN(dsn string) (conn string, schema string, err error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -127,7 +131,10 @@ func ParseDSN(dsn string) (conn string, schema string, err error) {
 	v := u.Query()
 	schema = v.Get("schema")
 	if v.Has("schema") && !schemaName.MatchString(schema) {
-		return "", "", fmt.Errorf("schema %q: want letters, digits and underscores, at most 63 bytes, not starting with a digit", schema)
+		if lower := strings.ToLower(schema); lower != schema && schemaName.MatchString(lower) {
+			return "", "", fmt.Errorf("schema %q: use lower case (schema=%s): PostgreSQL folds unquoted names to lower case, so SQL that calls the store's functions by hand would name another schema", schema, lower)
+		}
+		return "", "", fmt.Errorf("schema %q: want lower-case letters, digits and underscores, at most 63 bytes, not starting with a digit", schema)
 	}
 	v.Del("schema")
 	u.RawQuery = v.Encode()
@@ -488,6 +495,10 @@ func Translate(err error) error {
 			return &store.ClockRegressedError{At: at, Stored: stored}
 		case pe.Code == "FR002": // enqueue_many: invalid input, the field in DETAIL
 			return &store.InvalidError{Field: pe.Detail, Message: pe.Message}
+		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
+			return fmt.Errorf("%w: another transaction held a row this call needs (a flow, an event id or a group's limit) past the lock timeout; nothing was changed, try again: %w", store.ErrBusy, err)
+		case pe.Code == "40P01": // deadlock_detected
+			return fmt.Errorf("%w: a deadlock with another transaction; nothing was changed (a transaction of yours is left aborted: roll it back and run it again): %w", store.ErrBusy, err)
 		case busyCodes[pe.Code]:
 			return fmt.Errorf("%w: %w", store.ErrBusy, err)
 		case pe.Code == "3D000": // invalid_catalog_name: no such database
