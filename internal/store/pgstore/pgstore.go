@@ -471,6 +471,7 @@ var busyCodes = map[string]bool{
 	"55P03": true, // lock_not_available (lock_timeout)
 	"53300": true, // too_many_connections
 	"57P03": true, // cannot_connect_now (server starting or shutting down)
+	"FR006": true, // enqueue_many: ten start-overs, each after losing a race for an id (migration 023)
 }
 
 // SQLSTATE codes that mean the server does not hold the database asked for.
@@ -498,7 +499,7 @@ func Translate(err error) error {
 		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
 			return fmt.Errorf("%w: another transaction held a row this call needs (a flow, an event id or a group's limit) past the lock timeout; nothing was changed, try again: %w", store.ErrBusy, err)
 		case pe.Code == "40P01": // deadlock_detected
-			return fmt.Errorf("%w: a deadlock with another transaction; nothing was changed (a transaction of yours is left aborted: roll it back and run it again): %w", store.ErrBusy, err)
+			return fmt.Errorf("%w: a deadlock with another transaction; nothing was changed, try again (in a transaction of your own, roll it back and run it again): %w", store.ErrBusy, err)
 		case busyCodes[pe.Code]:
 			return fmt.Errorf("%w: %w", store.ErrBusy, err)
 		case pe.Code == "3D000": // invalid_catalog_name: no such database

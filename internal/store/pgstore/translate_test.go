@@ -18,7 +18,7 @@ import (
 func TestTranslateBusySaysWhatToDo(t *testing.T) {
 	for code, want := range map[string]string{
 		"55P03": "another transaction held a row this call needs",
-		"40P01": "roll it back and run it again",
+		"40P01": "try again (in a transaction of your own, roll it back and run it again)",
 	} {
 		err := pgstore.Translate(fmt.Errorf("enqueue_many: %w", &pgconn.PgError{Code: code, Message: "server words"}))
 		if !errors.Is(err, store.ErrBusy) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "server words") {
