@@ -1,6 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
@@ -189,23 +194,39 @@ func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool) err
 }
 
 func newExpediteCmd() *cobra.Command {
-	var queue, id, reason, operator string
+	var queue, id, reason, operator, flow string
 	var gen, at int64
+	var all bool
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "expedite --queue Q --id ID --expected-generation G --reason TEXT [--operator NAME] [--at TICK]",
+		Use:   "expedite --queue Q (--id ID --expected-generation G | --all [--flow F]) --reason TEXT [--operator NAME] [--at TICK]",
 		Short: "Cut a head's backoff short: eligible now, attempts unchanged, with an audit row (SPEC §9)",
 		Long: `For a head that is backing off (ready, with next_at after now) at the
 generation given: next_at becomes now. Prints {"status":"ready","next_at":T} or
 {"status":"rejected","reason":...} (empty_reason, not_ready, not_backing_off,
-generation_mismatch; exit 1, nothing changed).`,
+generation_mismatch; exit 1, nothing changed).
+
+--all expedites every head backing off (of --flow, when given) at the
+generation the listing showed — after a receiver's outage, say, when every
+flow's head waits out a backoff of up to the policy's cap — one expedite and
+one audit row each, and prints one JSON line per event with its id. A head
+that changed meanwhile is rejected and left alone (exit 1 when any was).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pol, err := pf.policy()
 			if err != nil {
 				return err
 			}
-			if err := requireFlags(cmd, "id", "expected-generation", "reason"); err != nil {
+			need := []string{"id", "expected-generation", "reason"}
+			if all {
+				if cmd.Flags().Changed("id") || cmd.Flags().Changed("expected-generation") {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "all", Message: "give --all or --id with --expected-generation, not both"}
+				}
+				need = []string{"reason"}
+			} else if cmd.Flags().Changed("flow") {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flow", Message: "narrows --all only: give --all, or --id with --expected-generation"}
+			}
+			if err := requireFlags(cmd, need...); err != nil {
 				return err
 			}
 			if operator == "" {
@@ -216,6 +237,9 @@ generation_mismatch; exit 1, nothing changed).`,
 				return err
 			}
 			defer q.Close()
+			if all {
+				return expediteAll(cmd, q, flow, reason, operator, atFlag(cmd, at))
+			}
 			r, err := q.Expedite(cmd.Context(), fairrelay.ExpediteParams{EventID: id, ExpectedGeneration: gen, Reason: reason, Operator: operator, At: atFlag(cmd, at)})
 			if err != nil {
 				return err
@@ -230,8 +254,89 @@ generation_mismatch; exit 1, nothing changed).`,
 	f.StringVar(&reason, "reason", "", "why; kept in the audit row")
 	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row (default: the OS user running the command)")
 	f.Int64Var(&at, "at", 0, atUsage)
+	f.BoolVar(&all, "all", false, "expedite every head backing off (narrow with --flow)")
+	f.StringVar(&flow, "flow", "", "with --all: only this flow")
 	pf.registerAdmin(cmd)
 	return cmd
+}
+
+// expediteAll expedites the heads backing off (ready, next_at after the
+// stored tick read first) of every flow, or of flow, each in its own
+// transaction at the generation it was listed with, and prints one line
+// per event. It pages through the flows by id (keyset), however many
+// there are. Expedite errors stop it; rejections (a head that moved
+// meanwhile) are printed and it goes on.
+func expediteAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reason, operator string, at int64) error {
+	ctx := cmd.Context()
+	// The clock first (SPEC §2), also when no head matches.
+	if err := q.CheckTick(ctx, "expedite", at, false); err != nil {
+		return err
+	}
+	c, err := q.Clock(ctx)
+	if err != nil {
+		return err
+	}
+	now := c.Tick
+	if at != fairrelay.AtStored {
+		now = max(now, at)
+	}
+	const page = 1000
+	n, rejected := 0, 0
+	why := map[string]int{}
+	each := func(h fairrelay.Head) error {
+		e := h.Head
+		if e == nil || e.State != fairrelay.StateReady || e.NextAt == nil || *e.NextAt <= now {
+			return nil
+		}
+		r, err := q.Expedite(ctx, fairrelay.ExpediteParams{EventID: e.ID, ExpectedGeneration: e.Generation, Reason: reason, Operator: operator, At: at})
+		if err != nil {
+			return fmt.Errorf("expedite %s: %w", e.ID, err)
+		}
+		if r.Status == fairrelay.ActionRejected {
+			rejected++
+			why[r.RejectReason]++
+		}
+		line := script.ActionResult(r)
+		line["id"] = e.ID
+		n++
+		return printJSON(cmd.OutOrStdout(), line)
+	}
+	if flow != "" {
+		fi, err := q.Flow(ctx, flow)
+		if err != nil {
+			return err
+		}
+		if err := each(fi.Head); err != nil {
+			return err
+		}
+	} else {
+		for after := ""; ; {
+			hs, err := q.Heads(ctx, after, page)
+			if err != nil {
+				return err
+			}
+			for _, h := range hs {
+				if err := each(h); err != nil {
+					return err
+				}
+			}
+			if len(hs) < page {
+				break
+			}
+			after = hs[len(hs)-1].Flow
+		}
+	}
+	if n == 0 {
+		return notApplied("expedite: no head is backing off; nothing changed")
+	}
+	if rejected > 0 {
+		reasons := make([]string, 0, len(why))
+		for _, k := range slices.Sorted(maps.Keys(why)) {
+			reasons = append(reasons, fmt.Sprintf("%s %d", k, why[k]))
+		}
+		return notApplied("expedite: %d of %d rejected (%s); nothing changed for them", rejected, n, strings.Join(reasons, ", "))
+	}
+	return nil
 }
 
 // newFlowActionCmd is pause or resume.

@@ -263,3 +263,56 @@ func TestPruneInboxSupersededHeld(t *testing.T) {
 		t.Errorf("held after the prune: %s; want A3 alone", out)
 	}
 }
+
+// expedite --all cuts short every head backing off (of --flow, when given),
+// each at the generation listed, one JSON line and one audit row each, and
+// leaves heads that are not backing off alone; with none it exits 1,
+// changing nothing. --flow without --all, and --all with --id, are refused
+// (a fresh user's report: after a receiver's outage, every head waits out
+// its backoff and expedite took one id at a time).
+func TestExpediteAll(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	run := func(want int, args ...string) string {
+		t.Helper()
+		out, errOut, code := cli(t, "", args...)
+		if code != want {
+			t.Fatalf("%v: exit %d, want %d: %s%s", args, code, want, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	// A, B and C each get a head that fails once (backing off); D's head
+	// is ready and due.
+	for _, f := range []string{"A", "B", "C", "D"} {
+		run(0, "enqueue", "--queue", q, "--id", f+"1", "--flow", f, "--delta", "1", "--at", "0")
+	}
+	for range 3 {
+		var cl struct {
+			ID         string `json:"id"`
+			Generation int64  `json:"generation"`
+		}
+		if err := json.Unmarshal([]byte(run(0, "claim", "--queue", q, "--at", "0")), &cl); err != nil {
+			t.Fatal(err)
+		}
+		if got := run(0, "settle", "--queue", q, "--id", cl.ID, "--generation", strconv.FormatInt(cl.Generation, 10), "--outcome", "retry", "--at", "0"); !strings.Contains(got, `"ready"`) {
+			t.Fatalf("settle %s retry: %s", cl.ID, got)
+		}
+	}
+	run(2, "expedite", "--queue", q, "--flow", "A", "--reason", "x")
+	run(2, "expedite", "--queue", q, "--all", "--id", "A1", "--expected-generation", "1", "--reason", "x")
+	if got := run(0, "expedite", "--queue", q, "--all", "--flow", "B", "--reason", "receiver back", "--at", "5"); got != `{"id":"B1","next_at":5,"status":"ready"}` {
+		t.Fatalf("expedite --all --flow B: %s", got)
+	}
+	got := run(0, "expedite", "--queue", q, "--all", "--reason", "receiver back", "--operator", "ana", "--at", "6")
+	if want := `{"id":"A1","next_at":6,"status":"ready"}` + "\n" + `{"id":"C1","next_at":6,"status":"ready"}`; got != want {
+		t.Fatalf("expedite --all:\n%s\nwant\n%s", got, want)
+	}
+	audit := run(0, "inspect", "--queue", q, "audit", "--json")
+	if strings.Count(audit, `"action":"expedite"`) != 3 || !strings.Contains(audit, `"operator":"ana"`) {
+		t.Fatalf("audit:\n%s", audit)
+	}
+	run(1, "expedite", "--queue", q, "--all", "--reason", "again", "--at", "7")
+	if after := run(0, "inspect", "--queue", q, "audit", "--json"); after != audit {
+		t.Fatalf("expedite --all with nothing backing off changed the audit:\n%s", after)
+	}
+}
