@@ -322,7 +322,8 @@ func Delta(body []byte) (delta int64, ok, tooLarge bool) {
 // seq <= the flow's projected seq → sequence_conflict; seq beyond the next →
 // gap; a body that is not a ledger body → invalid_body; delta over
 // MaxDelta → unsupported_delta; otherwise the receipt and the effect commit
-// together → accepted. Errors reach the caller and nothing is written; they
+// together → accepted. An event an operator waived (Waive) answers duplicate where
+// the id or seq checks would refuse it. Errors reach the caller and nothing is written; they
 // are never turned into an outcome: ErrInvalidInput naming id or flow (they
 // break fairrelay.CheckID's rule) or seq (below 1), checked first; database
 // errors and ErrBusy.
@@ -431,7 +432,7 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 	case same:
 		return fairrelay.OutcomeDuplicate, nil
 	case found:
-		return fairrelay.OutcomeIDConflict, nil
+		return refusedUnlessWaived(ctx, tx, d, fairrelay.OutcomeIDConflict)
 	}
 	var pseq, total int64
 	err := tx.QueryRowContext(ctx, q["ProjectionGet"], d.Flow).Scan(&pseq, &total)
@@ -440,7 +441,7 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 	}
 	switch {
 	case d.Seq <= pseq:
-		return fairrelay.OutcomeSequenceConflict, nil
+		return refusedUnlessWaived(ctx, tx, d, fairrelay.OutcomeSequenceConflict)
 	case d.Seq > pseq+1:
 		return fairrelay.OutcomeGap, nil
 	}
@@ -461,6 +462,19 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 		return "", fmt.Errorf("ProjectionUpsert: %w", err)
 	}
 	return fairrelay.OutcomeAccepted, nil
+}
+
+// refusedUnlessWaived answers refusal for d, or duplicate when an operator
+// waived d (Waive): the event its seq was given to, with no effect.
+func refusedUnlessWaived(ctx context.Context, tx *sql.Tx, d Delivery, refusal fairrelay.Outcome) (fairrelay.Outcome, error) {
+	ok, err := waived(ctx, tx, d)
+	switch {
+	case err != nil:
+		return "", err
+	case ok:
+		return fairrelay.OutcomeDuplicate, nil
+	}
+	return refusal, nil
 }
 
 // Receipt is one receipt in a snapshot.

@@ -77,3 +77,17 @@ SELECT event_id, flow_id, seq, min(reason) FROM held
 WHERE flow_id = $1 AND seq = $2 AND event_id > $3
 GROUP BY flow_id, seq, event_id
 ORDER BY event_id;
+
+-- name: WaiverGet
+SELECT event_id FROM waiver WHERE flow_id = $1 AND seq = $2;
+
+-- name: WaiverInsert
+INSERT INTO waiver (flow_id, seq, event_id, reason, operator, waived_at) VALUES ($1, $2, $3, $4, $5, $6);
+
+-- name: WaiverPage
+SELECT flow_id, seq, event_id, reason, operator, waived_at FROM waiver
+WHERE flow_id > $1 OR (flow_id = $1 AND seq > $2)
+ORDER BY flow_id, seq LIMIT $3;
+
+-- name: HeldDeleteWaived
+DELETE FROM held WHERE flow_id = $1 AND seq = $2 AND event_id = $3;

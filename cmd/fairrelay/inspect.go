@@ -23,8 +23,8 @@ func newInspectCmd() *cobra.Command {
 	var limit int
 	var afterNo, afterSeq int64
 	cmd := &cobra.Command{
-		Use:   "inspect (--queue Q [flows|heads|quarantined|groups|settings|audit|clock] | --queue Q events [--flow F] | --queue Q attempts --id ID | --inbox I [receipts|projection|held]) [--json]",
-		Short: "Show a queue store's flows, heads, events, quarantined events, groups, settings, audit log, an event's attempts or the clock, or an inbox's receipts, projection and held deliveries",
+		Use:   "inspect (--queue Q [flows|heads|quarantined|groups|settings|audit|clock] | --queue Q events [--flow F] | --queue Q attempts --id ID | --inbox I [receipts|projection|held|waivers]) [--json]",
+		Short: "Show a queue store's flows, heads, events, quarantined events, groups, settings, audit log, an event's attempts or the clock, or an inbox's receipts, projection, held deliveries and waivers",
 		Long: `Read-only views of a queue store:
   flows        each flow with its last seq, served ticket, group and whether paused
   heads        each flow with its head event (the default)
@@ -62,9 +62,11 @@ and of an inbox (--inbox, the receiver's store):
                flow, seq and reason (gap: its flow's previous event is not
                applied yet; or the outcome that refuses it for good, retried
                until the cause is fixed), by flow and seq
+  waivers      the events an operator waived (fairrelay waive): flow, seq,
+               event id, when, who and why, by flow and seq
 Both refuse a store that does not exist. --limit rows at a time; a full page
 says on stderr how to ask for the next (--after FLOW, and --after-seq N for
-receipts and held). A readable table by default; --json prints one JSON object per line. Stored
+receipts, held and waivers). A readable table by default; --json prints one JSON object per line. Stored
 text is data: a table shows a value with control or format characters
 Go-quoted ("a\tb"), and JSON escapes them (\u001b), so nothing a store holds
 can forge lines or drive the terminal.`,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,9 +23,9 @@ type inboxPage struct {
 // from a store that must exist.
 func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage) error {
 	switch view {
-	case "receipts", "projection", "held":
+	case "receipts", "projection", "held", "waivers":
 	default:
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown inbox view %q: receipts, projection or held", view)}
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown inbox view %q: receipts, projection, held or waivers", view)}
 	}
 	if p.afterSeq < 0 {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "must not be negative"}
@@ -61,6 +62,23 @@ func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage
 			}
 		}
 		return printView(cmd, anyRows(hs), table, asJSON, p.limit, next)
+	}
+	if view == "waivers" {
+		ws, err := in.Waivers(ctx, p.afterFlow, p.afterSeq, p.limit)
+		if err != nil {
+			return err
+		}
+		if len(ws) >= p.limit {
+			last := ws[len(ws)-1]
+			next = "--after " + shellQuote(last.Flow) + " --after-seq " + strconv.FormatInt(last.Seq, 10)
+		}
+		table := func(w io.Writer) {
+			fmt.Fprintln(w, "FLOW\tSEQ\tID\tWAIVED AT\tOPERATOR\tREASON")
+			for _, x := range ws {
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", cell(x.Flow), x.Seq, cell(x.EventID), x.WaivedAt.Format(time.RFC3339), cell(x.Operator), cell(x.Reason))
+			}
+		}
+		return printView(cmd, anyRows(ws), table, asJSON, p.limit, next)
 	}
 	if view == "receipts" {
 		rs, err := in.Receipts(ctx, p.afterFlow, p.afterSeq, p.limit)

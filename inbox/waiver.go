@@ -1,0 +1,157 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// A flow whose next event the receiver can never take — its id is another
+// event's receipt already (an id a producer used again after the queue
+// forgot it), or its body is one this receiver refuses for good — is held
+// up for good: the relay quarantines the event, and a redrive meets the
+// same answer (SPEC §2: the head blocks its flow; quarantine ends only by
+// a redrive). The documented way out was to make the receiver accept the
+// event as a no-op, which fairrelay's own receiver could not do (a fresh
+// user's report). A waiver does that: an operator's decision, recorded
+// with a reason, that the flow's next seq is taken by one event with no
+// effect.
+
+// WaiveParams name the event waived: its id, flow and seq, as the queue
+// holds it (fairrelay inspect quarantined), why, and who decided.
+type WaiveParams struct {
+	// EventID and Flow follow fairrelay.CheckID's rule.
+	EventID string
+	Flow    string
+	// Seq must be the one the flow waits for: its projected seq + 1.
+	Seq int64
+	// Reason is required (non-empty after trimming), as a redrive's.
+	Reason string
+	// Operator is who decided; may be empty.
+	Operator string
+}
+
+// Waiver is one recorded waiver.
+type Waiver struct {
+	Flow     string `json:"flow"`
+	Seq      int64  `json:"seq"`
+	EventID  string `json:"id"`
+	Reason   string `json:"reason"`
+	Operator string `json:"operator,omitempty"`
+	// WaivedAt is the wall-clock time it was written (UTC).
+	WaivedAt time.Time `json:"waived_at"`
+}
+
+// Waive records, in one transaction, that seq p.Seq of flow p.Flow is taken
+// by event p.EventID with no effect: the flow's projection moves to p.Seq
+// (its total unchanged), and from then on a delivery of that event at that
+// seq answers duplicate, so the sender acks it (after a redrive, for a
+// quarantined head) and the flow goes on; a broker consumer's held events
+// after it apply at its next retry (its held copies of the event itself
+// are deleted). Any other delivery answers as before.
+// Errors (nothing written): ErrInvalidInput naming id or flow (CheckID's
+// rule), seq (below 1, or not the seq the flow waits for: its projected
+// seq + 1; a flow applied up to seq P can only waive P+1), or reason
+// (empty); ErrInvalidInput naming id when that event is already applied at
+// that seq (nothing to waive); database errors and ErrBusy.
+func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
+	d := Delivery{EventID: p.EventID, Flow: p.Flow, Seq: p.Seq}
+	if err := d.check(); err != nil {
+		return err
+	}
+	if strings.TrimSpace(p.Reason) == "" {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason", Message: "is empty: a waiver records why the event may go without its effect"}
+	}
+	tx, err := in.begin(ctx)
+	if err != nil {
+		return dbError("waive: begin transaction", in.translate(err))
+	}
+	defer tx.Rollback()
+	if in.lock != "" {
+		if _, err := tx.ExecContext(ctx, in.lock, d.Flow, d.EventID); err != nil {
+			return dbError("waive", in.translate(err))
+		}
+	}
+	var pseq, total int64
+	err = tx.QueryRowContext(ctx, q["ProjectionGet"], d.Flow).Scan(&pseq, &total)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return dbError("waive", in.translate(fmt.Errorf("ProjectionGet: %w", err)))
+	}
+	if d.Seq != pseq+1 {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",
+			Message: fmt.Sprintf("flow %q has applied up to seq %d: only seq %d, the one it waits for, can be waived, not %d", d.Flow, pseq, pseq+1, d.Seq)}
+	}
+	var op any
+	if p.Operator != "" {
+		op = p.Operator
+	}
+	if _, err := tx.ExecContext(ctx, q["WaiverInsert"], d.Flow, d.Seq, d.EventID, p.Reason, op,
+		time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return dbError("waive", in.translate(fmt.Errorf("WaiverInsert: %w", err)))
+	}
+	if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, d.Seq, total); err != nil {
+		return dbError("waive", in.translate(fmt.Errorf("ProjectionUpsert: %w", err)))
+	}
+	// A broker consumer's held copies of the event go with it: they would
+	// never apply.
+	if _, err := tx.ExecContext(ctx, q["HeldDeleteWaived"], d.Flow, d.Seq, d.EventID); err != nil {
+		return dbError("waive", in.translate(fmt.Errorf("HeldDeleteWaived: %w", err)))
+	}
+	if err := tx.Commit(); err != nil {
+		return dbError("waive: commit", in.translate(err))
+	}
+	return nil
+}
+
+// waived reports whether d is the event a waiver took its seq for. It is
+// asked only where Receive would refuse d (SPEC §3's id_conflict or
+// sequence_conflict: a waived seq is at or below the flow's projected
+// seq), so a delivery that applies pays nothing for it.
+func waived(ctx context.Context, tx *sql.Tx, d Delivery) (bool, error) {
+	var id string
+	err := tx.QueryRowContext(ctx, q["WaiverGet"], d.Flow, d.Seq).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("WaiverGet: %w", err)
+	}
+	return id == d.EventID, nil
+}
+
+// Waivers lists up to limit waivers in (flow, seq) order, starting after
+// the waiver of flow afterFlow at seq afterSeq ("" and 0: from the first).
+// Errors: ErrInvalidInput as Receipts'; database errors.
+func (in *Inbox) Waivers(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]Waiver, error) {
+	if err := checkPage(afterFlow, afterSeq, limit); err != nil {
+		return nil, err
+	}
+	rows, err := in.db.QueryContext(ctx, q["WaiverPage"], afterFlow, afterSeq, limit)
+	if err != nil {
+		return nil, dbError("inbox waivers", in.translate(err))
+	}
+	defer rows.Close()
+	out := []Waiver{}
+	for rows.Next() {
+		var w Waiver
+		var op sql.NullString
+		var at string
+		if err := rows.Scan(&w.Flow, &w.Seq, &w.EventID, &w.Reason, &op, &at); err != nil {
+			return nil, dbError("inbox waivers", in.translate(err))
+		}
+		w.Operator = op.String
+		if w.WaivedAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
+			return nil, dbError("inbox waivers", fmt.Errorf("waiver of %s seq %d: waived_at %q: %w", w.Flow, w.Seq, at, err))
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbError("inbox waivers", in.translate(err))
+	}
+	return out, nil
+}

@@ -1,0 +1,124 @@
+package inbox_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+)
+
+// An operator waives a flow's next event, one the receiver can never take
+// (an id another event's receipt holds; a delta it refuses): the flow's
+// projection moves past it with its total unchanged, a delivery of that
+// event then answers duplicate (the relay acks it after a redrive), any
+// other delivery answers as before, the events after it apply, and a
+// consumer's held copies of it go. Only the seq the flow waits for can be
+// waived, with a reason; a refused waiver writes nothing. Both backends.
+func TestWaive(t *testing.T) {
+	eachBackend(t, "frinwaive", inbox.Options{MaxDelta: 5}, func(t *testing.T, in *inbox.Inbox) {
+		ctx := t.Context()
+		d := func(id, flow string, seq, delta int) inbox.Delivery {
+			return inbox.Delivery{EventID: id, Flow: flow, Seq: int64(seq), Body: fmt.Appendf(nil, `{"delta":%d}`, delta)}
+		}
+		receive := func(x inbox.Delivery, want fairrelay.Outcome) {
+			t.Helper()
+			if out, err := in.Receive(ctx, x); err != nil || out != want {
+				t.Fatalf("receive %s %s/%d: %q %v, want %q", x.EventID, x.Flow, x.Seq, out, err, want)
+			}
+		}
+		total := func(flow string) inbox.Projection {
+			t.Helper()
+			ps, err := in.Projections(ctx, "", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range ps {
+				if p.Flow == flow {
+					return p
+				}
+			}
+			return inbox.Projection{Flow: flow}
+		}
+		// A1 is applied; a producer uses its id again for A's seq 2.
+		receive(d("A1", "A", 1, 1), fairrelay.OutcomeAccepted)
+		reused := d("A1", "A", 2, 2)
+		receive(reused, fairrelay.OutcomeIDConflict)
+		for _, bad := range []struct {
+			p     inbox.WaiveParams
+			field string
+		}{
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 3, Reason: "x"}, "seq"}, // not the seq A waits for
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 1, Reason: "x"}, "seq"}, // applied already
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 2, Reason: "  "}, "reason"},
+			{inbox.WaiveParams{EventID: "", Flow: "A", Seq: 2, Reason: "x"}, "id"},
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 0, Reason: "x"}, "seq"},
+		} {
+			err := in.Waive(ctx, bad.p)
+			var fe *fairrelay.Error
+			if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != bad.field {
+				t.Errorf("waive %+v: %v, want invalid_input naming %s", bad.p, err, bad.field)
+			}
+		}
+		if got := total("A"); got != (inbox.Projection{Flow: "A", Seq: 1, Total: 1}) {
+			t.Fatalf("A after refused waivers: %+v, want seq 1 total 1 (nothing written)", got)
+		}
+		if err := in.Waive(ctx, inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 2, Reason: "id reused after retention", Operator: "ana"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := total("A"); got != (inbox.Projection{Flow: "A", Seq: 2, Total: 1}) {
+			t.Fatalf("A after the waiver: %+v, want seq 2 with the total unchanged", got)
+		}
+		receive(reused, fairrelay.OutcomeDuplicate)
+		receive(d("A1", "A", 1, 1), fairrelay.OutcomeDuplicate)        // its own receipt
+		receive(d("Z9", "A", 2, 2), fairrelay.OutcomeSequenceConflict) // another id at the waived seq
+		receive(d("A3", "A", 3, 3), fairrelay.OutcomeAccepted)
+		if got := total("A"); got != (inbox.Projection{Flow: "A", Seq: 3, Total: 4}) {
+			t.Fatalf("A after A3: %+v, want seq 3 total 4", got)
+		}
+
+		// A body refused for good, held by a consumer with what follows it.
+		poison, next := d("B1", "B", 1, 100), d("B2", "B", 2, 1)
+		receive(poison, fairrelay.OutcomeUnsupportedDelta)
+		for _, x := range []inbox.Delivery{poison, next} {
+			if held, err := in.Hold(ctx, x, fairrelay.OutcomeUnsupportedDelta); err != nil || !held {
+				t.Fatalf("hold %s: %v %v", x.EventID, held, err)
+			}
+		}
+		if err := in.Waive(ctx, inbox.WaiveParams{EventID: "B1", Flow: "B", Seq: 1, Reason: "refund sent by hand"}); err != nil {
+			t.Fatal(err)
+		}
+		receive(poison, fairrelay.OutcomeDuplicate)
+		r, err := in.ReceiveHeld(ctx, "B", 100)
+		if err != nil || !cmp.Equal(r.Applied, []inbox.Receipt{{ID: "B2", Flow: "B", Seq: 2}}) || r.Remaining {
+			t.Fatalf("B's held after the waiver: %+v %v, want B2 applied, nothing left", r, err)
+		}
+		if n, err := in.HeldCount(ctx); err != nil || n != 0 {
+			t.Fatalf("held after the waiver: %d %v, want none (B1's copy goes with the waiver)", n, err)
+		}
+		if got := total("B"); got != (inbox.Projection{Flow: "B", Seq: 2, Total: 1}) {
+			t.Fatalf("B: %+v, want seq 2 total 1 (B1's delta never applied)", got)
+		}
+
+		ws, err := in.Waivers(ctx, "", 0, 10)
+		want := []inbox.Waiver{
+			{Flow: "A", Seq: 2, EventID: "A1", Reason: "id reused after retention", Operator: "ana"},
+			{Flow: "B", Seq: 1, EventID: "B1", Reason: "refund sent by hand"},
+		}
+		if err != nil || !cmp.Equal(ws, want, cmpopts.IgnoreFields(inbox.Waiver{}, "WaivedAt")) {
+			t.Fatalf("waivers: %+v %v, want %+v", ws, err, want)
+		}
+		for _, w := range ws {
+			if w.WaivedAt.IsZero() {
+				t.Errorf("waiver %s/%d has no time", w.Flow, w.Seq)
+			}
+		}
+		if ws, err := in.Waivers(ctx, "A", 2, 10); err != nil || len(ws) != 1 || ws[0].Flow != "B" {
+			t.Fatalf("waivers after A/2: %+v %v, want B's", ws, err)
+		}
+	})
+}
