@@ -147,6 +147,12 @@ can forge lines or drive the terminal.`,
 				if len(hs) > 0 {
 					next = "--after " + shellQuote(hs[len(hs)-1].Flow)
 				}
+				// The stored tick, for DUE's distance from it (1 tick = 1 ms
+				// on the daemon clock).
+				clock, err := q.Clock(ctx)
+				if err != nil {
+					return err
+				}
 				for _, h := range hs {
 					if view == "flows" {
 						rows = append(rows, h.FlowState)
@@ -171,7 +177,7 @@ can forge lines or drive the terminal.`,
 							continue
 						}
 						e := h.Head
-						fmt.Fprintf(w, "%s\t%d\t%d\t%t\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", cell(h.Flow), h.Seq, h.Served, h.Paused, cell(e.ID), e.Seq, e.State, e.Generation, e.Attempts, due(*e), cell(deref(e.Reason)))
+						fmt.Fprintf(w, "%s\t%d\t%d\t%t\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", cell(h.Flow), h.Seq, h.Served, h.Paused, cell(e.ID), e.Seq, e.State, e.Generation, e.Attempts, due(*e, clock.Tick), cell(deref(e.Reason)))
 					}
 				}
 			case "events":
@@ -377,14 +383,28 @@ func deref(s *string) string {
 
 // due says when a head can next be claimed: next_at for ready, lease end for
 // inflight.
-func due(e fairrelay.EventState) string {
+func due(e fairrelay.EventState, stored int64) string {
 	switch {
 	case e.NextAt != nil:
-		return "next_at " + strconv.FormatInt(*e.NextAt, 10)
+		return "next_at " + strconv.FormatInt(*e.NextAt, 10) + fromStored(*e.NextAt, stored, "due now")
 	case e.LeaseUntil != nil:
-		return "lease_until " + strconv.FormatInt(*e.LeaseUntil, 10)
+		return "lease_until " + strconv.FormatInt(*e.LeaseUntil, 10) + fromStored(*e.LeaseUntil, stored, "ended")
 	}
 	return "-"
+}
+
+// fromStored says how far tick is past the stored tick, as a duration of
+// the daemon clock (1 tick = 1 ms, SPEC §7): " (stored +7.2s)", or
+// " (reached)" — reached being "due now" or "ended" — once the stored tick
+// is at or past it. A running relay's clock is up to about 10 s ahead of
+// the stored tick (docs/relay.md), so this is when the head is due as the
+// store knows it, not by a wall clock (a fresh user's report: the ticks
+// alone meant nothing to an operator).
+func fromStored(tick, stored int64, reached string) string {
+	if tick <= stored {
+		return " (" + reached + ")"
+	}
+	return " (stored +" + (time.Duration(tick-stored) * time.Millisecond).Round(100*time.Millisecond).String() + ")"
 }
 
 // shellQuote returns s as one shell word: as it is when it needs no
