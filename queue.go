@@ -183,6 +183,12 @@ func (q *Queue) Policy() Policy { return q.policy }
 // Close releases the store's connections.
 func (q *Queue) Close() error { return q.store.Close() }
 
+// Migrated returns the versions of the store's migrations that Open
+// applied, in order: all of them for a store Open created, none (nil) for
+// one that was up to date or opened with Config.ReadOnly. fairrelay
+// migrate prints them.
+func (q *Queue) Migrated() []int { return q.store.Migrated() }
+
 // Migrate applies the embedded migrations the store lacks and returns the
 // versions applied (Open already does this; the CLI exposes it).
 func (q *Queue) Migrate(ctx context.Context) ([]int, error) {

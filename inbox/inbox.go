@@ -108,6 +108,8 @@ type Inbox struct {
 	file        os.FileInfo
 	maxDelta    atomic.Int64
 	unavailable atomic.Bool
+	// migrated: the migrations Open applied (Migrated).
+	migrated []int
 	// commitHook, when set (by tests), commits in place of tx.Commit: it
 	// lets a test cancel the request at the commit or fail a commit that
 	// applied. ctx is Receive's.
@@ -129,12 +131,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 	in := &Inbox{translate: sqlitestore.Translate}
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		if in.db, err = openPostgres(ctx, dsn, opts); err != nil {
+		if in.db, err = openPostgres(ctx, dsn, opts, &in.migrated); err != nil {
 			return nil, openError(err)
 		}
 		in.translate, in.lock = pgstore.Translate, receiveLock
 	default:
-		if in.db, in.path, in.file, err = openSQLite(ctx, dsn, opts); err != nil {
+		if in.db, in.path, in.file, err = openSQLite(ctx, dsn, opts, &in.migrated); err != nil {
 			return nil, err
 		}
 	}
@@ -147,7 +149,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 
 // openSQLite opens the SQLite inbox at path, and returns with it the file's
 // absolute path and identity, which its writes check (Inbox.begin).
-func openSQLite(ctx context.Context, path string, opts Options) (_ *sql.DB, abs string, file os.FileInfo, err error) {
+func openSQLite(ctx context.Context, path string, opts Options, applied *[]int) (_ *sql.DB, abs string, file os.FileInfo, err error) {
 	abs, err = filepath.Abs(path)
 	if err != nil {
 		return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: err.Error()}
@@ -193,7 +195,7 @@ func openSQLite(ctx context.Context, path string, opts Options) (_ *sql.DB, abs 
 	if opts.ReadOnly {
 		err = sqlfile.Check(ctx, db, MigrationTable, migs)
 	} else {
-		_, err = sqlfile.ApplyNamed(ctx, db, MigrationTable, migs, "")
+		*applied, err = sqlfile.ApplyNamed(ctx, db, MigrationTable, migs, "")
 	}
 	if err != nil {
 		db.Close()
@@ -240,6 +242,11 @@ func (in *Inbox) Ping(ctx context.Context) error {
 	}
 	return in.db.PingContext(ctx)
 }
+
+// Migrated returns the versions of the inbox's migrations that Open
+// applied, in order: all of them for an inbox Open created, none (nil) for
+// one that was up to date or opened with Options.ReadOnly.
+func (in *Inbox) Migrated() []int { return in.migrated }
 
 // DB returns the inbox's database, for receivers that keep more of their own
 // state beside it and for tests that install triggers.

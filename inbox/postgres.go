@@ -37,7 +37,7 @@ const receiveLock = `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '
 // inbox a schema of its own, apart from any queue store: it fails when the
 // schema already holds another fairrelay store. Options.BusyTimeout bounds
 // lock waits (lock_timeout).
-func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
+func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int) (*sql.DB, error) {
 	cfg, schema, err := pgstore.PoolConfig(dsn, opts.BusyTimeout)
 	if err != nil {
 		// A URL or schema name that does not parse is the caller's input,
@@ -90,7 +90,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*sql.DB, error
 		}
 		return db, nil
 	}
-	if _, err := pgstore.Migrate(ctx, db, schema, postgresMigrations, "migrations/postgres", "receipt"); err != nil {
+	if *applied, err = pgstore.Migrate(ctx, db, schema, postgresMigrations, "migrations/postgres", "receipt"); err != nil {
 		db.Close()
 		return nil, err
 	}

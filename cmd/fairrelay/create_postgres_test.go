@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net/url"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -55,11 +57,29 @@ func TestPostgresWriteCommandsDoNotCreateAStore(t *testing.T) {
 			t.Fatalf("%s created schema %s", c.name, schema)
 		}
 	}
-	if _, errOut, code := cli(t, "", "migrate", "--queue", dsn); code != exitApplied {
+	mout, errOut, code := cli(t, "", "migrate", "--queue", dsn)
+	if code != exitApplied {
 		t.Fatalf("migrate: exit %d, %s", code, errOut)
+	}
+	// Every migration applied, the first included: a new schema's store.
+	if !strings.HasSuffix(mout, ": created (migrations 1–"+strconv.Itoa(len(pgMigrations(t)))+")\n") {
+		t.Errorf("migrate of a new schema: %q, want created with every migration", mout)
+	}
+	if mout, _, _ := cli(t, "", "migrate", "--queue", dsn); !strings.HasSuffix(mout, ": up to date (nothing to apply)\n") {
+		t.Errorf("migrate again: %q, want up to date", mout)
 	}
 	out, errOut, code := cli(t, "", "enqueue", "--queue", dsn, "--id", "a", "--flow", "f", "--delta", "1")
 	if code != exitApplied || out != `{"seq":1,"status":"created"}`+"\n" || errOut != "" {
 		t.Errorf("enqueue after migrate: exit %d, %q, stderr %q", code, out, errOut)
 	}
+}
+
+// pgMigrations lists the PostgreSQL queue store's embedded migrations.
+func pgMigrations(t *testing.T) []string {
+	t.Helper()
+	m, err := filepath.Glob("../../internal/store/pgstore/migrations/*.sql")
+	if err != nil || len(m) == 0 {
+		t.Fatalf("migrations: %v %v", m, err)
+	}
+	return m
 }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -28,23 +28,21 @@ func newMigrateCmd() *cobra.Command {
 			}
 			ctx := cmd.Context()
 			if queue != "" {
-				verb := statusVerb(queue)
 				// Open applies the migrations the store lacks.
 				q, err := openQueue(ctx, queue, fairrelay.Policy{}, nil)
 				if err != nil {
 					return err
 				}
 				defer q.Close()
-				fmt.Fprintf(cmd.OutOrStdout(), "queue %s: %s\n", redactDSN(queue), verb)
+				fmt.Fprintf(cmd.OutOrStdout(), "queue %s: %s\n", redactDSN(queue), migrateStatus(q.Migrated()))
 			}
 			if inboxDSN != "" {
-				verb := statusVerb(inboxDSN)
 				in, err := openInbox(ctx, inboxDSN, inbox.Options{})
 				if err != nil {
 					return err
 				}
 				defer in.Close()
-				fmt.Fprintf(cmd.OutOrStdout(), "inbox %s: %s\n", redactDSN(inboxDSN), verb)
+				fmt.Fprintf(cmd.OutOrStdout(), "inbox %s: %s\n", redactDSN(inboxDSN), migrateStatus(in.Migrated()))
 			}
 			return nil
 		},
@@ -54,16 +52,38 @@ func newMigrateCmd() *cobra.Command {
 	return cmd
 }
 
-// statusVerb says what migrate is about to do to a store: create a SQLite
-// file that does not exist yet, or bring an existing store up to date. A
-// PostgreSQL schema is created or brought up to date, which migrate cannot
-// tell apart beforehand.
-func statusVerb(dsn string) string {
-	if strings.Contains(dsn, "://") {
-		return "schema created or up to date"
+// migrateStatus says what migrate did to a store, from the versions of the
+// migrations its open applied: "created (migrations 1–5)" for a new store
+// (the first migration applied), "migrated (applied 22, 23)", or "up to
+// date (nothing to apply)".
+func migrateStatus(applied []int) string {
+	switch {
+	case len(applied) == 0:
+		return "up to date (nothing to apply)"
+	case applied[0] == 1:
+		return "created (migrations " + versionList(applied) + ")"
 	}
-	if _, err := os.Stat(dsn); err != nil {
-		return "created"
+	return "migrated (applied " + versionList(applied) + ")"
+}
+
+// versionList writes ascending versions with runs of three or more as
+// ranges: "1–5", "22, 23", "3, 5–9".
+func versionList(vs []int) string {
+	var parts []string
+	for i := 0; i < len(vs); {
+		j := i
+		for j+1 < len(vs) && vs[j+1] == vs[j]+1 {
+			j++
+		}
+		switch {
+		case j-i >= 2:
+			parts = append(parts, fmt.Sprintf("%d–%d", vs[i], vs[j]))
+		default:
+			for k := i; k <= j; k++ {
+				parts = append(parts, strconv.Itoa(vs[k]))
+			}
+		}
+		i = j + 1
 	}
-	return "schema up to date"
+	return strings.Join(parts, ", ")
 }

@@ -367,6 +367,9 @@ type Store interface {
 	// Migrate applies the embedded numbered migrations not applied yet and
 	// returns the versions it applied.
 	Migrate(ctx context.Context) ([]int, error)
+	// Migrated returns the versions of the migrations Open applied, in
+	// order (nil when the store was up to date, or opened read-only).
+	Migrated() []int
 	// Close releases the connections.
 	Close() error
 }

@@ -100,6 +100,8 @@ type Store struct {
 	schema  string
 	entry   string
 	buffers bufferPool
+	// migrated: the migrations Open applied (Migrated).
+	migrated []int
 	// enqueueSQL calls the schema's enqueue_many, qualified: it runs in the
 	// caller's transaction whatever its search_path.
 	enqueueSQL string
@@ -295,7 +297,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 			pool.Close()
 			return nil, err
 		}
-	} else if _, err := s.Migrate(ctx); err != nil {
+	} else if s.migrated, err = s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -455,6 +457,10 @@ func (s *Store) checkCurrent(ctx context.Context) error {
 	defer db.Close()
 	return Translate(sqlfile.Check(ctx, db, "fairrelay_migration", migs))
 }
+
+// Migrated returns the versions of the migrations Open applied, in order
+// (nil: none).
+func (s *Store) Migrated() []int { return s.migrated }
 
 // Migrate applies the embedded migrations the schema lacks, each in its own
 // transaction under MigrationLock, and returns the versions applied.

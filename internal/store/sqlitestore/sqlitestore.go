@@ -65,6 +65,8 @@ type Options struct {
 // pool for snapshots.
 type Store struct {
 	path string
+	// migrated: the migrations Open applied (Migrated).
+	migrated []int
 	// file identifies the file at path when the store was opened
 	// (beginWrite).
 	file os.FileInfo
@@ -233,7 +235,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	if _, err := s.Migrate(ctx); err != nil {
+	if s.migrated, err = s.Migrate(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -446,6 +448,10 @@ func (s *Store) Close() error {
 	}
 	return errors.Join(append(errs, s.write.Close(), s.read.Close())...)
 }
+
+// Migrated returns the versions of the migrations Open applied, in order
+// (nil: none).
+func (s *Store) Migrated() []int { return s.migrated }
 
 // Migrate applies the embedded migrations that the file lacks, each in its
 // own IMMEDIATE transaction, and returns the versions applied.
