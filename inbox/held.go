@@ -28,7 +28,7 @@ import (
 // different bodies (a faulty publisher) are kept apart, so that a bad copy
 // cannot shadow a good one. It has committed when it returns held true, so
 // a broker's copy of d may be acked then; held false means d is applied
-// already (its receipt matches d), and nothing is kept. Errors:
+// already (its receipt matches d) or waived (Waive), and nothing is kept. Errors:
 // ErrInvalidInput as Receive's, checked first; database errors and ErrBusy,
 // with nothing held; ErrInvalidInput naming reason for another outcome.
 func (in *Inbox) Hold(ctx context.Context, d Delivery, reason fairrelay.Outcome) (held bool, err error) {
@@ -53,6 +53,16 @@ func (in *Inbox) Hold(ctx context.Context, d Delivery, reason fairrelay.Outcome)
 	case err != nil:
 		return false, dbError("hold", in.translate(err))
 	case same:
+		return false, nil
+	}
+	// An event an operator waived is done too: its seq is taken (a
+	// consumer whose Receive answered a refusal just before the waiver
+	// committed would otherwise keep a copy that never applies; a
+	// breaker's report).
+	switch ok, err := waived(ctx, tx, d); {
+	case err != nil:
+		return false, dbError("hold", in.translate(err))
+	case ok:
 		return false, nil
 	}
 	sum := sha256.Sum256(d.Body)

@@ -54,11 +54,15 @@ type Waiver struct {
 // quarantined head) and the flow goes on; a broker consumer's held events
 // after it apply at its next retry (its held copies of the event itself
 // are deleted). Any other delivery answers as before.
+// The body is not compared: the queue never changes an event's body, so
+// the id, flow and seq name the event. The waived id is not a receipt: a
+// delivery of the same id in another flow answers as Receive says.
 // Errors (nothing written): ErrInvalidInput naming id or flow (CheckID's
 // rule), seq (below 1, or not the seq the flow waits for: its projected
-// seq + 1; a flow applied up to seq P can only waive P+1), or reason
-// (empty); ErrInvalidInput naming id when that event is already applied at
-// that seq (nothing to waive); database errors and ErrBusy.
+// seq + 1; a flow applied up to seq P can only waive P+1), reason (empty,
+// or breaking fairrelay.CheckReason's rule: one line of at most
+// MaxReasonBytes of printable UTF-8) or operator (CheckID's rule);
+// database errors and ErrBusy.
 func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 	d := Delivery{EventID: p.EventID, Flow: p.Flow, Seq: p.Seq}
 	if err := d.check(); err != nil {
@@ -66,6 +70,18 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 	}
 	if strings.TrimSpace(p.Reason) == "" {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason", Message: "is empty: a waiver records why the event may go without its effect"}
+	}
+	// The rules of every other audited action's text (a breaker's
+	// report: a newline, escape sequences, invalid UTF-8 and 100 KB were
+	// stored, and PostgreSQL answered invalid UTF-8 with a database
+	// error).
+	if err := fairrelay.CheckReason("reason", p.Reason); err != nil {
+		return err
+	}
+	if p.Operator != "" {
+		if err := fairrelay.CheckID("operator", p.Operator); err != nil {
+			return err
+		}
 	}
 	tx, err := in.begin(ctx)
 	if err != nil {

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -57,6 +58,12 @@ func TestWaive(t *testing.T) {
 			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 2, Reason: "  "}, "reason"},
 			{inbox.WaiveParams{EventID: "", Flow: "A", Seq: 2, Reason: "x"}, "id"},
 			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 0, Reason: "x"}, "seq"},
+			// The text rules of every audited action (a breaker's report).
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 2, Reason: "line1\nline2"}, "reason"},
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 2, Reason: "bad \xff\xfe utf8"}, "reason"},
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 2, Reason: strings.Repeat("x", 100000)}, "reason"},
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 2, Reason: "x", Operator: "bob\tx"}, "operator"},
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 2, Reason: "x", Operator: "\x1b]0;pwn\a"}, "operator"},
 		} {
 			err := in.Waive(ctx, bad.p)
 			var fe *fairrelay.Error
@@ -93,6 +100,11 @@ func TestWaive(t *testing.T) {
 			t.Fatal(err)
 		}
 		receive(poison, fairrelay.OutcomeDuplicate)
+		// A consumer whose Receive answered the refusal just before the
+		// waiver committed holds nothing of it now (a breaker's report).
+		if held, err := in.Hold(ctx, poison, fairrelay.OutcomeUnsupportedDelta); err != nil || held {
+			t.Fatalf("hold of the waived B1: %v %v, want not held", held, err)
+		}
 		r, err := in.ReceiveHeld(ctx, "B", 100)
 		if err != nil || !cmp.Equal(r.Applied, []inbox.Receipt{{ID: "B2", Flow: "B", Seq: 2}}) || r.Remaining {
 			t.Fatalf("B's held after the waiver: %+v %v, want B2 applied, nothing left", r, err)
