@@ -2,9 +2,13 @@ package fairrelay_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
@@ -65,6 +69,23 @@ func TestOpenPostgresRefusesWhatIsNotAQueue(t *testing.T) {
 	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "schema=frt_upper") {
 		t.Fatalf("upper-case schema name: %v, want invalid_input naming schema=frt_upper", err)
 	}
+	if _, err := inbox.Open(ctx, base+sep+"schema=Frt_Upper_Inbox", inbox.Options{}); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "schema=frt_upper_inbox") {
+		t.Fatalf("inbox in a new upper-case schema: %v, want invalid_input naming schema=frt_upper_inbox", err)
+	}
+	// A store an earlier build made in such a schema is still opened (a
+	// second fresh user's report: every command refused it, pointing at
+	// an empty lower-case schema).
+	old := fmt.Sprintf("Frt_Old_%d", time.Now().UnixNano())
+	pgtest.Exec(t, base, `CREATE SCHEMA `+pgx.Identifier{old}.Sanitize())
+	t.Cleanup(func() { pgtest.Exec(t, base, `DROP SCHEMA `+pgx.Identifier{old}.Sanitize()+` CASCADE`) })
+	oq, err := fairrelay.Open(ctx, base+sep+"schema="+old, fairrelay.Config{})
+	if err != nil {
+		t.Fatalf("a store in the existing schema %q: %v", old, err)
+	}
+	if r, err := oq.Enqueue(ctx, fairrelay.EnqueueParams{ID: "a", Flow: "f", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("enqueue in %q: %+v %v", old, r, err)
+	}
+	oq.Close()
 	_, err = fairrelay.Open(ctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", fairrelay.Config{})
 	if fairrelay.CodeOf(err) != fairrelay.CodeDatabase {
 		t.Fatalf("unreachable server: %v, want a database error", err)

@@ -274,7 +274,7 @@ func openError(err error) error {
 		// Stopped, not refused: no Code (fairrelay.Open does the same).
 		return fmt.Errorf("open inbox stopped: %w", err)
 	}
-	if errors.Is(err, sqlfile.ErrNewerSchema) || errors.Is(err, sqlfile.ErrOlderSchema) {
+	if errors.Is(err, sqlfile.ErrNewerSchema) || errors.Is(err, sqlfile.ErrOlderSchema) || errors.Is(err, store.ErrMissing) {
 		// The inbox's version, not the database, is at fault: as for a
 		// queue store.
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: err}

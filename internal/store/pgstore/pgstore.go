@@ -112,19 +112,16 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// schemaName is what a schema=NAME parameter may hold: a plain lower-case
-// identifier of at most 63 bytes (PostgreSQL's limit), so that no name is
-// ever truncated, and SQL written by hand (SELECT * FROM relay.enqueue(…))
-// names the same schema without quotes: PostgreSQL folds an unquoted name to
-// lower case, so a schema "Relay" would be "relay" to every such caller (a
-// fresh user's report).
-var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+// schemaName is what a schema=NAME parameter may hold: a plain identifier of
+// at most 63 bytes (PostgreSQL's limit), so that no name is ever truncated
+// or needs more than quoting. A new schema must be lower case too
+// (CreateSchema).
+var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // ParseDSN splits a postgres:// or postgresql:// URL into the connection
 // string pgx receives and the schema named by its `schema` query parameter
 // ("" when absent). Errors: a URL that does not parse, a schema that is not
-// an identifier of lower-case letters, digits and underscores (at most 63
-// bytes).
+// an identifier of letters, digits and underscores (at most 63 bytes).
 func ParseDSN(dsn string) (conn string, schema string, err error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -133,10 +130,7 @@ func ParseDSN(dsn string) (conn string, schema string, err error) {
 	v := u.Query()
 	schema = v.Get("schema")
 	if v.Has("schema") && !schemaName.MatchString(schema) {
-		if lower := strings.ToLower(schema); lower != schema && schemaName.MatchString(lower) {
-			return "", "", fmt.Errorf("schema %q: use lower case (schema=%s): PostgreSQL folds unquoted names to lower case, so SQL that calls the store's functions by hand would name another schema", schema, lower)
-		}
-		return "", "", fmt.Errorf("schema %q: want lower-case letters, digits and underscores, at most 63 bytes, not starting with a digit", schema)
+		return "", "", fmt.Errorf("schema %q: want letters, digits and underscores, at most 63 bytes, not starting with a digit", schema)
 	}
 	v.Del("schema")
 	u.RawQuery = v.Encode()
@@ -167,10 +161,24 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 
 // CreateSchema creates schema if it does not exist, under MigrationLock so
 // that concurrent first users do not collide. schema must come from
-// ParseDSN (a checked identifier).
+// ParseDSN (a checked identifier). A schema named with upper case is used
+// when it exists but never created (store.ErrMissing, naming the lower-case
+// spelling): PostgreSQL folds an unquoted name to lower case, so SQL written
+// by hand (SELECT * FROM Relay.enqueue(…)) would name another schema (a
+// fresh user's report); refusing it outright locked out the stores earlier
+// builds made in such schemas (a second fresh user's report).
 func CreateSchema(ctx context.Context, db *sql.DB, schema string) error {
 	if schema == "" {
 		return nil
+	}
+	if lower := strings.ToLower(schema); lower != schema {
+		var exists bool
+		if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
+			return Translate(err)
+		}
+		if !exists {
+			return fmt.Errorf("%w: schema %q does not exist, and a new store's schema is lower case (schema=%s): PostgreSQL folds unquoted names to lower case, so SQL that calls the store's functions by hand would name another schema", store.ErrMissing, schema, lower)
+		}
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
