@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/cmd/fairrelay/internal/script"
 	"github.com/fairrelay/fairrelay/inbox"
 )
@@ -10,10 +13,10 @@ import (
 func init() { rootCmd.AddCommand(newWaiveCmd()) }
 
 func newWaiveCmd() *cobra.Command {
-	var inboxDSN, id, flow, reason, operator string
+	var inboxDSN, queue, id, flow, reason, operator string
 	var seq int64
 	cmd := &cobra.Command{
-		Use:   "waive --inbox I --flow F --seq N --id ID --reason TEXT [--operator NAME]",
+		Use:   "waive --inbox I --id ID (--queue Q | --flow F --seq N) --reason TEXT [--operator NAME]",
 		Short: "Let an inbox take a flow's next event with no effect, an operator's decision kept with its reason",
 		Long: `For an event the receiver can never take — its id is another event's receipt
 already (a producer used an id again after the queue's retention forgot it),
@@ -21,9 +24,13 @@ or its body is one the receiver refuses for good — whose flow is therefore
 held up for good: the relay quarantines it, and a redrive meets the same
 answer.
 
-waive records, in the inbox, that the flow's next seq (--seq, its applied seq
-+ 1, as 'fairrelay inspect --inbox I projection' shows) is taken by event
---id with no effect: the flow's projection moves to --seq with its total
+waive records, in the inbox, that the flow's next seq (its applied seq + 1, as
+'fairrelay inspect --inbox I projection' shows) is taken by event --id with
+no effect. With --queue, the event's flow and seq are read from the queue
+store (it must hold the event, not acked), so a mistyped id that names
+another event of the flow is refused rather than waived (its seq is not the
+one the flow waits for); give --flow and --seq instead only when the queue
+cannot be reached. A waiver cannot be undone by a command. Then: the flow's projection moves to --seq with its total
 unchanged, and from then on a delivery of that event answers duplicate. Then
 redrive the quarantined head at the queue ('fairrelay redrive --queue Q --id
 ID ...'): the relay delivers it, the inbox answers duplicate, the relay acks
@@ -35,11 +42,20 @@ Only the seq the flow waits for can be waived (invalid_input naming seq
 otherwise, nothing written).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "inbox", "flow", "seq", "id", "reason"); err != nil {
+			need := []string{"inbox", "id", "reason"}
+			if queue == "" {
+				need = append(need, "flow", "seq")
+			}
+			if err := requireFlags(cmd, need...); err != nil {
 				return err
 			}
 			if operator == "" {
 				operator = osUser()
+			}
+			if queue != "" {
+				if err := waivedEvent(cmd, queue, id, &flow, &seq); err != nil {
+					return err
+				}
 			}
 			in, err := openInbox(cmd.Context(), inboxDSN, inbox.Options{MustExist: true})
 			if err != nil {
@@ -54,10 +70,37 @@ otherwise, nothing written).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&inboxDSN, "inbox", "", "the inbox: a SQLite file path or a postgres:// URL")
-	f.StringVar(&flow, "flow", "", "the flow held up")
-	f.Int64Var(&seq, "seq", 0, "the seq the flow waits for: its applied seq + 1")
+	f.StringVar(&queue, "queue", "", "the queue store holding the event (a SQLite file path or a postgres:// URL): its flow and seq are read there")
+	f.StringVar(&flow, "flow", "", "the flow held up (without --queue; checked against the queue with it)")
+	f.Int64Var(&seq, "seq", 0, "the seq the flow waits for: its applied seq + 1 (without --queue; checked against the queue with it)")
 	f.StringVar(&id, "id", "", "the event that takes that seq with no effect")
 	f.StringVar(&reason, "reason", "", "why the event may go without its effect; kept with the waiver")
 	f.StringVar(&operator, "operator", "", "who decided; kept with the waiver (default: the OS user running the command)")
 	return cmd
+}
+
+// waivedEvent reads event id from the queue store at dsn (read-only) and
+// sets flow and seq from it; given on the command line too, they must
+// match it. The event must not be acked: an acked event's flow is not held
+// up by it.
+func waivedEvent(cmd *cobra.Command, dsn, id string, flow *string, seq *int64) error {
+	q, err := openReadOnlyQueue(cmd.Context(), dsn)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	e, err := q.Event(cmd.Context(), id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cmd.Flags().Changed("flow") && *flow != e.Flow:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flow", Message: fmt.Sprintf("event %q is in flow %q in the queue, not %q", id, e.Flow, *flow)}
+	case cmd.Flags().Changed("seq") && *seq != e.Seq:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq", Message: fmt.Sprintf("event %q is seq %d of its flow in the queue, not %d", id, e.Seq, *seq)}
+	case e.State == fairrelay.StateAcked:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id", Message: fmt.Sprintf("event %q is acked in the queue: it holds nothing up", id)}
+	}
+	*flow, *seq = e.Flow, e.Seq
+	return nil
 }

@@ -44,10 +44,41 @@ func TestWaiveCommand(t *testing.T) {
 	if m, _ := filepath.Glob(missing + "*"); len(m) != 0 {
 		t.Errorf("waive on a missing inbox created %v", m)
 	}
+	// With --queue the flow and seq come from the queue: a mistyped id
+	// naming another event of the flow (A2, seq 2) is refused, as are an
+	// unknown id, a --flow the queue contradicts and an acked event (a
+	// second fresh user's report: waive --id A2 for A1 was accepted and
+	// could not be undone).
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, e := range []string{"A1", "A2"} {
+		run(0, "enqueue", "--queue", q, "--id", e, "--flow", "A", "--delta", "1")
+	}
+	run(0, "enqueue", "--queue", q, "--id", "B1", "--flow", "B", "--delta", "1")
+	run(0, "claim", "--queue", q, "--at", "0")
+	c, _ := run(0, "claim", "--queue", q, "--at", "0")
+	if !strings.Contains(c, `"id":"B1"`) {
+		t.Fatalf("second claim: %s", c)
+	}
+	run(0, "settle", "--queue", q, "--id", "B1", "--generation", "1", "--outcome", "accepted", "--at", "0")
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--id", "A2"}, "only seq 1"},
+		{[]string{"--id", "nope"}, "not_found"},
+		{[]string{"--id", "A1", "--flow", "B"}, `in flow "A" in the queue`},
+		{[]string{"--id", "A1", "--seq", "2"}, "seq 1 of its flow in the queue"},
+		{[]string{"--id", "B1"}, "acked in the queue"},
+	} {
+		_, errOut := run(2, append([]string{"waive", "--inbox", dsn, "--queue", q, "--reason", "x"}, bad.args...)...)
+		if !strings.Contains(errOut, bad.want) {
+			t.Errorf("waive %v: stderr %q, want %q", bad.args, errOut, bad.want)
+		}
+	}
 	if got, _ := run(0, "inspect", "--inbox", dsn, "waivers", "--json"); got != "" {
 		t.Fatalf("waivers after refused waives: %s", got)
 	}
-	if got, _ := run(0, "waive", "--inbox", dsn, "--flow", "A", "--seq", "1", "--id", "A1", "--reason", "credited by hand", "--operator", "ana"); got != `{"status":"waived"}` {
+	if got, _ := run(0, "waive", "--inbox", dsn, "--queue", q, "--id", "A1", "--reason", "credited by hand", "--operator", "ana"); got != `{"status":"waived"}` {
 		t.Fatalf("waive: %s", got)
 	}
 	got, _ := run(0, "inspect", "--inbox", dsn, "waivers", "--json")
