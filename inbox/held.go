@@ -3,8 +3,6 @@ package inbox
 import (
 	"context"
 	"crypto/sha256"
-	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/fairrelay/fairrelay"
@@ -165,9 +163,8 @@ func (in *Inbox) heldAhead(ctx context.Context, flow string, pseq int64, r *Held
 
 // appliedSeq is flow's last applied seq (0: none yet).
 func (in *Inbox) appliedSeq(ctx context.Context, flow string) (int64, error) {
-	var pseq, total int64
-	err := in.db.QueryRowContext(ctx, q["ProjectionGet"], flow).Scan(&pseq, &total)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	pseq, _, err := projectionOf(ctx, in.db, flow)
+	if err != nil {
 		return 0, dbError("receive held", in.translate(err))
 	}
 	return pseq, nil

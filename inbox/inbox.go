@@ -423,6 +423,19 @@ func receiptOf(ctx context.Context, db rowQuerier, d Delivery) (found, same bool
 	return true, bytes.Equal(sum, got[:]), nil
 }
 
+// projectionOf reads, in db, flow's ledger: its last applied seq and its
+// total (0 and 0 before its first event). Errors: the database's.
+func projectionOf(ctx context.Context, db rowQuerier, flow string) (seq, total int64, err error) {
+	err = db.QueryRowContext(ctx, q["ProjectionGet"], flow).Scan(&seq, &total)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, 0, nil
+	case err != nil:
+		return 0, 0, fmt.Errorf("ProjectionGet: %w", err)
+	}
+	return seq, total, nil
+}
+
 func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay.Outcome, error) {
 	if in.lock != "" {
 		// Every statement below then sees the receives of this flow and
@@ -441,10 +454,9 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 	case found:
 		return refusedUnlessWaived(ctx, tx, d, fairrelay.OutcomeIDConflict)
 	}
-	var pseq, total int64
-	err := tx.QueryRowContext(ctx, q["ProjectionGet"], d.Flow).Scan(&pseq, &total)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return "", fmt.Errorf("ProjectionGet: %w", err)
+	pseq, total, err := projectionOf(ctx, tx, d.Flow)
+	if err != nil {
+		return "", err
 	}
 	switch {
 	case d.Seq <= pseq:

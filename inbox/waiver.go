@@ -93,10 +93,9 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 			return dbError("waive", in.translate(err))
 		}
 	}
-	var pseq, total int64
-	err = tx.QueryRowContext(ctx, q["ProjectionGet"], d.Flow).Scan(&pseq, &total)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return dbError("waive", in.translate(fmt.Errorf("ProjectionGet: %w", err)))
+	pseq, total, err := projectionOf(ctx, tx, d.Flow)
+	if err != nil {
+		return dbError("waive", in.translate(err))
 	}
 	if d.Seq != pseq+1 {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",

@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -329,14 +326,7 @@ func expediteAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reason, operator 
 	if n == 0 {
 		return notApplied("expedite: no head is backing off; nothing changed")
 	}
-	if rejected > 0 {
-		reasons := make([]string, 0, len(why))
-		for _, k := range slices.Sorted(maps.Keys(why)) {
-			reasons = append(reasons, fmt.Sprintf("%s %d", k, why[k]))
-		}
-		return notApplied("expedite: %d of %d rejected (%s); nothing changed for them", rejected, n, strings.Join(reasons, ", "))
-	}
-	return nil
+	return rejectedOf("expedite", n, rejected, why)
 }
 
 // newFlowActionCmd is pause or resume.

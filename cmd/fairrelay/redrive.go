@@ -141,14 +141,22 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 	if n == 0 {
 		return notApplied("redrive: no quarantined head matched; nothing changed")
 	}
-	if rejected > 0 {
-		reasons := make([]string, 0, len(why))
-		for _, k := range slices.Sorted(maps.Keys(why)) {
-			reasons = append(reasons, fmt.Sprintf("%s %d", k, why[k]))
-		}
-		return notApplied("redrive: %d of %d rejected (%s); nothing changed for them", rejected, n, strings.Join(reasons, ", "))
+	return rejectedOf("redrive", n, rejected, why)
+}
+
+// rejectedOf is what a bulk operator command (redrive --all, expedite
+// --all) answers after acting on n events, rejected of them rejected, why
+// counting the rejections by reason: nil when none was, else a notApplied
+// error that lists the reasons.
+func rejectedOf(what string, n, rejected int, why map[string]int) error {
+	if rejected == 0 {
+		return nil
 	}
-	return nil
+	reasons := make([]string, 0, len(why))
+	for _, k := range slices.Sorted(maps.Keys(why)) {
+		reasons = append(reasons, fmt.Sprintf("%s %d", k, why[k]))
+	}
+	return notApplied("%s: %d of %d rejected (%s); nothing changed for them", what, rejected, n, strings.Join(reasons, ", "))
 }
 
 // quarantineReason reports whether s is a reason a head can be quarantined
