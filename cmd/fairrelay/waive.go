@@ -29,8 +29,9 @@ waive records, in the inbox, that the flow's next seq (its applied seq + 1, as
 no effect. With --queue, the event's flow and seq are read from the queue
 store (it must hold the event, not acked), so a mistyped id that names
 another event of the flow is refused rather than waived (its seq is not the
-one the flow waits for); give --flow and --seq instead only when the queue
-cannot be reached. A waiver cannot be undone by a command. Then: the flow's projection moves to --seq with its total
+one the flow waits for), and so is one that is not quarantined there; give
+--flow and --seq instead when the queue cannot be reached, or behind a
+broker, where the queue acked the event and the inbox holds it. A waiver cannot be undone by a command. Then: the flow's projection moves to --seq with its total
 unchanged, and from then on a delivery of that event answers duplicate. Then
 redrive the quarantined head at the queue ('fairrelay redrive --queue Q --id
 ID ...'): the relay delivers it, the inbox answers duplicate, the relay acks
@@ -81,8 +82,8 @@ otherwise, nothing written).`,
 
 // waivedEvent reads event id from the queue store at dsn (read-only) and
 // sets flow and seq from it; given on the command line too, they must
-// match it. The event must not be acked: an acked event's flow is not held
-// up by it.
+// match it. The event must be quarantined: a waiver drops its effect, and
+// only an event the receiver refused for good holds its flow up.
 func waivedEvent(cmd *cobra.Command, dsn, id string, flow *string, seq *int64) error {
 	q, err := openReadOnlyQueue(cmd.Context(), dsn)
 	if err != nil {
@@ -99,7 +100,12 @@ func waivedEvent(cmd *cobra.Command, dsn, id string, flow *string, seq *int64) e
 	case cmd.Flags().Changed("seq") && *seq != e.Seq:
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq", Message: fmt.Sprintf("event %q is seq %d of its flow in the queue, not %d", id, e.Seq, *seq)}
 	case e.State == fairrelay.StateAcked:
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id", Message: fmt.Sprintf("event %q is acked in the queue: it holds nothing up", id)}
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id", Message: fmt.Sprintf("event %q is acked in the queue: it holds nothing up there (behind a broker, an event the inbox refuses is held in the inbox, 'inspect --inbox I held': waive it with --flow and --seq)", id)}
+	case e.State != fairrelay.StateQuarantined:
+		// A waiver drops the event's effect: only one the receiver
+		// refused for good (a third fresh user's report: an event never
+		// delivered yet was waived, and its effect would have been lost).
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id", Message: fmt.Sprintf("event %q is %s in the queue, not quarantined: the receiver has not refused it for good, so there is nothing to waive", id, e.State)}
 	}
 	*flow, *seq = e.Flow, e.Seq
 	return nil

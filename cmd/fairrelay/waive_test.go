@@ -44,11 +44,12 @@ func TestWaiveCommand(t *testing.T) {
 	if m, _ := filepath.Glob(missing + "*"); len(m) != 0 {
 		t.Errorf("waive on a missing inbox created %v", m)
 	}
-	// With --queue the flow and seq come from the queue: a mistyped id
-	// naming another event of the flow (A2, seq 2) is refused, as are an
-	// unknown id, a --flow the queue contradicts and an acked event (a
-	// second fresh user's report: waive --id A2 for A1 was accepted and
-	// could not be undone).
+	// With --queue the flow and seq come from the queue, and the event
+	// must be quarantined there: a mistyped id naming another event (A2,
+	// ready), an event in delivery (A1 before its answer), an unknown id,
+	// a --flow or --seq the queue contradicts and an acked event are
+	// refused (fresh users' reports: waive --id A2 for A1 was accepted and
+	// could not be undone; an event never delivered was waived).
 	q := filepath.Join(t.TempDir(), "q.db")
 	for _, e := range []string{"A1", "A2"} {
 		run(0, "enqueue", "--queue", q, "--id", e, "--flow", "A", "--delta", "1")
@@ -64,7 +65,8 @@ func TestWaiveCommand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--id", "A2"}, "only seq 1"},
+		{[]string{"--id", "A2"}, "not quarantined"},
+		{[]string{"--id", "A1"}, "not quarantined"}, // claimed, not refused yet
 		{[]string{"--id", "nope"}, "not_found"},
 		{[]string{"--id", "A1", "--flow", "B"}, `in flow "A" in the queue`},
 		{[]string{"--id", "A1", "--seq", "2"}, "seq 1 of its flow in the queue"},
@@ -78,6 +80,8 @@ func TestWaiveCommand(t *testing.T) {
 	if got, _ := run(0, "inspect", "--inbox", dsn, "waivers", "--json"); got != "" {
 		t.Fatalf("waivers after refused waives: %s", got)
 	}
+	// The receiver refuses A1 for good: quarantined, it can be waived.
+	run(0, "settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "unsupported_delta", "--at", "0")
 	if got, _ := run(0, "waive", "--inbox", dsn, "--queue", q, "--id", "A1", "--reason", "credited by hand", "--operator", "ana"); got != `{"status":"waived"}` {
 		t.Fatalf("waive: %s", got)
 	}
