@@ -25,7 +25,11 @@ flows (bodies of --body-bytes bytes), measures one worker's claim+settle step
 alone for --baseline, then prunes every acked event in transactions of
 --batch events (as the relay's retention does, SPEC §8) while the same
 worker keeps dispatching other flows. It prints the prune's transactions
-(longest, p99), the dispatch step's p50/p99/max alone and during the prune,
+(longest, p99), the dispatch step's p50/p99/p99.9/max alone and during the
+prune (with --pause D, the prune stops for D after every D of pruning and
+the steps inside those pauses are reported apart: dispatch without the
+prune in the same run, under the same load and about as long, so that
+the tails compare),
 and the store's size before the prune, right after it, and (PostgreSQL)
 after a plain VACUUM. SQLite: the file plus its WAL; a new store frees
 pages to the file system by incremental vacuum at each prune. PostgreSQL:
@@ -67,6 +71,7 @@ longer than bodies, as --retain-ids > --retain-acked does).`,
 	f.BoolVar(&opts.Tombstones, "tombstones", false, "every pruned event leaves a tombstone")
 	f.BoolVar(&opts.Refill, "refill", false, "after the prune, enqueue and ack as many events again and measure the size: is the space reused")
 	f.DurationVar(&opts.Baseline, "baseline", 0, "how long dispatch is measured alone (default 5s)")
+	f.DurationVar(&opts.Pause, "pause", 0, "stop the prune for this long after every as long of pruning, and report the dispatch steps inside the pauses apart (0: back to back)")
 	f.StringVar(&backends, "backends", "sqlite,postgres", "backends to measure, comma-separated")
 	f.StringVar(&pg, "pg", outboxbench.DefaultPG(), "PostgreSQL server on this machine (default: $"+outboxbench.PGEnvVar+", else the tests' server)")
 	f.StringVar(&dir, "dir", "", "directory for the SQLite file (default: a temporary one, removed)")

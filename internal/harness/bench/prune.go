@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -38,6 +39,14 @@ type PruneOptions struct {
 	// Baseline is how long the dispatch loop is measured alone before the
 	// prune (default 5 s).
 	Baseline time.Duration
+	// Pause, when positive, makes the prune stop for Pause after every
+	// Pause of pruning, and the dispatch steps taken wholly inside those
+	// pauses are summarised apart (PruneReport.DispatchPaused): dispatch
+	// without the prune, measured in the same run, under the same load
+	// of the machine and for about as long as dispatch beside the prune,
+	// so that the two tails compare (a maximum over 5 s of baseline and
+	// one over minutes of prune do not). 0: the prune runs back to back.
+	Pause time.Duration
 	// Refill, after the prune (and PostgreSQL's VACUUM), enqueues and acks
 	// Events new events and measures the size again: whether the freed
 	// space is reused.
@@ -70,6 +79,10 @@ type PruneReport struct {
 	// alone, then while the prune runs.
 	DispatchAlone  Latency `json:"dispatch_alone"`
 	DispatchDuring Latency `json:"dispatch_during"`
+	// DispatchPaused: the steps taken wholly inside the prune's pauses
+	// (PruneOptions.Pause; empty without). A step that overlapped any
+	// prune call counts in DispatchDuring.
+	DispatchPaused Latency `json:"dispatch_paused,omitzero"`
 	// Sizes: SQLite the file plus its WAL; PostgreSQL the schema's tables
 	// with their indexes and TOAST. After is right after the prune,
 	// Vacuumed after a plain VACUUM (PostgreSQL only; SQLite's prune runs
@@ -86,6 +99,7 @@ type Latency struct {
 	Steps int     `json:"steps"`
 	P50   float64 `json:"p50_ms"`
 	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms"`
 	Max   float64 `json:"max_ms"`
 }
 
@@ -127,6 +141,8 @@ func (o *PruneOptions) validate() error {
 		return fmt.Errorf("batch: must be at least 1, got %d", o.Batch)
 	case o.Baseline < 0:
 		return fmt.Errorf("baseline: must not be negative, got %s", o.Baseline)
+	case o.Pause < 0:
+		return fmt.Errorf("pause: must not be negative, got %s", o.Pause)
 	case slices.Contains(o.Backends, "postgres") && o.PgURL == "":
 		return errors.New("pg: a PostgreSQL URL is needed for the postgres backend")
 	case slices.Contains(o.Backends, "sqlite") && o.Dir == "":
@@ -207,21 +223,34 @@ func runPrune(ctx context.Context, backend string, o PruneOptions) (PruneReport,
 	progress("dispatch alone", 0, 0)
 	stop := make(chan struct{})
 	time.AfterFunc(o.Baseline, func() { close(stop) })
-	if rep.DispatchAlone, err = dispatchLoop(ctx, q, stop); err != nil {
+	if rep.DispatchAlone, _, err = dispatchLoop(ctx, q, stop, nil); err != nil {
 		return rep, err
 	}
-	// The prune, beside the dispatch loop.
+	// The prune, beside the dispatch loop. phase counts the prune's starts
+	// and stops: odd while it runs (see PruneOptions.Pause).
+	var phase atomic.Int64
+	phase.Add(1)
 	stop = make(chan struct{})
 	var wg sync.WaitGroup
 	var derr error
-	wg.Go(func() { rep.DispatchDuring, derr = dispatchLoop(ctx, q, stop) })
+	wg.Go(func() { rep.DispatchDuring, rep.DispatchPaused, derr = dispatchLoop(ctx, q, stop, &phase) })
 	ids := int64(pruneBefore)
 	if o.Tombstones {
 		ids = 0
 	}
 	var txns []time.Duration
-	start := time.Now()
+	var pruning time.Duration // of the prune's calls, its pauses left out
+	window := time.Now()
 	for {
+		if o.Pause > 0 && time.Since(window) >= o.Pause {
+			phase.Add(1)
+			select {
+			case <-time.After(o.Pause):
+			case <-ctx.Done():
+			}
+			phase.Add(1)
+			window = time.Now()
+		}
 		t0 := time.Now()
 		res, err := q.Prune(ctx, fairrelay.PruneParams{At: liveTick, Floor: true, AckedBefore: pruneBefore, IDsBefore: ids, Limit: o.Batch})
 		if err != nil {
@@ -230,6 +259,7 @@ func runPrune(ctx context.Context, backend string, o PruneOptions) (PruneReport,
 			return rep, err
 		}
 		txns = append(txns, time.Since(t0))
+		pruning += time.Since(t0)
 		rep.Pruned += res.Events
 		rep.Tombstones += res.Tombstones
 		progress("prune", int(rep.Pruned), o.Events)
@@ -237,7 +267,7 @@ func runPrune(ctx context.Context, backend string, o PruneOptions) (PruneReport,
 			break
 		}
 	}
-	rep.Seconds = time.Since(start).Seconds()
+	rep.Seconds = pruning.Seconds()
 	close(stop)
 	wg.Wait()
 	if derr != nil {
@@ -315,9 +345,12 @@ func fillAcked(ctx context.Context, q *fairrelay.Queue, o PruneOptions, progress
 
 // dispatchLoop runs one worker until stop closes: each step is a
 // SettleMany that settles the event claimed by the step before and claims
-// one more, on ten live flows refilled 1 000 events at a time.
-func dispatchLoop(ctx context.Context, q *fairrelay.Queue, stop <-chan struct{}) (Latency, error) {
-	var steps []time.Duration
+// one more, on ten live flows refilled 1 000 events at a time. With phase
+// nil every step counts in the first summary; otherwise a step that began
+// and ended in one even phase (the prune paused) counts in the second, and
+// every other in the first.
+func dispatchLoop(ctx context.Context, q *fairrelay.Queue, stop <-chan struct{}, phase *atomic.Int64) (Latency, Latency, error) {
+	var steps, paused []time.Duration
 	var held []fairrelay.Settlement
 	next := 0
 	refill := func() error {
@@ -334,25 +367,33 @@ func dispatchLoop(ctx context.Context, q *fairrelay.Queue, stop <-chan struct{})
 		case <-stop:
 			if len(held) > 0 {
 				if _, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: liveTick, Floor: true, Settles: held}); err != nil {
-					return Latency{}, err
+					return Latency{}, Latency{}, err
 				}
 			}
-			return summarise(steps), nil
+			return summarise(steps), summarise(paused), nil
 		default:
+		}
+		var p0 int64
+		if phase != nil {
+			p0 = phase.Load()
 		}
 		t0 := time.Now()
 		res, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: liveTick, Floor: true, Settles: held, ClaimLimit: 1})
 		if err != nil {
-			return Latency{}, fmt.Errorf("dispatch: %w", err)
+			return Latency{}, Latency{}, fmt.Errorf("dispatch: %w", err)
 		}
-		steps = append(steps, time.Since(t0))
+		if d := time.Since(t0); phase != nil && p0%2 == 0 && phase.Load() == p0 {
+			paused = append(paused, d)
+		} else {
+			steps = append(steps, d)
+		}
 		held = held[:0]
 		for _, c := range res.Claims {
 			held = append(held, fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
 		}
 		if len(res.Claims) == 0 {
 			if err := refill(); err != nil {
-				return Latency{}, fmt.Errorf("dispatch: refill: %w", err)
+				return Latency{}, Latency{}, fmt.Errorf("dispatch: refill: %w", err)
 			}
 		}
 	}
@@ -367,7 +408,7 @@ func summarise(ds []time.Duration) Latency {
 	slices.Sort(s)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	at := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return Latency{Steps: len(s), P50: ms(at(0.50)), P99: ms(at(0.99)), Max: ms(s[len(s)-1])}
+	return Latency{Steps: len(s), P50: ms(at(0.50)), P99: ms(at(0.99)), P999: ms(at(0.999)), Max: ms(s[len(s)-1])}
 }
 
 // sqliteSize checkpoints the WAL of the SQLite file at path into the file
@@ -444,19 +485,24 @@ func pgVacuum(ctx context.Context, url, schema string) error {
 // WritePruneTable prints reports as a Markdown table.
 func WritePruneTable(w io.Writer, reps []PruneReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "| backend\t| events pruned\t| tombstones\t| txns\t| s\t| longest txn ms\t| p99 txn ms\t| dispatch alone p50/p99/max ms\t| dispatch during prune p50/p99/max ms\t| size before\t| after\t| after VACUUM\t| after refill\t|")
-	fmt.Fprintln(tw, "|---\t|---:\t|---:\t|---:\t|---:\t|---:\t|---:\t|---\t|---\t|---:\t|---:\t|---:\t|---:\t|")
+	fmt.Fprintln(tw, "| backend\t| events pruned\t| tombstones\t| txns\t| s\t| longest txn ms\t| p99 txn ms\t| dispatch alone p50/p99/p99.9/max ms\t| in the prune's pauses\t| during the prune\t| size before\t| after\t| after VACUUM\t| after refill\t|")
+	fmt.Fprintln(tw, "|---\t|---:\t|---:\t|---:\t|---:\t|---:\t|---:\t|---\t|---\t|---\t|---:\t|---:\t|---:\t|---:\t|")
 	mb := func(n int64) string {
 		if n == 0 {
 			return "–"
 		}
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
 	}
+	lat := func(l Latency) string {
+		if l.Steps == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f / %.2f / %.1f / %.1f (%d steps)", l.P50, l.P99, l.P999, l.Max, l.Steps)
+	}
 	for _, r := range reps {
-		fmt.Fprintf(tw, "| %s\t| %d\t| %d\t| %d\t| %.1f\t| %.1f\t| %.1f\t| %.2f / %.2f / %.1f\t| %.2f / %.2f / %.1f\t| %s\t| %s\t| %s\t| %s\t|\n",
+		fmt.Fprintf(tw, "| %s\t| %d\t| %d\t| %d\t| %.1f\t| %.1f\t| %.1f\t| %s\t| %s\t| %s\t| %s\t| %s\t| %s\t| %s\t|\n",
 			r.Backend, r.Pruned, r.Tombstones, r.Transactions, r.Seconds, r.LongestMs, r.P99Ms,
-			r.DispatchAlone.P50, r.DispatchAlone.P99, r.DispatchAlone.Max,
-			r.DispatchDuring.P50, r.DispatchDuring.P99, r.DispatchDuring.Max,
+			lat(r.DispatchAlone), lat(r.DispatchPaused), lat(r.DispatchDuring),
 			mb(r.SizeBefore), mb(r.SizeAfter), mb(r.SizeVacuumed), mb(r.SizeRefilled))
 	}
 	return tw.Flush()

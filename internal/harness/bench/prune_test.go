@@ -45,6 +45,31 @@ func TestRunPruneSmoke(t *testing.T) {
 	}
 }
 
+// TestRunPrunePausesApart: with Pause the prune stops between its windows
+// and the dispatch steps taken inside those pauses are summarised apart
+// from the ones beside the prune, which still prunes everything.
+func TestRunPrunePausesApart(t *testing.T) {
+	reps, err := RunPrune(context.Background(), PruneOptions{Backends: []string{"sqlite"}, Events: 3000, Flows: 30,
+		BodyBytes: 1000, Batch: 50, Baseline: 10 * time.Millisecond, Pause: 50 * time.Millisecond, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reps[0]
+	if r.Pruned != 3000 {
+		t.Errorf("pruned %d events, want 3000", r.Pruned)
+	}
+	if r.DispatchPaused.Steps == 0 || r.DispatchDuring.Steps == 0 {
+		t.Errorf("dispatch steps in the pauses %d, beside the prune %d: want both", r.DispatchPaused.Steps, r.DispatchDuring.Steps)
+	}
+	var buf bytes.Buffer
+	if err := WritePruneTable(&buf, reps); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(buf.String(), " steps)") != 3 {
+		t.Errorf("table does not give the three summaries:\n%s", buf.String())
+	}
+}
+
 // TestRunPruneRefusesBadOptions names the field.
 func TestRunPruneRefusesBadOptions(t *testing.T) {
 	for _, tc := range []struct {
@@ -56,6 +81,7 @@ func TestRunPruneRefusesBadOptions(t *testing.T) {
 		{PruneOptions{Events: 10, Flows: 11, Backends: []string{"sqlite"}, Dir: "x"}, "flows"},
 		{PruneOptions{Batch: -5, Backends: []string{"sqlite"}, Dir: "x"}, "batch"},
 		{PruneOptions{Backends: []string{"postgres"}}, "pg"},
+		{PruneOptions{Pause: -time.Second, Backends: []string{"sqlite"}, Dir: "x"}, "pause"},
 	} {
 		_, err := RunPrune(context.Background(), tc.o)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want+":") {
