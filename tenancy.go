@@ -2,6 +2,7 @@ package fairrelay
 
 import (
 	"context"
+	"time"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -105,11 +106,22 @@ type PruneParams struct {
 // An event acked before IDsBefore leaves no tombstone and counts in Events
 // only. More reports that Limit stopped the prune with more left to
 // delete; Tick is the tick it ran at.
+//
+// Held is the longest this call held the store's writer in one write, in
+// wall-clock time: on SQLite (one writer for the whole file, which
+// dispatch waits for meanwhile) its transaction from BEGIN IMMEDIATE to the
+// end of its commit, or one step of the incremental vacuum that follows;
+// on PostgreSQL its transaction, which locks only the rows it deletes. What
+// the call spent before that without holding anything (SQLite's wait for a
+// checkpoint beside the writers) is not in it, so Held, not the call's
+// time, is what a dispatch step can wait behind a prune. The relay
+// observes it in fairrelay_prune_write_seconds.
 type PruneResult struct {
-	Events     int64 `json:"events"`
-	Tombstones int64 `json:"tombstones"`
-	More       bool  `json:"-"`
-	Tick       int64 `json:"-"`
+	Events     int64         `json:"events"`
+	Tombstones int64         `json:"tombstones"`
+	More       bool          `json:"-"`
+	Tick       int64         `json:"-"`
+	Held       time.Duration `json:"-"`
 }
 
 // Prune deletes acked events and tombstones as p says (SPEC §8). Heads,
@@ -147,7 +159,7 @@ func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 	if err != nil {
 		return PruneResult{}, storeError("prune", err)
 	}
-	return PruneResult{Events: r.Events, Tombstones: r.Tombstones, More: r.More, Tick: r.Tick}, nil
+	return PruneResult{Events: r.Events, Tombstones: r.Tombstones, More: r.More, Tick: r.Tick, Held: r.Held}, nil
 }
 
 // Settings are the store-wide settings and backlog (SPEC §8).

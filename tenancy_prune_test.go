@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -23,7 +24,8 @@ import (
 //     group, paused), the groups and the audit are as before, and the clock
 //     moved to the prune's tick only;
 //   - counts the events it deleted, and the tombstones it deleted: those
-//     of events acked before ids_before, pruned earlier;
+//     of events acked before ids_before, pruned earlier; and says how long
+//     it held the writer, a positive time within the call;
 //
 // and an id enqueued again after its event was pruned answers as its
 // tombstone says: existing with the event's seq for the same flow and body,
@@ -163,9 +165,13 @@ func (p *pruneRun) prune() {
 		}
 		return
 	}
+	called := time.Now()
 	res, err := p.q.Prune(p.ctx, fairrelay.PruneParams{At: p.at, AckedBefore: ackedBefore, IDsBefore: idsBefore})
 	if err != nil {
 		p.t.Fatal(err)
+	}
+	if took := time.Since(called); res.Held <= 0 || res.Held > took {
+		p.t.Fatalf("prune held the writer %v in a call of %v: want a positive time within the call", res.Held, took)
 	}
 	after := p.snapshot()
 	// What the prune must have deleted, and what it must have kept.

@@ -24,6 +24,7 @@ type Metrics struct {
 	storeErrs prometheus.Counter
 	prunedEv  prometheus.Counter
 	prunedTS  prometheus.Counter
+	pruneHeld prometheus.Histogram
 	slotSecs  *prometheus.CounterVec
 	slots     *prometheus.GaugeVec
 	labelMu   sync.Mutex
@@ -70,6 +71,10 @@ const OtherGroups = "(other)"
 //     unreachable, restarting, busy or out of space; see Relay.Health);
 //   - fairrelay_pruned_events_total, fairrelay_pruned_tombstones_total:
 //     what the relay's own prunes deleted (Config.RetainAcked);
+//   - fairrelay_prune_write_seconds: how long each of the relay's prune
+//     batches held the store's writer in one write, in seconds
+//     (fairrelay.PruneResult.Held: on SQLite what a dispatch step can wait
+//     behind a prune);
 //   - fairrelay_relay_group_slot_seconds_total{group}: the slot time of the
 //     group's ended deliveries, from claim to answer, in seconds (SPEC §11:
 //     what the relay's time sharing charges, before the weight);
@@ -105,6 +110,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fairrelay_pruned_events_total", Help: "Acked events the relay's prunes deleted (SPEC §8 retention)."}),
 		prunedTS: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_pruned_tombstones_total", Help: "Tombstones the relay's prunes deleted (SPEC §8 retention)."}),
+		pruneHeld: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fairrelay_prune_write_seconds", Help: "How long each prune batch of the relay held the store's writer in one write (SQLite: what dispatch waits behind).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
 		storeErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_store_errors_total", Help: "Store round trips that failed and were tried again after a pause."}),
 		slotSecs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -115,7 +123,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"group"}),
 		labelled: map[string]bool{},
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.claimQuar, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS, m.slotSecs, m.slots} {
+	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.claimQuar, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS, m.pruneHeld, m.slotSecs, m.slots} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -181,12 +189,13 @@ func (m *Metrics) storeError() {
 	}
 }
 
-func (m *Metrics) pruned(events, tombstones int64) {
+func (m *Metrics) pruned(res fairrelay.PruneResult) {
 	if m == nil {
 		return
 	}
-	m.prunedEv.Add(float64(events))
-	m.prunedTS.Add(float64(tombstones))
+	m.prunedEv.Add(float64(res.Events))
+	m.prunedTS.Add(float64(res.Tombstones))
+	m.pruneHeld.Observe(res.Held.Seconds())
 }
 
 func (m *Metrics) claimQuarantined(n int) {

@@ -59,7 +59,7 @@ func (r *Relay) prune(ctx context.Context) {
 		r.clock.Observe(res.Tick)
 		events += res.Events
 		tombstones += res.Tombstones
-		r.cfg.Metrics.pruned(res.Events, res.Tombstones)
+		r.cfg.Metrics.pruned(res)
 		if !res.More {
 			break
 		}

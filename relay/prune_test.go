@@ -7,17 +7,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/relay"
 )
 
 // TestRelayPrunesAckedEvents: with RetainAcked the relay deletes, on its
 // own, the events acked longer ago than that by its clock, keeping their ids
-// idempotent (SPEC §8 retention); events not acked stay.
+// idempotent (SPEC §8 retention); events not acked stay. Its metrics count
+// what it deleted and observe each batch's hold of the writer.
 func TestRelayPrunesAckedEvents(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, testPolicy())
 	h.enqueue(t, "A", 1, 2, 3)
+	reg := prometheus.NewRegistry()
+	m, err := relay.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := h.config(t)
+	cfg.Metrics = m
 	cfg.RetainAcked, cfg.RetainIDs, cfg.PruneInterval, cfg.PruneBatch = time.Hour, 2*time.Hour, time.Millisecond, 2
 	pruned := make(chan struct{})
 	cfg.Logger = slog.New(&onMessage{prefix: "relay: pruned", do: func() { close(pruned) }})
@@ -42,6 +52,14 @@ func TestRelayPrunesAckedEvents(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+	if n := counterValue(t, reg, "fairrelay_pruned_events_total"); n != 3 {
+		t.Errorf("fairrelay_pruned_events_total = %v, want 3", n)
+	}
+	// Batches of 2: A1 and A2, then A3 (and any prune the relay ran before
+	// the clock moved, which found nothing).
+	if n, sum := histogram(t, reg, "fairrelay_prune_write_seconds"); n < 2 || sum <= 0 {
+		t.Errorf("fairrelay_prune_write_seconds: %d observations summing to %v s, want at least the 2 batches, held for some time", n, sum)
+	}
 	for _, id := range []string{"A1", "A2", "A3"} {
 		if _, err := h.q.Event(t.Context(), id); !errors.Is(err, fairrelay.ErrNotFound) {
 			t.Fatalf("%s after the prune: %v, want not found", id, err)
@@ -54,4 +72,22 @@ func TestRelayPrunesAckedEvents(t *testing.T) {
 	if e, err := h.q.Event(t.Context(), "B1"); err != nil || e.State == fairrelay.StateAcked {
 		t.Fatalf("B1: %+v %v, want it kept, not acked", e, err)
 	}
+}
+
+// histogram returns the sample count and sum of the unlabelled histogram
+// name in reg.
+func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("no histogram %s", name)
+	return 0, 0
 }

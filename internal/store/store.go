@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 )
 
@@ -454,12 +455,18 @@ type PruneParams struct {
 }
 
 // PruneResult counts what a prune deleted, and the tick it ran at. More
-// tells that Limit stopped it before everything due was deleted.
+// tells that Limit stopped it before everything due was deleted. Held is
+// the longest the prune held the store's writer in one write (SQLite: its
+// transaction from begin to the end of its commit, or one step of the
+// incremental vacuum after it; PostgreSQL: its transaction, which locks
+// only the rows it deletes); a wait before it that holds no lock (SQLite's
+// checkpoint beside the writers) is not counted.
 type PruneResult struct {
 	Events     int64
 	Tombstones int64
 	Tick       int64
 	More       bool
+	Held       time.Duration
 }
 
 // ReadSet is what a write transaction asks before it decides, answered in

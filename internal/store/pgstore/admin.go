@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -282,6 +283,7 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		l := int64(p.Limit)
 		limit = &l
 	}
+	began := time.Now()
 	tick, err := s.admin(ctx, "prune", p.At, p.Floor, p.MaxTickJump, checked(p.Check), func(tx pgx.Tx, at int64) error {
 		res = store.PruneResult{}
 		tag, err := tx.Exec(ctx, `DELETE FROM tombstone WHERE event_id IN
@@ -338,5 +340,6 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 	}
 	res.Tick = tick
 	res.More = limit != nil && (res.Events == *limit || res.Tombstones == *limit)
+	res.Held = time.Since(began)
 	return res, nil
 }

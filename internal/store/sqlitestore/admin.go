@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"time"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -109,6 +110,9 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 	if err != nil {
 		return store.PruneResult{}, Translate(fmt.Errorf("begin transaction: %w", err))
 	}
+	// BEGIN IMMEDIATE has returned: this connection holds the writer
+	// until the commit has returned.
+	began := time.Now()
 	defer tx.Rollback()
 	c := conn{q: tx, tx: tx, prepared: s.stmts}
 	cl, err := c.clock(ctx)
@@ -175,6 +179,7 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 	if err := tx.Commit(); err != nil {
 		return store.PruneResult{}, Translate(fmt.Errorf("commit: %w", err))
 	}
+	res.Held = time.Since(began)
 	s.commits.Add(1) // this store's own commit (changes.go, checkpointer.go)
 	if res.Events > 0 || res.Tombstones > 0 {
 		// Hand free pages back to the file system once there are enough of
@@ -194,12 +199,31 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 				break
 			}
 			last = free
-			if _, err := s.write.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", vacuumStep)); err != nil {
-				return res, Translate(fmt.Errorf("incremental vacuum: %w", err))
+			held, err := s.vacuumStep(ctx)
+			if err != nil {
+				return res, err
 			}
+			res.Held = max(res.Held, held)
 		}
 	}
 	return res, nil
+}
+
+// vacuumStep runs one step of the incremental vacuum, its own write, on
+// the write connection, and returns how long it held the writer: timed once
+// the connection is this goroutine's, so that a wait for another writer of
+// this process is not counted.
+func (s *Store) vacuumStep(ctx context.Context) (time.Duration, error) {
+	wc, err := s.write.Conn(ctx)
+	if err != nil {
+		return 0, Translate(fmt.Errorf("incremental vacuum: %w", err))
+	}
+	defer wc.Close()
+	began := time.Now()
+	if _, err := wc.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", vacuumStep)); err != nil {
+		return 0, Translate(fmt.Errorf("incremental vacuum: %w", err))
+	}
+	return time.Since(began), nil
 }
 
 // vacuumPages is how many free pages (of 4 KiB) a prune leaves before it
