@@ -59,7 +59,9 @@ type Waiver struct {
 // delivery of the same id in another flow answers as Receive says.
 // Errors (nothing written): ErrInvalidInput naming id or flow (CheckID's
 // rule), seq (below 1, or not the seq the flow waits for: its projected
-// seq + 1; a flow applied up to seq P can only waive P+1), reason (empty,
+// seq + 1; a flow applied up to seq P can only waive P+1; a seq waived
+// already, the same waiver again included, is refused naming the event it
+// is waived for), reason (empty,
 // or breaking fairrelay.CheckReason's rule: one line of at most
 // MaxReasonBytes of printable UTF-8) or operator (CheckID's rule);
 // database errors and ErrBusy.
@@ -96,6 +98,23 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 	pseq, total, err := projectionOf(ctx, tx, d.Flow)
 	if err != nil {
 		return dbError("waive", in.translate(err))
+	}
+	if d.Seq <= pseq {
+		// Taken already: say by what, so that an operator who runs the
+		// same waive again (or waives a seq a receipt took) knows what
+		// the inbox holds and that nothing was written.
+		var id string
+		err := tx.QueryRowContext(ctx, q["WaiverGet"], d.Flow, d.Seq).Scan(&id)
+		switch {
+		case err == nil && id == d.EventID:
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",
+				Message: fmt.Sprintf("seq %d of flow %q is waived already, for this event %q: nothing to do", d.Seq, d.Flow, id)}
+		case err == nil:
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",
+				Message: fmt.Sprintf("seq %d of flow %q is waived already, for event %q, not %q; the flow waits for seq %d", d.Seq, d.Flow, id, d.EventID, pseq+1)}
+		case !errors.Is(err, sql.ErrNoRows):
+			return dbError("waive", in.translate(fmt.Errorf("WaiverGet: %w", err)))
+		}
 	}
 	if d.Seq != pseq+1 {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",

@@ -80,6 +80,24 @@ func TestWaive(t *testing.T) {
 		if got := total("A"); got != (inbox.Projection{Flow: "A", Seq: 2, Total: 1}) {
 			t.Fatalf("A after the waiver: %+v, want seq 2 with the total unchanged", got)
 		}
+		// The same waiver again, and another id for the waived seq: refused,
+		// naming the event the seq is waived for, nothing written.
+		for _, again := range []struct {
+			p    inbox.WaiveParams
+			want string
+		}{
+			{inbox.WaiveParams{EventID: "A1", Flow: "A", Seq: 2, Reason: "retried"}, `seq 2 of flow "A" is waived already, for this event "A1": nothing to do`},
+			{inbox.WaiveParams{EventID: "Z9", Flow: "A", Seq: 2, Reason: "typo"}, `seq 2 of flow "A" is waived already, for event "A1", not "Z9"; the flow waits for seq 3`},
+		} {
+			err := in.Waive(ctx, again.p)
+			var fe *fairrelay.Error
+			if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "seq" || fe.Message != again.want {
+				t.Fatalf("waive %+v again: %v, want invalid_input on seq: %s", again.p, err, again.want)
+			}
+		}
+		if ws, err := in.Waivers(ctx, "", 0, 10); err != nil || len(ws) != 1 || ws[0].Reason != "id reused after retention" {
+			t.Fatalf("waivers after the refused repeats: %+v %v, want the one waiver as written", ws, err)
+		}
 		receive(reused, fairrelay.OutcomeDuplicate)
 		receive(d("A1", "A", 1, 1), fairrelay.OutcomeDuplicate)        // its own receipt
 		receive(d("Z9", "A", 2, 2), fairrelay.OutcomeSequenceConflict) // another id at the waived seq
