@@ -316,3 +316,27 @@ func TestExpediteAll(t *testing.T) {
 		t.Fatalf("expedite --all with nothing backing off changed the audit:\n%s", after)
 	}
 }
+
+// redrive --all and expedite --all narrowed by a --flow that does not exist
+// answer not_found (exit 2), as pause does, and change nothing: a misspelt
+// flow is not "no head matched" (exit 1), which reads as "nothing to do".
+func TestBulkActionsNameAnUnknownFlow(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "0"); code != 0 {
+		t.Fatal(e)
+	}
+	before, _, _ := cli(t, "", "inspect", "--queue", q, "flows", "--json")
+	for _, cmd := range []string{"redrive", "expedite"} {
+		_, e, code := cli(t, "", cmd, "--queue", q, "--all", "--flow", "NOPE", "--reason", "x", "--at", "1")
+		if code != 2 || !strings.Contains(e, `not_found: no flow with id "NOPE"`) {
+			t.Errorf("%s --all --flow NOPE: exit %d, %s; want exit 2, not_found naming the flow", cmd, code, e)
+		}
+	}
+	if after, _, _ := cli(t, "", "inspect", "--queue", q, "flows", "--json"); after != before {
+		t.Errorf("refused bulk actions changed the flows:\n%s\nwant\n%s", after, before)
+	}
+	if audit, _, _ := cli(t, "", "inspect", "--queue", q, "audit", "--json"); strings.Contains(audit, `"action"`) {
+		t.Errorf("refused bulk actions wrote audit rows:\n%s", audit)
+	}
+}

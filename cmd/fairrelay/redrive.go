@@ -108,6 +108,13 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 	if reasonIs != "" && !quarantineReason(reasonIs) {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason-is", Message: fmt.Sprintf("%q is not a quarantine reason: budget_exhausted or a permanent outcome (id_conflict, sequence_conflict, unsupported_delta, invalid_body, rejected)", reasonIs)}
 	}
+	if flow != "" {
+		// An unknown flow is not_found, as for expedite --all --flow and
+		// pause: a misspelt --flow is not "no quarantined head matched".
+		if _, err := q.Flow(ctx, flow); err != nil {
+			return err
+		}
+	}
 	const page = 1000
 	n, rejected := 0, 0
 	why := map[string]int{} // rejections by reason
