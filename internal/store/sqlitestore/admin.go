@@ -209,19 +209,22 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 	return res, nil
 }
 
-// vacuumStep runs one step of the incremental vacuum, its own write, on
-// the write connection, and returns how long it held the writer: timed once
-// the connection is this goroutine's, so that a wait for another writer of
-// this process is not counted.
+// vacuumStep runs one step of the incremental vacuum, a write transaction
+// of its own, and returns how long it held the writer: timed from its
+// BEGIN IMMEDIATE's return, so that a wait for another writer (of this
+// process or another one) is not counted.
 func (s *Store) vacuumStep(ctx context.Context) (time.Duration, error) {
-	wc, err := s.write.Conn(ctx)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
+		return 0, Translate(fmt.Errorf("incremental vacuum: begin transaction: %w", err))
+	}
+	defer tx.Rollback()
+	began := time.Now()
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", vacuumStep)); err != nil {
 		return 0, Translate(fmt.Errorf("incremental vacuum: %w", err))
 	}
-	defer wc.Close()
-	began := time.Now()
-	if _, err := wc.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", vacuumStep)); err != nil {
-		return 0, Translate(fmt.Errorf("incremental vacuum: %w", err))
+	if err := tx.Commit(); err != nil {
+		return 0, Translate(fmt.Errorf("incremental vacuum: commit: %w", err))
 	}
 	return time.Since(began), nil
 }
