@@ -140,7 +140,12 @@ func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]Enqueue
 // file's (every other writer waits); on PostgreSQL only the row of p.Flow
 // (SPEC §10: another transaction that enqueues to the same flow waits, so
 // seq order is commit order; every other flow goes on, and the relay puts
-// off a settle of that flow's head — SettleManyParams.SkipHeld). Answers and
+// off a settle of that flow's head — SettleManyParams.SkipHeld). On
+// PostgreSQL a wait for a flow another transaction holds lasts as long as
+// the caller's session allows (its lock_timeout; PostgreSQL's default: no
+// limit), not Config.BusyTimeout, which bounds fairrelay's own
+// transactions: set it in the transaction (SET LOCAL lock_timeout = '5s')
+// and a longer wait fails with ErrBusy. Answers and
 // errors as Enqueue, plus ErrInvalidInput (field "tx") for a transaction on
 // a database that holds no such store; an error leaves the caller's
 // transaction to be rolled back by the caller.

@@ -111,6 +111,12 @@ func ExampleQueue_EnqueueTx_postgres() {
 	defer pool.Close()
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// The enqueue waits for a flow another transaction holds as long as
+		// this transaction's lock_timeout allows (PostgreSQL's default: no
+		// limit); past it, it fails with fairrelay.ErrBusy.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '5s'"); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2)`, "o1", 30); err != nil {
 			return err
 		}
