@@ -93,6 +93,12 @@ func New(opts Options) (*Sink, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, invalid("sink", "must be an http:// or https:// URL, got %q", opts.URL)
 	}
+	// A port no connection can reach (a fresh user's typo, :80800) would
+	// fail every delivery as retry until the budget quarantined it, in
+	// every flow: refuse it here, as the broker sinks do.
+	if bad := sink.BadPort(u); bad != "" {
+		return nil, invalid("sink", "%s in %q", bad, opts.URL)
+	}
 	if opts.Timeout < 0 {
 		return nil, invalid("timeout", "must not be negative, got %s", opts.Timeout)
 	}

@@ -247,6 +247,10 @@ func TestBadOptions(t *testing.T) {
 	}{
 		{webhook.Options{URL: "ftp://127.0.0.1/"}, "sink"},
 		{webhook.Options{URL: ""}, "sink"},
+		// A port no connection reaches: every delivery would be retried
+		// until its budget ran out (a fresh user's typo).
+		{webhook.Options{URL: "http://127.0.0.1:80800/"}, "sink"},
+		{webhook.Options{URL: "https://127.0.0.1:0/"}, "sink"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{503}}, "permanent_status"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{429}}, "permanent_status"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{200}}, "permanent_status"},
