@@ -2,6 +2,7 @@ package fairrelay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -105,5 +106,47 @@ func TestOpenPostgresRefusesWhatIsNotAQueue(t *testing.T) {
 	_, err = inbox.Open(ctx, u.String(), inbox.Options{})
 	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "database does not exist") || !strings.Contains(err.Error(), "inbox") {
 		t.Fatalf("inbox on a missing database: %v", err)
+	}
+}
+
+// TestOpenPostgresNamesRefusedSettings: a URL whose settings the server
+// refuses at connection — a parameter that is neither schema nor a
+// PostgreSQL setting (a misspelt schema=), a value it does not take, a
+// role that does not exist — and a URL that gives a parameter twice are
+// the caller's input (invalid_input naming queue or inbox), not "database
+// server unavailable", which says to try again once it is back (a fresh
+// user's report). Nothing is created: the schema the URL means holds
+// nothing after.
+func TestOpenPostgresNamesRefusedSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.Schema(t, "frt_refused")
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("schema")
+	noSchema := strings.Replace(dsn, "schema="+schema, "shema="+schema, 1)
+	role := *u
+	role.User = url.User("fairrelay_no_such_role")
+	for name, bad := range map[string]string{
+		"misspelt schema":    noSchema,
+		"bad value":          dsn + "&statement_timeout=soon",
+		"unknown role":       role.String(),
+		"schema given twice": dsn + "&schema=" + schema + "x",
+	} {
+		_, err := fairrelay.Open(ctx, bad, fairrelay.Config{})
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "queue" {
+			t.Errorf("%s: queue: %v, want invalid_input naming queue", name, err)
+		}
+		_, err = inbox.Open(ctx, bad, inbox.Options{})
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "inbox" {
+			t.Errorf("%s: inbox: %v, want invalid_input naming inbox", name, err)
+		}
+	}
+	_, err = fairrelay.Open(ctx, dsn, fairrelay.Config{MustExist: true})
+	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "holds no queue store") {
+		t.Fatalf("after the refused opens, the schema: %v, want no queue store in it", err)
 	}
 }

@@ -156,7 +156,7 @@ func openError(err error) error {
 		return fmt.Errorf("open stopped: %w", err)
 	case errors.As(err, &ee):
 		return &Error{Code: CodeInvalidInput, Field: "policy", Message: ee.Error()}
-	case errors.Is(err, store.ErrMissing), errors.Is(err, sqlfile.ErrNewerSchema), errors.Is(err, sqlfile.ErrOlderSchema):
+	case errors.Is(err, store.ErrMissing), errors.Is(err, store.ErrRefusedSettings), errors.Is(err, sqlfile.ErrNewerSchema), errors.Is(err, sqlfile.ErrOlderSchema):
 		// The message is the error's own (Err keeps it for errors.Is).
 		return &Error{Code: CodeInvalidInput, Field: "queue", Err: err}
 	case errors.Is(err, store.ErrNotDatabase):

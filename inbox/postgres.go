@@ -56,7 +56,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		err = pgstore.Translate(err)
-		if errors.Is(err, store.ErrMissing) {
+		if errors.Is(err, store.ErrMissing) || errors.Is(err, store.ErrRefusedSettings) {
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: err}
 		}
 		return nil, err

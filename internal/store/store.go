@@ -48,6 +48,13 @@ var ErrMissing = errors.New("no queue store there")
 // error, not the caller's input.
 var ErrServer = errors.New("database server unavailable")
 
+// ErrRefusedSettings is returned (wrapped) by a backend's Open when the
+// server refused the connection for what the URL says: a parameter it does
+// not know or a value it does not take (a misspelt schema=, for example),
+// or the user or password. The caller's input: trying again changes
+// nothing, unlike ErrServer.
+var ErrRefusedSettings = errors.New("the server refused the connection's settings")
+
 // EntryMismatchError is returned by a backend's Open when the store was
 // created under another entry rule than the one asked for (SPEC §7: the
 // rule is a property of the store). Nothing changed.

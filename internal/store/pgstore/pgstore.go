@@ -128,6 +128,14 @@ func ParseDSN(dsn string) (conn string, schema string, err error) {
 		return "", "", fmt.Errorf("not a URL: %w", err)
 	}
 	v := u.Query()
+	for k, vs := range v {
+		// One value each: of a repeated schema= the first won, silently,
+		// and a URL built by appending &schema=… to one that had it opened
+		// another store (a fresh user's report).
+		if len(vs) > 1 {
+			return "", "", fmt.Errorf("parameter %q given %d times: give it once", k, len(vs))
+		}
+	}
 	schema = v.Get("schema")
 	if v.Has("schema") && !schemaName.MatchString(schema) {
 		return "", "", fmt.Errorf("schema %q: want letters, digits and underscores, at most 63 bytes, not starting with a digit", schema)
@@ -254,7 +262,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		if err := Translate(err); errors.Is(err, store.ErrNotDatabase) || errors.Is(err, store.ErrBusy) || errors.Is(err, store.ErrMissing) {
+		if err := Translate(err); errors.Is(err, store.ErrNotDatabase) || errors.Is(err, store.ErrBusy) || errors.Is(err, store.ErrMissing) ||
+			errors.Is(err, store.ErrRefusedSettings) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: %w", store.ErrServer, err)
@@ -489,6 +498,15 @@ var busyCodes = map[string]bool{
 }
 
 // SQLSTATE codes that mean the server does not hold the database asked for.
+// refusedSettings are the SQLSTATEs of a server that refused a connection
+// for its startup settings: trying again changes nothing.
+var refusedSettings = map[string]bool{
+	"42704": true, // undefined_object: unrecognized configuration parameter
+	"22023": true, // invalid_parameter_value
+	"28000": true, // invalid_authorization_specification: no such role, pg_hba
+	"28P01": true, // invalid_password
+}
+
 var notDatabaseCodes = map[string]bool{
 	"3F000": true, // invalid_schema_name
 	"42P01": true, // undefined_table
@@ -502,8 +520,11 @@ func Translate(err error) error {
 		return nil
 	}
 	var pe *pgconn.PgError
+	var ce *pgconn.ConnectError
 	if errors.As(err, &pe) {
 		switch {
+		case errors.As(err, &ce) && refusedSettings[pe.Code]:
+			return fmt.Errorf("%w (a URL parameter that is neither schema nor a PostgreSQL setting, a value it does not take, or the user or password): %w", store.ErrRefusedSettings, err)
 		case pe.Code == "FR001": // enqueue_many: clock_regressed
 			var at, stored int64
 			fmt.Sscanf(pe.Detail, "%d %d", &at, &stored)
