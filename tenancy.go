@@ -126,11 +126,14 @@ type PruneResult struct {
 
 // Prune deletes acked events and tombstones as p says (SPEC §8). Heads,
 // seqs, served and the audit are untouched; an event that is not acked is
-// never deleted. On PostgreSQL it skips the rows another transaction holds
-// (an open outbox transaction that enqueues an id again holds its event
-// or tombstone; FOR UPDATE SKIP LOCKED, so that a prune never waits for a
-// business transaction), leaves them for the next prune, and does not
-// count them: PruneResult says what it deleted, not that nothing is left. Errors (SPEC §2 order): ErrClockRegressed;
+// never deleted. On PostgreSQL it skips the acked events, and the flows
+// whose last acked event it would take, that another transaction holds
+// locked (FOR UPDATE SKIP LOCKED, so that a prune does not wait for a
+// business transaction's flow), leaves them for the next prune, and does
+// not count them: PruneResult says what it deleted, not that nothing is
+// left. An enqueue locks no tombstone: a prune may delete a due tombstone
+// that an open transaction's enqueue answered existing or conflict from.
+// Errors (SPEC §2 order): ErrClockRegressed;
 // ErrInvalidInput naming at, acked_before or ids_before (not a tick in
 // [0, MaxTick]), ids_before (above acked_before) or limit (negative);
 // ErrBusy; ErrDatabase.
