@@ -83,3 +83,36 @@ func pgMigrations(t *testing.T) []string {
 	}
 	return m
 }
+
+// TestPostgresUpperCaseSchemaHintsTheLowerCase: an upper-case schema that
+// does not exist is never created (PostgreSQL folds unquoted names), and
+// every command that refuses it says which name to use: enqueue's hint led
+// to migrate, which refused the same name (a fresh user's report), and the
+// inbox's refusal spoke of a queue store.
+func TestPostgresUpperCaseSchemaHintsTheLowerCase(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "frupper")
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := u.Query().Get("schema")
+	upper := strings.Replace(dsn, "schema="+lower, "schema=Up"+lower, 1)
+	want := "schema=up" + lower
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"enqueue", []string{"enqueue", "--queue", upper, "--id", "a", "--flow", "f", "--delta", "1"}},
+		{"migrate", []string{"migrate", "--queue", upper}},
+		{"receive", []string{"receive", "--inbox", upper, "--addr", "127.0.0.1:0"}},
+	} {
+		_, errOut, code := cli(t, "", c.args...)
+		if code != exitFailed || !strings.Contains(errOut, want) {
+			t.Errorf("%s on a missing upper-case schema: exit %d, %q: want the lower-case name %s", c.name, code, errOut, want)
+		}
+		if c.name == "receive" && strings.Contains(errOut, "queue store") {
+			t.Errorf("receive's refusal speaks of a queue store: %q", errOut)
+		}
+	}
+}

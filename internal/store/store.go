@@ -43,6 +43,18 @@ var ErrNotDatabase = errors.New("not a fairrelay database")
 // there is no queue store there yet; nothing was created.
 var ErrMissing = errors.New("no queue store there")
 
+// Missing returns an error that is ErrMissing (errors.Is) and says only
+// what format gives: for a place that holds no store of any kind, where
+// ErrMissing's own "no queue store" would misname an inbox.
+func Missing(format string, args ...any) error {
+	return missingError{fmt.Sprintf(format, args...)}
+}
+
+type missingError struct{ msg string }
+
+func (e missingError) Error() string        { return e.msg }
+func (e missingError) Is(target error) bool { return target == ErrMissing }
+
 // ErrServer is returned (wrapped) by a backend's Open when the database
 // server could not be reached or refused the connection: a database
 // error, not the caller's input.

@@ -185,7 +185,7 @@ func CreateSchema(ctx context.Context, db *sql.DB, schema string) error {
 			return Translate(err)
 		}
 		if !exists {
-			return fmt.Errorf("%w: schema %q does not exist, and a new store's schema is lower case (schema=%s): PostgreSQL folds unquoted names to lower case, so SQL that calls the store's functions by hand would name another schema", store.ErrMissing, schema, lower)
+			return store.Missing("schema %q does not exist, and a new store's schema is lower case (schema=%s): PostgreSQL folds unquoted names to lower case, so SQL that calls the store's functions by hand would name another schema", schema, lower)
 		}
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -290,7 +290,14 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("%w: %s holds a fairrelay inbox, not a queue store", store.ErrNotDatabase, where)
 		case opts.MustExist:
 			pool.Close()
-			return nil, fmt.Errorf("%w: %s holds no queue store (create it with fairrelay migrate)", store.ErrMissing, where)
+			how := "create it with fairrelay migrate"
+			if lower := strings.ToLower(schema); lower != schema {
+				// migrate creates no upper-case schema (CreateSchema): send
+				// the user to the name it would create (a fresh user's
+				// report: the hint led to migrate's refusal).
+				how = fmt.Sprintf("a new store's schema is lower case: use schema=%s, and create it with fairrelay migrate", lower)
+			}
+			return nil, fmt.Errorf("%w: %s holds no queue store (%s)", store.ErrMissing, where, how)
 		}
 	}
 	s := &Store{pool: pool, schema: schema}
