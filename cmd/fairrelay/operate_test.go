@@ -340,3 +340,15 @@ func TestBulkActionsNameAnUnknownFlow(t *testing.T) {
 		t.Errorf("refused bulk actions wrote audit rows:\n%s", audit)
 	}
 }
+
+// A relay refused for its settings says why and nothing else: the
+// unsigned-deliveries warning came before the refusal (a fresh user's
+// report), as if the run had started.
+func TestRefusedRelayWarnsOfNothing(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	out, errOut, code := cli(t, "", "relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--retain-acked", "2s", "--retain-ids", "1s")
+	if code != exitFailed || out != "" || strings.Contains(errOut, "unsigned") || !strings.Contains(errOut, "invalid_input: retain-ids:") {
+		t.Fatalf("refused relay: exit %d, stdout %q, stderr %q: want the refusal alone", code, out, errOut)
+	}
+}

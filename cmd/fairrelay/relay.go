@@ -136,6 +136,7 @@ charged least; --max-group-slots caps any group's slots (configure
 			}
 			var s sink.Sink
 			shown := redactDSN(sinkURL)
+			unsigned := false // said once the run is past its checks (a fresh user's report: it came before a refusal)
 			if isBroker(sinkURL) {
 				for _, name := range []string{"secret", "permanent-status"} {
 					if cmd.Flags().Changed(name) {
@@ -169,9 +170,7 @@ charged least; --max-group-slots caps any group's slots (configure
 				}
 				defer ws.Close()
 				s = ws
-				if secret == "" {
-					log.Warn("relay: no --secret: deliveries are unsigned")
-				}
+				unsigned = secret == ""
 			}
 			// Every setting and address checked before the store is opened
 			// (or created): a refused run leaves nothing behind.
@@ -194,6 +193,9 @@ charged least; --max-group-slots caps any group's slots (configure
 			defer q.Close()
 			// Name what it works on, so a typo shows at once.
 			log.Info("relay: starting", "queue", redactDSN(queue), "sink", shown, "workers", workers, "policy", pol.Entry)
+			if unsigned {
+				log.Warn("relay: no --secret: deliveries are unsigned")
+			}
 			if created {
 				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
 			}
