@@ -416,6 +416,10 @@ func (r *propertyRun) draw(i int) propertyOp {
 		return propertyOp{fmt.Sprintf("op %d: prune at %d acked_before %d ids_before %d", i, p.At, p.AckedBefore, p.IDsBefore), func(r *propertyRun) {
 			got, gotErr := r.q.Prune(r.ctx, p)
 			want, wantErr := r.m.Prune(p)
+			// Held is how long this store held its writer, a measurement,
+			// not part of the answer the model gives (TestPruneKeepsWhatIsNotAcked
+			// checks it is a positive time within the call).
+			got.Held = 0
 			r.same(got, gotErr, want, wantErr)
 			r.count(fmt.Sprintf("prune events>0=%t tombstones>0=%t", want.Events > 0, want.Tombstones > 0), wantErr)
 		}}
