@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -135,6 +136,9 @@ deliveries that may still apply are untouched. It prints
 				return err
 			}
 			defer q.Close()
+			if err := checkHorizons(cmd, q, atFlag(cmd, at), ackedBefore, idsBefore); err != nil {
+				return err
+			}
 			var total fairrelay.PruneResult
 			for {
 				r, err := q.Prune(cmd.Context(), fairrelay.PruneParams{At: atFlag(cmd, at), AckedBefore: ackedBefore, IDsBefore: idsBefore, Limit: limit})
@@ -160,6 +164,40 @@ deliveries that may still apply are untouched. It prints
 	f.BoolVar(&superseded, "superseded-held", false, "delete the inbox's held copies of seqs applied already (they never apply)")
 	pf.registerAdmin(cmd)
 	return cmd
+}
+
+// checkHorizons refuses a prune horizon further ahead of the store's tick
+// (or of --at, when later) than --max-tick-jump, the rule --at follows: it is
+// a typo — wall-clock milliseconds, a duration's digits — and would delete
+// every tombstone, so that ids sent again become new events (a fresh
+// user's report: --acked-before $(date +%s%3N) forgot every id). The
+// clock's own answer to --at comes first (SPEC §2's order). A horizon of
+// the stored tick + 1 prunes everything acked so far.
+func checkHorizons(cmd *cobra.Command, q *fairrelay.Queue, at, ackedBefore, idsBefore int64) error {
+	ctx := cmd.Context()
+	if err := q.CheckTick(ctx, "prune", at, false); err != nil {
+		return err
+	}
+	jump := q.Policy().MaxTickJump
+	if jump <= 0 {
+		return nil
+	}
+	c, err := q.Clock(ctx)
+	if err != nil {
+		return err
+	}
+	base := max(c.Tick, at)
+	for _, h := range []struct {
+		name string
+		v    int64
+	}{{"acked-before", ackedBefore}, {"ids-before", idsBefore}} {
+		if h.v > base+1 && h.v-base > jump {
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: h.name, Message: fmt.Sprintf(
+				"%d is %d ticks ahead of the store's tick %d, further than --max-tick-jump (%s): ticks are the store's clock (fairrelay inspect clock; 1 tick = 1 ms of a running relay), not wall-clock milliseconds; %d prunes everything acked so far",
+				h.v, h.v-base, base, time.Duration(jump)*time.Millisecond, base+1)}
+		}
+	}
+	return nil
 }
 
 // pruneInbox runs prune --inbox I --superseded-held: the inbox alone, no

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
@@ -350,5 +351,44 @@ func TestRefusedRelayWarnsOfNothing(t *testing.T) {
 	out, errOut, code := cli(t, "", "relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--retain-acked", "2s", "--retain-ids", "1s")
 	if code != exitFailed || out != "" || strings.Contains(errOut, "unsigned") || !strings.Contains(errOut, "invalid_input: retain-ids:") {
 		t.Fatalf("refused relay: exit %d, stdout %q, stderr %q: want the refusal alone", code, out, errOut)
+	}
+}
+
+// A prune horizon further ahead of the store's tick than --max-tick-jump is
+// refused, naming the flag, and deletes nothing: wall-clock milliseconds
+// given as --acked-before and --ids-before deleted every tombstone, and an
+// id sent again became a new event (a fresh user's report). The stored
+// tick + 1 still prunes everything acked.
+func TestPruneRefusesAHorizonBeyondTheClock(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	run := func(want int, args ...string) string {
+		t.Helper()
+		out, errOut, code := cli(t, "", args...)
+		if code != want {
+			t.Fatalf("%v: exit %d, want %d: %s%s", args, code, want, out, errOut)
+		}
+		return strings.TrimSpace(out + errOut)
+	}
+	run(0, "enqueue", "--queue", q, "--id", "E1", "--flow", "E", "--delta", "1", "--at", "0")
+	run(0, "claim", "--queue", q, "--at", "0")
+	run(0, "settle", "--queue", q, "--id", "E1", "--generation", "1", "--outcome", "accepted", "--at", "0")
+	run(0, "prune", "--queue", q, "--acked-before", "1", "--ids-before", "0", "--at", "0")
+	wall := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	for _, tc := range []struct{ acked, ids, field string }{
+		{wall, wall, "acked-before"},
+		{"1", wall, "ids-before"},
+	} {
+		got := run(2, "prune", "--queue", q, "--acked-before", tc.acked, "--ids-before", tc.ids)
+		if !strings.Contains(got, "invalid_input: "+tc.field+": ") || !strings.Contains(got, "max-tick-jump") {
+			t.Errorf("prune --acked-before %s --ids-before %s: %s; want invalid_input naming %s", tc.acked, tc.ids, got, tc.field)
+		}
+	}
+	// The tombstone is kept: E1 sent again is the event it was.
+	if got := run(0, "enqueue", "--queue", q, "--id", "E1", "--flow", "E", "--delta", "1"); got != `{"seq":1,"status":"existing"}` {
+		t.Fatalf("E1 again after the refused prunes: %s, want existing seq 1", got)
+	}
+	if got := run(0, "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1"); got != `{"events":0,"status":"pruned","tombstones":1}` {
+		t.Fatalf("prune at the stored tick + 1: %s", got)
 	}
 }
