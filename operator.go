@@ -2,6 +2,7 @@ package fairrelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -163,7 +164,8 @@ func (q *Queue) flowAction(ctx context.Context, action string, p FlowActionParam
 			}
 			return checkAudited(p.Operator, p.Reason)
 		}}
-	_, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
+	body := func(t *txn, rr *store.ReadResult) error {
+		res = ActionResult{}
 		f := t.flows[p.Flow]
 		if f == nil {
 			return &Error{Code: CodeNotFound, Message: "no flow with id " + quote(p.Flow)}
@@ -195,9 +197,26 @@ func (q *Queue) flowAction(ctx context.Context, action string, p FlowActionParam
 		t.changedFlow(f)
 		t.appendAudit(store.AuditRow{Flow: f.Flow, Action: action, Reason: p.Reason}, p.Operator)
 		return nil
-	})
+	}
+	// A pause of a flow committed between the action's lock of its flows
+	// and its lanes meets it only after taking the settle lane, and a
+	// settle holding that flow waits for the lane: PostgreSQL's deadlock
+	// detector ends one of the two (a breaker's report). The victim kept
+	// nothing, so the action runs again: the flow exists for its first
+	// lock now.
+	var err error
+	for attempt := 1; ; attempt++ {
+		_, err = q.write(ctx, op, body)
+		if err == nil || attempt == flowActionAttempts || !errors.Is(err, store.ErrDeadlock) || ctx.Err() != nil {
+			break
+		}
+	}
 	return res, err
 }
+
+// flowActionAttempts bounds how often a pause or resume runs again after
+// its transaction was a deadlock's victim.
+const flowActionAttempts = 3
 
 // refile files an unpaused flow's head in the index its state calls for: a
 // ready head in the runnable index (or the due index until its next_at); an

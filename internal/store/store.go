@@ -60,6 +60,11 @@ func (e missingError) Is(target error) bool { return target == ErrMissing }
 // error, not the caller's input.
 var ErrServer = errors.New("database server unavailable")
 
+// ErrDeadlock is in the chain of an ErrBusy error (errors.Is) when the
+// transaction was ended by the server's deadlock detector: nothing it did
+// was kept, so the whole transaction may run again at once.
+var ErrDeadlock = errors.New("deadlock")
+
 // ErrRefusedSettings is returned (wrapped) by a backend's Open when the
 // server refused the connection for what the URL says: a parameter it does
 // not know or a value it does not take (a misspelt schema=, for example),

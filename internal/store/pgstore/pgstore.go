@@ -505,6 +505,13 @@ var busyCodes = map[string]bool{
 }
 
 // SQLSTATE codes that mean the server does not hold the database asked for.
+// deadlockError marks a deadlock_detected error as store.ErrDeadlock
+// without changing its text.
+type deadlockError struct{ error }
+
+func (e deadlockError) Is(target error) bool { return target == store.ErrDeadlock }
+func (e deadlockError) Unwrap() error        { return e.error }
+
 // refusedSettings are the SQLSTATEs of a server that refused a connection
 // for its startup settings: trying again changes nothing.
 var refusedSettings = map[string]bool{
@@ -541,7 +548,7 @@ func Translate(err error) error {
 		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
 			return fmt.Errorf("%w: another transaction held a row this call needs (a flow, an event id or a group's limit) past the lock timeout; nothing was changed, try again: %w", store.ErrBusy, err)
 		case pe.Code == "40P01": // deadlock_detected
-			return fmt.Errorf("%w: a deadlock with another transaction; nothing was changed, try again (in a transaction of your own, roll it back and run it again): %w", store.ErrBusy, err)
+			return fmt.Errorf("%w: a deadlock with another transaction; nothing was changed, try again (in a transaction of your own, roll it back and run it again): %w", store.ErrBusy, deadlockError{err})
 		case busyCodes[pe.Code]:
 			return fmt.Errorf("%w: %w", store.ErrBusy, err)
 		case pe.Code == "3D000": // invalid_catalog_name: no such database
