@@ -132,6 +132,7 @@ func TestOpenPostgresNamesRefusedSettings(t *testing.T) {
 	for name, bad := range map[string]string{
 		"misspelt schema":    noSchema,
 		"bad value":          dsn + "&statement_timeout=soon",
+		"fixed at start":     dsn + "&max_connections=5",
 		"unknown role":       role.String(),
 		"schema given twice": dsn + "&schema=" + schema + "x",
 	} {

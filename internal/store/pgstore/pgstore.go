@@ -125,9 +125,20 @@ var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 func ParseDSN(dsn string) (conn string, schema string, err error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
-		return "", "", fmt.Errorf("not a URL: %w", err)
+		// Not the URL itself in the message: it may hold a password.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return "", "", fmt.Errorf("not a URL: %v", ue.Err)
+		}
+		return "", "", errors.New("not a URL")
 	}
-	v := u.Query()
+	// ParseQuery, not Query: Query drops a pair holding a semicolon without
+	// a word, so "schema=relay;x" opened (or made) a store in public (a
+	// breaker's report).
+	v, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", "", fmt.Errorf("query: %v", err)
+	}
 	for k, vs := range v {
 		// One value each: of a repeated schema= the first won, silently,
 		// and a URL built by appending &schema=… to one that had it opened
@@ -140,8 +151,19 @@ func ParseDSN(dsn string) (conn string, schema string, err error) {
 	if v.Has("schema") && !schemaName.MatchString(schema) {
 		return "", "", fmt.Errorf("schema %q: want letters, digits and underscores, at most 63 bytes, not starting with a digit", schema)
 	}
-	v.Del("schema")
-	u.RawQuery = v.Encode()
+	// The other pairs go to pgx as they were written: encoding them anew
+	// turned a space into "+", which pgx (as libpq) keeps, so that
+	// options=-c%20statement_timeout%3D5s reached the server as
+	// "-c+statement_timeout=5s" (a breaker's report).
+	var keep []string
+	for _, pair := range strings.Split(u.RawQuery, "&") {
+		k, _, _ := strings.Cut(pair, "=")
+		if key, err := url.QueryUnescape(k); err == nil && key == "schema" || pair == "" {
+			continue
+		}
+		keep = append(keep, pair)
+	}
+	u.RawQuery = strings.Join(keep, "&")
 	return u.String(), schema, nil
 }
 
@@ -519,6 +541,8 @@ var refusedSettings = map[string]bool{
 	"22023": true, // invalid_parameter_value
 	"28000": true, // invalid_authorization_specification: no such role, pg_hba
 	"28P01": true, // invalid_password
+	"55P02": true, // cant_change_runtime_param: a setting fixed at server start
+	"42501": true, // insufficient_privilege: a setting this role may not set, or no CONNECT
 }
 
 var notDatabaseCodes = map[string]bool{

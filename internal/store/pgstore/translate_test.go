@@ -30,3 +30,31 @@ func TestTranslateBusySaysWhatToDo(t *testing.T) {
 		}
 	}
 }
+
+// TestParseDSN: the schema parameter comes out, every other pair goes to
+// pgx as it was written (a space stays %20: pgx, as libpq, keeps a "+"),
+// and what would open another store than the one meant is refused: a
+// parameter given twice, a pair with a semicolon (url.Values.Query drops
+// it silently, schema= with it), and a URL that does not parse, whose
+// error does not repeat the URL (it may hold a password).
+func TestParseDSN(t *testing.T) {
+	conn, schema, err := pgstore.ParseDSN("postgres://u@h:5432/db?sslmode=disable&schema=relay&options=-c%20statement_timeout%3D5s&application_name=my%20app")
+	if err != nil || schema != "relay" || conn != "postgres://u@h:5432/db?sslmode=disable&options=-c%20statement_timeout%3D5s&application_name=my%20app" {
+		t.Fatalf("ParseDSN: %q %q %v", conn, schema, err)
+	}
+	if conn, schema, err := pgstore.ParseDSN("postgres://h/db"); err != nil || schema != "" || conn != "postgres://h/db" {
+		t.Fatalf("no query: %q %q %v", conn, schema, err)
+	}
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://h/db?schema=a&schema=b", `parameter "schema" given 2 times`},
+		{"postgres://h/db?sslmode=disable&sslmode=require", `parameter "sslmode" given 2 times`},
+		{"postgres://h/db?schema=relay;x", "semicolon"},
+		{"postgres://u:s3cret@h:54x2/db", "not a URL"},
+		{"postgres://h/db?schema=a-b", "letters, digits and underscores"},
+	} {
+		_, _, err := pgstore.ParseDSN(tc.dsn)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("ParseDSN(%q): %v, want an error saying %q (and no password)", tc.dsn, err, tc.want)
+		}
+	}
+}
