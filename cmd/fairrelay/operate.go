@@ -186,15 +186,18 @@ func checkHorizons(cmd *cobra.Command, q *fairrelay.Queue, at, ackedBefore, idsB
 	if err != nil {
 		return err
 	}
-	base := max(c.Tick, at)
+	base, of := c.Tick, "the store's tick"
+	if at > base {
+		base, of = at, "--at" // a prune at a later tick sees acks up to it
+	}
 	for _, h := range []struct {
 		name string
 		v    int64
 	}{{"acked-before", ackedBefore}, {"ids-before", idsBefore}} {
 		if h.v > base+1 && h.v-base > jump {
 			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: h.name, Message: fmt.Sprintf(
-				"%d is %d ticks ahead of the store's tick %d, further than --max-tick-jump (%s): ticks are the store's clock (fairrelay inspect clock; 1 tick = 1 ms of a running relay), not wall-clock milliseconds; %d prunes everything acked so far",
-				h.v, h.v-base, base, time.Duration(jump)*time.Millisecond, base+1)}
+				"%d is %d ticks ahead of %s %d, further than --max-tick-jump (%s): ticks are the store's clock (fairrelay inspect clock; 1 tick = 1 ms of a running relay), not wall-clock milliseconds; %d prunes everything acked so far",
+				h.v, h.v-base, of, base, time.Duration(jump)*time.Millisecond, base+1)}
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -351,6 +352,17 @@ func TestRefusedRelayWarnsOfNothing(t *testing.T) {
 	out, errOut, code := cli(t, "", "relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--retain-acked", "2s", "--retain-ids", "1s")
 	if code != exitFailed || out != "" || strings.Contains(errOut, "unsigned") || !strings.Contains(errOut, "invalid_input: retain-ids:") {
 		t.Fatalf("refused relay: exit %d, stdout %q, stderr %q: want the refusal alone", code, out, errOut)
+	}
+	// A console address in use is refused once the store is open (a
+	// breaker's report: the warning still came before this refusal).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	out, errOut, code = cli(t, "", "relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--console-addr", ln.Addr().String())
+	if code != exitFailed || out != "" || strings.Contains(errOut, "unsigned") || !strings.Contains(errOut, "invalid_input: console-addr:") {
+		t.Fatalf("relay with its console address in use: exit %d, stdout %q, stderr %q: want the refusal, no warning", code, out, errOut)
 	}
 }
 

@@ -193,9 +193,6 @@ charged least; --max-group-slots caps any group's slots (configure
 			defer q.Close()
 			// Name what it works on, so a typo shows at once.
 			log.Info("relay: starting", "queue", redactDSN(queue), "sink", shown, "workers", workers, "policy", pol.Entry)
-			if unsigned {
-				log.Warn("relay: no --secret: deliveries are unsigned")
-			}
 			if created {
 				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
 			}
@@ -238,6 +235,9 @@ charged least; --max-group-slots caps any group's slots (configure
 				defer wait()
 				defer stop()
 				log.Info("console: serving", "url", url)
+			}
+			if unsigned {
+				log.Warn("relay: no --secret: deliveries are unsigned")
 			}
 			// A second signal stops the process at once (main).
 			return r.Run(ctx)
