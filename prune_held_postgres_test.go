@@ -52,21 +52,7 @@ func TestPostgresPruneHeldLeavesOutItsWait(t *testing.T) {
 		res, err := q.Prune(ctx, fairrelay.PruneParams{At: 1, AckedBefore: 1})
 		done <- answer{res, err, time.Now()}
 	}()
-	// Until the prune waits for this transaction.
-	for {
-		var blocked int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", me).Scan(&blocked); err != nil {
-			t.Fatal(err)
-		}
-		if blocked > 0 {
-			break
-		}
-		select {
-		case a := <-done:
-			t.Fatalf("the prune did not wait for the admin lane's row: %+v %v", a.res, a.err)
-		default:
-		}
-	}
+	waitBlockedOn(t, pool, me, done) // the prune waits for this transaction
 	released := time.Now()
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

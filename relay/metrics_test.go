@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/relay"
@@ -98,17 +99,31 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 // counterValue returns the value of the unlabelled counter name in reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
+	return unlabelled(t, reg, name).GetCounter().GetValue()
+}
+
+// histogram returns the sample count and sum of the unlabelled histogram
+// name in reg.
+func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, float64) {
+	t.Helper()
+	h := unlabelled(t, reg, name).GetHistogram()
+	return h.GetSampleCount(), h.GetSampleSum()
+}
+
+// unlabelled returns the one series of the unlabelled metric name in reg.
+func unlabelled(t *testing.T, reg *prometheus.Registry, name string) *dto.Metric {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			return mf.GetMetric()[0]
 		}
 	}
-	t.Fatalf("no counter %s", name)
-	return 0
+	t.Fatalf("no metric %s", name)
+	return nil
 }
 
 // fairrelay_oldest_unacked_age_seconds is the stored tick minus the enqueue

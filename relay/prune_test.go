@@ -73,21 +73,3 @@ func TestRelayPrunesAckedEvents(t *testing.T) {
 		t.Fatalf("B1: %+v %v, want it kept, not acked", e, err)
 	}
 }
-
-// histogram returns the sample count and sum of the unlabelled histogram
-// name in reg.
-func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, float64) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			h := mf.GetMetric()[0].GetHistogram()
-			return h.GetSampleCount(), h.GetSampleSum()
-		}
-	}
-	t.Fatalf("no histogram %s", name)
-	return 0, 0
-}

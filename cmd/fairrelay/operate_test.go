@@ -24,11 +24,7 @@ func TestTenancyAndOperatorCommands(t *testing.T) {
 	q := filepath.Join(t.TempDir(), "q.db")
 	run := func(want int, args ...string) string {
 		t.Helper()
-		out, errOut, code := cli(t, "", args...)
-		if code != want {
-			t.Fatalf("%v: exit %d, want %d: %s%s", args, code, want, out, errOut)
-		}
-		return strings.TrimSpace(out)
+		return cliExit(t, want, args...)
 	}
 	run(0, "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--group", "acme", "--delta", "1", "--at", "0")
 	if got := run(0, "configure", "--queue", q, "--group", "acme", "--weight", "3", "--max-backlog", "1", "--at", "0"); got != `{"status":"ok"}` {
@@ -277,11 +273,7 @@ func TestExpediteAll(t *testing.T) {
 	q := filepath.Join(t.TempDir(), "q.db")
 	run := func(want int, args ...string) string {
 		t.Helper()
-		out, errOut, code := cli(t, "", args...)
-		if code != want {
-			t.Fatalf("%v: exit %d, want %d: %s%s", args, code, want, out, errOut)
-		}
-		return strings.TrimSpace(out)
+		return cliExit(t, want, args...)
 	}
 	// A, B and C each get a head that fails once (backing off); D's head
 	// is ready and due.
@@ -376,11 +368,7 @@ func TestPruneRefusesAHorizonBeyondTheClock(t *testing.T) {
 	q := filepath.Join(t.TempDir(), "q.db")
 	run := func(want int, args ...string) string {
 		t.Helper()
-		out, errOut, code := cli(t, "", args...)
-		if code != want {
-			t.Fatalf("%v: exit %d, want %d: %s%s", args, code, want, out, errOut)
-		}
-		return strings.TrimSpace(out + errOut)
+		return cliExit(t, want, args...)
 	}
 	run(0, "enqueue", "--queue", q, "--id", "E1", "--flow", "E", "--delta", "1", "--at", "0")
 	run(0, "claim", "--queue", q, "--at", "0")
@@ -391,8 +379,8 @@ func TestPruneRefusesAHorizonBeyondTheClock(t *testing.T) {
 		{wall, wall, "acked-before"},
 		{"1", wall, "ids-before"},
 	} {
-		got := run(2, "prune", "--queue", q, "--acked-before", tc.acked, "--ids-before", tc.ids)
-		if !strings.Contains(got, "invalid_input: "+tc.field+": ") || !strings.Contains(got, "max-tick-jump") {
+		_, got, code := cli(t, "", "prune", "--queue", q, "--acked-before", tc.acked, "--ids-before", tc.ids)
+		if code != exitFailed || !strings.Contains(got, "invalid_input: "+tc.field+": ") || !strings.Contains(got, "max-tick-jump") {
 			t.Errorf("prune --acked-before %s --ids-before %s: %s; want invalid_input naming %s", tc.acked, tc.ids, got, tc.field)
 		}
 	}
@@ -403,4 +391,15 @@ func TestPruneRefusesAHorizonBeyondTheClock(t *testing.T) {
 	if got := run(0, "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1"); got != `{"events":0,"status":"pruned","tombstones":1}` {
 		t.Fatalf("prune at the stored tick + 1: %s", got)
 	}
+}
+
+// cliExit runs the command line with args, fails the test unless it exits
+// want, and returns its standard output, trimmed.
+func cliExit(t *testing.T, want int, args ...string) string {
+	t.Helper()
+	out, errOut, code := cli(t, "", args...)
+	if code != want {
+		t.Fatalf("%v: exit %d, want %d: %s%s", args, code, want, out, errOut)
+	}
+	return strings.TrimSpace(out)
 }
