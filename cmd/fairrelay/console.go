@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,6 +56,14 @@ func (c *consoleFlags) config(field, addr string, q *fairrelay.Queue, in *inbox.
 	}
 	if (c.certFile == "") != (c.keyFile == "") {
 		return cfg, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tls-key", Message: "give both --tls-cert and --tls-key"}
+	}
+	if c.certFile != "" {
+		// Loaded here, before anything starts: the server loads them only
+		// once it serves, so a missing or mismatched file stopped the
+		// console while the relay beside it ran on (a breaker's report).
+		if _, err := tls.LoadX509KeyPair(c.certFile, c.keyFile); err != nil {
+			return cfg, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tls-cert", Message: fmt.Sprintf("cannot load the certificate and key: %v", err)}
+		}
 	}
 	if fairrelay.CheckID("operator", cfg.LocalOperator) != nil {
 		cfg.LocalOperator = "console"

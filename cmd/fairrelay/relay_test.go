@@ -446,6 +446,9 @@ func TestRelayConfigErrorsNameTheFlag(t *testing.T) {
 		// A console flag without the console would be ignored.
 		{[]string{"--tls-cert", "c.pem", "--tls-key", "k.pem"}, "tls-cert"},
 		{[]string{"--tokens", "t.txt"}, "tokens"},
+		// Certificate files that do not load: the console stopped while
+		// the relay ran on (a breaker's report).
+		{[]string{"--console-addr", "127.0.0.1:0", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"}, "tls-cert: cannot load"},
 	} {
 		_, errOut, code := cli(t, "", append([]string{"relay", "--queue", queue, "--sink", "http://127.0.0.1:1/"}, tc.args...)...)
 		if code == 0 || !strings.Contains(errOut, "invalid_input: "+tc.want) {
