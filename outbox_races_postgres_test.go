@@ -80,7 +80,12 @@ func TestPostgresCommonCallLetsItsFlowGoOnDeadlock(t *testing.T) {
 					return
 				}
 				defer tx.Rollback(context.Background())
-				if _, err := tx.Exec(context.Background(), "SET LOCAL deadlock_timeout = '20ms'"); err != nil {
+				// PostgreSQL looks for a deadlock once, deadlock_timeout after
+				// a wait begins: the cycle (T1's next call, below) must close
+				// before this call's look, or T1 (60 s) finds it. 20 ms lost
+				// that race under the race detector (CI: T1 still waiting
+				// after 30 s); 3 s does not.
+				if _, err := tx.Exec(context.Background(), "SET LOCAL deadlock_timeout = '3s'"); err != nil {
 					t2 <- answer{"", err}
 					return
 				}
