@@ -25,16 +25,8 @@ func TestPostgresPauseOfANewFlowRunsAgainAfterADeadlock(t *testing.T) {
 	const lane = "SELECT pg_advisory_xact_lock(1718186353 + 3, hashtext(current_schema()))" // the settle lane (ClockLock)
 	begin := func() (pgx.Tx, int32) {
 		t.Helper()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tx.Rollback(context.Background()) })
-		var pid int32
-		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-			t.Fatal(err)
-		}
-		return tx, pid
+		tx := beginTx(t, pool)
+		return tx, backendPID(t, tx)
 	}
 	// A holds the lane; B has made flow F and not committed.
 	a, aPid := begin()
@@ -60,9 +52,7 @@ func TestPostgresPauseOfANewFlowRunsAgainAfterADeadlock(t *testing.T) {
 	}
 	// C holds F, as a settle does, and then waits for the lane too.
 	c, cPid := begin()
-	if _, err := c.Exec(ctx, "SET LOCAL deadlock_timeout = '60s'"); err != nil {
-		t.Fatal(err)
-	}
+	setDeadlockTimeout(t, c, "60s")
 	if _, err := c.Exec(ctx, "SELECT 1 FROM flow WHERE flow_id = 'F' FOR NO KEY UPDATE"); err != nil {
 		t.Fatal(err)
 	}
@@ -126,4 +116,14 @@ func waitBlockedOn[T any](t *testing.T, pool *pgxpool.Pool, holder int32, done <
 		default:
 		}
 	}
+}
+
+// backendPID returns the server process id of tx's connection.
+func backendPID(t *testing.T, tx pgx.Tx) int32 {
+	t.Helper()
+	var pid int32
+	if err := tx.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }

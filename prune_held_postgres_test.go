@@ -30,15 +30,8 @@ func TestPostgresPruneHeldLeavesOutItsWait(t *testing.T) {
 		t.Fatalf("settle: %+v %v", r, err)
 	}
 
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	var me int32
-	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&me); err != nil {
-		t.Fatal(err)
-	}
+	tx := beginTx(t, pool)
+	me := backendPID(t, tx)
 	if _, err := tx.Exec(ctx, "SELECT tick FROM clock WHERE id = 2 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
