@@ -98,7 +98,10 @@ type PruneParams struct {
 	// Limit, when positive, bounds the events and the tombstones one call
 	// deletes, the oldest first: a prune of a large store runs as many
 	// short transactions (PruneResult.More) that never hold the write lock
-	// long. 0 deletes everything due in one transaction.
+	// long. On SQLite such a call also ends, with More, once its
+	// transaction has deleted for 2 ms (at least one event a call), so
+	// that a slow disk does not lengthen what dispatch waits behind it.
+	// 0 deletes everything due in one transaction.
 	Limit int
 }
 
@@ -110,7 +113,9 @@ type PruneParams struct {
 // Held is the longest this call held the store's writer in one write, in
 // wall-clock time: on SQLite (one writer for the whole file, which
 // dispatch waits for meanwhile) its transaction from BEGIN IMMEDIATE to the
-// end of its commit, or one step of the incremental vacuum that follows;
+// end of its commit, or one step of the incremental vacuum that follows
+// (these commits do not wait for the disk's flush: the prune flushes the
+// log once, after its writes and before it answers, with the writer free);
 // on PostgreSQL its transaction, which locks only the rows it deletes. What
 // the call spent before that without holding anything (SQLite's wait for a
 // checkpoint beside the writers) is not in it, so Held, not the call's
@@ -126,7 +131,11 @@ type PruneResult struct {
 
 // Prune deletes acked events and tombstones as p says (SPEC §8). Heads,
 // seqs, served and the audit are untouched; an event that is not acked is
-// never deleted. On PostgreSQL it skips the acked events, and the flows
+// never deleted. What it deleted is durable when it answers (SPEC §4): on
+// SQLite its transactions commit under synchronous=NORMAL, so that the
+// writer is free before the disk has flushed them, and the log is flushed
+// (fsync) before Prune returns; any other writer's commit after them
+// flushes them too. On PostgreSQL it skips the acked events, and the flows
 // whose last acked event it would take, that another transaction holds
 // locked (FOR UPDATE SKIP LOCKED, so that a prune does not wait for a
 // business transaction's flow), leaves them for the next prune, and does

@@ -481,7 +481,8 @@ type PruneParams struct {
 // PruneResult counts what a prune deleted, and the tick it ran at. More
 // tells that Limit stopped it before everything due was deleted. Held is
 // the longest the prune held the store's writer in one write (SQLite: its
-// transaction from begin to the end of its commit, or one step of the
+// transaction from begin to the end of its commit, which does not wait for
+// the disk's flush (sqlitestore's lazyWrite), or one step of the
 // incremental vacuum after it; PostgreSQL: its transaction, which locks
 // only the rows it deletes); a wait before it that holds no lock (SQLite's
 // checkpoint beside the writers) is not counted.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,5 +134,128 @@ func TestPruneStartsAfterTheLogIsCopied(t *testing.T) {
 	// the log over; this one had nothing to delete and wrote nothing).
 	if after, copiedAfter := walIndex(t, path); copiedAfter < after || after < frames {
 		t.Errorf("after the prune: %d frames, %d copied (before: %d, %d); want the long log wholly copied", after, copiedAfter, frames, copied)
+	}
+}
+
+// A prune's writes commit under synchronous=NORMAL (no fsync with the
+// writer held: lazyWrite), and the write connection is back to FULL for
+// every other write once the prune's write ends: after a commit, after a
+// rollback, after the vacuum's steps and after a prune refused inside its
+// transaction (SPEC §4).
+func TestPruneWritesLazilyAndGivesTheWriterBackUnderFull(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "l.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	level := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) int {
+		t.Helper()
+		var n int
+		if err := q.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const normal, full = 1, 2
+	if got := level(s.write); got != full {
+		t.Fatalf("write connection's synchronous %d before any prune, want FULL (%d)", got, full)
+	}
+
+	w, err := s.lazyWrite(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := level(w.tx); got != normal {
+		t.Errorf("synchronous %d inside a prune's write, want NORMAL (%d)", got, normal)
+	}
+	if err := w.tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.release()
+	if got := level(s.write); got != full {
+		t.Errorf("write connection's synchronous %d after a prune's commit, want FULL (%d)", got, full)
+	}
+	if w, err = s.lazyWrite(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.release() // rolled back
+	if got := level(s.write); got != full {
+		t.Errorf("write connection's synchronous %d after a prune's rollback, want FULL (%d)", got, full)
+	}
+
+	// A prune refused inside its transaction.
+	refused := errors.New("refused")
+	if _, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, Check: func() error { return refused }}); !errors.Is(err, refused) {
+		t.Fatalf("Prune with a failing Check: %v, want %v", err, refused)
+	}
+	if got := level(s.write); got != full {
+		t.Errorf("write connection's synchronous %d after a refused prune, want FULL (%d)", got, full)
+	}
+
+	// A prune that deletes enough to run the vacuum's steps: junk rows
+	// whose pages the prune's vacuum hands back.
+	if _, err := s.write.ExecContext(ctx, `CREATE TABLE junk (x BLOB);
+		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400) INSERT INTO junk SELECT randomblob(8000) FROM n;
+		DELETE FROM junk`); err != nil {
+		t.Fatal(err)
+	}
+	var free int64
+	if err := s.write.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil || free < vacuumPages {
+		t.Fatalf("freelist_count %d (%v), want at least %d for the vacuum to run", free, err, vacuumPages)
+	}
+	held, err := s.vacuumStep(ctx)
+	if err != nil || held <= 0 {
+		t.Fatalf("vacuumStep: held %v, %v", held, err)
+	}
+	if got := level(s.write); got != full {
+		t.Errorf("write connection's synchronous %d after a vacuum step, want FULL (%d)", got, full)
+	}
+	if err := s.syncLog(); err != nil {
+		t.Errorf("syncLog: %v", err)
+	}
+}
+
+// A batched prune (Limit > 0) ends its transaction once it has deleted
+// for pruneHold, with More, and deletes at least one event a call; an
+// unbatched one (Limit 0) deletes everything due in one transaction.
+func TestBatchedPruneEndsItsTransactionAfterPruneHold(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "h.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var events []store.NewEvent
+	for i := range 6 {
+		events = append(events, store.NewEvent{ID: fmt.Sprintf("e%d", i), Flow: fmt.Sprintf("f%d", i), Body: []byte(`{"delta":1}`)})
+	}
+	if _, err := s.Enqueue(ctx, nil, store.EnqueueParams{At: 1, MaxBodyBytes: 1 << 20, Events: events}); err != nil {
+		t.Fatal(err)
+	}
+	// Acked as far as a prune can tell (the prune reads acked_at only).
+	if _, err := s.write.ExecContext(ctx, "UPDATE event SET acked_at = 1"); err != nil {
+		t.Fatal(err)
+	}
+	s.pruneHold = 0 // every transaction is past its time after one event
+	for i := range 3 {
+		r, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2, Limit: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Events != 1 || !r.More {
+			t.Fatalf("batched prune %d with no time to hold: %d events, More %v; want 1 event and More", i, r.Events, r.More)
+		}
+	}
+	s.pruneHold = time.Hour
+	r, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2, Limit: 2})
+	if err != nil || r.Events != 2 || !r.More {
+		t.Fatalf("batched prune within its time: %+v, %v; want the batch of 2 and More", r, err)
+	}
+	s.pruneHold = 0
+	if r, err = s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2}); err != nil || r.Events != 1 || r.More {
+		t.Fatalf("unbatched prune: %+v, %v; want the last event and no More", r, err)
 	}
 }

@@ -73,9 +73,12 @@ type Store struct {
 	// pruneLogFrames is how long the log may be when a prune transaction
 	// begins (checkpointBeside); pruneLogFrames unless a test lowers it.
 	pruneLogFrames int64
-	write          *sql.DB
-	read           *sql.DB
-	entry          string
+	// pruneHold bounds a batched prune transaction's deletes (Prune);
+	// pruneHold unless a test changes it.
+	pruneHold time.Duration
+	write     *sql.DB
+	read      *sql.DB
+	entry     string
 	// stmts holds every query of queries.sql prepared on the write pool's one
 	// connection, so a write transaction never parses SQL again (parsing
 	// was a third of a claim's CPU).
@@ -200,7 +203,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	r.SetMaxOpenConns(4)
-	s := &Store{path: abs, write: w, read: r, pruneLogFrames: pruneLogFrames}
+	s := &Store{path: abs, write: w, read: r, pruneLogFrames: pruneLogFrames, pruneHold: pruneHold}
 	if !opts.MustExist { // else Probe checked it
 		if err := RefuseForeign(ctx, r, "fairrelay_inbox_migration", "a fairrelay inbox, not a queue store"); err != nil {
 			s.Close()
