@@ -81,6 +81,11 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 		if errors.Is(num.Err, strconv.ErrRange) {
 			return fmt.Sprintf("%q is out of range for %s", value, want)
 		}
+		if tickFlags[f.Name] {
+			// --acked-before 5m, --at $(date +%s%3N)'s typo: a tick is
+			// not a duration or a wall-clock time.
+			return fmt.Sprintf("%q is not %s: a tick of the store's logical clock (1 tick = 1 ms of a running relay; `fairrelay inspect --queue Q clock` shows the store's tick)", value, want)
+		}
 		return fmt.Sprintf("%q is not %s", value, want)
 	}
 	if cause == nil {
@@ -91,6 +96,12 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 	}
 	return cause.Error()
 }
+
+// tickFlags are the integer flags whose value is a tick of the store's
+// clock (SPEC §1), or a count of ticks: badValue says so, since a
+// duration ("5m") is the usual mistake.
+var tickFlags = map[string]bool{"at": true, "acked-before": true, "ids-before": true,
+	"max-tick-jump": true}
 
 // argsAsInput makes the argument errors of c and every command under it
 // (an unknown command, too many or too few arguments: cobra's own text,

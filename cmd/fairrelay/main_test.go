@@ -332,6 +332,8 @@ func TestFlagParseErrorsNameTheFlag(t *testing.T) {
 		{[]string{"relay", "--queue", q, "--workers", "99999999999999999999"}, `workers: "99999999999999999999" is out of range for an integer`},
 		{[]string{"relay", "--queue", q, "--timeout", "soon"}, `timeout: "soon" is not a duration such as 30s`},
 		{[]string{"relay", "--queue", q, "--jitter", "x"}, `jitter: "x" is not a number`},
+		{[]string{"prune", "--queue", q, "--acked-before", "5m", "--ids-before", "0"}, `acked-before: "5m" is not an integer: a tick of the store's logical clock (1 tick = 1 ms of a running relay`},
+		{[]string{"claim", "--queue", q, "--at", "1.5"}, `at: "1.5" is not an integer: a tick of the store's logical clock`},
 		{[]string{"relay", "--queue", q, "--lease", "30000"}, `lease: "30000" has no unit: give a duration such as 30s`},
 		{[]string{"inspect", "--queue", q, "--json=maybe"}, `json: "maybe" is not true or false`},
 		{[]string{"enqueue", "--queue", q, "--id"}, "id: needs a value: give --id VALUE"},
