@@ -170,7 +170,8 @@ func ParseDSN(dsn string) (conn string, schema string, err error) {
 // PoolConfig parses dsn (see ParseDSN) into a pgxpool configuration whose
 // connections put the schema first on their search_path and wait at most
 // lockTimeout for a row lock. It also returns the schema ("" when the URL
-// names none).
+// names none). Errors: ParseDSN's and pgx's, and a URL that sets
+// lock_timeout, or search_path beside schema=, which the store sets.
 func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string, error) {
 	conn, schema, err := ParseDSN(dsn)
 	if err != nil {
@@ -179,6 +180,15 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 	cfg, err := pgxpool.ParseConfig(conn)
 	if err != nil {
 		return nil, "", err
+	}
+	// Settings the store makes itself: one in the URL too would be
+	// replaced without a word (a fresh user's lock_timeout=2s became the
+	// busy timeout's 5 s).
+	if _, ok := cfg.ConnConfig.RuntimeParams["lock_timeout"]; ok {
+		return nil, "", errors.New("lock_timeout: the store sets it from its busy timeout (--busy-timeout, Options.BusyTimeout); leave it out of the URL")
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["search_path"]; ok && schema != "" {
+		return nil, "", errors.New("search_path: the store sets it from schema=; leave it out of the URL")
 	}
 	if schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()

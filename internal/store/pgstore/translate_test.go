@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -56,5 +57,25 @@ func TestParseDSN(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("ParseDSN(%q): %v, want an error saying %q (and no password)", tc.dsn, err, tc.want)
 		}
+	}
+}
+
+// A URL may not set what the store sets itself: lock_timeout (from the
+// busy timeout), or search_path beside schema=. Before, each was replaced
+// without a word. search_path without schema= is the URL's own.
+func TestPoolConfigRefusesSettingsTheStoreMakes(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://h/db?lock_timeout=2s", "lock_timeout: the store sets it"},
+		{"postgres://h/db?schema=relay&search_path=other", "search_path: the store sets it from schema="},
+	} {
+		for _, timeout := range []time.Duration{0, 5 * time.Second} {
+			if _, _, err := pgstore.PoolConfig(tc.dsn, timeout); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("PoolConfig(%q, %v): %v, want an error saying %q", tc.dsn, timeout, err, tc.want)
+			}
+		}
+	}
+	cfg, _, err := pgstore.PoolConfig("postgres://h/db?search_path=other", 5*time.Second)
+	if err != nil || cfg.ConnConfig.RuntimeParams["search_path"] != "other" || cfg.ConnConfig.RuntimeParams["lock_timeout"] != "5000" {
+		t.Errorf("search_path without schema=: %v, %v", cfg.ConnConfig.RuntimeParams, err)
 	}
 }
