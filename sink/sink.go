@@ -86,6 +86,17 @@ func Excerpt(s string, max int) string {
 	return s[:cut]
 }
 
+// BadSpace reports a raw space in a sink URL, or "" when it has none: a
+// trailing one (a shell quoting slip) was sent as %20, so every delivery
+// went to another path than the one meant, and a URL holds no raw space
+// (RFC 3986); one that belongs in the path is written %20.
+func BadSpace(raw string) string {
+	if i := strings.IndexAny(raw, " \t"); i >= 0 {
+		return fmt.Sprintf("%q holds a space at byte %d: a URL has none (write %%20 where the path has one)", raw, i)
+	}
+	return ""
+}
+
 // BadPort reports why u's port is not a TCP port (1 to 65535), or "" when
 // it is one or u has none: a broker URL with port 99999 would otherwise be
 // retried for ever as an outage.

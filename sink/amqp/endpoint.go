@@ -37,6 +37,9 @@ type Endpoint struct {
 // information in it, or an unknown or repeated parameter; naming "exchange",
 // "routing_key" or "queue" for a bad value.
 func ParseEndpoint(field, raw string) (Endpoint, error) {
+	if bad := sink.BadSpace(raw); bad != "" {
+		return Endpoint{}, invalid(field, "%s", bad)
+	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Hostname() == "" || u.Fragment != "" {
 		return Endpoint{}, invalid(field, "must be amqp://HOST[:PORT][/VHOST][?exchange=…&routing_key=…], got %q", raw)

@@ -39,6 +39,9 @@ type Endpoint struct {
 // information in it, or an unknown or repeated parameter; naming "subject"
 // or "stream" for a bad value.
 func ParseEndpoint(field, raw string) (Endpoint, error) {
+	if bad := sink.BadSpace(raw); bad != "" {
+		return Endpoint{}, invalid(field, "%s", bad)
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "nats" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
 		return Endpoint{}, invalid(field, "must be nats://HOST[:PORT][?subject=…&stream=…], got %q", raw)

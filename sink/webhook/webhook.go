@@ -89,6 +89,9 @@ func invalid(field, format string, args ...any) error {
 // ErrInvalidInput naming field "sink" (bad URL), "timeout" or
 // "permanent_status".
 func New(opts Options) (*Sink, error) {
+	if bad := sink.BadSpace(opts.URL); bad != "" {
+		return nil, invalid("sink", "%s", bad)
+	}
 	u, err := url.Parse(opts.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, invalid("sink", "must be an http:// or https:// URL, got %q", opts.URL)

@@ -251,6 +251,9 @@ func TestBadOptions(t *testing.T) {
 		// until its budget ran out (a fresh user's typo).
 		{webhook.Options{URL: "http://127.0.0.1:80800/"}, "sink"},
 		{webhook.Options{URL: "https://127.0.0.1:0/"}, "sink"},
+		// A raw space (a shell quoting slip) was sent as %20: another path.
+		{webhook.Options{URL: "http://127.0.0.1:8080/hook "}, "sink"},
+		{webhook.Options{URL: "http://127.0.0.1:8080/a b"}, "sink"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{503}}, "permanent_status"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{429}}, "permanent_status"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{200}}, "permanent_status"},
