@@ -144,7 +144,11 @@ type PruneResult struct {
 // that an open transaction's enqueue answered existing or conflict from.
 // Errors (SPEC §2 order): ErrClockRegressed;
 // ErrInvalidInput naming at, acked_before or ids_before (not a tick in
-// [0, MaxTick]), ids_before (above acked_before) or limit (negative);
+// [0, MaxTick]), ids_before (above acked_before), limit (negative), or
+// acked_before or ids_before further ahead of the prune's tick than the
+// policy's MaxTickJump (when positive, and not under Floor: wall-clock
+// milliseconds given for a tick would delete every tombstone; the
+// prune's tick + 1 prunes everything acked so far);
 // ErrBusy; ErrDatabase.
 func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 	check := func() error {

@@ -2,6 +2,7 @@ package fairrelay_test
 
 import (
 	"context"
+	"errors"
 	"database/sql"
 	"fmt"
 	"os"
@@ -250,4 +251,70 @@ func referenceQueue(t *testing.T, b conformance.Backend) *fairrelay.Queue {
 	}
 	t.Cleanup(func() { q.Close() })
 	return q
+}
+
+// A library prune whose horizon lies further ahead of its tick than the
+// policy's MaxTickJump is invalid input naming the horizon, and deletes
+// nothing: wall-clock milliseconds given for acked_before (or ids_before)
+// deleted every tombstone, so that ids sent again became new events (the
+// CLI refused it; the library and the relay's callers did not). The
+// prune's tick + 1 is allowed (it prunes everything acked so far), and so
+// is any horizon under Floor (a daemon's own clock).
+func TestPruneRefusesAHorizonTooFarAhead(t *testing.T) {
+	t.Parallel()
+	for _, b := range conformance.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			path, _ := b.New(t)
+			pol := fairrelay.DaemonPolicy()
+			q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: pol})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "E1", Flow: "F", Body: []byte(`{"delta":1}`), At: 100}); err != nil {
+				t.Fatal(err)
+			}
+			c, err := q.Claim(ctx, fairrelay.ClaimParams{At: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.Claims) != 1 {
+				t.Fatalf("claim: %+v", c)
+			}
+			if _, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Claims[0].Token, Outcome: fairrelay.OutcomeAccepted, At: 100}); err != nil {
+				t.Fatal(err)
+			}
+			wall := time.Now().UnixMilli()
+			for _, tc := range []struct {
+				p     fairrelay.PruneParams
+				field string
+			}{
+				{fairrelay.PruneParams{At: fairrelay.AtStored, AckedBefore: wall}, "acked_before"},
+				{fairrelay.PruneParams{At: fairrelay.AtStored, AckedBefore: wall, IDsBefore: wall}, "acked_before"},
+				{fairrelay.PruneParams{At: 200, AckedBefore: 201 + pol.MaxTickJump, IDsBefore: 0}, "acked_before"},
+			} {
+				_, err := q.Prune(ctx, tc.p)
+				var fe *fairrelay.Error
+				if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != tc.field {
+					t.Errorf("Prune(%+v): %v, want invalid_input naming %s", tc.p, err, tc.field)
+				}
+			}
+			if ev, err := q.Event(ctx, "E1"); err != nil || ev.State != fairrelay.StateAcked {
+				t.Fatalf("after the refused prunes E1 is %+v, %v; want it kept, acked", ev, err)
+			}
+			if clk, err := q.Clock(ctx); err != nil || clk.Tick != 100 {
+				t.Errorf("after the refused prunes the clock is %+v, %v; want tick 100", clk, err)
+			}
+			// At the prune's tick + 1 (here the --at tick's), and under
+			// Floor: allowed.
+			if r, err := q.Prune(ctx, fairrelay.PruneParams{At: 200, AckedBefore: 200 + pol.MaxTickJump, IDsBefore: 0}); err != nil || r.Events != 1 {
+				t.Fatalf("prune within max_tick_jump of its tick: %+v, %v; want E1 deleted", r, err)
+			}
+			if _, err := q.Prune(ctx, fairrelay.PruneParams{At: 300, Floor: true, AckedBefore: wall, IDsBefore: wall}); err != nil {
+				t.Errorf("prune under Floor with a far horizon: %v, want it run", err)
+			}
+		})
+	}
 }

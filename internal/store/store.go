@@ -122,6 +122,31 @@ func ResolveTick(op string, at int64, floor bool, maxJump, stored int64) (int64,
 	return at, nil
 }
 
+// CheckHorizons refuses a prune whose horizon (AckedBefore, IDsBefore) lies
+// further ahead of the tick it runs at than p.MaxTickJump (when positive,
+// and not under Floor, whose caller's clock is the store's): wall-clock
+// milliseconds or a duration's digits given for a tick, which would delete
+// every tombstone so that ids sent again become new events. at is the
+// prune's resolved tick (ResolveTick: at least the stored tick); at + 1
+// prunes everything acked so far and is always allowed. Errors: an
+// *InvalidError naming acked_before or ids_before.
+func CheckHorizons(p PruneParams, at int64) error {
+	if p.Floor || p.MaxTickJump <= 0 {
+		return nil
+	}
+	for _, h := range []struct {
+		name string
+		v    int64
+	}{{"acked_before", p.AckedBefore}, {"ids_before", p.IDsBefore}} {
+		if h.v > at+1 && h.v-at > p.MaxTickJump {
+			return &InvalidError{Field: h.name, Message: fmt.Sprintf(
+				"%d is %d ticks ahead of the prune's tick %d, further than the policy's max_tick_jump of %d: ticks are the store's clock (1 tick = 1 ms of a running relay), not wall-clock milliseconds; %d prunes everything acked so far",
+				h.v, h.v-at, at, p.MaxTickJump, at+1)}
+		}
+	}
+	return nil
+}
+
 // InvalidError is returned by Store.Enqueue for input it refuses (the SQL
 // function checks its own input: a caller in another language has no Go
 // in front of it). Field names the field; nothing changed.

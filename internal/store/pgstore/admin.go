@@ -291,6 +291,9 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		// breaker's report).
 		began = time.Now()
 		res = store.PruneResult{}
+		if err := store.CheckHorizons(p, at); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `DELETE FROM tombstone WHERE event_id IN
 			(SELECT event_id FROM tombstone WHERE acked_at < $1 ORDER BY acked_at LIMIT $2)`, p.IDsBefore, limit)
 		if err != nil {

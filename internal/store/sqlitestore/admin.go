@@ -134,6 +134,9 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 			return store.PruneResult{}, err
 		}
 	}
+	if err := store.CheckHorizons(p, at); err != nil {
+		return store.PruneResult{}, err
+	}
 	limit := int64(p.Limit)
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
