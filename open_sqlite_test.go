@@ -143,3 +143,36 @@ func TestWritesRefuseARemovedOrReplacedStoreFile(t *testing.T) {
 		})
 	}
 }
+
+// A queue store name of another scheme, or a SQLite URL form, is
+// invalid_input naming queue with what to write instead, and creates
+// nothing (a fresh user: postgress://… was read as a relative path); a
+// path with a colon later on is a path.
+func TestOpenRefusesAForeignScheme(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, c := range []struct{ dsn, want string }{
+		{"postgress://postgres@127.0.0.1:5432/test", "unknown scheme postgress://"},
+		{"mysql://root@127.0.0.1/db", "unknown scheme mysql://"},
+		{"POSTGRESQL://postgres@127.0.0.1:5432/test", "lower case: postgresql://"},
+		{"sqlite:///x.db", "give the SQLite file's path itself"},
+		{"sqlite3:x.db", "give the SQLite file's path itself"},
+	} {
+		q, err := fairrelay.Open(t.Context(), c.dsn, fairrelay.Config{})
+		if q != nil {
+			q.Close()
+		}
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "queue" || !strings.Contains(fe.Message, c.want) {
+			t.Errorf("%s: %v, want invalid_input naming queue saying %q", c.dsn, err, c.want)
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("refused opens left %v", left)
+	}
+	q, err := fairrelay.Open(t.Context(), "orders:2026.db", fairrelay.Config{})
+	if err != nil {
+		t.Fatalf("a file named orders:2026.db: %v", err)
+	}
+	q.Close()
+}

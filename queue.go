@@ -93,7 +93,8 @@ type Queue struct {
 // the policy it is created under (SPEC §7); a store created before
 // fairrelay recorded it takes the rule of its first Open. Errors:
 // ErrInvalidInput (field "queue" or a policy field) for a bad path, URL or
-// policy, a store migrated by a newer fairrelay (it records a migration
+// policy (a URL of another scheme, postgress:// or mysql://, and SQLite URL
+// forms, sqlite:x.db or file:x.db, are refused, not taken for paths), a store migrated by a newer fairrelay (it records a migration
 // this build does not know), a missing store under MustExist, or a store
 // not migrated to this version under ReadOnly;
 // ErrInvalidInput (field "policy") for a store created under the other
@@ -109,6 +110,9 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 	pol := cfg.Policy.withDefaults()
 	if strings.TrimSpace(dsn) == "" {
 		return nil, invalid("queue", "empty path")
+	}
+	if why := store.ForeignScheme(dsn); why != "" {
+		return nil, invalid("queue", "%s", why)
 	}
 	var s store.Store
 	var err error

@@ -282,3 +282,19 @@ func TestInboxAfterMustBeAFlowID(t *testing.T) {
 		}
 	}
 }
+
+// The rate chart's bars say "1 delivery", not "1 deliveries" (a fresh
+// user's report), and "N deliveries" otherwise.
+func TestRateChartBarTitles(t *testing.T) {
+	var bs [minutes]bucket
+	bs[0].n, bs[1].n = 1, 3
+	got := string(rateChart(bs))
+	for _, want := range []string{"<title>1 delivery</title>", "<title>3 deliveries</title>"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rate chart lacks %q", want)
+		}
+	}
+	if strings.Contains(got, "1 deliveries") {
+		t.Error(`rate chart says "1 deliveries"`)
+	}
+}

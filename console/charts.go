@@ -86,8 +86,12 @@ func rateChart(bs [minutes]bucket) template.HTML {
 		w := chartW / minutes
 		for i, b := range bs {
 			h := float64(b.n) / 60 / top * chartH
-			fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" class="bar"><title>%d deliveries</title></rect>`,
-				50+float64(i)*w+0.5, chartH+5-h, w-1, h, b.n)
+			noun := "deliveries"
+			if b.n == 1 {
+				noun = "delivery"
+			}
+			fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" class="bar"><title>%d %s</title></rect>`,
+				50+float64(i)*w+0.5, chartH+5-h, w-1, h, b.n, noun)
 		}
 	}
 	sb.WriteString(`</svg>`)

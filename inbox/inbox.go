@@ -118,7 +118,9 @@ type Inbox struct {
 
 // Open opens (creating if missing) the inbox at dsn — a file path (SQLite) or
 // a postgres:// URL — and applies its migrations. Errors name the field
-// "inbox" for a bad path; database errors wrap the driver's.
+// "inbox" for a bad path (a URL of another scheme, or a SQLite URL form
+// such as sqlite:x.db, is refused, not taken for a path); database errors
+// wrap the driver's.
 func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
@@ -126,6 +128,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 	opts.MustExist = opts.MustExist || opts.ReadOnly
 	if strings.TrimSpace(dsn) == "" {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "empty path"}
+	}
+	if why := store.ForeignScheme(dsn); why != "" {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: why}
 	}
 	var err error
 	in := &Inbox{translate: sqlitestore.Translate}

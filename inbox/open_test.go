@@ -159,3 +159,29 @@ func TestWritesRefuseARemovedOrReplacedFile(t *testing.T) {
 		})
 	}
 }
+
+// A store name of another scheme, or a SQLite URL form, is invalid_input
+// naming inbox with what to write instead, and creates nothing: each was
+// taken for a relative file path (a fresh user's postgress:// typo).
+func TestOpenRefusesAForeignScheme(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, c := range []struct{ dsn, want string }{
+		{"postgress://postgres@127.0.0.1:5432/test", "unknown scheme postgress://"},
+		{"Postgres://postgres@127.0.0.1:5432/test", "lower case: postgres://"},
+		{"sqlite:hand/x.db", "give the SQLite file's path itself"},
+		{"file:x.db", "give the SQLite file's path itself"},
+	} {
+		in, err := inbox.Open(t.Context(), c.dsn, inbox.Options{})
+		if in != nil {
+			in.Close()
+		}
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "inbox" || !strings.Contains(fe.Message, c.want) {
+			t.Errorf("%s: %v, want invalid_input naming inbox saying %q", c.dsn, err, c.want)
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("refused opens left %v", left)
+	}
+}

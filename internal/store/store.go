@@ -26,6 +26,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -145,6 +147,37 @@ func CheckHorizons(p PruneParams, at int64) error {
 		}
 	}
 	return nil
+}
+
+// urlScheme is the scheme of a URL-like store name (RFC 3986: a letter,
+// then letters, digits, +, - and .), with what follows it.
+var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):(//)?`)
+
+// ForeignScheme says why dsn, given for a store, is neither a postgres://
+// (or postgresql://) URL nor a file path, or "" when it may be either: a
+// URL of another scheme (postgress://, mysql://, Postgres://) or a SQLite
+// URL form (sqlite:x.db, sqlite:///x.db, file:x.db). Each was taken for a
+// relative file path ("directory postgress:/… does not exist"; a fresh
+// user's report), or would have made a file of that name. A Windows drive
+// letter (C:\x.db, C:/x.db) is a path.
+func ForeignScheme(dsn string) string {
+	m := urlScheme.FindStringSubmatch(dsn)
+	if m == nil || len(m[1]) == 1 {
+		return ""
+	}
+	scheme, slashes := m[1], m[2] != ""
+	switch lower := strings.ToLower(scheme); {
+	case (lower == "postgres" || lower == "postgresql") && slashes:
+		if scheme != lower {
+			return fmt.Sprintf("the scheme %s:// is written in lower case: %s://", scheme, lower)
+		}
+		return ""
+	case lower == "sqlite" || lower == "sqlite3" || lower == "file":
+		return fmt.Sprintf("%s: is not needed: give the SQLite file's path itself (q.db, /var/lib/fairrelay/q.db)", scheme)
+	case slashes:
+		return fmt.Sprintf("unknown scheme %s://: a store is a SQLite file path or a postgres:// URL", scheme)
+	}
+	return ""
 }
 
 // InvalidError is returned by Store.Enqueue for input it refuses (the SQL
