@@ -92,6 +92,9 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 		return fmt.Sprintf("%q is not a valid value", value)
 	}
 	if f.Value.Type() == "duration" && strings.HasPrefix(cause.Error(), "time: ") {
+		if hint := durationHint(value); hint != "" {
+			return hint
+		}
 		return fmt.Sprintf("%q is not a duration such as 30s, 5m or 1500ms", value)
 	}
 	return cause.Error()

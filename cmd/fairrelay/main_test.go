@@ -335,6 +335,11 @@ func TestFlagParseErrorsNameTheFlag(t *testing.T) {
 		{[]string{"prune", "--queue", q, "--acked-before", "5m", "--ids-before", "0"}, `acked-before: "5m" is not an integer: a tick of the store's logical clock (1 tick = 1 ms of a running relay`},
 		{[]string{"claim", "--queue", q, "--at", "1.5"}, `at: "1.5" is not an integer: a tick of the store's logical clock`},
 		{[]string{"relay", "--queue", q, "--lease", "30000"}, `lease: "30000" has no unit: give a duration such as 30s`},
+		// The same words for pflag's duration flags, and days explained (a
+		// fresh user: --retain-acked 7 and 7d).
+		{[]string{"relay", "--queue", q, "--retain-acked", "7"}, `retain-acked: "7" has no unit: give a duration such as 30s`},
+		{[]string{"relay", "--queue", q, "--retain-acked", "7d"}, `retain-acked: "7d": durations have no days; give hours: 7d is 168h`},
+		{[]string{"relay", "--queue", q, "--lease", "1.5d"}, `lease: "1.5d": durations have no days; give hours: 1.5d is 36h`},
 		{[]string{"inspect", "--queue", q, "--json=maybe"}, `json: "maybe" is not true or false`},
 		{[]string{"enqueue", "--queue", q, "--id"}, "id: needs a value: give --id VALUE"},
 		{[]string{"experiment", "run", "-o"}, "output: needs a value: give --output VALUE"},

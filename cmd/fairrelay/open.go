@@ -151,13 +151,29 @@ func (f durationFlag) Type() string { return "duration" }
 func (f durationFlag) Set(s string) error {
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		if _, nerr := strconv.ParseInt(s, 10, 64); nerr == nil {
-			return fmt.Errorf("%q has no unit: give a duration such as 30s, 5m or 1500ms", s)
+		if hint := durationHint(s); hint != "" {
+			return errors.New(hint)
 		}
 		return err
 	}
 	*f.d = d
 	return nil
+}
+
+// durationHint explains the two usual mistakes in a duration flag, or
+// returns "": a bare number (which unit?) and days ("7d": Go's durations
+// stop at hours), for every duration flag (durationFlag's and pflag's,
+// through badValue) in the same words.
+func durationHint(s string) string {
+	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return fmt.Sprintf("%q has no unit: give a duration such as 30s, 5m or 1500ms", s)
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.ParseFloat(days, 64); err == nil && n >= 0 {
+			return fmt.Sprintf("%q: durations have no days; give hours: %gd is %gh", s, n, n*24)
+		}
+	}
+	return ""
 }
 
 // secretEnv names the environment variable that relay and receive read the
