@@ -192,7 +192,16 @@ func (b *bulk) add(l inputLine) {
 	a.id = p.ID
 	switch {
 	case b.unknownAt != 0:
-		a.answer = refusal("line", fmt.Sprintf("line %d could not be read, so its flow is unknown and every later line is refused (a flow's later line must not overtake it): fix line %d and run the whole input again (lines already stored answer existing)", b.unknownAt, b.unknownAt))
+		msg := fmt.Sprintf("line %d could not be read, so its flow is unknown and every later line is refused (a flow's later line must not overtake it): fix line %d and run the whole input again (lines already stored answer existing)", b.unknownAt, b.unknownAt)
+		if err == nil {
+			err = b.check(p)
+		}
+		if err != nil {
+			// Its own fault too, so that one run shows every line to fix
+			// (a fresh user fixed line 4 only to meet line 5's).
+			msg += "; this line is also invalid: " + err.Error()
+		}
+		a.answer = refusal("line", msg)
 		b.failed++
 		return
 	}

@@ -523,6 +523,12 @@ func TestBulkEnqueueAnswersEachLine(t *testing.T) {
 			t.Errorf("answer %d: %s, want %s", i+1, lines[i], w)
 		}
 	}
+	// A line refused for an earlier unreadable one says its own fault too,
+	// so that one run shows every line to fix (a fresh user's report); a
+	// good one says none.
+	if !strings.Contains(lines[10], "this line is also invalid") || strings.Contains(lines[11], "also invalid") {
+		t.Errorf("lines 12 and 13 refused after line 11: %s / %s; want line 12's own error named, not line 13's", lines[10], lines[11])
+	}
 	out, _, _ = cli(t, "", "inspect", "--queue", queue, "flows", "--json")
 	if strings.TrimSpace(out) != `{"flow":"A","seq":2,"served":0,"paused":false,"group":"A"}` {
 		t.Errorf("flows after bulk enqueue: %s", out)
