@@ -196,6 +196,14 @@ can forge lines or drive the terminal.`,
 						n++
 					}
 					es = es[:n]
+					if n == 0 && afterSeq == 0 {
+						// No events: a flow whose events were pruned, or a
+						// misspelt name, which says so (a fresh user got an
+						// empty table and exit 0 for --flow nosuch).
+						if _, err := q.Flow(ctx, flow); err != nil {
+							return err
+						}
+					}
 				}
 				if len(es) > 0 {
 					last := es[len(es)-1]

@@ -321,6 +321,9 @@ func TestInspectEvents(t *testing.T) {
 		{[]string{"events", "--after-seq", "-1"}, "invalid_input: after-seq: must not be negative"},
 		{[]string{"events", "--after-seq", "1"}, "invalid_input: after-seq: a seq of which flow: give --after FLOW or --flow FLOW with it"},
 		{[]string{"heads", "--after-seq", "1"}, "invalid_input: after-seq: pages the events view and the inbox's receipts view only"},
+		// A misspelt flow is not an empty table with exit 0 (a fresh
+		// user's report).
+		{[]string{"events", "--flow", "nosuch"}, `not_found: no flow with id "nosuch"`},
 	} {
 		if _, e, code := cli(t, "", append([]string{"inspect", "--queue", q}, c.args...)...); code != 2 || !strings.Contains(e, c.want) {
 			t.Errorf("inspect %v: exit %d, %q; want 2 and %q", c.args, code, e, c.want)
