@@ -151,6 +151,11 @@ deliveries that may still apply are untouched. It prints
 					break
 				}
 			}
+			if total.Events > 0 && idsBefore == ackedBefore {
+				// Legal (SPEC §8), and easy to type by mistake: say what it
+				// did to idempotency (a fresh user's report).
+				fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: prune: --ids-before equals --acked-before, so the events it pruned (%d) left no tombstone: their ids are forgotten, and an id sent again becomes a new event\n", total.Events)
+			}
 			return printJSON(cmd.OutOrStdout(), script.Result{"status": "pruned", "events": total.Events, "tombstones": total.Tombstones})
 		},
 	}

@@ -403,3 +403,31 @@ func cliExit(t *testing.T, want int, args ...string) string {
 	}
 	return strings.TrimSpace(out)
 }
+
+// A prune with --ids-before equal to --acked-before that deleted events
+// says on stderr that their ids are forgotten (legal, SPEC §8, and easy to
+// type by mistake: a fresh user's report); one that keeps tombstones, or
+// deleted nothing, says nothing.
+func TestPruneWarnsWhenIDsGoWithTheEvents(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, id := range []string{"E1", "E2"} {
+		cliExit(t, 0, "enqueue", "--queue", q, "--id", id, "--flow", id, "--delta", "1", "--at", "0")
+		cliExit(t, 0, "claim", "--queue", q, "--at", "0")
+		cliExit(t, 0, "settle", "--queue", q, "--id", id, "--generation", "1", "--outcome", "accepted", "--at", "0")
+	}
+	_, errOut, code := cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "0", "--limit", "1")
+	if code != 0 || errOut != "" {
+		t.Fatalf("prune keeping tombstones: exit %d, stderr %q; want 0 and no warning", code, errOut)
+	}
+	cliExit(t, 0, "enqueue", "--queue", q, "--id", "E3", "--flow", "E3", "--delta", "1", "--at", "0")
+	cliExit(t, 0, "claim", "--queue", q, "--at", "0")
+	cliExit(t, 0, "settle", "--queue", q, "--id", "E3", "--generation", "1", "--outcome", "accepted", "--at", "0")
+	out, errOut, code := cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1")
+	if code != 0 || strings.TrimSpace(out) != `{"events":1,"status":"pruned","tombstones":2}` || !strings.Contains(errOut, "the events it pruned (1) left no tombstone") {
+		t.Fatalf("prune with equal horizons: exit %d, stdout %q, stderr %q; want the warning", code, out, errOut)
+	}
+	if _, errOut, _ = cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1"); errOut != "" {
+		t.Errorf("prune that deleted no event: stderr %q, want none", errOut)
+	}
+}
