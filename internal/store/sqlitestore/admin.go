@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -107,6 +108,9 @@ func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, 
 // attempt rows go with them (foreign key). On a store created with
 // incremental auto-vacuum it then returns the freed pages to the file
 // system; elsewhere SQLite reuses them for new rows.
+// Its commits are flushed (syncLog) before it answers, also when the
+// vacuum after them fails; a failed flush is an error although the
+// deletions were committed (a prune run again deletes what is left).
 func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResult, error) {
 	if err := s.checkpointBeside(ctx); err != nil {
 		return store.PruneResult{}, err
@@ -155,40 +159,60 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		sum      [sha256.Size]byte
 		at       int64
 	}
-	var due []acked
-	err = c.each(ctx, "AckedBefore", func(r scanner) error {
-		var a acked
-		var body []byte
-		if err := r.Scan(&a.id, &a.flow, &a.seq, &body, &a.at); err != nil {
-			return err
-		}
-		a.sum = sha256.Sum256(body)
-		due = append(due, a)
-		return nil
-	}, p.AckedBefore, limit)
-	if err != nil {
-		return store.PruneResult{}, err
+	// The due events are read a chunk at a time, each deleted before the
+	// next chunk is read: a batched prune (Limit) ends its transaction
+	// once it has held the writer s.pruneHold, whatever is left of its
+	// batch, so that what a dispatch step waits behind it is bounded by
+	// time, not by how slowly this disk deletes rows today; reading the
+	// whole batch first (up to Limit bodies, hashed) spent that time
+	// before the first delete (a breaker: fairrelay prune's batches of
+	// 1 000 fell to one event each). The first chunk goes whatever the
+	// time (every call makes progress).
+	chunk := int64(pruneChunk)
+	if limit < 0 {
+		chunk = 1000 // one transaction for everything: fewer reads
 	}
 	stopped := false
-	for i, a := range due {
-		// A batched prune (Limit) ends its transaction once it has held the
-		// writer s.pruneHold, whatever is left of its batch: what a
-		// dispatch step waits behind it is bounded by time, not by how
-		// slowly this disk deletes rows today. At least one event goes.
-		if limit > 0 && i > 0 && time.Since(began) >= s.pruneHold {
-			due, stopped = due[:i], true
-			break
+	var due []acked
+scan:
+	for limit < 0 || res.Events < limit {
+		n := chunk
+		if limit > 0 {
+			n = min(n, limit-res.Events)
 		}
-		if a.at >= p.IDsBefore {
-			if err := c.exec(ctx, "TombstoneInsert", a.id, a.flow, a.seq, a.sum[:], a.at); err != nil {
-				return store.PruneResult{}, err
+		due = due[:0]
+		err = c.each(ctx, "AckedBefore", func(r scanner) error {
+			var a acked
+			var body []byte
+			if err := r.Scan(&a.id, &a.flow, &a.seq, &body, &a.at); err != nil {
+				return err
 			}
-		}
-		if err := c.exec(ctx, "EventDelete", a.id); err != nil {
+			a.sum = sha256.Sum256(body)
+			due = append(due, a)
+			return nil
+		}, p.AckedBefore, n)
+		if err != nil {
 			return store.PruneResult{}, err
 		}
+		for _, a := range due {
+			if limit > 0 && res.Events >= pruneChunk && time.Since(began) >= s.pruneHold {
+				stopped = true
+				break scan
+			}
+			if a.at >= p.IDsBefore {
+				if err := c.exec(ctx, "TombstoneInsert", a.id, a.flow, a.seq, a.sum[:], a.at); err != nil {
+					return store.PruneResult{}, err
+				}
+			}
+			if err := c.exec(ctx, "EventDelete", a.id); err != nil {
+				return store.PruneResult{}, err
+			}
+			res.Events++
+		}
+		if int64(len(due)) < n {
+			break // nothing more is due
+		}
 	}
-	res.Events = int64(len(due))
 	res.More = limit > 0 && (stopped || res.Events == limit || res.Tombstones == limit)
 	cl.Tick = at
 	if err := c.setClock(ctx, cl); err != nil {
@@ -200,35 +224,43 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 	res.Held = time.Since(began)
 	w.release()      // the writer is free for dispatch again
 	s.commits.Add(1) // this store's own commit (changes.go, checkpointer.go)
-	if res.Events > 0 || res.Tombstones > 0 {
-		// Hand free pages back to the file system once there are enough of
-		// them to matter (a write and an fsync of its own, so not after
-		// every small prune): a no-op unless the file was created with
-		// auto_vacuum=INCREMENTAL (a new store is). In steps of
-		// vacuumStep pages, each its own write, so that another writer
-		// (the relay's dispatch) waits for one step, not for all of them.
-		// A file in another auto_vacuum mode keeps its free pages for reuse:
-		// the loop ends when a step freed nothing.
-		for last := int64(-1); ; {
-			var free int64
-			if err := s.write.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
-				return res, Translate(fmt.Errorf("freelist_count: %w", err))
-			}
-			if free < vacuumPages || free == last {
-				break
-			}
-			last = free
-			held, err := s.vacuumStep(ctx)
-			if err != nil {
-				return res, err
-			}
-			res.Held = max(res.Held, held)
+	// Whatever the vacuum answers, the prune's commits are flushed before
+	// it does: they are committed, and the answer must not outrun them.
+	err = s.vacuum(ctx, &res)
+	if serr := s.syncLog(); serr != nil {
+		return store.PruneResult{}, errors.Join(err, serr)
+	}
+	return res, err
+}
+
+// vacuum hands free pages back to the file system once there are enough
+// of them to matter (a write of its own, so not after every small prune),
+// after a prune that deleted something: a no-op unless the file was
+// created with auto_vacuum=INCREMENTAL (a new store is). In steps of
+// vacuumStep pages, each its own write, so that another writer (the
+// relay's dispatch) waits for one step, not for all of them; res.Held
+// takes the longest. A file in another auto_vacuum mode keeps its free
+// pages for reuse: the loop ends when a step freed nothing. Errors: the
+// database's, translated.
+func (s *Store) vacuum(ctx context.Context, res *store.PruneResult) error {
+	if res.Events == 0 && res.Tombstones == 0 {
+		return nil
+	}
+	for last := int64(-1); ; {
+		var free int64
+		if err := s.write.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
+			return Translate(fmt.Errorf("freelist_count: %w", err))
 		}
+		if free < vacuumPages || free == last {
+			return nil
+		}
+		last = free
+		held, err := s.vacuumStep(ctx)
+		if err != nil {
+			return err
+		}
+		res.Held = max(res.Held, held)
 	}
-	if err := s.syncLog(); err != nil {
-		return store.PruneResult{}, err
-	}
-	return res, nil
 }
 
 // vacuumStep runs one step of the incremental vacuum, a write transaction
@@ -318,7 +350,11 @@ func (w *lazy) release() {
 // removed or emptied it synced the database file first). Errors: the
 // file system's.
 func (s *Store) syncLog() error {
-	f, err := os.Open(s.path + "-wal")
+	path, err := s.logPath()
+	if err != nil {
+		return fmt.Errorf("sync the log after a prune: %w", err)
+	}
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -330,6 +366,17 @@ func (s *Store) syncLog() error {
 		return fmt.Errorf("sync the log after a prune: %w", err)
 	}
 	return nil
+}
+
+// logPath is the path of the store's log (WAL) file. SQLite keeps it
+// beside the file a symbolic link names, not beside the link (a breaker:
+// through a link syncLog flushed nothing).
+func (s *Store) logPath() (string, error) {
+	path, err := filepath.EvalSymlinks(s.path)
+	if err != nil {
+		return "", err
+	}
+	return path + "-wal", nil
 }
 
 // vacuumPages is how many free pages (of 4 KiB) a prune leaves before it
@@ -376,6 +423,10 @@ const (
 	pruneLogFrames       = 4096
 	pruneCheckpointTries = 100
 )
+
+// pruneChunk is how many due events a batched prune reads at a time
+// (Prune), and deletes at least: a quarter of the relay's batch.
+const pruneChunk = 5
 
 // pruneHold is Store.pruneHold's default: how long a batched prune's
 // transaction (PruneParams.Limit > 0) deletes events before it commits and

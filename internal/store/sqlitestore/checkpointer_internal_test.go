@@ -219,8 +219,9 @@ func TestPruneWritesLazilyAndGivesTheWriterBackUnderFull(t *testing.T) {
 }
 
 // A batched prune (Limit > 0) ends its transaction once it has deleted
-// for pruneHold, with More, and deletes at least one event a call; an
-// unbatched one (Limit 0) deletes everything due in one transaction.
+// for pruneHold, with More, after its first chunk (pruneChunk events: every
+// call makes progress); an unbatched one (Limit 0) deletes everything due
+// in one transaction.
 func TestBatchedPruneEndsItsTransactionAfterPruneHold(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "h.db"), Options{})
@@ -229,7 +230,7 @@ func TestBatchedPruneEndsItsTransactionAfterPruneHold(t *testing.T) {
 	}
 	defer s.Close()
 	var events []store.NewEvent
-	for i := range 6 {
+	for i := range 3*pruneChunk + 3 {
 		events = append(events, store.NewEvent{ID: fmt.Sprintf("e%d", i), Flow: fmt.Sprintf("f%d", i), Body: []byte(`{"delta":1}`)})
 	}
 	if _, err := s.Enqueue(ctx, nil, store.EnqueueParams{At: 1, MaxBodyBytes: 1 << 20, Events: events}); err != nil {
@@ -239,14 +240,14 @@ func TestBatchedPruneEndsItsTransactionAfterPruneHold(t *testing.T) {
 	if _, err := s.write.ExecContext(ctx, "UPDATE event SET acked_at = 1"); err != nil {
 		t.Fatal(err)
 	}
-	s.pruneHold = 0 // every transaction is past its time after one event
-	for i := range 3 {
-		r, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2, Limit: 20})
+	s.pruneHold = 0 // every transaction is past its time after its first chunk
+	for i := range 2 {
+		r, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Events != 1 || !r.More {
-			t.Fatalf("batched prune %d with no time to hold: %d events, More %v; want 1 event and More", i, r.Events, r.More)
+		if r.Events != pruneChunk || !r.More {
+			t.Fatalf("batched prune %d with no time to hold: %d events, More %v; want a chunk (%d) and More", i, r.Events, r.More, pruneChunk)
 		}
 	}
 	s.pruneHold = time.Hour
@@ -255,7 +256,89 @@ func TestBatchedPruneEndsItsTransactionAfterPruneHold(t *testing.T) {
 		t.Fatalf("batched prune within its time: %+v, %v; want the batch of 2 and More", r, err)
 	}
 	s.pruneHold = 0
-	if r, err = s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2}); err != nil || r.Events != 1 || r.More {
-		t.Fatalf("unbatched prune: %+v, %v; want the last event and no More", r, err)
+	if r, err = s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2}); err != nil || r.Events != pruneChunk+1 || r.More {
+		t.Fatalf("unbatched prune: %+v, %v; want the last %d events and no More", r, err, pruneChunk+1)
+	}
+}
+
+// A batched prune reads its due events a chunk (pruneChunk) at a time,
+// deleting each chunk before it reads the next, across as many chunks as
+// its Limit and its time allow: a batch of 1 000 read whole, bodies
+// hashed, spent the time bound before its first delete, so that every
+// call of fairrelay prune (--limit 1000) deleted one event (a breaker's
+// report: 1 677 transactions for 2 000 events); that is
+// TestBatchedPruneEndsItsTransactionAfterPruneHold's first check.
+func TestBatchedPruneReadsItsBatchInChunks(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "c.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var events []store.NewEvent
+	for i := range 3*pruneChunk + 5 {
+		events = append(events, store.NewEvent{ID: fmt.Sprintf("e%03d", i), Flow: fmt.Sprintf("f%d", i%7), Body: []byte(`{"delta":1}`)})
+	}
+	if _, err := s.Enqueue(ctx, nil, store.EnqueueParams{At: 1, MaxBodyBytes: 1 << 20, Events: events}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.write.ExecContext(ctx, "UPDATE event SET acked_at = 1"); err != nil {
+		t.Fatal(err)
+	}
+	s.pruneHold = time.Hour
+	for _, c := range []struct {
+		limit, events int
+		more          bool
+	}{
+		{pruneChunk + 3, pruneChunk + 3, true}, // a chunk and part of the next
+		{1000, 2*pruneChunk + 2, false},        // the rest, over chunks, then nothing due
+		{1000, 0, false},
+	} {
+		r, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2, IDsBefore: 0, Limit: c.limit})
+		if err != nil || r.Events != int64(c.events) || r.More != c.more {
+			t.Fatalf("Prune(Limit %d): %+v, %v; want %d events, More %v", c.limit, r, err, c.events, c.more)
+		}
+	}
+	var left int
+	if err := s.write.QueryRowContext(ctx, "SELECT count(*) FROM event").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("events left %d (%v), want 0", left, err)
+	}
+}
+
+// A store opened through a symbolic link keeps its log beside the file
+// the link names: that is the log a prune flushes (a breaker: syncLog
+// opened the link's -wal, found none, and flushed nothing).
+func TestPruneFlushesTheLogOfALinkedStore(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real", "q.db")
+	if err := os.Mkdir(filepath.Dir(target), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "q.db")
+	s, err := Open(ctx, target, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(ctx, link, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Enqueue(ctx, nil, store.EnqueueParams{At: 1, MaxBodyBytes: 1 << 20, Events: []store.NewEvent{{ID: "e", Flow: "f", Body: []byte(`{"delta":1}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	path, err := s.logPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != target+"-wal" {
+		t.Errorf("log path %s, want %s", path, target+"-wal")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the log a prune flushes: %v", err)
 	}
 }
