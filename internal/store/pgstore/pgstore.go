@@ -183,12 +183,12 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 	}
 	// Settings the store makes itself: one in the URL too would be
 	// replaced without a word (a fresh user's lock_timeout=2s became the
-	// busy timeout's 5 s).
-	if _, ok := cfg.ConnConfig.RuntimeParams["lock_timeout"]; ok {
-		return nil, "", errors.New("lock_timeout: the store sets it from its busy timeout (--busy-timeout, Options.BusyTimeout); leave it out of the URL")
-	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["search_path"]; ok && schema != "" {
-		return nil, "", errors.New("search_path: the store sets it from schema=; leave it out of the URL")
+	// busy timeout's 5 s), or, spelt in another case, race it connection
+	// by connection (pgx keeps both keys in a map; PostgreSQL's names
+	// ignore case: a breaker's SEARCH_PATH= put one store of six in
+	// another schema). The options parameter's -c settings count too.
+	if err := refuseOwnSettings(cfg.ConnConfig.RuntimeParams, schema != ""); err != nil {
+		return nil, "", err
 	}
 	if schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
@@ -197,6 +197,29 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockTimeout.Milliseconds(), 10)
 	}
 	return cfg, schema, nil
+}
+
+// refuseOwnSettings refuses, in a URL's runtime parameters, the settings
+// the store makes itself: lock_timeout always, search_path when the URL
+// names a schema; as a parameter in any case or as a -c (or --NAME=)
+// setting of options.
+func refuseOwnSettings(params map[string]string, schema bool) error {
+	own := []struct{ name, why string }{
+		{"lock_timeout", "the store sets it from its busy timeout (fairrelay.Config.BusyTimeout, 5 s unless set)"},
+	}
+	if schema {
+		own = append(own, struct{ name, why string }{"search_path", "the store sets it from schema="})
+	}
+	for key, value := range params {
+		// -c lock_timeout=2s, --lock-timeout=2s: dashes and case aside.
+		opts := strings.ReplaceAll(strings.ToLower(value), "-", "_")
+		for _, o := range own {
+			if strings.EqualFold(key, o.name) || strings.EqualFold(key, "options") && strings.Contains(opts, o.name) {
+				return fmt.Errorf("%s: %s; leave it out of the URL", o.name, o.why)
+			}
+		}
+	}
+	return nil
 }
 
 // CreateSchema creates schema if it does not exist, under MigrationLock so

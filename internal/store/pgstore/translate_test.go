@@ -67,12 +67,22 @@ func TestPoolConfigRefusesSettingsTheStoreMakes(t *testing.T) {
 	for _, tc := range []struct{ dsn, want string }{
 		{"postgres://h/db?lock_timeout=2s", "lock_timeout: the store sets it"},
 		{"postgres://h/db?schema=relay&search_path=other", "search_path: the store sets it from schema="},
+		// Another case, and options' -c settings (a breaker's report:
+		// SEARCH_PATH= raced the store's search_path per connection).
+		{"postgres://h/db?LOCK_TIMEOUT=2s", "lock_timeout: the store sets it"},
+		{"postgres://h/db?schema=relay&Search_Path=other", "search_path: the store sets it from schema="},
+		{"postgres://h/db?options=-c%20lock_timeout%3D2s", "lock_timeout: the store sets it"},
+		{"postgres://h/db?options=--lock-timeout%3D2s", "lock_timeout: the store sets it"},
+		{"postgres://h/db?schema=relay&options=-c%20search_path%3Dpublic", "search_path: the store sets it from schema="},
 	} {
 		for _, timeout := range []time.Duration{0, 5 * time.Second} {
 			if _, _, err := pgstore.PoolConfig(tc.dsn, timeout); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("PoolConfig(%q, %v): %v, want an error saying %q", tc.dsn, timeout, err, tc.want)
 			}
 		}
+	}
+	if _, _, err := pgstore.PoolConfig("postgres://h/db?options=-c%20statement_timeout%3D5s", 5*time.Second); err != nil {
+		t.Errorf("options without the store's settings: %v", err)
 	}
 	cfg, _, err := pgstore.PoolConfig("postgres://h/db?search_path=other", 5*time.Second)
 	if err != nil || cfg.ConnConfig.RuntimeParams["search_path"] != "other" || cfg.ConnConfig.RuntimeParams["lock_timeout"] != "5000" {
