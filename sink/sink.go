@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
 	"time"
 	"unicode/utf8"
 
@@ -91,7 +92,9 @@ func Excerpt(s string, max int) string {
 // went to another path than the one meant, and a URL holds no raw space
 // (RFC 3986); one that belongs in the path is written %20.
 func BadSpace(raw string) string {
-	if i := strings.IndexAny(raw, " \t"); i >= 0 {
+	// Any Unicode space: a no-break space pasted from a page went to
+	// /hook%C2%A0 (a breaker's report).
+	if i := strings.IndexFunc(raw, unicode.IsSpace); i >= 0 {
 		return fmt.Sprintf("%q holds a space at byte %d: a URL has none (write %%20 where the path has one)", raw, i)
 	}
 	return ""

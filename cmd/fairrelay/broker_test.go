@@ -302,6 +302,7 @@ func TestBrokerFlagErrors(t *testing.T) {
 		// A raw space is refused, not sent as %20 (a fresh user's report).
 		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/ "}, "sink:"},
 		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222 "}, "sink:"},
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222?subject=a\u00a0b"}, "sink:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D "}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:0?stream=S&durable=D"}, "from:"},
 	} {

@@ -101,10 +101,10 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 }
 
 // tickFlags are the integer flags whose value is a tick of the store's
-// clock (SPEC §1), or a count of ticks: badValue says so, since a
-// duration ("5m") is the usual mistake.
-var tickFlags = map[string]bool{"at": true, "acked-before": true, "ids-before": true,
-	"max-tick-jump": true}
+// clock (SPEC §1): badValue says so, since a duration ("5m") is the usual
+// mistake. (Counts of ticks, script's --lease or --max-tick-jump, are not
+// ticks of a store's clock.)
+var tickFlags = map[string]bool{"at": true, "acked-before": true, "ids-before": true}
 
 // argsAsInput makes the argument errors of c and every command under it
 // (an unknown command, too many or too few arguments: cobra's own text,

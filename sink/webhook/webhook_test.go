@@ -254,6 +254,8 @@ func TestBadOptions(t *testing.T) {
 		// A raw space (a shell quoting slip) was sent as %20: another path.
 		{webhook.Options{URL: "http://127.0.0.1:8080/hook "}, "sink"},
 		{webhook.Options{URL: "http://127.0.0.1:8080/a b"}, "sink"},
+		{webhook.Options{URL: "http://127.0.0.1:8080/hook\u00a0"}, "sink"},
+		{webhook.Options{URL: "http://127.0.0.1:8080/hook\u3000"}, "sink"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{503}}, "permanent_status"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{429}}, "permanent_status"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{200}}, "permanent_status"},
