@@ -99,8 +99,9 @@ type PruneParams struct {
 	// deletes, the oldest first: a prune of a large store runs as many
 	// short transactions (PruneResult.More) that never hold the write lock
 	// long. On SQLite such a call also ends, with More, once its
-	// transaction has deleted for 2 ms (at least one event a call), so
-	// that a slow disk does not lengthen what dispatch waits behind it.
+	// transaction has deleted for 2 ms (past its first 5 events: every
+	// call makes progress), so that a slow disk does not lengthen what
+	// dispatch waits behind it.
 	// 0 deletes everything due in one transaction.
 	Limit int
 }

@@ -166,7 +166,7 @@ type Config struct {
 	// PruneBatch bounds the events (and tombstones) one prune transaction
 	// deletes. Defaults to 20 (a few milliseconds of the write lock; see
 	// BENCHMARKS.md, "Retention"); on SQLite a transaction also ends after
-	// 2 ms of deletes (fairrelay.PruneParams.Limit).
+	// 2 ms of deletes, past its first 5 events (fairrelay.PruneParams.Limit).
 	PruneBatch int
 	// OnSettle, when set, is called for every answer after its settle
 	// committed (and for every settle skipped because the lease ran out),
