@@ -2,8 +2,8 @@ package fairrelay_test
 
 import (
 	"context"
-	"errors"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"

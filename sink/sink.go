@@ -11,8 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"unicode"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
