@@ -224,22 +224,7 @@ func TestPruneWritesLazilyAndGivesTheWriterBackUnderFull(t *testing.T) {
 // in one transaction.
 func TestBatchedPruneEndsItsTransactionAfterPruneHold(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "h.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var events []store.NewEvent
-	for i := range 3*pruneChunk + 3 {
-		events = append(events, store.NewEvent{ID: fmt.Sprintf("e%d", i), Flow: fmt.Sprintf("f%d", i), Body: []byte(`{"delta":1}`)})
-	}
-	if _, err := s.Enqueue(ctx, nil, store.EnqueueParams{At: 1, MaxBodyBytes: 1 << 20, Events: events}); err != nil {
-		t.Fatal(err)
-	}
-	// Acked as far as a prune can tell (the prune reads acked_at only).
-	if _, err := s.write.ExecContext(ctx, "UPDATE event SET acked_at = 1"); err != nil {
-		t.Fatal(err)
-	}
+	s := storeWithAcked(t, 3*pruneChunk+3)
 	s.pruneHold = 0 // every transaction is past its time after its first chunk
 	for i := range 2 {
 		r, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2, Limit: 1000})
@@ -270,21 +255,7 @@ func TestBatchedPruneEndsItsTransactionAfterPruneHold(t *testing.T) {
 // TestBatchedPruneEndsItsTransactionAfterPruneHold's first check.
 func TestBatchedPruneReadsItsBatchInChunks(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "c.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var events []store.NewEvent
-	for i := range 3*pruneChunk + 5 {
-		events = append(events, store.NewEvent{ID: fmt.Sprintf("e%03d", i), Flow: fmt.Sprintf("f%d", i%7), Body: []byte(`{"delta":1}`)})
-	}
-	if _, err := s.Enqueue(ctx, nil, store.EnqueueParams{At: 1, MaxBodyBytes: 1 << 20, Events: events}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.write.ExecContext(ctx, "UPDATE event SET acked_at = 1"); err != nil {
-		t.Fatal(err)
-	}
+	s := storeWithAcked(t, 3*pruneChunk+5)
 	s.pruneHold = time.Hour
 	for _, c := range []struct {
 		limit, events int
@@ -341,4 +312,28 @@ func TestPruneFlushesTheLogOfALinkedStore(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("the log a prune flushes: %v", err)
 	}
+}
+
+// storeWithAcked opens a new store in t's temporary directory, closed when
+// t ends, holding n events on 7 flows, all acked at tick 1 as far as a
+// prune can tell (the prune reads acked_at only).
+func storeWithAcked(t *testing.T, n int) *Store {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "q.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var events []store.NewEvent
+	for i := range n {
+		events = append(events, store.NewEvent{ID: fmt.Sprintf("e%03d", i), Flow: fmt.Sprintf("f%d", i%7), Body: []byte(`{"delta":1}`)})
+	}
+	if _, err := s.Enqueue(ctx, nil, store.EnqueueParams{At: 1, MaxBodyBytes: 1 << 20, Events: events}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.write.ExecContext(ctx, "UPDATE event SET acked_at = 1"); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
