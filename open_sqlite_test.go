@@ -157,6 +157,11 @@ func TestOpenRefusesAForeignScheme(t *testing.T) {
 		{"POSTGRESQL://postgres@127.0.0.1:5432/test", "lower case: postgresql://"},
 		{"sqlite:///x.db", "give the SQLite file's path itself"},
 		{"sqlite3:x.db", "give the SQLite file's path itself"},
+		// A second fresh user: postgres: without // made a file, and a
+		// path ending in a space made one whose name hid it.
+		{"postgres:x.db", "postgres: is not a URL: write postgres://"},
+		{"q.db ", "begins or ends with white space"},
+		{" q.db", "begins or ends with white space"},
 	} {
 		q, err := fairrelay.Open(t.Context(), c.dsn, fairrelay.Config{})
 		if q != nil {

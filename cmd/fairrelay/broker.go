@@ -44,11 +44,15 @@ func noCredentials(field, raw string) error {
 
 // schemeOf returns raw's URL scheme, "" when it has none.
 func schemeOf(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
+	// The text before "://", not url.Parse's answer: a URL that does not
+	// parse (nats://host:4222 with a space after it) is still meant for
+	// its scheme's parser, whose error says what is wrong (a fresh user
+	// got the generic "must be an http(s):// receiver…").
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok {
 		return ""
 	}
-	return u.Scheme
+	return strings.ToLower(scheme)
 }
 
 // isBroker reports whether a --sink or --from URL names a broker.

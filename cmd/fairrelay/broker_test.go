@@ -301,7 +301,8 @@ func TestBrokerFlagErrors(t *testing.T) {
 		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:99999/"}, "sink:"},
 		// A raw space is refused, not sent as %20 (a fresh user's report).
 		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/ "}, "sink:"},
-		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222 "}, "sink:"},
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222 "}, "sink: \"nats://127.0.0.1:4222 \" holds a space"},
+		{[]string{"relay", "--queue", queue, "--sink", " http://127.0.0.1:8080/"}, "sink: \" http://127.0.0.1:8080/\" holds a space"},
 		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222?subject=a\u00a0b"}, "sink:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D "}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:0?stream=S&durable=D"}, "from:"},

@@ -154,7 +154,7 @@ deliveries that may still apply are untouched. It prints
 			if total.Events > 0 && idsBefore == ackedBefore {
 				// Legal (SPEC §8), and easy to type by mistake: say what it
 				// did to idempotency (a fresh user's report).
-				fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: prune: --ids-before equals --acked-before, so the events it pruned (%d) left no tombstone: their ids are forgotten, and an id sent again becomes a new event\n", total.Events)
+				fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: prune: --ids-before equals --acked-before, so the events it pruned (%d) left no tombstone: their ids are forgotten: an id sent again becomes a new event, which a receiver that applied the old one answers id_conflict, quarantining its flow\n", total.Events)
 			}
 			return printJSON(cmd.OutOrStdout(), script.Result{"status": "pruned", "events": total.Events, "tombstones": total.Tombstones})
 		},
@@ -212,6 +212,10 @@ func checkHorizons(cmd *cobra.Command, q *fairrelay.Queue, at, ackedBefore, idsB
 // queue flag.
 func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool) error {
 	switch {
+	case queue != "" && inboxDSN == "":
+		// --queue Q --superseded-held: no --inbox was given to blame (a
+		// fresh user's report).
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "superseded-held", Message: "prunes an inbox: give --inbox I, not --queue"}
 	case queue != "":
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "give --queue or --inbox, not both"}
 	case !superseded:

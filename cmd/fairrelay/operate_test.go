@@ -252,6 +252,11 @@ func TestPruneInboxSupersededHeld(t *testing.T) {
 			t.Errorf("%v: exit %d, %q, %q; want exit 2, invalid_input", args, code, out, errOut)
 		}
 	}
+	// --queue with --superseded-held names the flag given, not an --inbox
+	// that was not (a fresh user's report).
+	if _, errOut, code := cli(t, "", "prune", "--queue", filepath.Join(dir, "q.db"), "--superseded-held"); code != 2 || !strings.Contains(errOut, "invalid_input: superseded-held: prunes an inbox: give --inbox I") {
+		t.Errorf("prune --queue Q --superseded-held: exit %d, %q", code, errOut)
+	}
 	out, errOut, code := cli(t, "", "prune", "--inbox", path, "--superseded-held")
 	if code != 0 || strings.TrimSpace(out) != `{"held":1,"status":"pruned"}` {
 		t.Fatalf("prune --superseded-held: exit %d, %q, %s", code, out, errOut)
@@ -424,7 +429,7 @@ func TestPruneWarnsWhenIDsGoWithTheEvents(t *testing.T) {
 	cliExit(t, 0, "claim", "--queue", q, "--at", "0")
 	cliExit(t, 0, "settle", "--queue", q, "--id", "E3", "--generation", "1", "--outcome", "accepted", "--at", "0")
 	out, errOut, code := cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1")
-	if code != 0 || strings.TrimSpace(out) != `{"events":1,"status":"pruned","tombstones":2}` || !strings.Contains(errOut, "the events it pruned (1) left no tombstone") {
+	if code != 0 || strings.TrimSpace(out) != `{"events":1,"status":"pruned","tombstones":2}` || !strings.Contains(errOut, "the events it pruned (1) left no tombstone") || !strings.Contains(errOut, "answers id_conflict, quarantining its flow") {
 		t.Fatalf("prune with equal horizons: exit %d, stdout %q, stderr %q; want the warning", code, out, errOut)
 	}
 	if _, errOut, _ = cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1"); errOut != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/fairrelay/fairrelay/console"
 	"github.com/fairrelay/fairrelay/consume"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
@@ -88,6 +89,9 @@ Broker ` + brokerEnvHelp + `.`,
 			if from != "" {
 				if cmd.Flags().Changed("addr") || cmd.Flags().Changed("secret") || cmd.Flags().Changed("previous-secret") {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "consumes from a broker: --addr, --secret and --previous-secret are for HTTP"}
+				}
+				if bad := sink.BadSpace(from); bad != "" {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: bad}
 				}
 				if !isBroker(from) {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: fmt.Sprintf("must be a nats:// or amqp:// URL, got %q", redactDSN(from))}

@@ -137,6 +137,9 @@ charged least; --max-group-slots caps any group's slots (configure
 			var s sink.Sink
 			shown := redactDSN(sinkURL)
 			unsigned := false // said once the run is past its checks (a fresh user's report: it came before a refusal)
+			if bad := sink.BadSpace(sinkURL); bad != "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: bad}
+			}
 			if isBroker(sinkURL) {
 				for _, name := range []string{"secret", "permanent-status"} {
 					if cmd.Flags().Changed(name) {

@@ -155,19 +155,28 @@ var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):(//)?`)
 
 // ForeignScheme says why dsn, given for a store, is neither a postgres://
 // (or postgresql://) URL nor a file path, or "" when it may be either: a
-// URL of another scheme (postgress://, mysql://, Postgres://) or a SQLite
-// URL form (sqlite:x.db, sqlite:///x.db, file:x.db). Each was taken for a
+// URL of another scheme (postgress://, mysql://, Postgres://), postgres:
+// without //, a SQLite URL form (sqlite:x.db, sqlite:///x.db, file:x.db),
+// or white space at either end. Each was taken for a
 // relative file path ("directory postgress:/… does not exist"; a fresh
 // user's report), or would have made a file of that name. A Windows drive
 // letter (C:\x.db, C:/x.db) is a path.
 func ForeignScheme(dsn string) string {
+	if strings.TrimSpace(dsn) != dsn {
+		// 'q.db ' made a file whose name ends in a space, and the
+		// messages that named it hid the space (a fresh user's report).
+		return fmt.Sprintf("%q begins or ends with white space: a store's path or URL has none there", dsn)
+	}
 	m := urlScheme.FindStringSubmatch(dsn)
 	if m == nil || len(m[1]) == 1 {
 		return ""
 	}
 	scheme, slashes := m[1], m[2] != ""
 	switch lower := strings.ToLower(scheme); {
-	case (lower == "postgres" || lower == "postgresql") && slashes:
+	case lower == "postgres" || lower == "postgresql":
+		if !slashes {
+			return fmt.Sprintf("%s: is not a URL: write %s://USER@HOST:PORT/DATABASE", scheme, lower)
+		}
 		if scheme != lower {
 			return fmt.Sprintf("the scheme %s:// is written in lower case: %s://", scheme, lower)
 		}
