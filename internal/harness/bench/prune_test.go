@@ -23,8 +23,16 @@ func TestRunPruneSmoke(t *testing.T) {
 		t.Fatalf("%d reports, want 2", len(reps))
 	}
 	for _, r := range reps {
-		if r.Pruned != 3000 || r.Transactions != 7 {
-			t.Errorf("%s: pruned %d events in %d transactions, want 3000 in 7 (6 of 500 and the one that finds nothing)", r.Backend, r.Pruned, r.Transactions)
+		// PostgreSQL: 6 batches of 500 and the one that finds nothing. On
+		// SQLite a batch's transaction also ends after 2 ms of deletes past
+		// its first 5 events (sqlitestore's pruneHold), so there are at
+		// least as many and at most one per 5 events, and the next one.
+		lo, hi := 7, 7
+		if r.Backend == "sqlite" {
+			hi = 3000/5 + 1
+		}
+		if r.Pruned != 3000 || r.Transactions < lo || r.Transactions > hi {
+			t.Errorf("%s: pruned %d events in %d transactions, want 3000 in %d to %d", r.Backend, r.Pruned, r.Transactions, lo, hi)
 		}
 		if r.DispatchAlone.Steps == 0 || r.DispatchDuring.Steps == 0 {
 			t.Errorf("%s: dispatch steps alone %d, during %d: the loop did not run", r.Backend, r.DispatchAlone.Steps, r.DispatchDuring.Steps)
