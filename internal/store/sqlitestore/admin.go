@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -287,9 +288,10 @@ func (s *Store) vacuumStep(ctx context.Context) (time.Duration, error) {
 // by lazyWrite; release ends it (a rollback unless committed) and gives
 // the connection back, once.
 type lazy struct {
-	conn *sql.Conn
-	tx   *sql.Tx
-	done bool
+	conn  *sql.Conn
+	apart *sync.Mutex
+	tx    *sql.Tx
+	done  bool
 }
 
 // lazyWrite begins a write transaction (BEGIN IMMEDIATE) on the store's
@@ -305,7 +307,9 @@ type lazy struct {
 // for 10-55 ms now and then; a dispatch step behind a prune's commit
 // waited that long ("Retention"). The connection is set back to FULL
 // when released; if that fails it leaves the pool (closed), so no other
-// write runs under NORMAL. Errors: the database's, translated, and
+// write runs under NORMAL. From before its BEGIN until it is released it
+// holds s.apart, so no checkpoint of this process runs beside it
+// (startCheckpointer); it waits for one that is running. Errors: the database's, translated, and
 // CheckFile's.
 func (s *Store) lazyWrite(ctx context.Context) (*lazy, error) {
 	if err := CheckFile(s.path, s.file); err != nil {
@@ -315,7 +319,8 @@ func (s *Store) lazyWrite(ctx context.Context) (*lazy, error) {
 	if err != nil {
 		return nil, Translate(fmt.Errorf("write connection: %w", err))
 	}
-	w := &lazy{conn: c}
+	s.apart.Lock()
+	w := &lazy{conn: c, apart: &s.apart}
 	if _, err := c.ExecContext(ctx, "PRAGMA synchronous = NORMAL"); err != nil {
 		w.release()
 		return nil, Translate(fmt.Errorf("synchronous=NORMAL for a prune: %w", err))
@@ -341,6 +346,7 @@ func (w *lazy) release() {
 		w.conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
 	w.conn.Close()
+	w.apart.Unlock()
 }
 
 // syncLog flushes the store's log file to the disk (fsync), which makes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -48,34 +49,48 @@ func writeDSN(path string, busy time.Duration) string {
 }
 
 // startCheckpointer runs PASSIVE checkpoints on db as the comment above
-// says (commits nil: every checkpointEvery), until the returned stop is
-// called (which waits for it).
+// says (commits nil: at every tick), at the ticks of ticks (nil: every
+// checkpointEvery), until the returned stop is called (which waits for
+// it). A checkpoint runs only with apart held, and a tick at which a
+// prune transaction holds it is skipped (Store.apart): the checkpoint's
+// fsync of the database file, beside a prune's commit writing the log,
+// made that commit's writes wait for the disk with the writer held (10-24
+// ms on the disk of BENCHMARKS.md, "Retention"), and a dispatch step
+// behind it waited as long.
 // A failed checkpoint is tried again at the next tick: the commit path's
 // own checkpoint at checkpointSafety pages still bounds the log.
-func startCheckpointer(db *sql.DB, commits *atomic.Int64) (stop func()) {
+func startCheckpointer(db *sql.DB, commits *atomic.Int64, apart *sync.Mutex, ticks <-chan time.Time) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(checkpointEvery)
-		defer t.Stop()
+		if ticks == nil {
+			t := time.NewTicker(checkpointEvery)
+			defer t.Stop()
+			ticks = t.C
+		}
 		var seen int64
 		last := time.Now()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-ticks:
 			}
+			n := int64(0)
 			if commits != nil {
-				n := commits.Load()
+				n = commits.Load()
 				if n-seen < checkpointCommits && (n == seen || time.Since(last) < checkpointIdle) {
 					continue
 				}
-				seen = n
 			}
+			if !apart.TryLock() {
+				continue // a prune is writing: checkpoint at a later tick
+			}
+			seen = n
 			last = time.Now()
 			db.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+			apart.Unlock()
 		}
 	}()
 	return func() { cancel(); <-done }

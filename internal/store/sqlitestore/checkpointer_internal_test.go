@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,15 +77,51 @@ func TestCheckpointerCopiesTheLogIntoTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	stop := startCheckpointer(r, nil)
+	ticks := make(chan time.Time)
+	var apart sync.Mutex
+	stop := startCheckpointer(r, nil, &apart, ticks)
 	defer stop()
-	deadline := time.Now().Add(30 * time.Second)
-	for size() < 1<<20 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s the file holds %d bytes: no checkpoint ran", size())
-		}
-		time.Sleep(10 * time.Millisecond) // the checkpointer runs on its own ticker: wait for its effect
+	// The channel is unbuffered and the checkpointer takes a tick only
+	// after it is done with the one before: two sends, one checkpoint
+	// finished.
+	tick := func() { ticks <- time.Now(); ticks <- time.Now() }
+
+	// A prune transaction holds apart: the checkpointer skips its ticks.
+	apart.Lock()
+	tick()
+	if got := size(); got > 1<<20 {
+		t.Fatalf("the file holds %d bytes after a tick with apart held: a checkpoint ran beside a prune's write", got)
 	}
+	apart.Unlock()
+	tick()
+	if got := size(); got < 1<<20 {
+		t.Fatalf("the file holds %d bytes after a tick: no checkpoint ran", got)
+	}
+}
+
+// A prune's write transaction (lazyWrite) holds the store's apart from
+// its BEGIN until it is released, so that no checkpoint of this process
+// runs beside its commit (startCheckpointer).
+func TestPruneWriteKeepsCheckpointsApart(t *testing.T) {
+	s := storeWithAcked(t, 3)
+	w, err := s.lazyWrite(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.apart.TryLock() {
+		t.Fatal("apart free inside a prune's write transaction: a checkpoint could run beside its commit")
+	}
+	if err := w.tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if s.apart.TryLock() {
+		t.Fatal("apart free after a prune's commit, before its release")
+	}
+	w.release()
+	if !s.apart.TryLock() {
+		t.Fatal("apart still held after the prune's write was released: the checkpointer would never run again")
+	}
+	s.apart.Unlock()
 }
 
 // walIndex reads the log's frame count (mxFrame) and how many of them are

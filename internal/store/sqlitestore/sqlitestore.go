@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -90,6 +91,11 @@ type Store struct {
 	// that a change watch tells them from other processes' (changes.go).
 	commits atomic.Int64
 
+	// apart keeps this process's checkpoints (the checkpointer's and
+	// checkpointBeside's) and its prune transactions apart (lazyWrite),
+	// so that a prune's commit never writes the log while a checkpoint
+	// flushes the disk (checkpointer.go).
+	apart sync.Mutex
 	// stopCheckpoints ends the checkpointer (checkpointer.go); Close
 	// calls it.
 	stopCheckpoints func()
@@ -258,7 +264,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	s.stopCheckpoints = startCheckpointer(r, &s.commits)
+	s.stopCheckpoints = startCheckpointer(r, &s.commits, &s.apart, nil)
 	return s, nil
 }
 
