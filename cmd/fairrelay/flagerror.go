@@ -163,12 +163,25 @@ var nonEmptyFlags = []string{"flow", "reason-is", "group", "operator", "secret",
 	"readonly-users"}
 
 // refuseEmptyFlags is every command's PreRunE (main sets it): a flag of
-// nonEmptyFlags given as "" is invalid input naming it.
+// nonEmptyFlags given as "" is invalid input naming it, and so is a
+// negative value of a tick flag (tickFlags): a tick is a non-negative
+// integer (SPEC §1), and the library would answer a negative --at
+// clock_regressed (SPEC §2 checks the clock first), which tells the user
+// of a typo that the store's clock is ahead of it.
 func refuseEmptyFlags(cmd *cobra.Command, _ []string) error {
 	for _, name := range nonEmptyFlags {
 		f := cmd.Flags().Lookup(name)
 		if f != nil && f.Changed && f.Value.Type() == "string" && f.Value.String() == "" {
 			return fairrelay.InvalidInput(name, "must not be empty (given as \"\")")
+		}
+	}
+	for name := range tickFlags {
+		f := cmd.Flags().Lookup(name)
+		if f == nil || !f.Changed || f.Value.Type() != "int64" {
+			continue
+		}
+		if v, err := strconv.ParseInt(f.Value.String(), 10, 64); err == nil && v < 0 {
+			return fairrelay.InvalidInput(name, "must be a tick in [0, %d], got %d", int64(fairrelay.MaxTick), v)
 		}
 	}
 	return nil
