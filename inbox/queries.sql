@@ -89,5 +89,11 @@ SELECT flow_id, seq, event_id, reason, operator, waived_at FROM waiver
 WHERE flow_id > $1 OR (flow_id = $1 AND seq > $2)
 ORDER BY flow_id, seq LIMIT $3;
 
+-- name: HeldIDsAt
+SELECT DISTINCT event_id FROM held WHERE flow_id = $1 AND seq = $2 ORDER BY event_id;
+
+-- name: HeldSeqOf
+SELECT seq FROM held WHERE flow_id = $1 AND event_id = $2 ORDER BY seq LIMIT 1;
+
 -- name: HeldDeleteWaived
 DELETE FROM held WHERE flow_id = $1 AND seq = $2 AND event_id = $3;

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,7 +63,8 @@ type Waiver struct {
 // rule), seq (below 1, or not the seq the flow waits for: its projected
 // seq + 1; a flow applied up to seq P can only waive P+1; a seq waived
 // already, the same waiver again included, is refused naming the event it
-// is waived for), reason (empty,
+// is waived for), id (the held events contradict it: heldContradicts),
+// reason (empty,
 // or breaking fairrelay.CheckReason's rule: one line of at most
 // MaxReasonBytes of printable UTF-8) or operator (CheckID's rule);
 // database errors and ErrBusy.
@@ -120,6 +123,9 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",
 			Message: fmt.Sprintf("flow %q has applied up to seq %d: only seq %d, the one it waits for, can be waived, not %d", d.Flow, pseq, pseq+1, d.Seq)}
 	}
+	if err := in.heldContradicts(ctx, tx, d); err != nil {
+		return err
+	}
 	var op any
 	if p.Operator != "" {
 		op = p.Operator
@@ -140,6 +146,59 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 		return dbError("waive: commit", in.translate(err))
 	}
 	return nil
+}
+
+// heldContradicts refuses a waiver whose id the inbox's own held events
+// (a broker consumer's, inbox/held.go) show to be the wrong one: the flow's
+// seq d.Seq is held for other ids only, or d.EventID is held at another
+// seq of the flow (a fresh user's report: waiving the next held event's
+// id at the refused one's seq was accepted, and no command undoes a
+// waiver). With nothing held at the seq and the id not held in the flow
+// nothing here can tell, and the waiver goes on. Errors: ErrInvalidInput
+// naming id; the database's.
+func (in *Inbox) heldContradicts(ctx context.Context, tx *sql.Tx, d Delivery) error {
+	rows, err := tx.QueryContext(ctx, q["HeldIDsAt"], d.Flow, d.Seq)
+	if err != nil {
+		return dbError("waive", in.translate(fmt.Errorf("HeldIDsAt: %w", err)))
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return dbError("waive", in.translate(fmt.Errorf("HeldIDsAt: %w", err)))
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return dbError("waive", in.translate(fmt.Errorf("HeldIDsAt: %w", err)))
+	}
+	if len(ids) > 0 && !slices.Contains(ids, d.EventID) {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id",
+			Message: fmt.Sprintf("seq %d of flow %q is held for event %s, not %q (inspect --inbox I held): waive the id held there", d.Seq, d.Flow, quoteAll(ids), d.EventID)}
+	}
+	var seq int64
+	err = tx.QueryRowContext(ctx, q["HeldSeqOf"], d.Flow, d.EventID).Scan(&seq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return dbError("waive", in.translate(fmt.Errorf("HeldSeqOf: %w", err)))
+	case seq != d.Seq:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id",
+			Message: fmt.Sprintf("event %q is held at seq %d of flow %q, not at seq %d, the one the flow waits for (inspect --inbox I held)", d.EventID, seq, d.Flow, d.Seq)}
+	}
+	return nil
+}
+
+// quoteAll is ids quoted and joined with " or ".
+func quoteAll(ids []string) string {
+	q := make([]string, len(ids))
+	for i, id := range ids {
+		q[i] = strconv.Quote(id)
+	}
+	return strings.Join(q, " or ")
 }
 
 // waived reports whether d is the event a waiver took its seq for. It is

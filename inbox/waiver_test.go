@@ -114,6 +114,33 @@ func TestWaive(t *testing.T) {
 				t.Fatalf("hold %s: %v %v", x.EventID, held, err)
 			}
 		}
+		// The held events name the refused one: another id at its seq, or
+		// an id held at another seq, is refused naming id, nothing written
+		// (a fresh user's report: B2 waived at seq 1 was accepted).
+		gap := d("C2", "C", 2, 1) // C's seq 1 never came
+		if held, err := in.Hold(ctx, gap, fairrelay.OutcomeSequenceConflict); err != nil || !held {
+			t.Fatalf("hold C2: %v %v", held, err)
+		}
+		for _, wrong := range []struct {
+			p    inbox.WaiveParams
+			want string
+		}{
+			{inbox.WaiveParams{EventID: "B2", Flow: "B", Seq: 1, Reason: "typo"}, `seq 1 of flow "B" is held for event "B1", not "B2"`},
+			{inbox.WaiveParams{EventID: "X7", Flow: "B", Seq: 1, Reason: "typo"}, `seq 1 of flow "B" is held for event "B1", not "X7"`},
+			{inbox.WaiveParams{EventID: "C2", Flow: "C", Seq: 1, Reason: "typo"}, `event "C2" is held at seq 2 of flow "C", not at seq 1`},
+		} {
+			err := in.Waive(ctx, wrong.p)
+			var fe *fairrelay.Error
+			if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "id" || !strings.Contains(fe.Message, wrong.want) {
+				t.Fatalf("waive %+v: %v, want invalid_input on id: %s", wrong.p, err, wrong.want)
+			}
+		}
+		if ws, err := in.Waivers(ctx, "B", 0, 10); err != nil || len(ws) != 0 {
+			t.Fatalf("waivers after the refused ones: %+v %v, want none", ws, err)
+		}
+		if n, err := in.HeldCount(ctx); err != nil || n != 3 {
+			t.Fatalf("held after the refused waivers: %d %v, want B1, B2 and C2 still held", n, err)
+		}
 		if err := in.Waive(ctx, inbox.WaiveParams{EventID: "B1", Flow: "B", Seq: 1, Reason: "refund sent by hand"}); err != nil {
 			t.Fatal(err)
 		}
@@ -127,8 +154,8 @@ func TestWaive(t *testing.T) {
 		if err != nil || !cmp.Equal(r.Applied, []inbox.Receipt{{ID: "B2", Flow: "B", Seq: 2}}) || r.Remaining {
 			t.Fatalf("B's held after the waiver: %+v %v, want B2 applied, nothing left", r, err)
 		}
-		if n, err := in.HeldCount(ctx); err != nil || n != 0 {
-			t.Fatalf("held after the waiver: %d %v, want none (B1's copy goes with the waiver)", n, err)
+		if n, err := in.HeldCount(ctx); err != nil || n != 1 {
+			t.Fatalf("held after the waiver: %d %v, want C2 alone (B1's copy goes with the waiver)", n, err)
 		}
 		if got := total("B"); got != (inbox.Projection{Flow: "B", Seq: 2, Total: 1}) {
 			t.Fatalf("B: %+v, want seq 2 total 1 (B1's delta never applied)", got)
