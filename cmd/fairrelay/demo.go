@@ -134,9 +134,18 @@ func demoWorkload(flows, events int) []demoEvent {
 	return ws
 }
 
-func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) error {
+func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) (err error) {
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
+	defer func() {
+		// Whatever step --timeout ended (opening the stores, the relay,
+		// the wait for settles) says so, not its own context error (a
+		// fresh user's report: "open stopped: read schema: context
+		// deadline exceeded").
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+			err = fmt.Errorf("demo: did not finish in time (--timeout %s)", o.timeout)
+		}
+	}()
 	q, in, err := openDemoStores(ctx, o)
 	if err != nil {
 		return err

@@ -260,6 +260,8 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"configure", "--queue", q, "--max-flow-backlog", "-3", "--at", "5"}, "invalid_input: max-flow-backlog: must not be negative"},
 		{[]string{"configure", "--queue", q}, "invalid_input: settings: missing: nothing to set: give --max-backlog"},
 		{[]string{"demo", "--workers", "0", "--dir", filepath.Join(dir, "demo")}, "invalid_input: workers: must be 1 to"},
+		// --timeout ends whichever step it meets (here opening the stores).
+		{[]string{"demo", "--timeout", "1ms", "--dir", filepath.Join(dir, "late")}, "demo: did not finish in time (--timeout 1ms)"},
 		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database: queue: open: not a fairrelay database"},
 		{[]string{"claim", "--queue", q, "--at", "5", "--policy", "lifo"}, "policy: must be seed or fair"},
 		{[]string{"inspect", "--inbox", inboxDB, "receipts", "--after-seq", "1"}, "invalid_input: after-seq: needs --after FLOW"},
