@@ -57,7 +57,7 @@ func (in *Inbox) Hold(ctx context.Context, d Delivery, reason fairrelay.Outcome)
 	// consumer whose Receive answered a refusal just before the waiver
 	// committed would otherwise keep a copy that never applies; a
 	// breaker's report).
-	switch ok, err := waived(ctx, tx, d); {
+	switch ok, err := waived(ctx, tx.Tx, d); {
 	case err != nil:
 		return false, dbError("hold", in.translate(err))
 	case ok:
@@ -234,7 +234,7 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 	// again: another receiver may have applied the flow's next event
 	// since the read of the candidates (the answer is then gap,
 	// sequence_conflict or duplicate).
-	out, err := in.receive(ctx, tx, d)
+	out, err := in.receive(ctx, tx.Tx, d)
 	if err != nil {
 		return "", dbError("receive held", in.translate(err))
 	}

@@ -104,8 +104,11 @@ type Inbox struct {
 	lock string
 	// path and file identify a SQLite inbox's file as opened (begin); ""
 	// and nil on PostgreSQL.
-	path        string
-	file        os.FileInfo
+	path string
+	file os.FileInfo
+	// busy is how long a write waits for another connection's writer
+	// (Options.BusyTimeout).
+	busy        time.Duration
 	maxDelta    atomic.Int64
 	unavailable atomic.Bool
 	// migrated: the migrations Open applied (Migrated).
@@ -133,7 +136,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: why}
 	}
 	var err error
-	in := &Inbox{translate: sqlitestore.Translate}
+	in := &Inbox{translate: sqlitestore.Translate, busy: opts.BusyTimeout}
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		if in.db, err = openPostgres(ctx, dsn, opts, &in.migrated); err != nil {
@@ -230,11 +233,25 @@ func openSQLiteError(path string, err error) error {
 // the one opened (sqlitestore.CheckFile: removed or replaced under a
 // running receiver, its receipts and effects would go to a file nobody sees,
 // and a broker consumer would ack them: lost at its next start).
-func (in *Inbox) begin(ctx context.Context) (*sql.Tx, error) {
+//
+// On SQLite the transaction begins IMMEDIATE through
+// sqlitestore.BeginImmediate, which waits for another process's writer
+// (the application's, writing the same file) by trying again every 50-500
+// µs, not on SQLite's busy handler's 1, 2, 5, 10 … ms; on PostgreSQL it is
+// a plain transaction. Either way Commit and Rollback end it and give its
+// connection back.
+func (in *Inbox) begin(ctx context.Context) (*sqlitestore.WriteTx, error) {
+	if in.path == "" { // PostgreSQL
+		tx, err := in.db.BeginTx(context.WithoutCancel(ctx), nil)
+		if err != nil {
+			return nil, err
+		}
+		return &sqlitestore.WriteTx{Tx: tx}, nil
+	}
 	if err := sqlitestore.CheckFile(in.path, in.file); err != nil {
 		return nil, err
 	}
-	return in.db.BeginTx(context.WithoutCancel(ctx), nil)
+	return sqlitestore.BeginImmediate(context.WithoutCancel(ctx), in.db, in.busy)
 }
 
 // Ping reports whether the inbox can take deliveries: its database
@@ -363,7 +380,7 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 		return "", dbError("receive: begin transaction", in.translate(err))
 	}
 	defer tx.Rollback()
-	out, err := in.receive(ctx, tx, d)
+	out, err := in.receive(ctx, tx.Tx, d)
 	if err != nil {
 		return "", dbError("receive", in.translate(err))
 	}
@@ -373,7 +390,11 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 	faultpoint.Hit(faultpoint.BeforeReceiptCommit)
 	commit := func() error { return tx.Commit() }
 	if in.commitHook != nil {
-		commit = func() error { return in.commitHook(ctx, tx) }
+		commit = func() error {
+			err := in.commitHook(ctx, tx.Tx)
+			tx.Rollback() // gives the connection back (SQLite's pool has one), for applied
+			return err
+		}
 	}
 	if err := commit(); err != nil {
 		// A failed commit does not prove that nothing was written: a

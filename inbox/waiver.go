@@ -123,7 +123,7 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",
 			Message: fmt.Sprintf("flow %q has applied up to seq %d: only seq %d, the one it waits for, can be waived, not %d", d.Flow, pseq, pseq+1, d.Seq)}
 	}
-	if err := in.heldContradicts(ctx, tx, d); err != nil {
+	if err := in.heldContradicts(ctx, tx.Tx, d); err != nil {
 		return err
 	}
 	var op any

@@ -26,7 +26,7 @@ func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, 
 		return 0, Translate(fmt.Errorf("begin transaction: %w", err))
 	}
 	defer tx.Rollback()
-	c := conn{q: tx, tx: tx, prepared: s.stmts}
+	c := conn{q: tx, tx: tx.Tx, prepared: s.stmts}
 	cl, err := c.clock(ctx)
 	if err != nil {
 		return 0, err
@@ -325,7 +325,7 @@ func (s *Store) lazyWrite(ctx context.Context) (*lazy, error) {
 		w.release()
 		return nil, Translate(fmt.Errorf("synchronous=NORMAL for a prune: %w", err))
 	}
-	if w.tx, err = c.BeginTx(ctx, nil); err != nil {
+	if w.tx, err = beginOn(ctx, c, s.busy, s.lockBusy); err != nil {
 		w.release()
 		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
 	}

@@ -19,14 +19,14 @@ import (
 // input's fields, then the answers.
 func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) (store.EnqueueResult, error) {
 	var c conn
-	var own *sql.Tx
+	var own *WriteTx
 	if caller == nil {
 		tx, err := s.beginWrite(ctx)
 		if err != nil {
 			return store.EnqueueResult{}, Translate(fmt.Errorf("begin transaction: %w", err))
 		}
 		defer tx.Rollback()
-		own, c = tx, conn{q: tx, tx: tx, prepared: s.stmts}
+		own, c = tx, conn{q: tx, tx: tx.Tx, prepared: s.stmts}
 	} else {
 		tx, ok := caller.(*sql.Tx)
 		if !ok {

@@ -77,9 +77,15 @@ type Store struct {
 	// pruneHold bounds a batched prune transaction's deletes (Prune);
 	// pruneHold unless a test changes it.
 	pruneHold time.Duration
-	write     *sql.DB
-	read      *sql.DB
-	entry     string
+	// busy is how long a write waits for another process's writer
+	// (Options.BusyTimeout; beginImmediate).
+	busy time.Duration
+	// lockBusy, when set (tests), is called each time beginImmediate
+	// found another connection holding the writer and is about to wait.
+	lockBusy func()
+	write    *sql.DB
+	read     *sql.DB
+	entry    string
 	// stmts holds every query of queries.sql prepared on the write pool's one
 	// connection, so a write transaction never parses SQL again (parsing
 	// was a third of a claim's CPU).
@@ -209,7 +215,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	r.SetMaxOpenConns(4)
-	s := &Store{path: abs, write: w, read: r, pruneLogFrames: pruneLogFrames, pruneHold: pruneHold}
+	s := &Store{path: abs, write: w, read: r, pruneLogFrames: pruneLogFrames, pruneHold: pruneHold, busy: opts.BusyTimeout}
 	if !opts.MustExist { // else Probe checked it
 		if err := RefuseForeign(ctx, r, "fairrelay_inbox_migration", "a fairrelay inbox, not a queue store"); err != nil {
 			s.Close()
@@ -550,16 +556,6 @@ func CheckFile(path string, file os.FileInfo) error {
 	return nil
 }
 
-// beginWrite starts an IMMEDIATE transaction on the write connection, once
-// the store's file is checked to be the one it opened (CheckFile: a stat, a
-// microsecond beside a write transaction's milliseconds).
-func (s *Store) beginWrite(ctx context.Context) (*sql.Tx, error) {
-	if err := CheckFile(s.path, s.file); err != nil {
-		return nil, err
-	}
-	return s.write.BeginTx(ctx, nil)
-}
-
 // Begin starts an IMMEDIATE transaction on the write connection. SQLite has
 // one writer: every lane shares it.
 func (s *Store) Begin(ctx context.Context, _ store.Lane) (store.Tx, error) {
@@ -567,7 +563,7 @@ func (s *Store) Begin(ctx context.Context, _ store.Lane) (store.Tx, error) {
 	if err != nil {
 		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
 	}
-	return &Tx{conn: conn{q: tx, prepared: s.stmts, tx: tx, stored: map[string]string{}}, tx: tx, entry: s.entry, commits: &s.commits}, nil
+	return &Tx{conn: conn{q: tx, prepared: s.stmts, tx: tx.Tx, stored: map[string]string{}}, tx: tx, entry: s.entry, commits: &s.commits}, nil
 }
 
 // BeginRead starts a deferred read transaction on the read pool; SQLite's WAL
@@ -880,7 +876,7 @@ func nullString(s string) any {
 // Tx is a write transaction on the SQLite store.
 type Tx struct {
 	conn
-	tx    *sql.Tx
+	tx    *WriteTx
 	entry string
 	done  bool
 	cl    clockRow // the clock row as read
