@@ -56,6 +56,7 @@ func ExampleQueue_EnqueueTx() {
 		}
 		r, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{
 			ID: "order-placed-" + id, Flow: "customer-7", Body: fmt.Appendf(nil, `{"delta":%d}`, total),
+			At: fairrelay.AtStored, // the store's tick, read in tx: a producer does not know the relay's clock
 		})
 		if err != nil {
 			log.Fatal(err)

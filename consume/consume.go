@@ -528,7 +528,7 @@ func (r *runner) drain(flow string, limit int) {
 	log := r.opts.Logger.With("flow", flow)
 	switch {
 	case recovered:
-		log.Info("consume: a held event refused before is applied; its flow goes on", "applied", len(res.Applied))
+		log.Info("consume: a flow refused before goes on (its refused event applied, or waived)", "applied", len(res.Applied))
 	case len(res.Applied) > 0 && limit == drainBatch:
 		// The drainer's: a long run, a retry after a wait, or what a
 		// restarted consumer found held (the inline drains after an
