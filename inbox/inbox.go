@@ -480,6 +480,15 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 	case found:
 		return refusedUnlessWaived(ctx, tx, d, fairrelay.OutcomeIDConflict)
 	}
+	// A waiver holds its id as a receipt does (Waive): the id waived at
+	// another flow or seq is another event's, unless this one is waived
+	// too (an id reused more than once).
+	switch _, _, ok, err := waivedElsewhere(ctx, tx, d); {
+	case err != nil:
+		return "", err
+	case ok:
+		return refusedUnlessWaived(ctx, tx, d, fairrelay.OutcomeIDConflict)
+	}
 	pseq, total, err := projectionOf(ctx, tx, d.Flow)
 	if err != nil {
 		return "", err

@@ -179,3 +179,48 @@ func TestWaive(t *testing.T) {
 		}
 	})
 }
+
+// A waiver holds its event's id as a receipt does (a breaker's report: a
+// waived id, delivered again at the flow's next seq, was accepted and its
+// effect applied). The waived id at another seq or flow answers
+// id_conflict and changes nothing, unless that place is waived for it too
+// (a producer that reused the id once more); at the waived place it is a
+// duplicate. Both backends.
+func TestWaivedIDIsHeld(t *testing.T) {
+	eachBackend(t, "frinwaiveid", inbox.Options{MaxDelta: 5}, func(t *testing.T, in *inbox.Inbox) {
+		ctx := t.Context()
+		d := func(id, flow string, seq, delta int) inbox.Delivery {
+			return inbox.Delivery{EventID: id, Flow: flow, Seq: int64(seq), Body: fmt.Appendf(nil, `{"delta":%d}`, delta)}
+		}
+		receive := func(x inbox.Delivery, want fairrelay.Outcome) {
+			t.Helper()
+			if out, err := in.Receive(ctx, x); err != nil || out != want {
+				t.Fatalf("receive %s %s/%d: %q %v, want %q", x.EventID, x.Flow, x.Seq, out, err, want)
+			}
+		}
+		receive(d("U1", "U", 1, 1), fairrelay.OutcomeAccepted)
+		receive(d("U2", "U", 2, 9), fairrelay.OutcomeUnsupportedDelta)
+		if err := in.Waive(ctx, inbox.WaiveParams{EventID: "U2", Flow: "U", Seq: 2, Reason: "no capability"}); err != nil {
+			t.Fatal(err)
+		}
+		receive(d("U2", "U", 2, 9), fairrelay.OutcomeDuplicate)
+		receive(d("U2", "U", 3, 2), fairrelay.OutcomeIDConflict)
+		receive(d("U2", "V", 1, 2), fairrelay.OutcomeIDConflict)
+		s, err := in.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantReceipts := []inbox.Receipt{{ID: "U1", Flow: "U", Seq: 1}}
+		wantProjection := []inbox.Projection{{Flow: "U", Seq: 2, Total: 1}}
+		if !cmp.Equal(s.Receipts, wantReceipts) || !cmp.Equal(s.Projection, wantProjection) {
+			t.Fatalf("after the waived id at other places: receipts %+v, projection %+v; want %+v, %+v",
+				s.Receipts, s.Projection, wantReceipts, wantProjection)
+		}
+		// The producer reused U2 for U's seq 3: an operator waives that too.
+		if err := in.Waive(ctx, inbox.WaiveParams{EventID: "U2", Flow: "U", Seq: 3, Reason: "id reused"}); err != nil {
+			t.Fatal(err)
+		}
+		receive(d("U2", "U", 3, 2), fairrelay.OutcomeDuplicate)
+		receive(d("U4", "U", 4, 2), fairrelay.OutcomeAccepted)
+	})
+}

@@ -12,7 +12,7 @@ import (
 // migrate says what it did to each store: created with every migration,
 // migrated with the ones an older store lacked, or up to date. The older
 // inbox is a current one with its last migration undone (inbox migration
-// 004, the waiver table).
+// 005, the waiver's index by event id).
 func TestMigrateSaysWhatItApplied(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -25,12 +25,12 @@ func TestMigrateSaysWhatItApplied(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
-	if got, want := run("migrate", "--queue", q, "--inbox", in), "queue "+q+": created (migrations 1–5)\ninbox "+in+": created (migrations 1–4)"; got != want {
+	if got, want := run("migrate", "--queue", q, "--inbox", in), "queue "+q+": created (migrations 1–5)\ninbox "+in+": created (migrations 1–5)"; got != want {
 		t.Fatalf("first migrate:\n%s\nwant\n%s", got, want)
 	}
-	sqlitetest.Exec(t, in, `DROP TABLE waiver`)
-	sqlitetest.Exec(t, in, `DELETE FROM `+inbox.MigrationTable+` WHERE version = 4`)
-	if got, want := run("migrate", "--queue", q, "--inbox", in), "queue "+q+": up to date (nothing to apply)\ninbox "+in+": migrated (applied 4)"; got != want {
+	sqlitetest.Exec(t, in, `DROP INDEX waiver_event`)
+	sqlitetest.Exec(t, in, `DELETE FROM `+inbox.MigrationTable+` WHERE version = 5`)
+	if got, want := run("migrate", "--queue", q, "--inbox", in), "queue "+q+": up to date (nothing to apply)\ninbox "+in+": migrated (applied 5)"; got != want {
 		t.Fatalf("migrate of an older inbox:\n%s\nwant\n%s", got, want)
 	}
 	if got, want := run("migrate", "--inbox", in), "inbox "+in+": up to date (nothing to apply)"; got != want {
