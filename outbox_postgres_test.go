@@ -818,3 +818,52 @@ func TestPostgresSchemaFunctionsSayWhoCallsThem(t *testing.T) {
 		t.Errorf("%d functions in the schema, want at least 6", n)
 	}
 }
+
+// enqueue_many's own arguments are checked too, each named in DETAIL (a
+// breaker's report, migration 024): a NULL or negative body limit had
+// turned the limit off or blamed the body, a NULL or negative tick jump
+// set no limit, a NULL floor passed as false, arrays not indexed from 1
+// failed with the database's errors, and arrays of different lengths named
+// ids whatever differed. Nothing is written by any of them; NULL arrays
+// stay an empty batch.
+func TestPostgresSQLEnqueueArguments(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q, pool, schema := outboxStore(t, "frsqlargs", fairrelay.DaemonPolicy())
+	fn := pgx.Identifier{schema, "enqueue_many"}.Sanitize()
+	big := "convert_to(repeat('x', 2000000), 'UTF8')"
+	cases := []struct{ name, call, detail string }{
+		{"a NULL body limit", fn + "(ARRAY['a1'], ARRAY['A'], ARRAY[" + big + "], p_max_body_bytes => NULL)", "p_max_body_bytes"},
+		{"a negative body limit", fn + "(ARRAY['a1'], ARRAY['A'], ARRAY['1'::bytea], p_max_body_bytes => -5)", "p_max_body_bytes"},
+		{"a NULL tick jump", fn + "(ARRAY['a1'], ARRAY['A'], ARRAY['1'::bytea], p_at => 5000000, p_max_tick_jump => NULL)", "p_max_tick_jump"},
+		{"a negative tick jump", fn + "(ARRAY['a1'], ARRAY['A'], ARRAY['1'::bytea], p_max_tick_jump => -1)", "p_max_tick_jump"},
+		{"a NULL floor", fn + "(ARRAY['a1'], ARRAY['A'], ARRAY['1'::bytea], p_floor => NULL)", "p_floor"},
+		{"ids indexed from 5", fn + "('[5:5]={a1}'::text[], '[5:5]={A}'::text[], '[5:5]={1}'::bytea[])", "ids"},
+		{"flows indexed from 0", fn + "(ARRAY['a1'], '[0:0]={A}'::text[], ARRAY['1'::bytea])", "flows"},
+		{"two-dimensional bodies", fn + "(ARRAY['a1','b1'], ARRAY['A','B'], '{{1},{2}}'::bytea[])", "bodies"},
+		{"fewer flows", fn + "(ARRAY['a1','b1'], ARRAY['A'], ARRAY['1'::bytea, '2'::bytea])", "flows"},
+		{"more bodies", fn + "(ARRAY['a1'], ARRAY['A'], ARRAY['1'::bytea, '2'::bytea])", "bodies"},
+		{"fewer groups", fn + "(ARRAY['a1','b1'], ARRAY['A','B'], ARRAY['1'::bytea, '2'::bytea], p_groups => ARRAY['g'])", "groups"},
+	}
+	for _, c := range cases {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SELECT * FROM "+c.call)
+			return err
+		})
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "FR002" || pe.Detail != c.detail {
+			t.Errorf("%s: %v, want SQLSTATE FR002 with DETAIL %s", c.name, err, c.detail)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+fn+"(NULL, NULL, NULL)").Scan(&n); err != nil || n != 0 {
+		t.Errorf("NULL arrays: %d rows, %v; want an empty batch", n, err)
+	}
+	snap, err := q.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Events) != 0 {
+		t.Errorf("events after the refused calls: %+v, want none", snap.Events)
+	}
+}
