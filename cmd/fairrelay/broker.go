@@ -42,6 +42,37 @@ func noCredentials(field, raw string) error {
 	return nil
 }
 
+// The webhook sink's HTTP basic auth, for a receiver behind a proxy that
+// asks for it (deliveries are signed either way: --secret).
+const (
+	sinkUserEnv     = "FAIRRELAY_SINK_USER"
+	sinkPasswordEnv = "FAIRRELAY_SINK_PASSWORD"
+)
+
+// webhookURL returns the URL the webhook sink posts to: raw, with
+// $FAIRRELAY_SINK_USER and $FAIRRELAY_SINK_PASSWORD (read through getenv)
+// as its basic auth when the user is set. Credentials in raw itself still
+// work, as they always did, but show in ps (the relay logs raw redacted):
+// inURL says so, for the caller to warn. Both at once are refused
+// (invalid_input naming sink), as is a password without a user.
+func webhookURL(raw string, getenv func(string) string) (target string, inURL bool, err error) {
+	u, perr := url.Parse(raw)
+	if perr != nil {
+		return raw, false, nil // webhook.New says what is wrong with it
+	}
+	user, pass := getenv(sinkUserEnv), getenv(sinkPasswordEnv)
+	switch {
+	case user == "" && pass != "":
+		return "", false, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: "$" + sinkPasswordEnv + " is set without $" + sinkUserEnv}
+	case user != "" && u.User != nil:
+		return "", false, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: "credentials both in the URL and in $" + sinkUserEnv + ": give them once, in the environment (the URL shows in ps)"}
+	case user != "":
+		u.User = url.UserPassword(user, pass)
+		return u.String(), false, nil
+	}
+	return raw, u.User != nil, nil
+}
+
 // schemeOf returns raw's URL scheme, "" when it has none.
 func schemeOf(raw string) string {
 	// The text before "://", not url.Parse's answer: a URL that does not

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -161,7 +162,14 @@ charged least; --max-group-slots caps any group's slots (configure
 				if err != nil {
 					return err
 				}
-				opts := webhook.Options{URL: sinkURL, Timeout: timeout, Permanent: codes, MaxConnsPerHost: workers}
+				target, inURL, err := webhookURL(sinkURL, os.Getenv)
+				if err != nil {
+					return err
+				}
+				if inURL {
+					log.Warn("relay: the sink's URL carries credentials, which show in ps: give them in $" + sinkUserEnv + " and $" + sinkPasswordEnv + " instead")
+				}
+				opts := webhook.Options{URL: target, Timeout: timeout, Permanent: codes, MaxConnsPerHost: workers}
 				if secret != "" {
 					if opts.Key, err = webhook.ParseSecret(secret); err != nil {
 						return err

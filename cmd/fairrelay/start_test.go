@@ -51,6 +51,9 @@ func TestDaemonsNameTheirStoresAndSayWhenCreated(t *testing.T) {
 		if created := strings.Contains(logs, "did not exist and was created empty"); created != first {
 			t.Errorf("run %d: said created=%v:\n%s", map[bool]int{true: 1, false: 2}[first], created, logs)
 		}
+		if !strings.Contains(logs, "the sink's URL carries credentials, which show in ps") {
+			t.Errorf("relay's start logs do not warn of the credentials in the sink's URL:\n%s", logs)
+		}
 		inboxPath := filepath.Join(dir, "inbx.db")
 		logs = run("receive", "--inbox", inboxPath, "--addr", "127.0.0.1:0")
 		if !strings.Contains(logs, "inbox="+inboxPath) {
