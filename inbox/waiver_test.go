@@ -13,6 +13,22 @@ import (
 	"github.com/fairrelay/fairrelay/inbox"
 )
 
+// deliveryOf is the delivery of event id at seq of flow, its body
+// {"delta":delta}.
+func deliveryOf(id, flow string, seq, delta int) inbox.Delivery {
+	return inbox.Delivery{EventID: id, Flow: flow, Seq: int64(seq), Body: fmt.Appendf(nil, `{"delta":%d}`, delta)}
+}
+
+// receiver returns a receive into in that fails t unless it answers want.
+func receiver(t *testing.T, in *inbox.Inbox) func(x inbox.Delivery, want fairrelay.Outcome) {
+	return func(x inbox.Delivery, want fairrelay.Outcome) {
+		t.Helper()
+		if out, err := in.Receive(t.Context(), x); err != nil || out != want {
+			t.Fatalf("receive %s %s/%d: %q %v, want %q", x.EventID, x.Flow, x.Seq, out, err, want)
+		}
+	}
+}
+
 // An operator waives a flow's next event, one the receiver can never take
 // (an id another event's receipt holds; a delta it refuses): the flow's
 // projection moves past it with its total unchanged, a delivery of that
@@ -23,15 +39,7 @@ import (
 func TestWaive(t *testing.T) {
 	eachBackend(t, "frinwaive", inbox.Options{MaxDelta: 5}, func(t *testing.T, in *inbox.Inbox) {
 		ctx := t.Context()
-		d := func(id, flow string, seq, delta int) inbox.Delivery {
-			return inbox.Delivery{EventID: id, Flow: flow, Seq: int64(seq), Body: fmt.Appendf(nil, `{"delta":%d}`, delta)}
-		}
-		receive := func(x inbox.Delivery, want fairrelay.Outcome) {
-			t.Helper()
-			if out, err := in.Receive(ctx, x); err != nil || out != want {
-				t.Fatalf("receive %s %s/%d: %q %v, want %q", x.EventID, x.Flow, x.Seq, out, err, want)
-			}
-		}
+		d, receive := deliveryOf, receiver(t, in)
 		total := func(flow string) inbox.Projection {
 			t.Helper()
 			ps, err := in.Projections(ctx, "", 100)
@@ -189,15 +197,7 @@ func TestWaive(t *testing.T) {
 func TestWaivedIDIsHeld(t *testing.T) {
 	eachBackend(t, "frinwaiveid", inbox.Options{MaxDelta: 5}, func(t *testing.T, in *inbox.Inbox) {
 		ctx := t.Context()
-		d := func(id, flow string, seq, delta int) inbox.Delivery {
-			return inbox.Delivery{EventID: id, Flow: flow, Seq: int64(seq), Body: fmt.Appendf(nil, `{"delta":%d}`, delta)}
-		}
-		receive := func(x inbox.Delivery, want fairrelay.Outcome) {
-			t.Helper()
-			if out, err := in.Receive(ctx, x); err != nil || out != want {
-				t.Fatalf("receive %s %s/%d: %q %v, want %q", x.EventID, x.Flow, x.Seq, out, err, want)
-			}
-		}
+		d, receive := deliveryOf, receiver(t, in)
 		receive(d("U1", "U", 1, 1), fairrelay.OutcomeAccepted)
 		receive(d("U2", "U", 2, 9), fairrelay.OutcomeUnsupportedDelta)
 		if err := in.Waive(ctx, inbox.WaiveParams{EventID: "U2", Flow: "U", Seq: 2, Reason: "no capability"}); err != nil {
