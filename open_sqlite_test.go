@@ -133,6 +133,23 @@ func TestWritesRefuseARemovedOrReplacedStoreFile(t *testing.T) {
 					_, err := q.Prune(ctx, fairrelay.PruneParams{At: fairrelay.AtStored, AckedBefore: 1, IDsBefore: 0})
 					return err
 				},
+				// An application's transaction on the path (a breaker: it
+				// wrote its event into the file now at the path, or into a
+				// new empty one, and answered created).
+				"enqueueTx": func() error {
+					db, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
+					if err != nil {
+						return err
+					}
+					defer db.Close()
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						return err
+					}
+					defer tx.Rollback()
+					_, err = q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A3", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+					return err
+				},
 			} {
 				err := write()
 				var fe *fairrelay.Error
@@ -141,6 +158,62 @@ func TestWritesRefuseARemovedOrReplacedStoreFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// EnqueueTx takes a transaction on the Queue's own file only (a breaker:
+// one on another fairrelay store's file answered created there, under that
+// store's entry rule, which the Queue never checked): another store's file,
+// a file with no store, or an in-memory database is invalid_input naming
+// tx, and nothing is written to it.
+func TestEnqueueTxRefusesATransactionOnAnotherFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	q, err := fairrelay.Open(ctx, filepath.Join(dir, "a.db"), fairrelay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	other := filepath.Join(dir, "b.db")
+	ob, err := fairrelay.Open(ctx, other, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Close()
+	for name, dsn := range map[string]string{
+		"another store's file":  fairrelay.SQLiteDSN(other),
+		"a file with no store":  fairrelay.SQLiteDSN(filepath.Join(dir, "app.db")),
+		"an in-memory database": ":memory:",
+	} {
+		db, err := sql.Open("sqlite", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "x1", Flow: "X", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "tx" {
+			t.Errorf("%s: %v, want invalid_input naming tx", name, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+	}
+	ob, err = fairrelay.Open(ctx, other, fairrelay.Config{Policy: fairrelay.ReferencePolicy(), MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	if s, err := ob.Snapshot(ctx); err != nil || len(s.Events) != 0 {
+		t.Errorf("the other store after the refused call: %+v %v, want no events", s.Events, err)
+	}
+	if s, err := q.Snapshot(ctx); err != nil || len(s.Events) != 0 {
+		t.Errorf("the queue after the refused calls: %+v %v, want no events", s.Events, err)
 	}
 }
 

@@ -7,11 +7,48 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/fairrelay/fairrelay/internal/ident"
 	"github.com/fairrelay/fairrelay/internal/store"
 )
+
+// checkCaller refuses a caller's transaction that is not on this store's
+// file, before it writes anything there (a breaker's report: EnqueueTx
+// wrote wherever the transaction pointed). The store's own file must still
+// be the one it opened (CheckFile: ErrFileReplaced, wrapped, as every
+// write of the store answers; events written to a replaced file would be
+// lost), and the transaction's main database must be that file
+// (os.SameFile): another file, another fairrelay store's among them (whose
+// entry rule this Queue would ignore), or an in-memory database, is
+// invalid_input naming tx. Errors: those, and the database's, translated.
+func (s *Store) checkCaller(ctx context.Context, tx *sql.Tx) error {
+	if err := CheckFile(s.path, s.file); err != nil {
+		return err
+	}
+	var file string
+	if err := tx.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file); err != nil {
+		return Translate(fmt.Errorf("the transaction's database file: %w", err))
+	}
+	if file == "" {
+		return &store.InvalidError{Field: "tx", Message: "the transaction is on an in-memory or temporary database, not on " + s.path}
+	}
+	got, err := os.Stat(file)
+	if err != nil {
+		return &store.InvalidError{Field: "tx", Message: fmt.Sprintf("the transaction's database file %s: %v (is it a transaction on %s?)", file, err, s.path)}
+	}
+	want := s.file
+	if want == nil {
+		if want, err = os.Stat(s.path); err != nil {
+			return err
+		}
+	}
+	if !os.SameFile(got, want) {
+		return &store.InvalidError{Field: "tx", Message: fmt.Sprintf("the transaction is on %s, not on this queue's store %s", file, s.path)}
+	}
+	return nil
+}
 
 // Enqueue carries out SPEC §2 enqueue for p.Events (store.Store): in a
 // transaction of its own when caller is nil, else in caller, a *sql.Tx on
@@ -31,6 +68,9 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 		tx, ok := caller.(*sql.Tx)
 		if !ok {
 			return store.EnqueueResult{}, &store.InvalidError{Field: "tx", Message: fmt.Sprintf("the SQLite backend takes a *sql.Tx, not %T", caller)}
+		}
+		if err := s.checkCaller(ctx, tx); err != nil {
+			return store.EnqueueResult{}, err
 		}
 		c = conn{q: tx}
 	}
