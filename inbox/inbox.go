@@ -483,7 +483,7 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 	// A waiver holds its id as a receipt does (Waive): the id waived at
 	// another flow or seq is another event's, unless this one is waived
 	// too (an id reused more than once).
-	switch _, _, ok, err := waivedElsewhere(ctx, tx, d); {
+	switch ok, err := waivedElsewhere(ctx, tx, d); {
 	case err != nil:
 		return "", err
 	case ok:

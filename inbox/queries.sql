@@ -82,8 +82,7 @@ ORDER BY event_id;
 SELECT event_id FROM waiver WHERE flow_id = $1 AND seq = $2;
 
 -- name: WaiverElsewhere
-SELECT flow_id, seq FROM waiver WHERE event_id = $1 AND NOT (flow_id = $2 AND seq = $3)
-ORDER BY flow_id, seq LIMIT 1;
+SELECT 1 FROM waiver WHERE event_id = $1 AND NOT (flow_id = $2 AND seq = $3) LIMIT 1;
 
 -- name: WaiverInsert
 INSERT INTO waiver (flow_id, seq, event_id, reason, operator, waived_at) VALUES ($1, $2, $3, $4, $5, $6);

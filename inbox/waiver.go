@@ -205,19 +205,19 @@ func quoteAll(ids []string) string {
 // asked only where Receive would refuse d (SPEC §3's id_conflict or
 // sequence_conflict: a waived seq is at or below the flow's projected
 // seq), so a delivery that applies pays nothing for it.
-// waivedElsewhere returns the flow and seq of a waiver of d's id at
-// another place than d's (ok false when there is none): the id is held
-// there, as by a receipt (SPEC §3 step 2: id_conflict). Errors: the
-// database's.
-func waivedElsewhere(ctx context.Context, tx *sql.Tx, d Delivery) (flow string, seq int64, ok bool, err error) {
-	err = tx.QueryRowContext(ctx, q["WaiverElsewhere"], d.EventID, d.Flow, d.Seq).Scan(&flow, &seq)
+// waivedElsewhere reports whether d's id is waived at another place than
+// d's: the id is held there, as by a receipt (SPEC §3 step 2:
+// id_conflict). Errors: the database's.
+func waivedElsewhere(ctx context.Context, tx *sql.Tx, d Delivery) (bool, error) {
+	var one int
+	err := tx.QueryRowContext(ctx, q["WaiverElsewhere"], d.EventID, d.Flow, d.Seq).Scan(&one)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return "", 0, false, nil
+		return false, nil
 	case err != nil:
-		return "", 0, false, fmt.Errorf("WaiverElsewhere: %w", err)
+		return false, fmt.Errorf("WaiverElsewhere: %w", err)
 	}
-	return flow, seq, true, nil
+	return true, nil
 }
 
 func waived(ctx context.Context, tx *sql.Tx, d Delivery) (bool, error) {

@@ -2,14 +2,13 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/fairrelay/fairrelay"
-	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
+	"github.com/fairrelay/fairrelay/internal/sqlitetest"
 )
 
 // A SQLite inbox shares its file with the application, whose writes hold
@@ -25,40 +24,23 @@ func TestReceiveBesideAnotherWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	app, err := sql.Open("sqlite", sqlitestore.DSN(path, time.Second, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
-	held, err := app.Begin() // BEGIN IMMEDIATE: the application holds the writer
-	if err != nil {
-		t.Fatal(err)
-	}
+	release := sqlitetest.HoldWriter(t, path) // the application holds the writer
 	_, err = in.Receive(context.Background(), commitDelivery)
 	var fe *fairrelay.Error
 	if !errors.As(err, &fe) || fe.Code != fairrelay.CodeBusy {
 		t.Fatalf("receive while another connection held the writer: %v, want a busy error", err)
 	}
-	busyTimeout := func() int64 {
-		var ms int64
-		if err := in.db.QueryRow("PRAGMA busy_timeout").Scan(&ms); err != nil {
-			t.Fatal(err)
-		}
-		return ms
-	}
-	if ms := busyTimeout(); ms != 30 {
+	if ms := sqlitetest.BusyTimeout(t, in.db); ms != 30 {
 		t.Errorf("inbox connection's busy timeout after the busy receive %d ms, want 30", ms)
 	}
-	if err := held.Rollback(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	wantApplied(t, in, false)
 	out, err := in.Receive(context.Background(), commitDelivery)
 	if err != nil || out != fairrelay.OutcomeAccepted {
 		t.Fatalf("receive after the other writer let go: %v, %v; want accepted", out, err)
 	}
 	wantApplied(t, in, true)
-	if ms := busyTimeout(); ms != 30 {
+	if ms := sqlitetest.BusyTimeout(t, in.db); ms != 30 {
 		t.Errorf("inbox connection's busy timeout after the receive %d ms, want 30", ms)
 	}
 }

@@ -41,3 +41,37 @@ func open(t testing.TB, path string) *sql.DB {
 	}
 	return db
 }
+
+// HoldWriter begins an IMMEDIATE transaction on the SQLite file at path in
+// a connection of its own, as another process's writer would hold it
+// (SQLite's locks hold between connections); release rolls it back.
+func HoldWriter(t testing.TB, path string) (release func()) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(1000)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Rollback(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// BusyTimeout reads the busy timeout, in milliseconds, of the connection q
+// runs its statement on (a pool of one connection, or a transaction).
+func BusyTimeout(t testing.TB, q interface {
+	QueryRow(string, ...any) *sql.Row
+}) int64 {
+	t.Helper()
+	var ms int64
+	if err := q.QueryRow("PRAGMA busy_timeout").Scan(&ms); err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}

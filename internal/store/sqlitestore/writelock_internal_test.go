@@ -2,48 +2,14 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/fairrelay/fairrelay/internal/sqlitetest"
 	"github.com/fairrelay/fairrelay/internal/store"
 )
-
-// holdWriter opens a connection of its own on the store's file (as
-// another process's would be: SQLite's locks hold between connections) and
-// begins an IMMEDIATE transaction on it; the returned function ends it.
-func holdWriter(t *testing.T, path string) (release func()) {
-	t.Helper()
-	db, err := sql.Open("sqlite", DSN(path, time.Second, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if err := tx.Rollback(); err != nil {
-			t.Error(err)
-		}
-	}
-}
-
-// busyTimeoutOf reads the busy timeout (ms) of the store's write
-// connection.
-func busyTimeoutOf(t *testing.T, q interface {
-	QueryRow(string, ...any) *sql.Row
-}) int64 {
-	t.Helper()
-	var ms int64
-	if err := q.QueryRow("PRAGMA busy_timeout").Scan(&ms); err != nil {
-		t.Fatal(err)
-	}
-	return ms
-}
 
 // A write begun while another connection holds the writer tries again on
 // its own schedule and begins once the other lets go; inside the
@@ -56,7 +22,7 @@ func TestBeginWaitsForAnotherWriterAndKeepsTheBusyTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	release := holdWriter(t, path)
+	release := sqlitetest.HoldWriter(t, path)
 	met := make(chan struct{}, 64)
 	s.lockBusy = func() {
 		select {
@@ -90,13 +56,13 @@ func TestBeginWaitsForAnotherWriterAndKeepsTheBusyTimeout(t *testing.T) {
 	if b.err != nil {
 		t.Fatalf("begin after the other writer let go: %v", b.err)
 	}
-	if ms := busyTimeoutOf(t, b.tx); ms != 7000 {
+	if ms := sqlitetest.BusyTimeout(t, b.tx); ms != 7000 {
 		t.Errorf("busy timeout inside the transaction %d ms, want the store's 7000", ms)
 	}
 	if err := b.tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if ms := busyTimeoutOf(t, s.write); ms != 7000 {
+	if ms := sqlitetest.BusyTimeout(t, s.write); ms != 7000 {
 		t.Errorf("write connection's busy timeout after the transaction %d ms, want 7000", ms)
 	}
 }
@@ -110,7 +76,7 @@ func TestBeginGivesUpAfterTheBusyTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	release := holdWriter(t, path)
+	release := sqlitetest.HoldWriter(t, path)
 	defer release()
 	tries := 0
 	s.lockBusy = func() { tries++ }
@@ -121,7 +87,7 @@ func TestBeginGivesUpAfterTheBusyTimeout(t *testing.T) {
 	if tries < 2 {
 		t.Errorf("%d tries before giving up, want it to have tried again", tries)
 	}
-	if ms := busyTimeoutOf(t, s.write); ms != 20 {
+	if ms := sqlitetest.BusyTimeout(t, s.write); ms != 20 {
 		t.Errorf("write connection's busy timeout after giving up %d ms, want 20", ms)
 	}
 }
@@ -135,7 +101,7 @@ func TestBeginEndsWithItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	release := holdWriter(t, path)
+	release := sqlitetest.HoldWriter(t, path)
 	defer release()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.lockBusy = cancel
@@ -143,7 +109,7 @@ func TestBeginEndsWithItsContext(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("begin whose context ended while it waited: %v, want context.Canceled", err)
 	}
-	if ms := busyTimeoutOf(t, s.write); ms != 5000 {
+	if ms := sqlitetest.BusyTimeout(t, s.write); ms != 5000 {
 		t.Errorf("write connection's busy timeout %d ms, want the default 5000", ms)
 	}
 }
