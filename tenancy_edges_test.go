@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/conformance"
+	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
 )
 
 // TestPruneShrinksANewSQLiteFile: a store created by Open keeps free pages
@@ -152,20 +153,14 @@ func pragmaInt(t *testing.T, path, name string) int {
 }
 
 // checkpointedSize empties the WAL of the file at path into it and returns
-// the file's size.
+// the file's size (sqlitestore.TruncateLog: it waits out the open store's
+// checkpointer, up to 30 s).
 func checkpointedSize(t *testing.T, path string) int64 {
 	t.Helper()
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sqlitestore.TruncateLog(ctx, path); err != nil {
 		t.Fatal(err)
-	}
-	defer db.Close()
-	var busy, logged, done int
-	if err := db.QueryRow("PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &done); err != nil {
-		t.Fatal(err)
-	}
-	if busy != 0 {
-		t.Fatalf("checkpoint: busy")
 	}
 	st, err := os.Stat(path)
 	if err != nil {

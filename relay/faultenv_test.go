@@ -1,7 +1,7 @@
 package relay_test
 
 import (
-	"database/sql"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // the driver of the store's own files
+
+	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
 )
 
 // The environments of the fault tests: a small file system the test fills
@@ -42,22 +44,10 @@ func smallDisk(t *testing.T, size int) string {
 // while on a full disk; truncated, the next commit must allocate.
 func fillDisk(t *testing.T, dir, dbPath string) (free func()) {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+dbPath+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		var busy, log, done int
-		if err := db.QueryRow("PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &log, &done); err != nil {
-			t.Fatal(err)
-		}
-		if busy == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("could not truncate the WAL within 30 s: a reader kept it busy")
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sqlitestore.TruncateLog(ctx, dbPath); err != nil {
+		t.Fatalf("could not truncate the WAL within 30 s: %v", err)
 	}
 	path := filepath.Join(dir, "filler")
 	f, err := os.Create(path)

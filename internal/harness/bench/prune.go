@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/outboxbench"
+	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
 )
 
 // PruneOptions configure RunPrune (issue 16: the cost of retention on a
@@ -421,17 +421,14 @@ func summarise(ds []time.Duration) Latency {
 }
 
 // sqliteSize checkpoints the WAL of the SQLite file at path into the file
-// (TRUNCATE: the WAL is emptied) and returns the sizes of both, so that
-// pages a prune freed show.
+// (TRUNCATE: the WAL is emptied; sqlitestore.TruncateLog, which waits out
+// the open store's own checkpointer and readers, up to 30 s) and returns
+// the sizes of both, so that pages a prune freed show.
 func sqliteSize(ctx context.Context, path string) (int64, error) {
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := sqlitestore.TruncateLog(ctx, path); err != nil {
 		return 0, err
-	}
-	defer db.Close()
-	var busy, logged, done int
-	if err := db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &done); err != nil {
-		return 0, fmt.Errorf("checkpoint: %w", err)
 	}
 	return fileSizes(path, path+"-wal")
 }

@@ -3,6 +3,8 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -95,3 +97,47 @@ func startCheckpointer(db *sql.DB, commits *atomic.Int64, apart *sync.Mutex, tic
 	}()
 	return func() { cancel(); <-done }
 }
+
+// TruncateLog copies the whole write-ahead log of the SQLite file at path
+// into the file and empties the log (PRAGMA wal_checkpoint(TRUNCATE)), for
+// callers that measure the file's size or need the log empty. A TRUNCATE
+// checkpoint answers busy, without an error, when it could not finish: a
+// store's checkpointer holds the checkpoint lock, or a reader still needs
+// the log. TruncateLog then tries again (waits of 1-50 ms, jittered,
+// doubling) until the checkpoint finishes or ctx ends. Errors: the
+// database's (opening, the checkpoint); ctx's error, wrapped with how many
+// tries were busy, when it ended before a checkpoint finished.
+func TruncateLog(ctx context.Context, path string) error {
+	// No pragma but a busy timeout of 0: a busy checkpoint answers at once
+	// and the loop below waits; the file's journal mode is left as found.
+	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: "_pragma=busy_timeout(0)"}
+	db, err := sql.Open("sqlite", u.String())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	wait := time.Millisecond
+	for tries := 1; ; tries++ {
+		var busy, logged, copied int
+		if err := db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &copied); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+		if busy == 0 {
+			return nil
+		}
+		if truncateBusy != nil {
+			truncateBusy()
+		}
+		d := wait/2 + rand.N(wait/2+1)
+		wait = min(2*wait, 50*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("checkpoint %s: busy %d times: %w", path, tries, ctx.Err())
+		case <-time.After(d):
+		}
+	}
+}
+
+// truncateBusy, when set (by tests), is called each time TruncateLog's
+// checkpoint answers busy.
+var truncateBusy func()
