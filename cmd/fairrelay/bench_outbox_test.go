@@ -42,6 +42,11 @@ func TestBenchOutboxSmoke(t *testing.T) {
 		if l.Sent != 10 || l.Delivered != l.Sent || l.ProducerErrors != 0 || l.MaxMS <= 0 {
 			t.Errorf("latency %+v: want 10 sent (50/s for 200ms), all delivered", l)
 		}
+		// The same deliveries from a later moment (each commit returns
+		// after its body was written): every figure is the smaller.
+		if l.FromCommitMaxMS == 0 || l.FromCommitMaxMS > l.MaxMS || l.FromCommitP50MS > l.P50MS || l.FromCommitP99MS > l.P99MS {
+			t.Errorf("latency %+v: the figures from the commit are missing or larger than from the write", l)
+		}
 	}
 	if pgIdle := rep.Idle[0]; pgIdle.Backend != outboxbench.BackendPostgres || pgIdle.ServerCPUPercent == nil {
 		t.Errorf("idle %+v: want PostgreSQL first, with its server processes' CPU", pgIdle)

@@ -112,6 +112,15 @@ type LatencyResult struct {
 	P90MS     float64 `json:"p90_ms"`
 	P99MS     float64 `json:"p99_ms"`
 	MaxMS     float64 `json:"max_ms"`
+	// The same deliveries' latency from the moment the producer's commit
+	// returned (its wall clock, right after COMMIT): the relay's part
+	// alone, without the producer's EnqueueTx and commit (whose fsync the
+	// figures above include). Slightly negative when the sink saw an
+	// event before the producer's COMMIT returned to it.
+	FromCommitP50MS float64 `json:"from_commit_p50_ms"`
+	FromCommitP90MS float64 `json:"from_commit_p90_ms"`
+	FromCommitP99MS float64 `json:"from_commit_p99_ms"`
+	FromCommitMaxMS float64 `json:"from_commit_max_ms"`
 	// ProducerErrors counts the producer's failed transactions.
 	ProducerErrors int    `json:"producer_errors"`
 	FirstError     string `json:"first_error,omitempty"`
@@ -190,7 +199,7 @@ func runLatencyBackend(ctx context.Context, backend string, opts LatencyOptions)
 			return nil, nil, err
 		}
 	}
-	rec := &recorder{seen: map[string]bool{}, lat: map[string][]time.Duration{}}
+	rec := &recorder{at: map[string]time.Time{}, lat: map[string][]time.Duration{}}
 	stop, err := ob.StartRelay(ctx, RelayOptions{Workers: opts.RelayWorkers, Deliver: rec.deliver})
 	if err != nil {
 		return nil, nil, err
@@ -261,6 +270,11 @@ func runLatencyBackend(ctx context.Context, backend string, opts LatencyOptions)
 			res.P50MS, res.P90MS, res.P99MS = ms(Percentile(ls, 50)), ms(Percentile(ls, 90)), ms(Percentile(ls, 99))
 			res.MaxMS = ms(ls[len(ls)-1])
 		}
+		if fc := rec.fromCommit(rep.Committed); len(fc) > 0 {
+			slices.Sort(fc)
+			res.FromCommitP50MS, res.FromCommitP90MS, res.FromCommitP99MS = ms(Percentile(fc, 50)), ms(Percentile(fc, 90)), ms(Percentile(fc, 99))
+			res.FromCommitMaxMS = ms(fc[len(fc)-1])
+		}
 		out = append(out, res)
 	}
 	stopped = true
@@ -283,12 +297,13 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 // recorder keeps the latency of every first delivery, by the producer run
-// (the id's prefix) it belongs to.
+// (the id's prefix) it belongs to, and the time of every first delivery by
+// id.
 type recorder struct {
-	mu   sync.Mutex
-	seen map[string]bool
-	lat  map[string][]time.Duration
-	bad  int
+	mu  sync.Mutex
+	at  map[string]time.Time
+	lat map[string][]time.Duration
+	bad int
 }
 
 func (r *recorder) deliver(d Delivered) {
@@ -300,10 +315,10 @@ func (r *recorder) deliver(d Delivered) {
 		r.bad++
 		return
 	}
-	if r.seen[d.ID] {
+	if _, seen := r.at[d.ID]; seen {
 		return // a redelivery: the first one counts
 	}
-	r.seen[d.ID] = true
+	r.at[d.ID] = d.At
 	r.lat[run] = append(r.lat[run], d.At.Sub(sent))
 }
 
@@ -311,6 +326,21 @@ func (r *recorder) count(run string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.lat[run])
+}
+
+// fromCommit returns, for every id of committed (unix nanoseconds of the
+// moment its commit returned) that was delivered, the time from that
+// moment to its first delivery.
+func (r *recorder) fromCommit(committed map[string]int64) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []time.Duration
+	for id, ns := range committed {
+		if at, ok := r.at[id]; ok {
+			out = append(out, at.Sub(time.Unix(0, ns)))
+		}
+	}
+	return out
 }
 
 func (r *recorder) take(run string) []time.Duration {
@@ -393,6 +423,9 @@ type ProducerReport struct {
 	FirstError string  `json:"first_error,omitempty"`
 	ElapsedS   float64 `json:"elapsed_s"`
 	MaxLagMS   float64 `json:"max_lag_ms"`
+	// Committed gives, by event id, the wall-clock time (unix
+	// nanoseconds) at which its transaction's commit returned.
+	Committed map[string]int64 `json:"committed_unix_ns,omitempty"`
 }
 
 // Produce is the producer process: it commits o.Count business
@@ -433,7 +466,7 @@ func Produce(ctx context.Context, o ProducerOptions) (ProducerReport, error) {
 	jobs := make(chan job)
 	var (
 		mu     sync.Mutex
-		rep    ProducerReport
+		rep    = ProducerReport{Committed: map[string]int64{}}
 		maxLag time.Duration
 		wg     sync.WaitGroup
 	)
@@ -447,6 +480,7 @@ func Produce(ctx context.Context, o ProducerOptions) (ProducerReport, error) {
 				id := fmt.Sprintf("%s-%d", o.Prefix, j.i)
 				flow := fmt.Sprintf("customer-%d", j.i%o.Flows)
 				err := a.order(ctx, id, flow, func() []byte { return orderBody(id, flow, time.Now()) }, 0)
+				committed := time.Now()
 				mu.Lock()
 				maxLag = max(maxLag, lag)
 				if err != nil {
@@ -456,6 +490,7 @@ func Produce(ctx context.Context, o ProducerOptions) (ProducerReport, error) {
 					}
 				} else {
 					rep.Sent++
+					rep.Committed["order-"+id] = committed.UnixNano()
 				}
 				mu.Unlock()
 			}

@@ -36,7 +36,7 @@ func TestSentTimeRoundTrip(t *testing.T) {
 }
 
 func TestRecorderKeepsRunsApartAndFirstDeliveries(t *testing.T) {
-	r := &recorder{seen: map[string]bool{}, lat: map[string][]time.Duration{}}
+	r := &recorder{at: map[string]time.Time{}, lat: map[string][]time.Duration{}}
 	sent := time.Now()
 	body := orderBody("L1-3", "customer-3", sent)
 	r.deliver(Delivered{ID: "order-L1-3", Body: body, At: sent.Add(5 * time.Millisecond)})
@@ -47,6 +47,15 @@ func TestRecorderKeepsRunsApartAndFirstDeliveries(t *testing.T) {
 	}
 	if r.count("L1w") != 1 {
 		t.Fatal("the warm-up run is not kept apart")
+	}
+	// From the commit: the first delivery counts, ids never delivered
+	// are left out.
+	committed := map[string]int64{
+		"order-L1-3": sent.Add(2 * time.Millisecond).UnixNano(),
+		"order-L1-4": sent.UnixNano(),
+	}
+	if got := r.fromCommit(committed); len(got) != 1 || got[0] != 3*time.Millisecond {
+		t.Fatalf("from the commit: %v, want [3ms]", got)
 	}
 }
 

@@ -88,7 +88,7 @@ func (r *Report) ComputeTargets() {
 				Want: fmt.Sprintf("≤ %g ms", c.want), Met: "not measured"}
 			for _, x := range r.Latency {
 				if x.Backend == backend && x.RatePerS == c.rate {
-					t.Measured = fmt.Sprintf("%.1f ms", x.P99MS)
+					t.Measured = fmt.Sprintf("%.1f ms (from the commit: %.1f ms)", x.P99MS, x.FromCommitP99MS)
 					t.Met = met(x.P99MS <= c.want && x.Delivered == x.Sent && x.Delivered > 0)
 					if x.Delivered < x.Sent {
 						t.Measured += fmt.Sprintf(" (%d of %d delivered)", x.Delivered, x.Sent)
@@ -147,12 +147,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			"%.1f statements, %.1f round trips, %.1f of them setting search_path.\n\n", c.Transactions, c.Statements, c.RoundTrips, c.SearchPathSets)
 	}
 	if len(r.Latency) > 0 {
-		b.WriteString("Enqueue-to-delivery latency of events committed by another OS process (the relay's no-op sink; wall clock):\n\n")
-		b.WriteString("| backend | rate/s | sent | achieved/s | producer's worst lag ms | delivered | p50 ms | p90 ms | p99 ms | max ms |\n")
-		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("Enqueue-to-delivery latency of events committed by another OS process (the relay's no-op sink; wall clock): " +
+			"from the moment the producer wrote the event's body, just before its `EnqueueTx` and commit (the targets' figure), " +
+			"and from the moment its commit returned (the relay's part alone):\n\n")
+		b.WriteString("| backend | rate/s | sent | achieved/s | producer's worst lag ms | delivered | p50 ms | p90 ms | p99 ms | max ms | from the commit: p50 / p90 / p99 / max ms |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, x := range r.Latency {
-			fmt.Fprintf(&b, "| %s | %g | %d | %.1f | %.1f | %d | %.1f | %.1f | %.1f | %.1f |\n",
-				backendTitle(x.Backend), x.RatePerS, x.Sent, x.AchievedPerS, x.MaxLagMS, x.Delivered, x.P50MS, x.P90MS, x.P99MS, x.MaxMS)
+			fmt.Fprintf(&b, "| %s | %g | %d | %.1f | %.1f | %d | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f / %.1f / %.1f |\n",
+				backendTitle(x.Backend), x.RatePerS, x.Sent, x.AchievedPerS, x.MaxLagMS, x.Delivered, x.P50MS, x.P90MS, x.P99MS, x.MaxMS,
+				x.FromCommitP50MS, x.FromCommitP90MS, x.FromCommitP99MS, x.FromCommitMaxMS)
 		}
 		for _, x := range r.Latency {
 			if x.ProducerErrors > 0 {
