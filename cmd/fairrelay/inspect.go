@@ -306,15 +306,17 @@ can forge lines or drive the terminal.`,
 				table = func(w io.Writer) {
 					fmt.Fprintln(w, "GENERATION\tCLAIMED\tLEASE UNTIL\tSETTLED AT\tSETTLED\tOUTCOME\tSTATUS\tDURATION\tRELAY\tDETAIL")
 					for _, a := range as {
-						settledAt, settled := "-", "-"
+						// An attempt not settled (in flight, or its lease
+						// ran out) has no settle time, duration or relay.
+						settledAt, settled, duration := "-", "-", "-"
 						if a.SettledAt != nil {
-							settledAt = strconv.FormatInt(*a.SettledAt, 10)
+							settledAt, duration = strconv.FormatInt(*a.SettledAt, 10), a.Duration.String()
 						}
 						if !a.Settled.IsZero() {
 							settled = wallTime(a.Settled.UnixMilli())
 						}
 						fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Generation, wallTime(a.Claimed.UnixMilli()), a.LeaseUntil,
-							settledAt, settled, cell(orDash(a.Outcome)), cell(a.Status), a.Duration, cell(orDash(a.Relay)), cell(orDash(a.Detail)))
+							settledAt, settled, cell(orDash(a.Outcome)), cell(a.Status), duration, cell(orDash(a.Relay)), cell(orDash(a.Detail)))
 					}
 				}
 			}

@@ -432,3 +432,33 @@ func TestCommandsThatMustNotCreateChangeNoFile(t *testing.T) {
 		t.Error("inspect changed the snapshot's bytes")
 	}
 }
+
+// An attempt not settled (its lease ran out, and the head was claimed
+// again) shows no duration in the attempts table, not a duration of 0s.
+func TestInspectAttemptsUnsettledHasNoDuration(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, s := range [][]string{
+		{"enqueue", "--queue", q, "--id", "E1", "--flow", "A", "--delta", "1"},
+		{"claim", "--queue", q, "--at", "1"},
+		{"claim", "--queue", q, "--at", "100000"},
+	} {
+		if _, e, code := cli(t, "", s...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", s, code, e)
+		}
+	}
+	table, e, code := cli(t, "", "inspect", "--queue", q, "attempts", "--id", "E1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("table:\n%s\nwant a header and one attempt", table)
+	}
+	// The table's columns are aligned: the cell starts where its heading
+	// does.
+	col := strings.Index(lines[0], "DURATION")
+	if col < 0 || len(lines[1]) <= col || strings.Fields(lines[1][col:])[0] != "-" {
+		t.Errorf("the unsettled attempt's DURATION is not -:\n%s", table)
+	}
+}
