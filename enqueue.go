@@ -146,8 +146,11 @@ func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]Enqueue
 // limit), not Config.BusyTimeout, which bounds fairrelay's own
 // transactions: set it in the transaction (SET LOCAL lock_timeout = '5s')
 // and a longer wait fails with ErrBusy. Answers and
-// errors as Enqueue, plus ErrInvalidInput (field "tx") for a transaction on
-// a database that holds no such store; an error leaves the caller's
+// errors as Enqueue, plus ErrInvalidInput (field "tx") for a transaction
+// that is not on the Queue's store — on SQLite another file; on PostgreSQL
+// another database, whether or not it holds a store in a schema of the same
+// name (checked in the same statement, before anything is written), or the
+// store's schema made again since Open; an error leaves the caller's
 // transaction to be rolled back by the caller.
 func (q *Queue) EnqueueTx(ctx context.Context, tx *sql.Tx, p EnqueueParams) (EnqueueResult, error) {
 	if tx == nil {

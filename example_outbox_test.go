@@ -260,3 +260,86 @@ CREATE TABLE orders (id TEXT PRIMARY KEY, total INT NOT NULL); CREATE TABLE even
 		t.Fatalf("EnqueueTx with nil: %v, want an invalid_input error naming tx", err)
 	}
 }
+
+// EnqueueTx on PostgreSQL takes a transaction on the Queue's own store
+// only: a transaction on another database that holds a store in a schema
+// of the same name (another service's relay, say) is invalid_input naming
+// tx, through a pgx.Tx and through a *sql.Tx, and nothing is written to
+// either store, although the transaction then commits.
+func TestEnqueueTxPostgresRefusesAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	queueDSN := pgtest.Schema(t, "frox_db")
+	_, schema, err := pgstore.ParseDSN(queueDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := fairrelay.Open(ctx, queueDSN, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	// Another database, with a store in a schema of the same name.
+	otherDSN := pgtest.Database(t, "frox_other") + "&schema=" + schema
+	other, err := fairrelay.Open(ctx, otherDSN, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	otherURL, _, err := pgstore.ParseDSN(otherDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, otherURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+
+	p := fairrelay.EnqueueParams{ID: "x1", Flow: "X", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}
+	refused := func(how string, err error) {
+		t.Helper()
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "tx" {
+			t.Errorf("%s on another database: %v, want invalid_input naming tx", how, err)
+		}
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := q.EnqueuePgxTx(ctx, tx, p)
+		refused("pgx.Tx", err)
+		return nil // commit
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = q.EnqueueTx(ctx, tx, p)
+	refused("*sql.Tx", err)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*fairrelay.Queue{"the queue": q, "the other database's store": other} {
+		if snap, err := s.Snapshot(ctx); err != nil || len(snap.Events) != 0 {
+			t.Errorf("%s after the refused calls: %+v %v, want no events", name, snap.Events, err)
+		}
+	}
+	// The Queue's own database still takes the call.
+	own, err := pgxpool.New(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	if err := pgx.BeginFunc(ctx, own, func(tx pgx.Tx) error {
+		r, err := q.EnqueuePgxTx(ctx, tx, p)
+		if err != nil || r.Status != fairrelay.EnqueueCreated {
+			t.Errorf("on the Queue's own database: %+v %v, want created", r, err)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

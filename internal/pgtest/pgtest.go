@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -55,11 +56,7 @@ func URL(t testing.TB) string {
 func Schema(t testing.TB, prefix string) string {
 	t.Helper()
 	base := URL(t)
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	name := prefix + "_" + hex.EncodeToString(b[:])
+	name := randomName(t, prefix)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -78,6 +75,55 @@ func Schema(t testing.TB, prefix string) string {
 		sep = "&"
 	}
 	return base + sep + "schema=" + name
+}
+
+// Database creates a fresh, random database on URL(t)'s server (prefix,
+// then random hex) and returns URL(t) pointing at it instead; the database
+// is dropped (WITH (FORCE): connections still open to it are ended) when
+// the test ends.
+func Database(t testing.TB, prefix string) string {
+	t.Helper()
+	base := URL(t)
+	name := randomName(t, prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// randomName is prefix, an underscore and 12 random hex digits.
+func randomName(t testing.TB, prefix string) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return prefix + "_" + hex.EncodeToString(b[:])
 }
 
 // Exclusive makes the test the only holder of the named lock on the server

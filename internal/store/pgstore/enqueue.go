@@ -63,9 +63,9 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	case nil:
 		err = s.enqueueOwn(ctx, args, scan)
 	case pgx.Tx:
-		err = eachQuery(ctx, (&pgxConn{tx: tx}).query, s.enqueueSQL, args, scan)
+		err = eachQuery(ctx, (&pgxConn{tx: tx}).query, s.enqueueTxSQL, append(args, s.database, s.schemaOID), scan)
 	case *sql.Tx:
-		err = eachQuery(ctx, sqlConn{tx: tx}.query, s.enqueueSQL, args, scan)
+		err = eachQuery(ctx, sqlConn{tx: tx}.query, s.enqueueTxSQL, append(args, s.database, s.schemaOID), scan)
 	default:
 		return store.EnqueueResult{}, &store.InvalidError{Field: "tx", Message: fmt.Sprintf("the PostgreSQL backend takes a pgx.Tx or a *sql.Tx, not %T", caller)}
 	}
@@ -78,6 +78,12 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 				"the transaction's database holds no fairrelay queue store in schema %s (is it a transaction on the store's database?): %s", s.schema, pe.Message)}
 		}
 		return store.EnqueueResult{}, err
+	}
+	if len(out.Answers) == 0 && n > 0 && caller != nil {
+		// enqueueTxSQL's filter: the function did not run.
+		return store.EnqueueResult{}, &store.InvalidError{Field: "tx", Message: fmt.Sprintf(
+			"the transaction is not on the store's database %q (schema %s): its database holds another schema of that name, or the schema was made again since Open; nothing was written (is it a transaction on the store's database?)",
+			s.database, s.schema)}
 	}
 	if len(out.Answers) != n {
 		return store.EnqueueResult{}, fmt.Errorf("enqueue_many answered %d rows for %d events", len(out.Answers), n)

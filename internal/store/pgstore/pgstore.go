@@ -103,8 +103,16 @@ type Store struct {
 	// migrated: the migrations Open applied (Migrated).
 	migrated []int
 	// enqueueSQL calls the schema's enqueue_many, qualified: it runs in the
-	// caller's transaction whatever its search_path.
-	enqueueSQL string
+	// caller's transaction whatever its search_path. enqueueTxSQL is the
+	// same call for a caller's transaction, run only when the transaction
+	// is on this store's database ($9) and its schema is this store's
+	// ($10, the schema's oid, read at Open): a one-time filter, checked
+	// before the function runs, so that a transaction on another database
+	// holding a schema of the same name gets no row and nothing written.
+	enqueueSQL, enqueueTxSQL string
+	// database and schemaOID identify the store's schema (Open).
+	database  string
+	schemaOID uint32
 
 	// watches are the change watches of Changes; Close ends them.
 	watches store.Watches
@@ -395,6 +403,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		}
 	}
 	s.enqueueSQL = "SELECT status, seq, tick, \"limit\" FROM " + pgx.Identifier{s.schema, "enqueue_many"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
+	// The schema's name as to_regnamespace reads it: quoted (the name is
+	// an identifier of letters, digits and underscores, so no quote or
+	// backslash is in it).
+	nsName := "'" + pgx.Identifier{s.schema}.Sanitize() + "'"
+	if err := pool.QueryRow(ctx, "SELECT current_database()::text, to_regnamespace("+nsName+")::oid").Scan(&s.database, &s.schemaOID); err != nil {
+		pool.Close()
+		return nil, Translate(fmt.Errorf("the store's database and schema: %w", err))
+	}
+	s.enqueueTxSQL = s.enqueueSQL + " WHERE current_database() = $9 AND to_regnamespace(" + nsName + ")::oid = $10"
 	return s, nil
 }
 
