@@ -87,6 +87,34 @@ func Excerpt(s string, max int) string {
 	return s[:cut]
 }
 
+// RedactURL returns raw, a URL as the user gave it (it may not parse), with
+// the password of its user information replaced by "xxxxx", as
+// url.URL.Redacted writes it, for an error message or a log line: an error
+// that quoted the URL whole put a password given in it, or in the
+// environment and joined to it, into the logs. The user name stays; the
+// rest of raw is unchanged, so a message's byte offsets and its quoting
+// still match what the user wrote up to the password.
+func RedactURL(raw string) string {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	start := len(raw) - len(rest)
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return raw
+	}
+	colon := strings.Index(authority[:at], ":")
+	if colon < 0 {
+		return raw
+	}
+	return raw[:start+colon+1] + "xxxxx" + raw[start+at:]
+}
+
 // BadSpace reports a raw space in a sink URL, or "" when it has none: a
 // trailing one (a shell quoting slip) was sent as %20, so every delivery
 // went to another path than the one meant, and a URL holds no raw space
@@ -95,7 +123,7 @@ func BadSpace(raw string) string {
 	// Any Unicode space: a no-break space pasted from a page went to
 	// /hook%C2%A0 (a breaker's report).
 	if i := strings.IndexFunc(raw, unicode.IsSpace); i >= 0 {
-		return fmt.Sprintf("%q holds a space at byte %d: a URL has none (write %%20 where the path has one)", raw, i)
+		return fmt.Sprintf("%q holds a space at byte %d: a URL has none (write %%20 where the path has one)", RedactURL(raw), i)
 	}
 	return ""
 }

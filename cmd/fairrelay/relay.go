@@ -156,10 +156,16 @@ charged least; --max-group-slots caps any group's slots (configure
 			} else {
 				if !strings.HasPrefix(sinkURL, "http://") && !strings.HasPrefix(sinkURL, "https://") {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink",
-						Message: fmt.Sprintf("must be an http(s):// receiver, a nats:// JetStream server or an amqp(s):// RabbitMQ, got %q", sinkURL)}
+						Message: fmt.Sprintf("must be an http(s):// receiver, a nats:// JetStream server or an amqp(s):// RabbitMQ, got %q", sink.RedactURL(sinkURL))}
 				}
 				codes, err := parseStatuses(permanent)
 				if err != nil {
+					return err
+				}
+				// The URL as given, before webhookURL joins the
+				// environment's credentials to it: no message about it
+				// may show them.
+				if err := webhook.CheckURL(sinkURL); err != nil {
 					return err
 				}
 				target, inURL, err := webhookURL(sinkURL, os.Getenv)

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
@@ -53,5 +56,38 @@ func TestWebhookCredentialsComeFromTheEnvironment(t *testing.T) {
 	}
 	if got := <-seen; got != [2]string{"relay", "s3cret"} {
 		t.Errorf("basic auth at the receiver %q, want relay / s3cret", got)
+	}
+}
+
+// A --sink the relay refuses never shows the password of
+// $FAIRRELAY_SINK_PASSWORD (the URL is checked before the environment's
+// credentials are joined to it) nor one written in the URL; the refusal
+// still names sink, and no store is created.
+func TestRelayRefusalsHideTheSinkPassword(t *testing.T) {
+	const secret = "s3cr3t-pw"
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q.db")
+	env := []string{sinkUserEnv + "=alice", sinkPasswordEnv + "=" + secret}
+	for _, c := range []struct {
+		env  []string
+		sink string
+	}{
+		{env, "https://127.0.0.1:0/hook"},
+		{env, "https://127.0.0.1:99999/hook"},
+		{env, "http:///hook"},
+		{nil, "https://alice:" + secret + "@127.0.0.1:0/hook"},
+		{nil, "ftp://alice:" + secret + "@127.0.0.1/hook"},
+		{nil, "https://alice:" + secret + "@127.0.0.1/ hook"},
+	} {
+		_, stderr, code := cliEnv(t, c.env, "", "relay", "--queue", q, "--sink", c.sink)
+		if code == 0 || !strings.Contains(stderr, "invalid_input: sink") {
+			t.Errorf("--sink %q: exit %d, %q; want invalid_input naming sink", c.sink, code, stderr)
+		}
+		if strings.Contains(stderr, secret) {
+			t.Errorf("--sink %q: the refusal shows the password: %s", c.sink, stderr)
+		}
+	}
+	if _, err := os.Stat(q); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused relay left %s (%v)", q, err)
 	}
 }

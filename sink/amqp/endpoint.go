@@ -42,7 +42,7 @@ func ParseEndpoint(field, raw string) (Endpoint, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Hostname() == "" || u.Fragment != "" {
-		return Endpoint{}, invalid(field, "must be amqp://HOST[:PORT][/VHOST][?exchange=…&routing_key=…], got %q", raw)
+		return Endpoint{}, invalid(field, "must be amqp://HOST[:PORT][/VHOST][?exchange=…&routing_key=…], got %q", sink.RedactURL(raw))
 	}
 	if u.User != nil {
 		return Endpoint{}, invalid(field, "no credentials in the URL (it shows in ps): set them in the environment")

@@ -44,7 +44,7 @@ func ParseEndpoint(field, raw string) (Endpoint, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "nats" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
-		return Endpoint{}, invalid(field, "must be nats://HOST[:PORT][?subject=…&stream=…], got %q", raw)
+		return Endpoint{}, invalid(field, "must be nats://HOST[:PORT][?subject=…&stream=…], got %q", sink.RedactURL(raw))
 	}
 	if u.User != nil {
 		return Endpoint{}, invalid(field, "no credentials in the URL (it shows in ps): set them in the environment")

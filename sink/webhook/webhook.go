@@ -85,22 +85,41 @@ func invalid(field, format string, args ...any) error {
 	return fairrelay.InvalidInput(field, format, args...)
 }
 
-// New checks opts and returns a Sink with its own connection pool. Errors:
-// ErrInvalidInput naming field "sink" (bad URL), "timeout" or
-// "permanent_status".
-func New(opts Options) (*Sink, error) {
-	if bad := sink.BadSpace(opts.URL); bad != "" {
+// CheckURL checks raw as New checks Options.URL: an http:// or https://
+// URL with a host, no raw space and a TCP port (1 to 65535) if it gives
+// one. A caller that joins credentials to the URL afterwards (the CLI, from
+// the environment) checks it first, so that no message about the URL can
+// hold them. Errors: ErrInvalidInput naming field "sink", quoting raw with
+// its password redacted (sink.RedactURL).
+func CheckURL(raw string) error {
+	_, err := parseURL(raw)
+	return err
+}
+
+func parseURL(raw string) (*url.URL, error) {
+	if bad := sink.BadSpace(raw); bad != "" {
 		return nil, invalid("sink", "%s", bad)
 	}
-	u, err := url.Parse(opts.URL)
+	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, invalid("sink", "must be an http:// or https:// URL, got %q", opts.URL)
+		return nil, invalid("sink", "must be an http:// or https:// URL, got %q", sink.RedactURL(raw))
 	}
 	// A port no connection can reach (a fresh user's typo, :80800) would
 	// fail every delivery as retry until the budget quarantined it, in
 	// every flow: refuse it here, as the broker sinks do.
 	if bad := sink.BadPort(u); bad != "" {
-		return nil, invalid("sink", "%s in %q", bad, opts.URL)
+		return nil, invalid("sink", "%s in %q", bad, sink.RedactURL(raw))
+	}
+	return u, nil
+}
+
+// New checks opts and returns a Sink with its own connection pool. Errors:
+// ErrInvalidInput naming field "sink" (bad URL), "timeout" or
+// "permanent_status".
+func New(opts Options) (*Sink, error) {
+	u, err := parseURL(opts.URL)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Timeout < 0 {
 		return nil, invalid("timeout", "must not be negative, got %s", opts.Timeout)
