@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -341,5 +342,86 @@ func TestEnqueueTxPostgresRefusesAnotherDatabase(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The store's SQL functions never read the caller's temporary tables (a
+// breaker: a session holding TEMP tables shaped like the store's event and
+// flow tables took enqueue_many's writes, answering created, and the event
+// was gone with the session): EnqueueTx and the SQL function enqueue, on a
+// session that holds them, write the store's tables only.
+func TestEnqueueTxPostgresIgnoresTemporaryTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	queueDSN := pgtest.Schema(t, "frox_tmp")
+	_, schema, err := pgstore.ParseDSN(queueDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := fairrelay.Open(ctx, queueDSN, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	s := pgx.Identifier{schema}.Sanitize()
+	for _, table := range []string{"event", "flow", "name_claim", "clock"} {
+		if _, err := conn.Exec(ctx, "CREATE TEMP TABLE "+table+" (LIKE "+s+"."+table+" INCLUDING ALL)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "t1", Flow: "T", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+		if err != nil || r.Status != fairrelay.EnqueueCreated {
+			t.Errorf("EnqueuePgxTx beside temporary tables: %+v %v, want created", r, err)
+		}
+		var status string
+		if err := tx.QueryRow(ctx, "SELECT status FROM "+s+".enqueue('t2', 'T', '{\"delta\":1}'::bytea)").Scan(&status); err != nil || status != "created" {
+			t.Errorf("the SQL function enqueue beside temporary tables: %q %v, want created", status, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"event", "flow", "name_claim", "clock"} {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_temp."+table).Scan(&n); err != nil || n != 0 {
+			t.Errorf("temporary table %s: %d rows %v, want none", table, n, err)
+		}
+	}
+	snap, err := q.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Events) != 2 {
+		t.Errorf("the store holds %d events, want t1 and t2: %+v", len(snap.Events), snap.Events)
+	}
+	if c, err := q.Claim(ctx, fairrelay.ClaimParams{At: fairrelay.AtStored}); err != nil || len(c.Claims) != 1 || c.Claims[0].Token.EventID != "t1" {
+		t.Errorf("claim after: %+v %v, want t1 claimed", c, err)
+	}
+	// Every function of the schema, those later migrations make included,
+	// puts pg_temp last on its search_path.
+	rows, err := conn.Query(ctx, `SELECT p.proname, coalesce(array_to_string(p.proconfig, ' '), '') FROM pg_proc p
+		WHERE p.pronamespace = $1::regnamespace AND p.prokind = 'f'`, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var name, config string
+		if err := rows.Scan(&name, &config); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if !strings.Contains(config, "search_path="+schema+", pg_temp") {
+			t.Errorf("function %s runs with %q, want search_path=%s, pg_temp", name, config, schema)
+		}
+	}
+	if err := rows.Err(); err != nil || n == 0 {
+		t.Fatalf("%d functions, %v", n, err)
 	}
 }

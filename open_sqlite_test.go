@@ -254,3 +254,54 @@ func TestOpenRefusesAForeignScheme(t *testing.T) {
 	}
 	q.Close()
 }
+
+// EnqueueTx refuses a transaction whose connection has a temporary table
+// named like one of the store's (a breaker: SQLite resolves unqualified
+// names in temp first, so a TEMP event table shaped like the store's took
+// the event, the store's flow moved to seq 1, and every later claim failed
+// on the missing head). invalid_input naming tx; nothing is written, and
+// the queue goes on.
+func TestEnqueueTxRefusesTemporaryTablesOfTheStoresNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "q.db")
+	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	db, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1) // the temporary table lives on the one connection
+	if _, err := db.Exec("CREATE TEMP TABLE event AS SELECT * FROM main.event WHERE 0"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "o1", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+	var fe *fairrelay.Error
+	if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "tx" || !strings.Contains(fe.Message, "event") {
+		t.Errorf("EnqueueTx beside a TEMP event table: %v, want invalid_input naming tx and the table", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM temp.event").Scan(&n); err != nil || n != 0 {
+		t.Errorf("the temporary table holds %d rows (%v), want none", n, err)
+	}
+	if s, err := q.Snapshot(ctx); err != nil || len(s.Events) != 0 || len(s.Flows) != 0 {
+		t.Errorf("the store after the refused call: %+v %v, want nothing", s, err)
+	}
+	if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "o2", Flow: "B", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := q.Claim(ctx, fairrelay.ClaimParams{At: fairrelay.AtStored}); err != nil || len(c.Claims) != 1 || c.Claims[0].Token.EventID != "o2" {
+		t.Errorf("claim after: %+v %v, want o2", c, err)
+	}
+}

@@ -47,6 +47,13 @@ var q = sqlfile.Queries(queriesSQL)
 // arbitrary constant ("fairrela" in ASCII).
 const MigrationLock = "SELECT pg_advisory_xact_lock(7377002342573190241)"
 
+// migrateLock is MigrationLock for the migrations' own transactions, which
+// also puts pg_temp last on their search_path (after the schema they
+// migrate): a function made with SET search_path FROM CURRENT then never
+// reads a caller's temporary table of a store table's name (migration
+// 025).
+const migrateLock = MigrationLock + "; SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true)"
+
 // Options tune the PostgreSQL backend.
 type Options struct {
 	// LockTimeout bounds how long a statement waits for a row lock held by
@@ -280,7 +287,7 @@ func Migrate(ctx context.Context, db *sql.DB, schema string, fsys embed.FS, dir,
 	if err != nil {
 		return nil, err
 	}
-	v, err := sqlfile.Apply(ctx, db, migs, MigrationLock)
+	v, err := sqlfile.Apply(ctx, db, migs, migrateLock)
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42P07" { // duplicate_table

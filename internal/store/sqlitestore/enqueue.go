@@ -22,14 +22,29 @@ import (
 // lost), and the transaction's main database must be that file
 // (os.SameFile): another file, another fairrelay store's among them (whose
 // entry rule this Queue would ignore), or an in-memory database, is
-// invalid_input naming tx. Errors: those, and the database's, translated.
+// invalid_input naming tx, as is a connection with a temporary table or
+// view named like one of the store's. Errors: those, and the database's,
+// translated.
 func (s *Store) checkCaller(ctx context.Context, tx *sql.Tx) error {
 	if err := CheckFile(s.path, s.file); err != nil {
 		return err
 	}
+	// And no temporary table or view of the caller's connection has the
+	// name of one of the store's: SQLite resolves an unqualified name in
+	// temp before main, so one with a store table's columns took the
+	// enqueue's writes (a breaker: created, the flow's seq moved in the
+	// store, the event gone with the connection, every claim then failing
+	// on a missing head). In the same statement as the file's name.
 	var file string
-	if err := tx.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file); err != nil {
+	var shadow sql.NullString
+	if err := tx.QueryRowContext(ctx, `SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'),
+	(SELECT group_concat(name, ', ') FROM temp.sqlite_master WHERE type IN ('table', 'view')
+	   AND name IN (SELECT name FROM main.sqlite_master WHERE type IN ('table', 'view')))`).Scan(&file, &shadow); err != nil {
 		return Translate(fmt.Errorf("the transaction's database file: %w", err))
+	}
+	if shadow.Valid {
+		return &store.InvalidError{Field: "tx", Message: fmt.Sprintf(
+			"the transaction's connection has temporary tables named like the store's (%s), which SQLite would write instead of the store's: drop them, or enqueue on another connection", shadow.String)}
 	}
 	if file == "" {
 		return &store.InvalidError{Field: "tx", Message: "the transaction is on an in-memory or temporary database, not on " + s.path}
