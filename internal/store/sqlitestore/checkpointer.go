@@ -105,13 +105,14 @@ func startCheckpointer(db *sql.DB, commits *atomic.Int64, apart *sync.Mutex, tic
 // store's checkpointer holds the checkpoint lock, or a reader still needs
 // the log. TruncateLog then tries again (waits of 1-50 ms, jittered,
 // doubling) until the checkpoint finishes or ctx ends. Errors: the
-// database's (opening, the checkpoint); ctx's error, wrapped with how many
-// tries were busy, when it ended before a checkpoint finished.
+// database's (opening — a path with no file is one, none is created —
+// and the checkpoint); a file not in WAL mode; ctx's error, wrapped with
+// how many tries were busy, when it ended before a checkpoint finished.
 func TruncateLog(ctx context.Context, path string) error {
 	// No pragma but a busy timeout of 0: a busy checkpoint answers at once
 	// and the loop below waits; the file's journal mode is left as found.
-	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: "_pragma=busy_timeout(0)"}
-	db, err := sql.Open("sqlite", u.String())
+	// mode=rw: a file that does not exist is an error, not a new one.
+	db, err := sql.Open("sqlite", fileURI(path, "_pragma=busy_timeout(0)&mode=rw"))
 	if err != nil {
 		return err
 	}
@@ -121,6 +122,12 @@ func TruncateLog(ctx context.Context, path string) error {
 		var busy, logged, copied int
 		if err := db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &copied); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+		if logged < 0 {
+			// SQLite answers -1 for a database not in WAL mode: there is
+			// no log to empty, and a size read after this would not be
+			// what the caller means.
+			return fmt.Errorf("checkpoint %s: the file is not in WAL mode", path)
 		}
 		if busy == 0 {
 			return nil

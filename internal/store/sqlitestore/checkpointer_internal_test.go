@@ -448,3 +448,49 @@ func TestTruncateLogWaitsOutABusyLog(t *testing.T) {
 		t.Fatalf("TruncateLog with the log held until ctx ended: %v, want context.Canceled saying busy", err)
 	}
 }
+
+// TruncateLog neither creates a file nor answers nil for a path with no
+// file or a file not in WAL mode (a breaker: a typo made an empty file and
+// the bench read its size as a result), and a path that begins with two
+// slashes is the path with one, as for DSN (it was read as a URI
+// authority).
+func TestTruncateLogRefusesWhatHasNoLog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "typo.db")
+	if err := TruncateLog(ctx, missing); err == nil {
+		t.Error("a path with no file: no error")
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("TruncateLog left a file at %s (%v)", missing, err)
+	}
+	rollback := filepath.Join(dir, "rollback.db")
+	db, err := sql.Open("sqlite", fileURI(rollback, "_pragma=journal_mode(DELETE)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE t (x)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if err := TruncateLog(ctx, rollback); err == nil || !strings.Contains(err.Error(), "not in WAL mode") {
+		t.Errorf("a file in rollback-journal mode: %v, want an error saying it is not in WAL mode", err)
+	}
+	wal := filepath.Join(dir, "wal.db")
+	s, err := Open(ctx, "/"+wal, Options{})
+	if err != nil {
+		t.Fatalf("Open of //%s: %v", wal, err)
+	}
+	s.Close()
+	db, err = sql.Open("sqlite", DSN("/"+wal, time.Second, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(); err != nil {
+		t.Errorf("DSN of //%s: %v", wal, err)
+	}
+	db.Close()
+	if err := TruncateLog(ctx, "/"+wal); err != nil {
+		t.Errorf("TruncateLog of //%s: %v", wal, err)
+	}
+}

@@ -122,7 +122,18 @@ func DSN(path string, busy time.Duration, immediate bool) string {
 	if immediate {
 		v.Add("_txlock", "immediate")
 	}
-	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: v.Encode()}
+	return fileURI(path, v.Encode())
+}
+
+// fileURI is the file: URI of path with query. A path that begins with two
+// slashes would read as file://AUTHORITY/… (a breaker: "//tmp/q.db" failed
+// with "invalid uri authority"); POSIX takes "//x" as "/x", and so does
+// this.
+func fileURI(path, query string) string {
+	if strings.HasPrefix(path, "//") {
+		path = "/" + strings.TrimLeft(path, "/")
+	}
+	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: query}
 	return u.String()
 }
 
@@ -134,8 +145,7 @@ func ReadOnlyDSN(path string, busy time.Duration) string {
 	v := url.Values{}
 	v.Add("mode", "ro")
 	v.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
-	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: v.Encode()}
-	return u.String()
+	return fileURI(path, v.Encode())
 }
 
 // Probe checks, on a read-only connection (ReadOnlyDSN), that the existing
