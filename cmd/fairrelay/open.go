@@ -346,15 +346,22 @@ func redactDSN(dsn string) string {
 	}
 	if u.RawQuery != "" {
 		q := u.Query()
+		redacted := false
 		for k := range q {
 			lk := strings.ToLower(k)
 			for _, s := range []string{"pass", "secret", "token", "key", "sig", "auth"} {
 				if strings.Contains(lk, s) {
 					q.Set(k, "xxxxx")
+					redacted = true
 				}
 			}
 		}
-		u.RawQuery = q.Encode()
+		// The query as written unless a value was hidden, and then with a
+		// space as %20: PostgreSQL (libpq, pgx) keeps "+" as a plus, so a
+		// URL printed with options=-c+name%3Dvalue failed when pasted back.
+		if redacted {
+			u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+		}
 	}
 	return u.Redacted()
 }

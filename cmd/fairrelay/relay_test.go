@@ -629,6 +629,10 @@ func TestStartLineHidesPasswords(t *testing.T) {
 		"https://hook:hunter2@example.com/in": "https://hook:xxxxx@example.com/in",
 		"postgres://app:s3cret@db:5432/shop?schema=relay":        "postgres://app:xxxxx@db:5432/shop?schema=relay",
 		"postgres://app@db/shop?password=s3cret&sslmode=require": "postgres://app@db/shop?password=xxxxx&sslmode=require",
+		// A space stays %20 (PostgreSQL reads + as a plus), the query as
+		// written when nothing is hidden.
+		"postgres://db/shop?options=-c%20statement_timeout%3D5s&schema=relay":                 "postgres://db/shop?options=-c%20statement_timeout%3D5s&schema=relay",
+		"postgres://db/shop?options=-c%20statement_timeout%3D5s&password=s3cret&schema=relay": "postgres://db/shop?options=-c%20statement_timeout%3D5s&password=xxxxx&schema=relay",
 	} {
 		if got := redactDSN(in); got != want {
 			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)

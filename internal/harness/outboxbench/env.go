@@ -77,7 +77,10 @@ func WithParams(u string, kv ...string) (string, error) {
 	for i := 0; i+1 < len(kv); i += 2 {
 		q.Set(kv[i], kv[i+1])
 	}
-	p.RawQuery = q.Encode()
+	// A space as %20: PostgreSQL (libpq, pgx) keeps "+" as a plus, so
+	// options=-c%20name%3Dvalue came out as -c+name=value and the server
+	// refused the connection.
+	p.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return p.String(), nil
 }
 

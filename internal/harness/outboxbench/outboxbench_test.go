@@ -114,3 +114,16 @@ func TestTargets(t *testing.T) {
 		}
 	}
 }
+
+// WithParams keeps a space in another parameter as %20, which PostgreSQL
+// reads as a space ("+" it keeps as a plus: the server refused
+// options=-c+synchronous_commit=off).
+func TestWithParamsKeepsSpacesForPostgres(t *testing.T) {
+	got, err := WithParams("postgres://127.0.0.1/test?options=-c%20synchronous_commit%3Doff", "schema", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "postgres://127.0.0.1/test?options=-c%20synchronous_commit%3Doff&schema=s1"; got != want {
+		t.Errorf("WithParams = %q, want %q", got, want)
+	}
+}
