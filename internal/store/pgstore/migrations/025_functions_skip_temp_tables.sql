@@ -18,7 +18,7 @@ DECLARE
     f REGPROCEDURE;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-             WHERE p.pronamespace = current_schema()::regnamespace AND p.prokind = 'f'
+             WHERE p.pronamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = current_schema()) AND p.prokind = 'f'
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
     END LOOP;
