@@ -71,7 +71,7 @@ func TestRedactDSN(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
 		"queue.db": "queue.db",
-		"postgres://app:pw@db:5432/shop?sslmode=require&schema=relay": "postgres://app:xxxxx@db:5432/shop?schema=relay&sslmode=require",
+		"postgres://app:pw@db:5432/shop?sslmode=require&schema=relay": "postgres://app:xxxxx@db:5432/shop?sslmode=require&schema=relay", // the query as written
 		"postgres://app@db/shop?password=pw&schema=relay":             "postgres://app@db/shop?password=xxxxx&schema=relay",
 		"https://hooks.example/in?token=abc&x=1":                      "https://hooks.example/in?token=xxxxx&x=1",
 		"http://127.0.0.1:8080/":                                      "http://127.0.0.1:8080/",
