@@ -399,7 +399,16 @@ func postgresQueue(t *testing.T, prefix string, busy time.Duration) (*fairrelay.
 	t.Helper()
 	ctx := context.Background()
 	dsn := pgtest.Schema(t, prefix)
-	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy(), BusyTimeout: busy})
+	// The store made first under the default busy timeout: its migrations
+	// share the server's catalogs with every other test's, and under CI's
+	// load a short timeout failed the Open itself (migration 013, lock
+	// timeout at 200 ms), before the test began.
+	made, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made.Close()
+	q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy(), BusyTimeout: busy, MustExist: true})
 	if err != nil {
 		t.Fatal(err)
 	}
