@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -155,7 +156,7 @@ moves the absolute rates: compare the figures of one run with each other.`,
 	f.BoolVar(&to.WithRelay, "with-relay", false, "txn: run a relay (--relay-workers, no-op sink) on the queue store during the EnqueueTx variant")
 	f.StringVar(&rates, "rates", "2,500", "comma-separated producer rates, events per second")
 	f.DurationVar(&lo.Duration, "latency-duration", 5*time.Second, "how long the producer runs at each rate, at least")
-	f.IntVar(&lo.MinEvents, "min-events", 40, "events the producer sends at each rate, at least")
+	f.IntVar(&lo.MinEvents, "min-events", 200, "events the producer sends at each rate, at least (a p99 needs a hundred or more)")
 	f.DurationVar(&lo.Idle, "idle", 10*time.Second, "how long the idle relay's CPU is measured")
 	f.IntVar(&lo.RelayWorkers, "relay-workers", 8, "the relay's deliveries at once")
 	f.StringVar(&dir, "dir", "", "directory for the SQLite files (default: a fresh temporary directory)")
@@ -174,11 +175,18 @@ func newBenchOutboxProducerCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := outboxbench.Produce(cmd.Context(), o)
-			if err != nil {
+			// The report goes out as soon as the transactions have ended;
+			// the connections stay open until the parent closes this
+			// process's standard input (ProducerOptions.Hold).
+			o.Hold = func(rep outboxbench.ProducerReport) error {
+				if err := json.NewEncoder(cmd.OutOrStdout()).Encode(rep); err != nil {
+					return err
+				}
+				_, err := io.Copy(io.Discard, cmd.InOrStdin())
 				return err
 			}
-			return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+			_, err := outboxbench.Produce(cmd.Context(), o)
+			return err
 		},
 	}
 	f := cmd.Flags()

@@ -1,6 +1,7 @@
 package outboxbench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,7 +27,9 @@ type LatencyOptions struct {
 	Rates []float64
 	// Duration is how long the producer runs at each rate, at least;
 	// MinEvents is how many events it sends at each rate, at least (so a
-	// slow rate runs longer). Default 5s and 40.
+	// slow rate runs longer). Default 5s and 200: the p99 of 200 (nearest
+	// rank) is the third-worst event, where the p99 of 40 would be the
+	// worst alone.
 	Duration  time.Duration
 	MinEvents int
 	// Idle is how long the idle relay's CPU is measured. Defaults to 10s.
@@ -57,7 +60,7 @@ func (o *LatencyOptions) defaults() {
 		o.Duration = 5 * time.Second
 	}
 	if o.MinEvents == 0 {
-		o.MinEvents = 40
+		o.MinEvents = 200
 	}
 	if o.Idle == 0 {
 		o.Idle = 10 * time.Second
@@ -248,14 +251,18 @@ func runLatencyBackend(ctx context.Context, backend string, opts LatencyOptions)
 		if opts.Progress != nil {
 			opts.Progress(fmt.Sprintf("%s: %d events at %g/s from another process", backend, p.Count, rate))
 		}
-		rep, err := runProducer(ctx, opts, p)
+		rep, release, err := runProducer(ctx, opts, p)
 		if err != nil {
 			return out, idle, err
 		}
-		// Wait for the deliveries of what was committed.
+		// Wait for the deliveries of what was committed, then let the
+		// producer go.
 		deadline := time.Now().Add(30 * time.Second)
 		for rec.count(p.Prefix) < rep.Sent && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
+		}
+		if err := release(); err != nil {
+			return out, idle, err
 		}
 		if rep.Sent == 0 {
 			return out, idle, fmt.Errorf("the producer committed nothing: %s", rep.FirstError)
@@ -368,21 +375,40 @@ func sentTime(body []byte) (time.Time, bool) {
 	return time.Unix(0, ns), true
 }
 
-// runProducer runs the producer process and reads its report.
-func runProducer(ctx context.Context, opts LatencyOptions, p ProducerOptions) (ProducerReport, error) {
+// runProducer starts the producer process and reads its report, written
+// once its transactions have ended. The producer then holds its connections
+// open (ProducerOptions.Hold) until release closes its standard input;
+// release waits for it to exit and returns its error.
+func runProducer(ctx context.Context, opts LatencyOptions, p ProducerOptions) (rep ProducerReport, release func() error, err error) {
 	cmd := opts.Producer(ctx, p.Args())
-	var out bytes.Buffer
-	cmd.Stdout = &out
 	cmd.Stderr = opts.Stderr
-	if err := cmd.Run(); err != nil {
-		return ProducerReport{}, fmt.Errorf("producer process: %w (%s)", err, strings.TrimSpace(out.String()))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return rep, nil, fmt.Errorf("producer process: %w", err)
 	}
-	var rep ProducerReport
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
-		return ProducerReport{}, fmt.Errorf("producer process: its report %q: %w", out.String(), err)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return rep, nil, fmt.Errorf("producer process: %w", err)
 	}
-	return rep, nil
+	if err := cmd.Start(); err != nil {
+		return rep, nil, fmt.Errorf("producer process: %w", err)
+	}
+	release = func() error {
+		stdin.Close()
+		rest, _ := io.ReadAll(stdout)
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("producer process: %w (%s)", err, strings.TrimSpace(string(rest)))
+		}
+		return nil
+	}
+	line, readErr := bufio.NewReader(stdout).ReadBytes('\n')
+	if err := json.Unmarshal(line, &rep); err != nil {
+		if werr := release(); werr != nil {
+			return rep, nil, werr
+		}
+		return rep, nil, fmt.Errorf("producer process: its report %q: %w", line, errors.Join(err, readErr))
+	}
+	return rep, release, nil
 }
 
 // ProducerOptions configure Produce, the producer process of RunLatency.
@@ -403,6 +429,15 @@ type ProducerOptions struct {
 	Flows, Conns int
 	// Prefix starts every order id.
 	Prefix string
+	// Hold, when set, receives the report once every transaction has ended
+	// and returns when the producer may close its connections and leave.
+	// The benchmark's producer process writes the report to its standard
+	// output there and waits for the parent to close its standard input,
+	// which the parent does after it counted the deliveries: an
+	// application keeps its process and connections, and a producer that
+	// tore them down at once would put that work (its server processes'
+	// exit included) beside the relay's delivery of the last events.
+	Hold func(ProducerReport) error
 }
 
 // Args returns the command-line arguments that carry o to the producer
@@ -510,19 +545,43 @@ func Produce(ctx context.Context, o ProducerOptions) (ProducerReport, error) {
 	// that), so a producer on schedule achieves exactly r.
 	rep.ElapsedS = max(time.Since(start).Seconds(), float64(o.Count)/o.Rate)
 	rep.MaxLagMS = ms(maxLag)
-	return rep, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	if o.Hold != nil {
+		if err := o.Hold(rep); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
 }
 
-// warm commits n transactions at once before the clock starts, so the
-// latencies measured are not this process's first connections and prepared
-// statements. Their ids start with prefix + "w", a run of their own that the
-// recorder keeps apart.
+// warm commits warmRounds transactions on each of n connections (n at
+// once) before the clock starts, so the latencies measured are not this
+// process's first connections and prepared statements, nor the first calls
+// of each connection to the enqueue function: PostgreSQL plans a PL/pgSQL
+// statement afresh for its first five calls in a session (custom plans)
+// before it settles on one, which costs a call over a millisecond more on
+// this machine. Half the rounds start a flow and half append to one, the
+// two ways of an enqueue. Their ids start with prefix + "w", a run of their
+// own that the recorder keeps apart.
+// warmRounds is how many transactions warm makes on each connection: past
+// PostgreSQL's five custom plans on both ways of an enqueue.
+const warmRounds = 12
+
 func warm(ctx context.Context, a app, n int, prefix string) error {
 	errs := make(chan error, n)
 	for k := range n {
 		go func() {
-			id := fmt.Sprintf("%sw-%d", prefix, k)
-			errs <- a.order(ctx, id, "warm-up", func() []byte { return orderBody(id, "warm-up", time.Now()) }, 0)
+			for i := range warmRounds {
+				id := fmt.Sprintf("%sw-%d-%d", prefix, k, i)
+				flow := fmt.Sprintf("warm-up-%d-%d", k, i%(warmRounds/2))
+				if err := a.order(ctx, id, flow, func() []byte { return orderBody(id, flow, time.Now()) }, 0); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
 		}()
 	}
 	var first error
