@@ -179,6 +179,47 @@ func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 	return PruneResult{Events: r.Events, Tombstones: r.Tombstones, More: r.More, Tick: r.Tick, Held: r.Held}, nil
 }
 
+// GroupSetting is a group's settings without its counts, as GroupSettings
+// lists it.
+type GroupSetting struct {
+	Group string `json:"group"`
+	// Weight is the group's share of claims (SPEC §8) and of worker time
+	// (SPEC §11): 1 to MaxWeight.
+	Weight int64 `json:"weight"`
+	// MaxBacklog is the group's limit on events not acked (0: none).
+	MaxBacklog int64 `json:"max_backlog"`
+	// MaxSlots caps the relay slots the group's deliveries hold at once
+	// (0: none).
+	MaxSlots int64 `json:"max_slots"`
+}
+
+// GroupSettings lists up to limit groups by name after the given one (""
+// starts at the first) whose settings differ from a new group's — a weight
+// other than 1, a backlog limit or a slot cap — in one read transaction
+// that reads the group rows and no flow. It is what a relay needs of the
+// groups, at a cost that does not grow with the flows (Groups counts each
+// group's flows and backlog). Errors: ErrInvalidInput (field "limit" below
+// 1), ErrBusy, ErrDatabase.
+func (q *Queue) GroupSettings(ctx context.Context, after string, limit int) ([]GroupSetting, error) {
+	if limit < 1 {
+		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	tx, err := q.store.BeginRead(ctx)
+	if err != nil {
+		return nil, dbError("group settings", err)
+	}
+	defer tx.Rollback(ctx)
+	gs, err := tx.GroupSettings(ctx, after, limit)
+	if err != nil {
+		return nil, dbError("group settings", err)
+	}
+	out := make([]GroupSetting, len(gs))
+	for i, g := range gs {
+		out[i] = GroupSetting{Group: g.Group, Weight: g.Weight, MaxBacklog: g.MaxBacklog, MaxSlots: g.MaxSlots}
+	}
+	return out, nil
+}
+
 // Settings are the store-wide settings and backlog (SPEC §8).
 type Settings struct {
 	// MaxBacklog and MaxFlowBacklog are the store's limits (0: none).

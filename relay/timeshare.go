@@ -555,13 +555,14 @@ func (ts *timeshare) released(group string, start time.Duration) {
 	ts.metrics.groupSlots(group, -1)
 }
 
-// refresh reads every group's weight and slot cap from the store, 1000
-// groups a read. Errors: the store's (ErrBusy, ErrDatabase).
+// refresh reads the weights and slot caps of the groups that have one
+// (Queue.GroupSettings: the group rows alone, not their flows), 1000 groups
+// a read. Errors: the store's (ErrBusy, ErrDatabase).
 func (ts *timeshare) refresh(ctx context.Context, q *fairrelay.Queue) error {
 	weights, caps := map[string]int64{}, map[string]int64{}
 	const page = 1000
 	for after := ""; ; {
-		gs, err := q.Groups(ctx, after, page)
+		gs, err := q.GroupSettings(ctx, after, page)
 		if err != nil {
 			return err
 		}

@@ -296,6 +296,15 @@ type GroupInfo struct {
 	MaxSlots int64
 }
 
+// GroupSetting is a group's settings alone (SPEC §8, §11): its weight,
+// backlog limit and slot cap (0: none).
+type GroupSetting struct {
+	Group      string
+	Weight     int64
+	MaxBacklog int64
+	MaxSlots   int64
+}
+
 // Settings are the store-wide settings of SPEC §8 (0: no limit).
 type Settings struct {
 	MaxBacklog     int64
@@ -750,6 +759,10 @@ type ReadTx interface {
 	// GroupList lists group rows by name after the given one, at most
 	// limit, with their flow counts and backlogs.
 	GroupList(ctx context.Context, after string, limit int) ([]GroupInfo, error)
+	// GroupSettings lists, by name after the given one, at most limit of
+	// the groups whose settings differ from a new group's (a weight other
+	// than 1, a backlog limit or a slot cap), without reading their flows.
+	GroupSettings(ctx context.Context, after string, limit int) ([]GroupSetting, error)
 	// Settings reads the store-wide settings.
 	Settings(ctx context.Context) (Settings, error)
 	// Backlog counts the events not acked, in all.

@@ -356,6 +356,14 @@ SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, coales
 FROM grp g LEFT JOIN grp_limit l ON l.group_id = g.group_id
 WHERE g.group_id > $1 ORDER BY g.group_id LIMIT $2;
 
+-- name: GroupSettings
+-- The groups set apart from a new one's defaults, read from the group rows
+-- alone (GroupList counts every member flow).
+SELECT g.group_id, g.weight, coalesce(l.max_backlog, 0), g.max_slots
+FROM grp g LEFT JOIN grp_limit l ON l.group_id = g.group_id
+WHERE g.group_id > $1 AND (g.weight <> 1 OR g.max_slots > 0 OR l.max_backlog > 0)
+ORDER BY g.group_id LIMIT $2;
+
 -- name: SettingsLimits
 SELECT max_backlog, max_flow_backlog FROM settings WHERE id = 1;
 

@@ -273,6 +273,21 @@ func (t *ReadTx) GroupList(ctx context.Context, after string, limit int) ([]stor
 	return out, err
 }
 
+// GroupSettings lists the groups whose weight, backlog limit or slot cap
+// is set, by name, from the group rows alone.
+func (t *ReadTx) GroupSettings(ctx context.Context, after string, limit int) ([]store.GroupSetting, error) {
+	var out []store.GroupSetting
+	err := t.query(ctx, "GroupSettings", func(r scanner) error {
+		var g store.GroupSetting
+		if err := r.Scan(&g.Group, &g.Weight, &g.MaxBacklog, &g.MaxSlots); err != nil {
+			return err
+		}
+		out = append(out, g)
+		return nil
+	}, after, limit)
+	return out, err
+}
+
 // Settings reads the store-wide limits.
 func (t *ReadTx) Settings(ctx context.Context) (store.Settings, error) {
 	var s store.Settings

@@ -137,6 +137,13 @@ SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, g.max_
        (SELECT count(*) FROM flow f WHERE f.group_id = g.group_id), g.max_slots
 FROM grp g WHERE g.group_id > ? ORDER BY g.group_id LIMIT ?;
 
+-- name: GroupSettings
+-- The groups set apart from a new one's defaults, read from the group rows
+-- alone (GroupList counts every member flow).
+SELECT group_id, weight, max_backlog, max_slots FROM grp
+WHERE group_id > ? AND (weight <> 1 OR max_slots > 0 OR max_backlog > 0)
+ORDER BY group_id LIMIT ?;
+
 -- name: SettingsLimits
 SELECT max_backlog, max_flow_backlog FROM settings WHERE id = 1;
 
