@@ -2,6 +2,8 @@ package fairrelay
 
 import (
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/ident"
 )
@@ -40,6 +42,24 @@ func CheckReason(field, v string) error {
 	}
 	if err := ident.CheckText(v, MaxReasonBytes); err != nil {
 		return invalid(field, "%s", err.Error())
+	}
+	return nil
+}
+
+// CheckSearch applies the rule for a paging key or a search text — the
+// "after" of a list, a flow id prefix — which may be empty or any part of
+// a name, but not a text that no stored name could hold: invalid UTF-8 or a
+// control character (Cc), both of which CheckID refuses in every name. It
+// returns nil or an *Error with CodeInvalidInput whose Field is field, so
+// that a list answers a mistyped key with an error naming it before any
+// read, the same on both backends (PostgreSQL refused invalid UTF-8 with a
+// database error of its own; SQLite answered an empty page).
+func CheckSearch(field, v string) error {
+	if !utf8.ValidString(v) {
+		return invalid(field, "is not valid UTF-8")
+	}
+	if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
+		return invalid(field, "holds a control character at byte %d (no name does)", i)
 	}
 	return nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -248,10 +246,15 @@ type Head struct {
 }
 
 // Heads lists up to limit flows after the flow id after (bytewise order),
-// each with its head, in one read transaction. Errors: ErrBusy, ErrDatabase.
+// each with its head, in one read transaction. Errors: ErrInvalidInput
+// (field "limit" below 1; "after" not valid UTF-8 or holding a control
+// character, CheckSearch), ErrBusy, ErrDatabase.
 func (q *Queue) Heads(ctx context.Context, after string, limit int) ([]Head, error) {
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	if err := checkSearch("after", after); err != nil {
+		return nil, err
 	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {
@@ -410,7 +413,8 @@ func (q *Queue) Event(ctx context.Context, id string) (*EventRecord, error) {
 // reads one page in one read transaction, acked events included until a
 // prune deletes them (SPEC §8). Errors: ErrInvalidInput (field "limit"
 // below 1, "after_seq" negative or given without afterFlow, whose seq it
-// is), ErrBusy, ErrDatabase.
+// is, "after_flow" not valid UTF-8 or holding a control character,
+// CheckSearch), ErrBusy, ErrDatabase.
 func (q *Queue) Events(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]EventRecord, error) {
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
@@ -420,6 +424,9 @@ func (q *Queue) Events(ctx context.Context, afterFlow string, afterSeq int64, li
 	}
 	if afterSeq != 0 && afterFlow == "" {
 		return nil, invalid("after_seq", "is a seq of after_flow: give the flow too (\"\" and 0 start at the first event)")
+	}
+	if err := checkSearch("after_flow", afterFlow); err != nil {
+		return nil, err
 	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {
@@ -509,16 +516,5 @@ func (q *Queue) CheckTick(ctx context.Context, op string, at int64, floor bool) 
 	return err
 }
 
-// checkSearch refuses a search text (a prefix, a paging key) that no
-// stored id could match: invalid UTF-8 or a control character (CheckID
-// refuses both in ids), which PostgreSQL would answer with an error of its
-// own and SQLite with nothing.
-func checkSearch(field, v string) error {
-	if !utf8.ValidString(v) {
-		return invalid(field, "is not valid UTF-8")
-	}
-	if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
-		return invalid(field, "holds a control character at byte %d (no id does)", i)
-	}
-	return nil
-}
+// checkSearch is CheckSearch for the package's own lists.
+func checkSearch(field, v string) error { return CheckSearch(field, v) }

@@ -199,10 +199,14 @@ type GroupSetting struct {
 // that reads the group rows and no flow. It is what a relay needs of the
 // groups, at a cost that does not grow with the flows (Groups counts each
 // group's flows and backlog). Errors: ErrInvalidInput (field "limit" below
-// 1), ErrBusy, ErrDatabase.
+// 1; "after" not valid UTF-8 or holding a control character, CheckSearch),
+// ErrBusy, ErrDatabase.
 func (q *Queue) GroupSettings(ctx context.Context, after string, limit int) ([]GroupSetting, error) {
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	if err := checkSearch("after", after); err != nil {
+		return nil, err
 	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {
@@ -265,10 +269,14 @@ type GroupInfo struct {
 // group some flow named, a configured one, or the own group of a flow
 // another flow joined. A flow that is its own group (every flow, in a store
 // where groups are not used) is not listed. Errors: ErrInvalidInput (field
-// "limit" below 1), ErrBusy, ErrDatabase.
+// "limit" below 1; "after" not valid UTF-8 or holding a control character,
+// CheckSearch), ErrBusy, ErrDatabase.
 func (q *Queue) Groups(ctx context.Context, after string, limit int) ([]GroupInfo, error) {
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1, got %d", limit)
+	}
+	if err := checkSearch("after", after); err != nil {
+		return nil, err
 	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {

@@ -266,11 +266,15 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 // HeldFlows lists up to limit flows that have held deliveries, by flow id
 // after the given one ("" starts at the first): what a consumer retries on
 // its own (a flow whose next event answered a permanent outcome is applied
-// once the cause is fixed). Errors: ErrInvalidInput (limit below 1);
-// database errors.
+// once the cause is fixed). Errors: ErrInvalidInput (limit below 1;
+// "after" not valid UTF-8 or holding a control character,
+// fairrelay.CheckSearch); database errors.
 func (in *Inbox) HeldFlows(ctx context.Context, after string, limit int) ([]string, error) {
 	if limit < 1 {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: fmt.Sprintf("must be at least 1, got %d", limit)}
+	}
+	if err := fairrelay.CheckSearch("after", after); err != nil {
+		return nil, err
 	}
 	rows, err := in.db.QueryContext(ctx, q["HeldFlows"], after, limit)
 	if err != nil {

@@ -566,7 +566,8 @@ func (s *Snapshot) ByFlow() map[string]Projection {
 // the receipt of flow afterFlow at seq afterSeq ("" and 0: from the first),
 // in one read: for paging through an inbox of any size. Errors:
 // ErrInvalidInput (field "limit" for limit < 1, "after_seq" negative or
-// given without afterFlow, whose seq it is); database errors.
+// given without afterFlow, whose seq it is, "after_flow" not valid UTF-8 or
+// holding a control character, fairrelay.CheckSearch); database errors.
 func (in *Inbox) Receipts(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]Receipt, error) {
 	if err := checkPage(afterFlow, afterSeq, limit); err != nil {
 		return nil, err
@@ -590,7 +591,7 @@ func (in *Inbox) Receipts(ctx context.Context, afterFlow string, afterSeq int64,
 	return out, nil
 }
 
-// checkPage checks the paging arguments of Receipts and Held.
+// checkPage checks the paging arguments of Receipts, Held and Waivers.
 func checkPage(afterFlow string, afterSeq int64, limit int) error {
 	if limit < 1 {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
@@ -601,7 +602,7 @@ func checkPage(afterFlow string, afterSeq int64, limit int) error {
 	if afterSeq != 0 && afterFlow == "" {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: `is a seq of afterFlow: give the flow too ("" and 0 start at the first row)`}
 	}
-	return nil
+	return fairrelay.CheckSearch("after_flow", afterFlow)
 }
 
 // Projections lists up to limit flows' ledgers in flow order, starting
@@ -609,6 +610,9 @@ func checkPage(afterFlow string, afterSeq int64, limit int) error {
 func (in *Inbox) Projections(ctx context.Context, afterFlow string, limit int) ([]Projection, error) {
 	if limit < 1 {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit", Message: "must be at least 1"}
+	}
+	if err := fairrelay.CheckSearch("after_flow", afterFlow); err != nil {
+		return nil, err
 	}
 	rows, err := in.db.QueryContext(ctx, q["ProjectionPage"], afterFlow, limit)
 	if err != nil {

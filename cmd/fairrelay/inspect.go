@@ -87,6 +87,9 @@ can forge lines or drive the terminal.`,
 				if afterNo != 0 {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: "pages the queue's audit view only"}
 				}
+				if err := fairrelay.CheckSearch("after", after); err != nil {
+					return err // named as the flag, not as the list's argument
+				}
 				return inspectInbox(cmd, inboxDSN, view, asJSON, inboxPage{limit: limit, afterFlow: after, afterSeq: afterSeq})
 			}
 			view := "heads"
@@ -112,6 +115,9 @@ can forge lines or drive the terminal.`,
 			// is refused rather than ignored.
 			if after != "" && view != "flows" && view != "heads" && view != "events" && view != "quarantined" && view != "groups" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: fmt.Sprintf("pages the flows, heads, events, quarantined and groups views only, not %s (audit pages with --after-no)", view)}
+			}
+			if err := fairrelay.CheckSearch("after", after); err != nil {
+				return err // named as the flag, not as the list's argument (after_flow)
 			}
 			if afterNo != 0 && view != "audit" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: fmt.Sprintf("pages the audit view only, not %s", view)}

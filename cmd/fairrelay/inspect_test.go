@@ -462,3 +462,37 @@ func TestInspectAttemptsUnsettledHasNoDuration(t *testing.T) {
 		t.Errorf("the unsettled attempt's DURATION is not -:\n%s", table)
 	}
 }
+
+// inspect's --after is checked as the lists check their paging keys
+// (fairrelay.CheckSearch) and named as the flag, on every view that takes
+// it: on SQLite a key no flow id could hold printed an empty page and
+// exited 0, and on PostgreSQL it was a database error.
+func TestInspectRefusesAnAfterNoFlowHolds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queue, in := filepath.Join(dir, "q.db"), filepath.Join(dir, "inbox.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != 0 {
+		t.Fatal(e)
+	}
+	if _, e, code := cli(t, "", "migrate", "--inbox", in); code != 0 {
+		t.Fatal(e)
+	}
+	var runs [][]string
+	for _, view := range []string{"flows", "heads", "events", "quarantined", "groups"} {
+		runs = append(runs, []string{"inspect", "--queue", queue, view})
+	}
+	for _, view := range []string{"receipts", "projection", "held", "waivers"} {
+		runs = append(runs, []string{"inspect", "--inbox", in, view})
+	}
+	for _, args := range runs {
+		for _, key := range []string{"A\xff", "A\x01"} {
+			out, errOut, code := cli(t, "", append(args, "--after", key)...)
+			if code != 2 || out != "" || !strings.Contains(errOut, "invalid_input: after:") {
+				t.Errorf("%v --after %q: exit %d, stdout %q, stderr %q; want exit 2, invalid_input naming after", args, key, code, out, errOut)
+			}
+		}
+		if _, errOut, code := cli(t, "", append(args, "--after", "A")...); code != 0 {
+			t.Errorf("%v --after A: exit %d: %s", args, code, errOut)
+		}
+	}
+}
