@@ -74,6 +74,8 @@ func (r *Relay) prune(ctx context.Context) {
 		}
 	}
 	if events > 0 || tombstones > 0 {
-		r.log.Info("relay: pruned", "events", events, "tombstones", tombstones, "acked_before", p.AckedBefore)
+		// ids_before says which of the pruned events kept no tombstone (those
+		// acked below it: their ids are forgotten); 0 when every one did.
+		r.log.Info("relay: pruned", "events", events, "tombstones", tombstones, "acked_before", p.AckedBefore, "ids_before", p.IDsBefore)
 	}
 }
