@@ -11,8 +11,9 @@ import (
 // bounded ranges of indexes in one read transaction, however large the
 // store, and none changes anything.
 
-// MaxCount bounds the counts of Overview: a count of MaxCount means
-// "MaxCount or more" (each reads at most that many index entries).
+// MaxCount bounds the counts of Overview unless OverviewParams.MaxCount
+// sets another bound: a count of MaxCount means "MaxCount or more" (each
+// reads at most that many index entries).
 const MaxCount = 100000
 
 // Overview is the queue at a glance (SPEC §1 states, §9 paused flows).
@@ -24,9 +25,13 @@ type Overview struct {
 	// otherwise.
 	Backlog        int64 `json:"backlog"`
 	BacklogCounted bool  `json:"backlog_counted"`
+	// Flows counts the flows in the store when OverviewParams.Flows asked
+	// for it (FlowsCounted); 0 otherwise.
+	Flows        int64 `json:"flows"`
+	FlowsCounted bool  `json:"flows_counted"`
 	// Inflight, Quarantined and Paused count the inflight heads, the
 	// quarantined heads (each blocks its flow) and the paused flows, each
-	// up to MaxCount.
+	// up to OverviewParams.MaxCount (MaxCount when it is 0).
 	Inflight    int64 `json:"inflight"`
 	Quarantined int64 `json:"quarantined"`
 	Paused      int64 `json:"paused"`
@@ -49,13 +54,35 @@ type OverviewParams struct {
 	// A console page leaves it out and counts in the background
 	// (package console).
 	Backlog bool
+	// Flows counts the flows in the store too (Overview.Flows), O(flows):
+	// on SQLite a count of the flow table (under a millisecond at 100 000
+	// flows), on PostgreSQL one pass over it that also gives the backlog
+	// (60 ms for both at 100 000 flows; BENCHMARKS.md, "The queue gauges").
+	Flows bool
+	// MaxCount bounds each of Overview's counts of inflight heads,
+	// quarantined heads and paused flows: 0 means the package's MaxCount
+	// (100 000), and a count equal to the bound means "that many or more".
+	// Each count reads its own index up to the bound, so its cost is
+	// O(min(count, bound)); relay.RegisterQueueGauges passes
+	// math.MaxInt32 for exact gauges. Negative is ErrInvalidInput naming
+	// max_count.
+	MaxCount int
 }
 
 // Overview reads the counts of the queue in one read transaction: the
 // stored clock, the inflight and quarantined heads and the paused flows
-// (each up to MaxCount, through indexes), the oldest event not acked and,
-// when p.Backlog, the backlog. Errors: ErrBusy, ErrDatabase.
+// (each up to p.MaxCount, through indexes), the oldest event not acked
+// and, when p.Backlog and p.Flows ask for them, the backlog and the number
+// of flows. Errors: ErrInvalidInput (field "max_count" negative), ErrBusy,
+// ErrDatabase.
 func (q *Queue) Overview(ctx context.Context, p OverviewParams) (*Overview, error) {
+	if p.MaxCount < 0 {
+		return nil, invalid("max_count", "must be 0 (MaxCount) or positive, got %d", p.MaxCount)
+	}
+	bound := p.MaxCount
+	if bound == 0 {
+		bound = MaxCount
+	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {
 		return nil, dbError("overview", err)
@@ -66,13 +93,24 @@ func (q *Queue) Overview(ctx context.Context, p OverviewParams) (*Overview, erro
 		return nil, dbError("overview", err)
 	}
 	o := &Overview{Clock: ClockState{Tick: c.Tick, Ticket: c.Ticket}}
-	if p.Backlog {
+	switch {
+	case p.Flows:
+		// One pass over the flows gives both on PostgreSQL.
+		flows, backlog, err := tx.FlowTotals(ctx)
+		if err != nil {
+			return nil, dbError("overview", err)
+		}
+		o.Flows, o.FlowsCounted = flows, true
+		if p.Backlog {
+			o.Backlog, o.BacklogCounted = backlog, true
+		}
+	case p.Backlog:
 		if o.Backlog, err = tx.Backlog(ctx); err != nil {
 			return nil, dbError("overview", err)
 		}
 		o.BacklogCounted = true
 	}
-	n, err := tx.Counts(ctx, MaxCount)
+	n, err := tx.Counts(ctx, bound)
 	if err != nil {
 		return nil, dbError("overview", err)
 	}

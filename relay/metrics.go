@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -239,11 +240,12 @@ type queueCollector struct {
 }
 
 // RegisterQueueGauges registers gauges read from the queue store at each
-// scrape, by paging through the flows' heads in read transactions (one
-// page of 1000 flows each, O(flows)):
-//   - fairrelay_events{state}: events not acked, by state (ready, inflight,
-//     quarantined; a quarantined event is always a head and blocks the
-//     events behind it, which count as ready);
+// scrape, in two read transactions: one Queue.Overview (its exact counts,
+// and the backlog and flow count) and the groups, 1000 a read:
+//   - fairrelay_events{state}: events not acked, by state (inflight and
+//     quarantined heads, counted through their indexes; ready: the rest of
+//     the backlog, every event behind a head included — a quarantined
+//     event is always a head and blocks the events behind it);
 //   - fairrelay_flows: flows in the store;
 //   - fairrelay_group_backlog{group}: events not acked in each group that
 //     has a row (SPEC §8: a group a flow named, or a configured one; a
@@ -254,11 +256,18 @@ type queueCollector struct {
 //   - fairrelay_oldest_unacked_age_seconds: how long the event not acked
 //     that was enqueued first has waited, on the store's clock: the stored
 //     tick minus its enqueue tick, in seconds (1 tick = 1 ms, SPEC §7); 0
-//     when every event is acked. One read through an index
-//     (fairrelay.Queue.Overview). The store's clock moves with the writes
-//     of the processes that write their tick (a running relay does), so
-//     it is the signal to alert on for a stuck flow or a relay that falls
-//     behind, not for a relay that is down (alert on its absence).
+//     when every event is acked. One read through an index. The store's
+//     clock moves with the writes of the processes that write their tick
+//     (a running relay does), so it is the signal to alert on for a stuck
+//     flow or a relay that falls behind, not for a relay that is down
+//     (alert on its absence).
+//
+// A scrape's cost: the backlog is a counter on SQLite and a sum over the
+// flow table on PostgreSQL, the flow count one count of the flow table on
+// both (O(flows), in one statement each; before, a scrape paged through
+// every flow's head, a read per 1000 flows), the state counts O(inflight
+// + quarantined heads), the groups O(groups) (BENCHMARKS.md, "The queue
+// gauges").
 //
 // A scrape whose read fails reports the error instead of values.
 func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
@@ -285,7 +294,10 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	o, err := c.q.Overview(ctx, fairrelay.OverviewParams{})
+	// One read transaction: the counts agree with each other. Exact
+	// counts (no MaxCount bound): each reads its index of inflight or
+	// quarantined heads, which a relay keeps small.
+	o, err := c.q.Overview(ctx, fairrelay.OverviewParams{Backlog: true, Flows: true, MaxCount: math.MaxInt32})
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.oldest, err)
 		return
@@ -295,33 +307,14 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		age = float64(max(0, o.Clock.Tick-o.Oldest.EnqueuedAt)) / 1000
 	}
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
-	counts := map[fairrelay.State]int64{fairrelay.StateReady: 0, fairrelay.StateInflight: 0, fairrelay.StateQuarantined: 0}
-	var flows int64
+	// Every event not acked is a ready, inflight or quarantined head, or
+	// behind a head, where it is ready (untouched since its enqueue).
+	ready := max(0, o.Backlog-o.Inflight-o.Quarantined)
+	ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(ready), string(fairrelay.StateReady))
+	ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(o.Inflight), string(fairrelay.StateInflight))
+	ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(o.Quarantined), string(fairrelay.StateQuarantined))
+	ch <- prometheus.MustNewConstMetric(c.flows, prometheus.GaugeValue, float64(o.Flows))
 	const page = 1000
-	for after := ""; ; {
-		hs, err := c.q.Heads(ctx, after, page)
-		if err != nil {
-			ch <- prometheus.NewInvalidMetric(c.events, err)
-			return
-		}
-		for _, h := range hs {
-			flows++
-			if h.Head == nil {
-				continue
-			}
-			counts[h.Head.State]++
-			// Behind the head, every event is ready (untouched since enqueue).
-			counts[fairrelay.StateReady] += h.Seq - h.Head.Seq
-		}
-		if len(hs) < page {
-			break
-		}
-		after = hs[len(hs)-1].Flow
-	}
-	for s, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(n), string(s))
-	}
-	ch <- prometheus.MustNewConstMetric(c.flows, prometheus.GaugeValue, float64(flows))
 	for after := ""; ; {
 		gs, err := c.q.Groups(ctx, after, page)
 		if err != nil {

@@ -767,5 +767,9 @@ type ReadTx interface {
 	Settings(ctx context.Context) (Settings, error)
 	// Backlog counts the events not acked, in all.
 	Backlog(ctx context.Context) (int64, error)
+	// FlowTotals counts the flows in the store and the events not acked
+	// (Backlog's count), in one statement: O(flows), one pass over the
+	// flow table where the backlog needs one anyway (PostgreSQL).
+	FlowTotals(ctx context.Context) (flows, backlog int64, err error)
 	Rollback(ctx context.Context) error
 }

@@ -372,6 +372,10 @@ SELECT max_backlog, max_flow_backlog FROM settings WHERE id = 1;
 -- count, not the limits' counters, which exist only while a limit is set).
 SELECT coalesce(sum(seq - head_seq + 1), 0) FROM flow;
 
+-- name: FlowTotals
+-- Backlog's sum and the flows, in the one pass over the flow table.
+SELECT count(*), coalesce(sum(seq - head_seq + 1), 0) FROM flow;
+
 -- name: FlowSearch
 -- The flows whose id lies in [$1, $2) (a prefix's range) after $3: a range
 -- of the primary key. FlowSearchOpen is the range without an end.

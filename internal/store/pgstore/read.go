@@ -295,6 +295,12 @@ func (t *ReadTx) Settings(ctx context.Context) (store.Settings, error) {
 	return s, err
 }
 
+// FlowTotals counts the flows and the events not acked, in one pass.
+func (t *ReadTx) FlowTotals(ctx context.Context) (flows, backlog int64, err error) {
+	err = t.query(ctx, "FlowTotals", func(r scanner) error { return r.Scan(&flows, &backlog) })
+	return flows, backlog, err
+}
+
 // Backlog counts the events not acked, from the flows.
 func (t *ReadTx) Backlog(ctx context.Context) (int64, error) {
 	var n int64

@@ -246,6 +246,9 @@ WHERE flow_id >= ?1 AND flow_id > ?2 ORDER BY flow_id LIMIT ?3;
 SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused_by, paused_reason, paused_at, group_id FROM flow INDEXED BY flow_paused
 WHERE paused = 1 AND flow_id > ? ORDER BY flow_id LIMIT ?;
 
+-- name: FlowCount
+SELECT count(*) FROM flow;
+
 -- name: Counts
 -- Each count reads at most ?1 entries of its partial index.
 SELECT (SELECT count(*) FROM (SELECT 1 FROM event INDEXED BY event_inflight WHERE state = 'inflight' LIMIT ?1)),

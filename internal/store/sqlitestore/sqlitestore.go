@@ -1317,6 +1317,17 @@ func (t *ReadTx) PausedList(ctx context.Context, after string, limit int) ([]sto
 	return t.flows(ctx, "PausedList", after, limit)
 }
 
+// FlowTotals counts the flows (clock.flows counts the groups' places in
+// the rotation too, so it is not the number of flows) and reads the
+// backlog's counter.
+func (t *ReadTx) FlowTotals(ctx context.Context) (flows, backlog int64, err error) {
+	if err := t.queryRow(ctx, "FlowCount").Scan(&flows); err != nil {
+		return 0, 0, Translate(fmt.Errorf("FlowCount: %w", err))
+	}
+	backlog, err = t.Backlog(ctx)
+	return flows, backlog, err
+}
+
 // Counts counts the inflight and quarantined heads and the paused flows,
 // each up to max.
 func (t *ReadTx) Counts(ctx context.Context, max int) (store.Counts, error) {
