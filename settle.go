@@ -132,9 +132,9 @@ type SettleManyResult struct {
 
 // Settle records what the receiver answered for the claim with p.Token
 // (SPEC §2 settle): the fence first (stale, expired), then the outcome's
-// class. Errors: ErrNotFound for an unknown event id; ErrInvalidInput for an
-// empty outcome or id, or a bad tick; ErrClockRegressed; ErrBusy;
-// ErrDatabase.
+// class. Errors (SPEC §2 order): ErrClockRegressed; ErrInvalidInput for an
+// empty outcome, an id CheckID refuses (no event has one), or a bad tick;
+// ErrNotFound for an unknown event id; ErrBusy; ErrDatabase.
 func (q *Queue) Settle(ctx context.Context, p SettleParams) (SettleResult, error) {
 	r, err := q.SettleMany(ctx, SettleManyParams{At: p.At, Relay: p.Relay,
 		Settles: []Settlement{{Token: p.Token, Outcome: p.Outcome, NotBefore: p.NotBefore, Detail: p.Detail, Duration: p.Duration}}})
@@ -204,8 +204,10 @@ func checkSettles(ps []Settlement) error {
 		if p.Outcome == "" {
 			return invalid("outcome", "empty")
 		}
-		if p.Token.EventID == "" {
-			return invalid("id", "empty")
+		// The id's own rule (CheckID), as redrive's and expedite's: an id
+		// no event could have is bad input, not not_found.
+		if err := checkID("id", p.Token.EventID); err != nil {
+			return err
 		}
 		if err := checkGeneration("generation", p.Token.Generation); err != nil {
 			return err

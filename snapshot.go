@@ -389,9 +389,13 @@ type EventRecord struct {
 	Body []byte `json:"body"`
 }
 
-// Event reads one event by id in a read transaction. Errors: ErrNotFound,
-// ErrBusy, ErrDatabase.
+// Event reads one event by id in a read transaction. Errors:
+// ErrInvalidInput (field "id": not an id CheckID allows, which no event
+// has), ErrNotFound, ErrBusy, ErrDatabase.
 func (q *Queue) Event(ctx context.Context, id string) (*EventRecord, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
 	tx, err := q.store.BeginRead(ctx)
 	if err != nil {
 		return nil, dbError("event", err)

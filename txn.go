@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -47,6 +48,7 @@ func (q *Queue) write(ctx context.Context, op writeOp, fn func(t *txn, rr *store
 	}
 	defer tx.Rollback(ctx)
 	op.read.At = op.at
+	op.read = withoutUnstorable(op.read)
 	rr, err := tx.Read(ctx, op.read)
 	if err != nil {
 		return 0, dbError(op.name, err)
@@ -86,6 +88,41 @@ func (q *Queue) write(ctx context.Context, op writeOp, fn func(t *txn, rr *store
 		faultpoint.Hit(op.after)
 	}
 	return at, nil
+}
+
+// withoutUnstorable leaves out of a read the names no row can hold —
+// invalid UTF-8 or a NUL byte, which CheckID refuses in every name and
+// PostgreSQL's text cannot even take (it failed the whole read with an
+// encoding error, before the clock check and the operation's own checks,
+// which must answer first: SPEC §2). Such a name reads nothing on any
+// backend, so the write goes on to those checks. The caller's slices are
+// not changed.
+func withoutUnstorable(rs store.ReadSet) store.ReadSet {
+	rs.Events = storableOnly(rs.Events)
+	rs.Flows = storableOnly(rs.Flows)
+	rs.Groups = storableOnly(rs.Groups)
+	return rs
+}
+
+// storableOnly returns names, or a copy without the names no row can hold.
+func storableOnly(names []string) []string {
+	for i, n := range names {
+		if !storable(n) {
+			out := slices.Clone(names[:i])
+			for _, m := range names[i+1:] {
+				if storable(m) {
+					out = append(out, m)
+				}
+			}
+			return out
+		}
+	}
+	return names
+}
+
+// storable says whether a row can hold name: valid UTF-8 without a NUL.
+func storable(name string) bool {
+	return utf8.ValidString(name) && strings.IndexByte(name, 0) < 0
 }
 
 // errUnchanged, returned by a write's body after it has set its answer,

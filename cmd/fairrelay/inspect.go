@@ -119,6 +119,11 @@ can forge lines or drive the terminal.`,
 			if err := fairrelay.CheckSearch("after", after); err != nil {
 				return err // named as the flag, not as the list's argument (after_flow)
 			}
+			if flow != "" {
+				if err := fairrelay.CheckID("flow", flow); err != nil {
+					return err // a flow id, named as the flag (the list pages from it: after_flow)
+				}
+			}
 			if afterNo != 0 && view != "audit" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: fmt.Sprintf("pages the audit view only, not %s", view)}
 			}

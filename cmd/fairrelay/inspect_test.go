@@ -495,4 +495,12 @@ func TestInspectRefusesAnAfterNoFlowHolds(t *testing.T) {
 			t.Errorf("%v --after A: exit %d: %s", args, code, errOut)
 		}
 	}
+	// events --flow F pages from F: a flow no flow could be is named as
+	// --flow (it said after_flow, a breaker's report).
+	for _, key := range []string{"A\xff", "A\x01", " A"} {
+		out, errOut, code := cli(t, "", "inspect", "--queue", queue, "events", "--flow", key)
+		if code != 2 || out != "" || !strings.Contains(errOut, "invalid_input: flow:") {
+			t.Errorf("events --flow %q: exit %d, stdout %q, stderr %q; want exit 2, invalid_input naming flow", key, code, out, errOut)
+		}
+	}
 }

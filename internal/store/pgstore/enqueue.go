@@ -21,24 +21,29 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	n := len(p.Events)
 	ids, flows, bodies := make([]string, n), make([]string, n), make([][]byte, n)
 	var groups []*string // nil unless an event names a group: the SQL function's fast path
+	// PostgreSQL text cannot hold a name of invalid UTF-8 or with a NUL (the
+	// server fails the whole call with an encoding error that names no
+	// field). Such a name goes to the function as uncarried, which it
+	// refuses as bad input in the same field, after its clock check: the
+	// call fails either way, with SPEC §2's first error (clock_regressed,
+	// the tick's checks, then the fields, which CheckEvents names with the
+	// real values).
+	substituted := false
+	carry := func(v string) string {
+		if carriable(v) {
+			return v
+		}
+		substituted = true
+		return uncarried
+	}
 	for i, e := range p.Events {
-		// PostgreSQL text cannot hold these at all (the server would fail
-		// the whole call with an encoding error that names no field).
-		if err := carriable("id", e.ID); err != nil {
-			return store.EnqueueResult{}, err
-		}
-		if err := carriable("flow", e.Flow); err != nil {
-			return store.EnqueueResult{}, err
-		}
-		ids[i], flows[i], bodies[i] = e.ID, e.Flow, e.Body
+		ids[i], flows[i], bodies[i] = carry(e.ID), carry(e.Flow), e.Body
 		if e.Group != "" {
-			if err := carriable("group", e.Group); err != nil {
-				return store.EnqueueResult{}, err
-			}
 			if groups == nil {
 				groups = make([]*string, n)
 			}
-			groups[i] = &p.Events[i].Group
+			g := carry(e.Group)
+			groups[i] = &g
 		}
 	}
 	var at *int64
@@ -70,6 +75,12 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 		return store.EnqueueResult{}, &store.InvalidError{Field: "tx", Message: fmt.Sprintf("the PostgreSQL backend takes a pgx.Tx or a *sql.Tx, not %T", caller)}
 	}
 	if err != nil {
+		var ie *store.InvalidError
+		if substituted && errors.As(err, &ie) && (ie.Field == "id" || ie.Field == "flow" || ie.Field == "group" || ie.Field == "body") {
+			if ferr := store.CheckEvents(p); ferr != nil {
+				return store.EnqueueResult{}, ferr
+			}
+		}
 		var pe *pgconn.PgError
 		if caller != nil && errors.As(err, &pe) && (pe.Code == "42883" || pe.Code == "3F000") {
 			// undefined_function, invalid_schema_name: a transaction on
@@ -91,17 +102,15 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	return out, nil
 }
 
-// carriable refuses a string PostgreSQL text cannot hold: invalid UTF-8 or
+// carriable says whether PostgreSQL text can hold v: valid UTF-8 without
 // a NUL byte (ident's rule refuses both anyway).
-func carriable(field, v string) error {
-	switch {
-	case !utf8.ValidString(v):
-		return &store.InvalidError{Field: field, Message: "not valid UTF-8"}
-	case containsNUL(v):
-		return &store.InvalidError{Field: field, Message: "character U+0000 (a control, format or separator character)"}
-	}
-	return nil
+func carriable(v string) bool {
+	return utf8.ValidString(v) && !containsNUL(v)
 }
+
+// uncarried stands in for a name text cannot hold: a control character,
+// which the SQL function's ident_problem refuses in every name field.
+const uncarried = "\x01"
 
 func containsNUL(v string) bool {
 	for i := 0; i < len(v); i++ {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/fairrelay/fairrelay/internal/ident"
 	"github.com/fairrelay/fairrelay/internal/store"
 )
 
@@ -100,7 +99,7 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	if err != nil {
 		return store.EnqueueResult{}, err
 	}
-	if err := checkEvents(p); err != nil {
+	if err := store.CheckEvents(p); err != nil {
 		return store.EnqueueResult{}, err
 	}
 	limits, err := c.settings(ctx)
@@ -132,31 +131,6 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 		s.commits.Add(1)
 	}
 	return out, nil
-}
-
-// checkEvents checks the fields of every event (internal/ident's rule for
-// id and flow; a body of 1 to MaxBodyBytes bytes).
-func checkEvents(p store.EnqueueParams) error {
-	for _, e := range p.Events {
-		if err := ident.Check(e.ID); err != nil {
-			return &store.InvalidError{Field: "id", Message: err.Error()}
-		}
-		if err := ident.Check(e.Flow); err != nil {
-			return &store.InvalidError{Field: "flow", Message: err.Error()}
-		}
-		if e.Group != "" {
-			if err := ident.Check(e.Group); err != nil {
-				return &store.InvalidError{Field: "group", Message: err.Error()}
-			}
-		}
-		switch {
-		case len(e.Body) == 0:
-			return &store.InvalidError{Field: "body", Message: "empty"}
-		case len(e.Body) > p.MaxBodyBytes:
-			return &store.InvalidError{Field: "body", Message: fmt.Sprintf("%d bytes, more than the limit of %d", len(e.Body), p.MaxBodyBytes)}
-		}
-	}
-	return nil
 }
 
 // batch is one enqueue transaction's state: the clock row (with the flow
