@@ -110,7 +110,7 @@ heads, seqs, served and the audit are never touched. Ticks are the store's
 
 It runs in transactions of --limit events (default 1000, 0 for one
 transaction) until nothing is left, so it never holds the write lock long
-beside a running relay, and prints {"status":"pruned","events":N,"tombstones":M}.
+beside a running relay, and prints {"events":N,"status":"pruned","tombstones":M}.
 'fairrelay relay --retain-acked D --retain-ids D' prunes on its own.
 
 With --inbox I --superseded-held it deletes instead the inbox's held copies of
