@@ -383,6 +383,13 @@ func TestSameStore(t *testing.T) {
 		{pg + "&schema=relay", pg + "&schema=relay_inbox", false},
 		{pg + "&schema=relay", "postgres://postgres@127.0.0.1:5432/other?schema=relay", false},
 		{pg + "&schema=relay", "postgres://postgres@127.0.0.1:5433/test?schema=relay", false},
+		// Without schema=, the store is the search_path's first schema (a
+		// breaker's report: two such URLs were refused as one store).
+		{pg + "&search_path=q1", pg + "&search_path=i1", false},
+		{pg + "&search_path=q1", pg + "&SEARCH_PATH=q1", true},
+		{pg + "&search_path=q1", pg + "&schema=q1", true},
+		{pg + "&search_path=q1,public", pg + "&search_path=%22q1%22", true},
+		{pg, pg + "&search_path=q1", false},
 		{"q.db", "./q.db", true},
 		{"q.db", "i.db", false},
 		{"q.db", "", false},

@@ -274,7 +274,7 @@ func sameStore(a, b string) bool {
 		ua, err1 := url.Parse(a)
 		ub, err2 := url.Parse(b)
 		return err1 == nil && err2 == nil && ua.Host == ub.Host && strings.TrimPrefix(ua.Path, "/") == strings.TrimPrefix(ub.Path, "/") &&
-			ua.Query().Get("schema") == ub.Query().Get("schema")
+			urlSchema(ua) == urlSchema(ub)
 	}
 	aa, err1 := filepath.Abs(a)
 	bb, err2 := filepath.Abs(b)
@@ -284,6 +284,25 @@ func sameStore(a, b string) bool {
 	sa, err1 := os.Stat(a)
 	sb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// urlSchema is the schema a PostgreSQL URL's store lives in: schema=, else
+// the first schema of a search_path parameter (any case; the server takes
+// the store's schema from it, current_schema()), else the options
+// parameter as written (a -c search_path there), "" for the server's
+// default.
+func urlSchema(u *url.URL) string {
+	q := u.Query()
+	if s := q.Get("schema"); s != "" {
+		return s
+	}
+	for k, vs := range q {
+		if strings.EqualFold(k, "search_path") && len(vs) > 0 {
+			first, _, _ := strings.Cut(vs[0], ",")
+			return strings.Trim(strings.TrimSpace(first), `"`)
+		}
+	}
+	return q.Get("options")
 }
 
 // openQueueCreating opens the queue store of enqueue or relay, creating a
