@@ -3,6 +3,7 @@ package relay_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,10 +16,11 @@ import (
 
 // The queue gauges count what paging through every flow's head counts —
 // events not acked by state, and flows — on both backends, with ready,
-// inflight, quarantined and acked heads, events behind them, and flows in
-// a group and on their own; they read Overview's exact counts instead of
-// a read per 1000 flows. Overview's MaxCount bounds its counts, and a
-// negative one is refused naming max_count.
+// inflight, quarantined and acked heads, events behind them, flows in a
+// group and on their own, and paused flows (one with an inflight head);
+// they read Overview's exact counts instead of a read per 1000 flows.
+// Overview's MaxCount bounds its counts, and a negative one is refused
+// naming max_count.
 func TestQueueGaugesCountWhatTheHeadsHold(t *testing.T) {
 	t.Parallel()
 	for _, b := range conformance.Backends() {
@@ -62,6 +64,23 @@ func TestQueueGaugesCountWhatTheHeadsHold(t *testing.T) {
 				if _, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: out, At: at}); err != nil {
 					t.Fatal(err)
 				}
+			}
+			// The inflight head's flow paused (it leaves the due index on
+			// PostgreSQL, where its inflight head was counted nowhere: a
+			// breaker's report), and a flow whose head is ready.
+			at++
+			if _, err := q.Pause(ctx, fairrelay.FlowActionParams{Flow: cr.Claims[4].Flow, Reason: "hold", At: at}); err != nil {
+				t.Fatal(err)
+			}
+			readyFlow := ""
+			for f := range 7 {
+				if n := fmt.Sprintf("F%d", f); !slices.ContainsFunc(cr.Claims, func(c fairrelay.Claim) bool { return c.Flow == n }) {
+					readyFlow = n
+				}
+			}
+			at++
+			if _, err := q.Pause(ctx, fairrelay.FlowActionParams{Flow: readyFlow, Reason: "hold", At: at}); err != nil {
+				t.Fatal(err)
 			}
 			// What the heads hold, flow by flow (the gauges' definition).
 			want := map[string]float64{"ready": 0, "inflight": 0, "quarantined": 0, "flows": 0}
