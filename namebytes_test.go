@@ -18,7 +18,8 @@ import (
 // before its checks, which a caller that retries database errors would
 // retry for ever; SQLite answered not_found for a settle or an event read
 // (a breaker's report: pause, resume, redrive, expedite, settle, the
-// console's actions, waive, Event).
+// console's actions, waive, Event). A settle's outcome and detail, stored
+// with the attempt, are held to the same: PostgreSQL failed the commit.
 func TestNamesNoRowHoldsAnswerAsSPECOrders(t *testing.T) {
 	t.Parallel()
 	for _, b := range conformance.Backends() {
@@ -29,7 +30,11 @@ func TestNamesNoRowHoldsAnswerAsSPECOrders(t *testing.T) {
 			if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "e1", Flow: "f1", Group: "g1", Body: []byte(`{}`), At: 10}); err != nil {
 				t.Fatal(err)
 			}
-			tok := fairrelay.Token{EventID: "e1", Generation: 1}
+			cr, err := q.Claim(ctx, fairrelay.ClaimParams{At: 10, Limit: 1})
+			if err != nil || len(cr.Claims) != 1 {
+				t.Fatalf("claim: %+v %v", cr, err)
+			}
+			tok := cr.Claims[0].Token
 			ops := []struct {
 				name, field string
 				call        func(name string, at int64) error
@@ -71,6 +76,17 @@ func TestNamesNoRowHoldsAnswerAsSPECOrders(t *testing.T) {
 						{Token: tok, Outcome: fairrelay.OutcomeAccepted},
 						{Token: fairrelay.Token{EventID: n, Generation: 1}, Outcome: fairrelay.OutcomeAccepted},
 					}})
+					return err
+				}},
+				// The text a settle stores with the attempt, on a live token:
+				// PostgreSQL failed its commit with a database error (a
+				// breaker's report).
+				{"Settle outcome", "outcome", func(n string, at int64) error {
+					_, err := q.Settle(ctx, fairrelay.SettleParams{Token: tok, Outcome: fairrelay.Outcome(n), At: at})
+					return err
+				}},
+				{"Settle detail", "detail", func(n string, at int64) error {
+					_, err := q.Settle(ctx, fairrelay.SettleParams{Token: tok, Outcome: fairrelay.OutcomeRetry, Detail: n, At: at})
 					return err
 				}},
 				{"Configure", "group", func(n string, at int64) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -75,7 +76,8 @@ type Settlement struct {
 	NotBefore int64 // as SettleParams.NotBefore
 	// Detail is what the receiver said beyond the outcome (an HTTP status
 	// line, a broker's error), kept in the attempt history for operators:
-	// valid UTF-8, at most MaxDetailBytes bytes; optional.
+	// valid UTF-8 without NUL, at most MaxDetailBytes bytes (sink.Excerpt
+	// makes one of any text); optional.
 	Detail string
 	// Duration is how long the delivery took (wall clock; kept in
 	// milliseconds); optional, not negative.
@@ -133,7 +135,9 @@ type SettleManyResult struct {
 // Settle records what the receiver answered for the claim with p.Token
 // (SPEC §2 settle): the fence first (stale, expired), then the outcome's
 // class. Errors (SPEC §2 order): ErrClockRegressed; ErrInvalidInput for an
-// empty outcome, an id CheckID refuses (no event has one), or a bad tick;
+// outcome or an id CheckID refuses (an empty one included; no event has
+// such an id, and an outcome is stored as a name), a detail that is not
+// valid UTF-8 without NUL or is longer than MaxDetailBytes, or a bad tick;
 // ErrNotFound for an unknown event id; ErrBusy; ErrDatabase.
 func (q *Queue) Settle(ctx context.Context, p SettleParams) (SettleResult, error) {
 	r, err := q.SettleMany(ctx, SettleManyParams{At: p.At, Relay: p.Relay,
@@ -204,6 +208,13 @@ func checkSettles(ps []Settlement) error {
 		if p.Outcome == "" {
 			return invalid("outcome", "empty")
 		}
+		// An outcome outside the known ones is transient (Outcome.Class),
+		// but it is stored with the attempt: it is a name (CheckID), which
+		// every backend can hold (PostgreSQL's text takes no NUL and no
+		// invalid UTF-8: it failed the commit with a database error).
+		if err := checkID("outcome", string(p.Outcome)); err != nil {
+			return err
+		}
 		// The id's own rule (CheckID), as redrive's and expedite's: an id
 		// no event could have is bad input, not not_found.
 		if err := checkID("id", p.Token.EventID); err != nil {
@@ -215,8 +226,8 @@ func checkSettles(ps []Settlement) error {
 		if p.NotBefore < 0 || p.NotBefore > 2*MaxTick {
 			return invalid("not_before", "must be a tick in [0, %d], got %d", int64(2*MaxTick), p.NotBefore)
 		}
-		if len(p.Detail) > MaxDetailBytes || !utf8.ValidString(p.Detail) {
-			return invalid("detail", "must be valid UTF-8 of at most %d bytes, got %d bytes", MaxDetailBytes, len(p.Detail))
+		if len(p.Detail) > MaxDetailBytes || !utf8.ValidString(p.Detail) || strings.IndexByte(p.Detail, 0) >= 0 {
+			return invalid("detail", "must be valid UTF-8 without NUL of at most %d bytes, got %d bytes", MaxDetailBytes, len(p.Detail))
 		}
 		if p.Duration < 0 {
 			return invalid("duration", "must not be negative, got %s", p.Duration)

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -114,6 +115,10 @@ func (r *Relay) deliver(deliverCtx context.Context, cl *fairrelay.Claim) answer 
 		outcome, detail, res.RetryAfter = fairrelay.OutcomeRetry, err.Error(), 0
 	case outcome == "":
 		outcome, detail = fairrelay.OutcomeRetry, "the sink returned no outcome"
+	case fairrelay.CheckID("outcome", string(outcome)) != nil:
+		// Settle refuses it (an outcome is stored as a name); an answer
+		// the relay cannot record is no answer.
+		outcome, detail = fairrelay.OutcomeRetry, fmt.Sprintf("the sink returned the outcome %q, which is not a name (fairrelay.CheckID)", outcome)
 	}
 	return answer{s: Settled{Claim: *cl, Outcome: outcome, Detail: detail, Latency: latency}, retryAfter: res.RetryAfter}
 }

@@ -73,10 +73,11 @@ func (f Func) Deliver(ctx context.Context, d Delivery) (Result, error) { return 
 var _ Sink = Func(nil)
 
 // Excerpt is s as a detail quotes it (Result.Detail, the attempt history):
-// invalid UTF-8 replaced by U+FFFD, then cut to at most max bytes at a rune
-// boundary.
+// invalid UTF-8 and NUL bytes replaced by U+FFFD (a settle refuses both in
+// a detail: PostgreSQL's text holds neither), then cut to at most max
+// bytes at a rune boundary.
 func Excerpt(s string, max int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 	if len(s) <= max {
 		return s
 	}
