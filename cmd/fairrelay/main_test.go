@@ -390,6 +390,19 @@ func TestSameStore(t *testing.T) {
 		{pg + "&search_path=q1", pg + "&schema=q1", true},
 		{pg + "&search_path=q1,public", pg + "&search_path=%22q1%22", true},
 		{pg, pg + "&search_path=q1", false},
+		{pg, pg + "&schema=public", true},
+		// One store however the URL spells it (a breaker's report: these
+		// passed as two, and the inbox was refused only after the queue
+		// store had been made); two stores however alike.
+		{pg + "&schema=q1", pg + "&search_path=Q1", true},
+		{pg + "&schema=q1", pg + "&search_path=%22Q1%22", false},
+		{pg + "&search_path=A", pg + "&search_path=%22A%22", false},
+		{pg + "&schema=u", pg + "&options=-c%20search_path%3Du", true},
+		{pg + "&schema=u", pg + "&options=-csearch_path%3Du%20-c%20work_mem%3D4MB", true},
+		{pg, pg + "&search_path=public", true},
+		{pg + "&schema=relay", "postgres://postgres@localhost/test?schema=relay", true},
+		{pg + "&schema=relay", "postgres://postgres@/?host=127.0.0.1&port=5432&dbname=test&schema=relay", true},
+		{pg + "&schema=relay", "postgres://postgres@127.0.0.1:5432/test2?schema=relay", false},
 		{"q.db", "./q.db", true},
 		{"q.db", "i.db", false},
 		{"q.db", "", false},

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
@@ -271,10 +272,9 @@ func sameStore(a, b string) bool {
 		return true
 	}
 	if strings.Contains(a, "://") || strings.Contains(b, "://") {
-		ua, err1 := url.Parse(a)
-		ub, err2 := url.Parse(b)
-		return err1 == nil && err2 == nil && ua.Host == ub.Host && strings.TrimPrefix(ua.Path, "/") == strings.TrimPrefix(ub.Path, "/") &&
-			urlSchema(ua) == urlSchema(ub)
+		ka, err1 := pgStoreKey(a)
+		kb, err2 := pgStoreKey(b)
+		return err1 == nil && err2 == nil && ka == kb
 	}
 	aa, err1 := filepath.Abs(a)
 	bb, err2 := filepath.Abs(b)
@@ -286,23 +286,71 @@ func sameStore(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
-// urlSchema is the schema a PostgreSQL URL's store lives in: schema=, else
-// the first schema of a search_path parameter (any case; the server takes
-// the store's schema from it, current_schema()), else the options
-// parameter as written (a -c search_path there), "" for the server's
-// default.
-func urlSchema(u *url.URL) string {
-	q := u.Query()
-	if s := q.Get("schema"); s != "" {
-		return s
+// pgStoreKey names the store a PostgreSQL URL reaches as the server sees
+// it, however the URL spells it: the server (host and port as pgconn reads
+// them, host=, port= and dbname= parameters included; localhost, 127.0.0.1
+// and ::1 as one loopback host), the database and the schema — schema=,
+// else the first schema of search_path (a parameter in any case, or a -c
+// setting of options), folded to lower case unless quoted, as the server
+// folds an identifier; public for the server's default. A search_path whose
+// first schema does not exist falls through to the next on the server,
+// which the key cannot know.
+func pgStoreKey(dsn string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", err
 	}
-	for k, vs := range q {
-		if strings.EqualFold(k, "search_path") && len(vs) > 0 {
-			first, _, _ := strings.Cut(vs[0], ",")
-			return strings.Trim(strings.TrimSpace(first), `"`)
+	schema := u.Query().Get("schema")
+	// schema= is fairrelay's, not a server parameter: left out as written
+	// (re-encoding the query would turn spaces into '+', which pgconn
+	// keeps).
+	var keep []string
+	for _, kv := range strings.Split(u.RawQuery, "&") {
+		if k, _, _ := strings.Cut(kv, "="); k != "schema" && kv != "" {
+			keep = append(keep, kv)
 		}
 	}
-	return q.Get("options")
+	u.RawQuery = strings.Join(keep, "&")
+	cfg, err := pgconn.ParseConfig(u.String())
+	if err != nil {
+		return "", err
+	}
+	if schema == "" {
+		path := ""
+		for k, v := range cfg.RuntimeParams {
+			switch {
+			case strings.EqualFold(k, "search_path"):
+				path = v
+			case strings.EqualFold(k, "options") && path == "":
+				// -c search_path=x, --search_path=x, -csearch_path=x
+				o := strings.ReplaceAll(v, "-", "_")
+				if i := strings.Index(strings.ToLower(o), "search_path="); i >= 0 {
+					path, _, _ = strings.Cut(v[i+len("search_path="):], " ")
+				}
+			}
+		}
+		first, _, _ := strings.Cut(path, ",")
+		first = strings.TrimSpace(first)
+		if unq, ok := strings.CutPrefix(first, `"`); ok {
+			schema = strings.TrimSuffix(unq, `"`)
+		} else {
+			schema = strings.ToLower(first)
+		}
+		if schema == "" {
+			// The server's default search_path, "$user", public: public
+			// unless a schema named as the user exists. Counted as public,
+			// so that the two spellings are one store (a false "same"
+			// refuses a pair that would work; a false "different" lets
+			// two commands share a store).
+			schema = "public"
+		}
+	}
+	host := cfg.Host
+	switch host {
+	case "localhost", "127.0.0.1", "::1":
+		host = "loopback"
+	}
+	return fmt.Sprintf("%s\x00%d\x00%s\x00%s", host, cfg.Port, cfg.Database, schema), nil
 }
 
 // openQueueCreating opens the queue store of enqueue or relay, creating a
