@@ -37,6 +37,8 @@ type Attempt struct {
 	Status  string `json:"status"`
 	// Detail, Duration and Relay are the settle's (Settlement.Detail,
 	// Settlement.Duration to the millisecond, SettleManyParams.Relay).
+	// In JSON, Duration is a time.Duration's integer: nanoseconds (a
+	// whole number of milliseconds).
 	Detail   string        `json:"detail"`
 	Duration time.Duration `json:"duration"`
 	Relay    string        `json:"relay"`

@@ -153,7 +153,8 @@ type Delivery struct {
 	Generation int64  `json:"generation"`
 	// Settled is when the settle ran (wall clock, UTC, to the
 	// millisecond); Duration how long the delivery took (to the
-	// millisecond), as the relay reported it.
+	// millisecond), as the relay reported it; in JSON a time.Duration's
+	// integer, nanoseconds (a whole number of milliseconds).
 	Settled  time.Time     `json:"settled"`
 	Duration time.Duration `json:"duration"`
 	// Outcome is the receiver's answer; Status the settle's answer (acked,

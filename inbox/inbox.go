@@ -120,7 +120,11 @@ type Inbox struct {
 }
 
 // Open opens (creating if missing) the inbox at dsn — a file path (SQLite) or
-// a postgres:// URL — and applies its migrations. Errors name the field
+// a postgres:// URL, whose optional schema=NAME parameter selects the
+// schema the inbox lives in, as fairrelay.Open's does (created on first
+// use; without it, the connection's current schema; one schema holds one
+// store, so give the inbox a schema of its own beside a queue store's:
+// SPEC §4) — and applies its migrations. Errors name the field
 // "inbox" for a bad path (a URL of another scheme, or a SQLite URL form
 // such as sqlite:x.db, is refused, not taken for a path); database errors
 // wrap the driver's.

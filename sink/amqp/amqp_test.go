@@ -260,6 +260,13 @@ func TestBadOptions(t *testing.T) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.opts, err, tc.field)
 		}
 	}
+	// The consumer's prefetch: negative was taken as the default in
+	// silence (a library user's report, of the webhook sink's).
+	err := amqp.Consume(t.Context(), amqp.ConsumerOptions{Dial: dial, Queue: "q", Prefetch: -1}, consume.Options{})
+	var fe *fairrelay.Error
+	if !errors.As(err, &fe) || fe.Field != "prefetch" {
+		t.Errorf("Prefetch -1: %v, want an error naming prefetch", err)
+	}
 }
 
 func TestParseEndpoint(t *testing.T) {

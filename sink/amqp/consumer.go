@@ -60,7 +60,10 @@ func Consume(ctx context.Context, opts ConsumerOptions, apply consume.Options) e
 	if opts.ExchangeKind == "" {
 		opts.ExchangeKind = "topic"
 	}
-	if opts.Prefetch <= 0 {
+	if opts.Prefetch < 0 {
+		return invalid("prefetch", "must not be negative (0 takes the default, 256), got %d", opts.Prefetch)
+	}
+	if opts.Prefetch == 0 {
 		opts.Prefetch = 256
 	}
 	if opts.Logger == nil {

@@ -64,10 +64,16 @@ func consumeStream(ctx context.Context, opts ConsumerOptions, apply consume.Opti
 	if !validStreamName(opts.Durable) {
 		return invalid("durable", "%q is not a consumer name", opts.Durable)
 	}
-	if opts.AckWait <= 0 {
+	switch {
+	case opts.AckWait < 0:
+		return invalid("ack_wait", "must not be negative (0 takes the default, 30s), got %s", opts.AckWait)
+	case opts.MaxAckPending < 0:
+		return invalid("max_ack_pending", "must not be negative (0 takes the default, 1024), got %d", opts.MaxAckPending)
+	}
+	if opts.AckWait == 0 {
 		opts.AckWait = 30 * time.Second
 	}
-	if opts.MaxAckPending <= 0 {
+	if opts.MaxAckPending == 0 {
 		opts.MaxAckPending = 1024
 	}
 	j, err := js.New(opts.Conn)

@@ -322,6 +322,21 @@ func TestBadOptions(t *testing.T) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.opts, err, tc.field)
 		}
 	}
+	// The consumer's: a negative value was taken as the default in
+	// silence (a library user's report, of the webhook sink's).
+	for _, tc := range []struct {
+		opts  jetstream.ConsumerOptions
+		field string
+	}{
+		{jetstream.ConsumerOptions{Conn: nc, Stream: "S", Durable: "D", AckWait: -time.Second}, "ack_wait"},
+		{jetstream.ConsumerOptions{Conn: nc, Stream: "S", Durable: "D", MaxAckPending: -1}, "max_ack_pending"},
+	} {
+		err := jetstream.Consume(t.Context(), tc.opts, consume.Options{})
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%+v: %v, want an error naming %s", tc.opts, err, tc.field)
+		}
+	}
 }
 
 func TestParseEndpoint(t *testing.T) {

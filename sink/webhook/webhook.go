@@ -113,16 +113,27 @@ func parseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// New checks opts and returns a Sink with its own connection pool. Errors:
-// ErrInvalidInput naming field "sink" (bad URL), "timeout" or
+// New checks opts and returns a Sink with its own connection pool. Zero
+// values take the defaults Options gives. Errors: ErrInvalidInput naming
+// field "sink" (bad URL), "timeout", "max_response_bytes",
+// "max_retry_after" or "max_conns_per_host" (negative), or
 // "permanent_status".
 func New(opts Options) (*Sink, error) {
 	u, err := parseURL(opts.URL)
 	if err != nil {
 		return nil, err
 	}
-	if opts.Timeout < 0 {
+	// Zero takes a default; a negative value is a mistake, not "default"
+	// (a library user's report: these were taken in silence).
+	switch {
+	case opts.Timeout < 0:
 		return nil, invalid("timeout", "must not be negative, got %s", opts.Timeout)
+	case opts.MaxResponseBytes < 0:
+		return nil, invalid("max_response_bytes", "must not be negative, got %d", opts.MaxResponseBytes)
+	case opts.MaxRetryAfter < 0:
+		return nil, invalid("max_retry_after", "must not be negative, got %s", opts.MaxRetryAfter)
+	case opts.MaxConnsPerHost < 0:
+		return nil, invalid("max_conns_per_host", "must not be negative, got %d", opts.MaxConnsPerHost)
 	}
 	s := &Sink{
 		url: u.String(), key: opts.Key, timeout: opts.Timeout, maxRead: opts.MaxResponseBytes,

@@ -260,6 +260,11 @@ func TestBadOptions(t *testing.T) {
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{429}}, "permanent_status"},
 		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{200}}, "permanent_status"},
 		{webhook.Options{URL: "http://127.0.0.1/", Timeout: -time.Second}, "timeout"},
+		// Negative was taken as the default in silence (a library user's
+		// report).
+		{webhook.Options{URL: "http://127.0.0.1/", MaxResponseBytes: -1}, "max_response_bytes"},
+		{webhook.Options{URL: "http://127.0.0.1/", MaxRetryAfter: -time.Second}, "max_retry_after"},
+		{webhook.Options{URL: "http://127.0.0.1/", MaxConnsPerHost: -5}, "max_conns_per_host"},
 	} {
 		_, err := webhook.New(tc.opts)
 		var fe *fairrelay.Error
