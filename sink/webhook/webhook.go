@@ -239,18 +239,31 @@ const skewWorthNaming = time.Minute
 // request's webhook-timestamp.
 func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) sink.Result {
 	res := sink.Result{Detail: strconv.Itoa(status) + " " + http.StatusText(status)}
-	var answer struct {
-		Status string `json:"status"`
-		Cause  string `json:"cause"`
+	// The answer's keys are matched exactly: encoding/json matches a
+	// struct's keys without regard to case (and folds ſ to s), so
+	// {"status":"retry","Status":"id_conflict"} read as id_conflict, past
+	// the repeated-key rule below, which compares keys exactly (a breaker's
+	// report). A value that is not a string is no answer.
+	var answer struct{ Status, Cause string }
+	isJSON := json.Valid(body)
+	members, objErr := jsontext.Object(body)
+	if isJSON && objErr == nil {
+		for _, m := range members {
+			switch m.Key {
+			case "status":
+				_ = json.Unmarshal(m.Value, &answer.Status)
+			case "cause":
+				_ = json.Unmarshal(m.Value, &answer.Cause)
+			}
+		}
 	}
-	isJSON := json.Unmarshal(body, &answer) == nil
 	if status == http.StatusUnauthorized || status == http.StatusForbidden {
 		// Say what to fix: otherwise every head ends in budget_exhausted
 		// while the operator looks at the wrong thing.
 		res.Detail += ": the receiver refused the request: " + refusal(answer.Cause, h.Get("Date"), sent)
 	}
 	var dup *jsontext.DuplicateKeyError
-	if _, err := jsontext.Object(body); isJSON && errors.As(err, &dup) {
+	if isJSON && errors.As(objErr, &dup) {
 		// {"status":"retry","status":"accepted"}: Go's decoder takes the
 		// last, another reader the first; an answer that says two things
 		// is taken as neither (a breaker's receiver), and retried.
