@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -169,6 +170,9 @@ Broker ` + brokerEnvHelp + `.`,
 				log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
 			}
 			h := in.Handler(opts)
+			if opts.Verify == nil {
+				h = loopbackOnly(h)
+			}
 			if metricsLn != nil {
 				reg := prometheus.NewRegistry()
 				if h, err = instrumentReceiver(reg, h); err != nil {
@@ -270,6 +274,29 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 	}
 	log.Info("receive: stopped")
 	return nil
+}
+
+// loopbackOnly serves h only to requests addressed to this machine by
+// name: an unsigned receiver trusts whoever reaches it, and a web page that
+// points its own host name at 127.0.0.1 (DNS rebinding) reaches it, its
+// requests same-origin to the browser, with the page's host name in Host
+// (a breaker's report: such a request wrote to the inbox). The console
+// without sign-in refuses them the same way; a cross-origin request (an
+// Origin of another host) is refused too. The relay sends no Origin.
+func loopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !console.LoopbackHost(r.Host) {
+			http.Error(w, `{"status":"refused","cause":"host","error":"this receiver has no --secret and answers only to a loopback host name (localhost, 127.0.0.1, [::1])"}`, http.StatusMisdirectedRequest)
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" {
+			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+				http.Error(w, `{"status":"refused","cause":"origin","error":"cross-origin request refused"}`, http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // serveUntilDone serves h on ln until ctx is done, then lets in-flight

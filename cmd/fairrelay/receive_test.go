@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
@@ -275,5 +276,64 @@ func TestReceiveAcceptsThePreviousSecretDuringARotation(t *testing.T) {
 	// Without --secret there is nothing to rotate to.
 	if _, errOut, code := cli(t, "", "receive", "--inbox", filepath.Join(t.TempDir(), "j.db"), "--addr", "127.0.0.1:0", "--previous-secret", oldSecret); code != 2 || !strings.Contains(errOut, "invalid_input: previous-secret: needs --secret") {
 		t.Errorf("--previous-secret alone: exit %d, %q", code, errOut)
+	}
+}
+
+// An unsigned receiver answers only requests addressed to this machine by
+// name: a page that points its own host name at 127.0.0.1 (DNS
+// rebinding) sends its name in Host, and a cross-origin page an Origin of
+// another host; both are refused and write nothing (a breaker's report:
+// the first wrote to the inbox). A header quoted in a refusal is clipped.
+func TestUnsignedReceiverAnswersLoopbackNamesOnly(t *testing.T) {
+	t.Parallel()
+	inboxPath := filepath.Join(t.TempDir(), "i.db")
+	recv, addr := startReceiver(t, inboxPath)
+	post := func(host, origin string, seq int64, extra http.Header) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/", strings.NewReader(`{"delta":1}`))
+		req.Host = host
+		req.Header.Set(webhook.HeaderID, webhook.MessageID(fmt.Sprintf("E%d", seq), "F", seq))
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		for k, vs := range extra {
+			req.Header[k] = vs
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	if got, body := post("rebind.attacker.example:"+port, "", 1, nil); got != http.StatusMisdirectedRequest {
+		t.Errorf("Host of another name: %d %s, want 421", got, body)
+	}
+	if got, body := post(addr, "http://localhost:3000", 1, nil); got != http.StatusForbidden {
+		t.Errorf("Origin of another host: %d %s, want 403", got, body)
+	}
+	if got, body := post("localhost:"+port, "", 1, nil); got != http.StatusOK {
+		t.Errorf("Host localhost: %d %s, want 200", got, body)
+	}
+	if got, body := post(addr, "http://"+addr, 2, nil); got != http.StatusOK {
+		t.Errorf("same-origin Origin: %d %s, want 200", got, body)
+	}
+	long := strings.Repeat("A", 10000)
+	if got, body := post(addr, "", 3, http.Header{"Fairrelay-Flow": {long}}); got != http.StatusBadRequest || len(body) > 1000 {
+		t.Errorf("a 10 000-byte Fairrelay-Flow: %d with a %d-byte answer, want 400 quoting a clip of it", got, len(body))
+	}
+	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("receive exit %d: %s", code, recv.stderr())
+	}
+	in, err := inbox.Open(t.Context(), inboxPath, inbox.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	rs, err := in.Receipts(t.Context(), "", 0, 10)
+	if err != nil || len(rs) != 2 {
+		t.Errorf("receipts %+v %v, want E1 and E2 only", rs, err)
 	}
 }

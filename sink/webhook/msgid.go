@@ -66,7 +66,7 @@ func ParseMessageID(s string) (eventID, flow string, seq int64, err error) {
 	}
 	seq, err = strconv.ParseInt(parts[2], 10, 64)
 	if err != nil || seq < 1 || strconv.FormatInt(seq, 10) != parts[2] {
-		return "", "", 0, fmt.Errorf("%w: the seq %q is not an integer >= 1 in canonical decimal", ErrMessageID, parts[2])
+		return "", "", 0, fmt.Errorf("%w: the seq %s is not an integer >= 1 in canonical decimal", ErrMessageID, clipQuote(parts[2]))
 	}
 	return eventID, flow, seq, nil
 }

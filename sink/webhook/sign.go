@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
 )
@@ -145,6 +146,22 @@ type Verifier struct {
 	Now func() time.Time
 }
 
+// clipQuote quotes at most the first 40 bytes of s (at a rune boundary),
+// saying how long s was when it was longer: a refusal quotes a header
+// without copying a megabyte of it into the answer and the log (a
+// breaker's report).
+func clipQuote(s string) string {
+	const max = 40
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}
+
 // NewVerifier returns a Verifier for the HMAC key (see ParseSecret). A
 // request signed with one of the previous keys is accepted too: to rotate
 // a secret without refused deliveries, a receiver accepts the new key and
@@ -163,9 +180,13 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if id == "" || ts == "" || sigs == "" {
 		return ErrUnsigned
 	}
+	// Canonical decimal only ("+1700000000" and "01700000000" parse to the
+	// same second): the signature covers the value, so the header's bytes
+	// must be the one spelling of it that a sender signs (Standard Webhooks
+	// signs the header as sent).
 	unix, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%w: %q is not Unix seconds", ErrTimestamp, ts)
+	if err != nil || strconv.FormatInt(unix, 10) != ts {
+		return fmt.Errorf("%w: %s is not Unix seconds in canonical decimal", ErrTimestamp, clipQuote(ts))
 	}
 	now, tol := time.Now, v.Tolerance
 	if v.Now != nil {

@@ -132,6 +132,17 @@ func TestVerifier(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
+	// The timestamp is signed as sent: only its canonical spelling verifies
+	// ("+…" and "0…" parsed to the signed second; a breaker's report), and a
+	// refusal quotes a clip of it, not a megabyte.
+	for _, ts := range []string{"+" + strconv.FormatInt(now.Unix(), 10), "0" + strconv.FormatInt(now.Unix(), 10), strings.Repeat("A", 100000)} {
+		h := header("e1", now, good)
+		h.Set(webhook.HeaderTimestamp, ts)
+		err := v.Verify(h, body)
+		if !errors.Is(err, webhook.ErrTimestamp) || len(err.Error()) > 200 {
+			t.Errorf("timestamp %.20q…: %.300v, want ErrTimestamp in a short message", ts, err)
+		}
+	}
 }
 
 // Rotating a secret: a verifier given the new key and the old one as
@@ -203,6 +214,14 @@ func TestClassify(t *testing.T) {
 		{"Retry-After capped", answer{status: 503, retryAfter: "999999999"}, nil, fairrelay.OutcomeRetry, time.Hour},
 		{"an answer that repeats status is retried", answer{status: 200, body: `{"status":"retry","status":"accepted"}`}, nil, fairrelay.OutcomeRetry, 0},
 		{"an answer that repeats status, the other way", answer{status: 200, body: `{"status":"accepted","status":"retry"}`}, nil, fairrelay.OutcomeRetry, 0},
+		// Keys match exactly: encoding/json's struct matching ignores case
+		// (and folds ſ), which read these as id_conflict, past the
+		// repeated-key rule (a breaker's report).
+		{"a key in another case is not status", answer{status: 422, body: `{"status":"retry","Status":"id_conflict"}`}, nil, fairrelay.OutcomeRetry, 0},
+		{"a key with a long s is not status", answer{status: 422, body: `{"status":"retry","ſtatus":"id_conflict"}`}, nil, fairrelay.OutcomeRetry, 0},
+		{"STATUS alone is no answer", answer{status: 422, body: `{"STATUS":"id_conflict"}`}, nil, fairrelay.OutcomeRetry, 0},
+		{"a 2xx answer: status decides, not Status", answer{status: 200, body: `{"status":"retry","Status":"accepted"}`}, nil, fairrelay.OutcomeRetry, 0},
+		{"a status that is not a string is no answer", answer{status: 422, body: `{"status":["id_conflict"]}`}, nil, fairrelay.OutcomeRetry, 0},
 		{"Retry-After past int64 capped", answer{status: 503, retryAfter: "99999999999999999999"}, nil, fairrelay.OutcomeRetry, time.Hour},
 		{"Retry-After negative past int64", answer{status: 503, retryAfter: "-99999999999999999999"}, nil, fairrelay.OutcomeRetry, 0},
 		{"Retry-After garbage", answer{status: 503, retryAfter: "soon"}, nil, fairrelay.OutcomeRetry, 0},
