@@ -95,6 +95,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AuthHeader != "" && cfg.Tokens != nil {
 		return nil, fairrelay.InvalidInput("auth-header", "give a token file or a proxy header, not both")
 	}
+	if cfg.AuthHeader != "" {
+		if err := CheckAuthHeader(cfg.AuthHeader); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.LocalOperator == "" {
 		cfg.LocalOperator = "console"
 	}
@@ -161,6 +166,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// CheckAuthHeader checks Config.AuthHeader: an HTTP header field name, one
+// or more token characters (RFC 9110 §5.1). A name no request can carry
+// left the console answering every request 401 (a breaker's report).
+// Errors: ErrInvalidInput naming "auth-header".
+func CheckAuthHeader(name string) error {
+	ok := name != ""
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+	}
+	if !ok {
+		return fairrelay.InvalidInput("auth-header", "%q is not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~ only)", name)
+	}
+	return nil
 }
 
 // LoopbackHost reports whether host (a request's Host, or a listen

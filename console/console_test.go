@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -546,5 +547,21 @@ func TestGroupsPage(t *testing.T) {
 	}
 	if st, body := c.do("GET", "/groups?after=%00", nil); st != 400 || !strings.Contains(body, "after") {
 		t.Errorf("GET /groups?after=%%00: %d %.200s, want 400 naming after", st, body)
+	}
+}
+
+// A proxy header no request can carry is refused at New, naming it: the
+// console answered every request 401 (a breaker's report).
+func TestNewRefusesAnAuthHeaderThatIsNotAName(t *testing.T) {
+	q := scenario(t)
+	for _, h := range []string{"X User", "X-User:", "X-Üser", "\t"} {
+		_, err := console.New(console.Config{Queue: q, AuthHeader: h})
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Field != "auth-header" {
+			t.Errorf("AuthHeader %q: %v, want invalid_input naming auth-header", h, err)
+		}
+	}
+	if _, err := console.New(console.Config{Queue: q, AuthHeader: "X-Forwarded-User"}); err != nil {
+		t.Errorf("X-Forwarded-User: %v", err)
 	}
 }

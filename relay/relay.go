@@ -159,7 +159,10 @@ type Config struct {
 	// RetainIDs is how long a pruned event's id stays idempotent (its
 	// tombstone; SPEC §8): tombstones older are deleted, and an event acked
 	// longer ago leaves none. 0 keeps tombstones forever. When both are
-	// set, at least RetainAcked. A whole number of milliseconds.
+	// set, at least RetainAcked. Used only while RetainAcked is positive:
+	// with RetainAcked 0 the relay prunes nothing, tombstones included (a
+	// tombstone left by a manual prune stays until another prune deletes
+	// it). A whole number of milliseconds.
 	RetainIDs time.Duration
 	// PruneInterval is the pause between prunes. Defaults to 1 minute.
 	PruneInterval time.Duration

@@ -39,6 +39,11 @@ func (c *consoleFlags) register(cmd *cobra.Command) {
 // config checks the flags for a console on addr (the flag field).
 func (c *consoleFlags) config(field, addr string, q *fairrelay.Queue, in *inbox.Inbox, log *slog.Logger) (console.Config, error) {
 	cfg := console.Config{Queue: q, Inbox: in, AuthHeader: c.authHeader, LocalOperator: osUser(), Logger: log}
+	if c.authHeader != "" {
+		if err := console.CheckAuthHeader(c.authHeader); err != nil {
+			return cfg, err
+		}
+	}
 	if c.tokens != "" {
 		t, err := console.LoadTokens(c.tokens)
 		if err != nil {
@@ -78,16 +83,27 @@ func (c *consoleFlags) config(field, addr string, q *fairrelay.Queue, in *inbox.
 	return cfg, nil
 }
 
-// start listens on addr and serves the console until ctx is done; it
-// returns the console's URL, and wait, which waits for the server to stop.
-func (c *consoleFlags) start(ctx context.Context, field, addr string, cfg console.Config) (url string, wait func(), err error) {
-	srv, err := console.New(cfg)
-	if err != nil {
-		return "", nil, err
-	}
+// listenConsole listens on addr for a console: before any store is opened, so
+// that an address in use, or no address at all, is refused with nothing
+// created or migrated (a breaker's report: relay --console-addr
+// 127.0.0.1:99999 created the queue store first). Errors: ErrInvalidInput
+// naming field.
+func listenConsole(field, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: err.Error()}
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: err.Error()}
+	}
+	return ln, nil
+}
+
+// start serves the console on ln until ctx is done (closing ln on an
+// error); it returns the console's URL, and wait, which waits for the
+// server to stop.
+func (c *consoleFlags) start(ctx context.Context, ln net.Listener, cfg console.Config) (url string, wait func(), err error) {
+	srv, err := console.New(cfg)
+	if err != nil {
+		ln.Close()
+		return "", nil, err
 	}
 	scheme := "http"
 	if c.certFile != "" {
@@ -125,10 +141,15 @@ the header H, set by an authenticating proxy, to name the user.`,
 			if err != nil {
 				return err
 			}
-			// Checked before any store is opened.
+			// Checked, and listening, before any store is opened.
 			if _, err := cf.config("addr", addr, nil, nil, log); err != nil {
 				return err
 			}
+			ln, err := listenConsole("addr", addr)
+			if err != nil {
+				return err
+			}
+			defer ln.Close() // for a return before it serves
 			q, err := openExistingQueue(ctx, queue, fairrelay.DaemonPolicy(), nil)
 			if err != nil {
 				return err
@@ -147,7 +168,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 			if err != nil {
 				return err
 			}
-			url, wait, err := cf.start(ctx, "addr", addr, cfg)
+			url, wait, err := cf.start(ctx, ln, cfg)
 			if err != nil {
 				return err
 			}

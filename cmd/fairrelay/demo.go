@@ -158,7 +158,11 @@ func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) (err 
 		cctx, stop := context.WithCancel(parent)
 		defer stop()
 		var cf consoleFlags
-		url, wait, err := cf.start(cctx, "console", o.console, console.Config{Queue: q, Inbox: in, LocalOperator: "demo-operator",
+		ln, err := listenConsole("console", o.console)
+		if err != nil {
+			return err
+		}
+		url, wait, err := cf.start(cctx, ln, console.Config{Queue: q, Inbox: in, LocalOperator: "demo-operator",
 			Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err

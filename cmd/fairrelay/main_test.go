@@ -357,6 +357,13 @@ func TestFlagParseErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--bogus"}, "bogus: unknown flag --bogus for fairrelay"},
 		{[]string{"claim", "--queue", q, "-x"}, "x: unknown flag -x for fairrelay claim"},
 		{[]string{"claim", "--queue", q, "---at", "5"}, `at: bad flag syntax "---at"`},
+		// Refused before the store is opened, created or migrated (a
+		// breaker's report: the console's address was tried after).
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--console-addr", "127.0.0.1:99999"}, "console-addr: listen tcp: address 99999: invalid port"},
+		{[]string{"console", "--queue", q, "--addr", "127.0.0.1:99999"}, "addr: listen tcp: address 99999: invalid port"},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--console-addr", "127.0.0.1:0", "--auth-header", "X User"}, `auth-header: "X User" is not an HTTP header name`},
+		{[]string{"console", "--queue", q, "--auth-header", "X-User:"}, `auth-header: "X-User:" is not an HTTP header name`},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--max-tick-jump", "-5s"}, "max-tick-jump: must not be negative, got -5s"},
 	} {
 		out, errOut, code := cli(t, "", c.args...)
 		want := "fairrelay: invalid_input: " + c.want

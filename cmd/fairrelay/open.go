@@ -97,7 +97,13 @@ func (p *policyFlags) policy() (fairrelay.Policy, error) {
 		}
 	}
 	if p.jump < 0 {
-		return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-tick-jump", Message: fmt.Sprintf("must not be negative, got %d", p.jump)}
+		// Named as typed: a duration where the flag takes one (a breaker's
+		// report: -5s read "got -5000").
+		got := fmt.Sprint(p.jump)
+		if !p.ticks {
+			got = p.jumpD.String()
+		}
+		return fairrelay.Policy{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-tick-jump", Message: "must not be negative, got " + got}
 	}
 	pol := fairrelay.Policy{Entry: e, Lease: p.lease, Budget: p.budget, BackoffBase: p.base, BackoffCap: p.cap, Jitter: p.jitter, MaxTickJump: p.jump}
 	// A zero here is a typed 0, not "the default" as in the library.

@@ -203,6 +203,15 @@ charged least; --max-group-slots caps any group's slots (configure
 				}
 				defer metricsLn.Close() // for a return before it serves
 			}
+			// The console's address too (its flags were checked above),
+			// before the store is opened (or created, or migrated).
+			var consoleLn net.Listener
+			if consoleAddr != "" {
+				if consoleLn, err = listenConsole("console-addr", consoleAddr); err != nil {
+					return err
+				}
+				defer consoleLn.Close() // for a return before it serves
+			}
 			q, created, err := openQueueCreating(ctx, queue, pol, &pf)
 			if err != nil {
 				return err
@@ -244,7 +253,7 @@ charged least; --max-group-slots caps any group's slots (configure
 					return err
 				}
 				cctx, stop := context.WithCancel(ctx)
-				url, wait, err := cf.start(cctx, "console-addr", consoleAddr, ccfg)
+				url, wait, err := cf.start(cctx, consoleLn, ccfg)
 				if err != nil {
 					stop()
 					return err
@@ -255,6 +264,12 @@ charged least; --max-group-slots caps any group's slots (configure
 			}
 			if unsigned {
 				log.Warn("relay: no --secret: deliveries are unsigned")
+			}
+			if retainAcked == 0 && retainIDs > 0 && cmd.Flags().Changed("retain-ids") {
+				// The relay prunes nothing while acked events are kept: a
+				// tombstone is made only by a prune (a breaker's report: the
+				// start line said retain_ids=1h, and none was ever deleted).
+				log.Warn("relay: --retain-ids has no effect with --retain-acked 0: the relay prunes nothing; tombstones from a manual prune stay until fairrelay prune --ids-before deletes them")
 			}
 			// A second signal stops the process at once (main).
 			return r.Run(ctx)
@@ -271,7 +286,7 @@ charged least; --max-group-slots caps any group's slots (configure
 	f.DurationVar(&margin, "lease-margin", time.Second, "time kept between a delivery's timeout and its lease's end; --lease must exceed --timeout plus this")
 	f.DurationVar(&shutdown, "shutdown-timeout", 0, "how long in-flight deliveries may run after a signal (default: --timeout)")
 	f.DurationVar(&retainAcked, "retain-acked", 7*24*time.Hour, "prune acked events (and their bodies) acked longer ago than this, every minute in short batches (SPEC §8); 0 keeps them forever")
-	f.DurationVar(&retainIDs, "retain-ids", 30*24*time.Hour, "keep a pruned event's id idempotent (its tombstone) this long after its ack; 0 keeps tombstones forever; at least --retain-acked")
+	f.DurationVar(&retainIDs, "retain-ids", 30*24*time.Hour, "keep a pruned event's id idempotent (its tombstone) this long after its ack; 0 keeps tombstones forever; at least --retain-acked, and used only with it (with --retain-acked 0 the relay prunes nothing)")
 	f.StringVar(&permanent, "permanent-status", "", "webhook sink: comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
 	f.StringVar(&name, "name", "", "this relay's name in the attempt history of what it delivers (default HOST:PID)")
