@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -107,10 +106,10 @@ func withoutUnstorable(rs store.ReadSet) store.ReadSet {
 // storableOnly returns names, or a copy without the names no row can hold.
 func storableOnly(names []string) []string {
 	for i, n := range names {
-		if !storable(n) {
+		if !store.Storable(n) {
 			out := slices.Clone(names[:i])
 			for _, m := range names[i+1:] {
-				if storable(m) {
+				if store.Storable(m) {
 					out = append(out, m)
 				}
 			}
@@ -118,11 +117,6 @@ func storableOnly(names []string) []string {
 		}
 	}
 	return names
-}
-
-// storable says whether a row can hold name: valid UTF-8 without a NUL.
-func storable(name string) bool {
-	return utf8.ValidString(name) && strings.IndexByte(name, 0) < 0
 }
 
 // errUnchanged, returned by a write's body after it has set its answer,

@@ -179,20 +179,10 @@ func DeliveryFromHeader(h http.Header, body []byte) (Delivery, error) {
 			continue
 		}
 		if len(vs) > 1 || vs[0] != m.signed {
-			return Delivery{}, bad(m.header, fmt.Sprintf("%s differs from the signed %s, which says %q", clipQuote(strings.Join(vs, ", ")), webhook.HeaderID, m.signed), webhook.ErrMetadata)
+			return Delivery{}, bad(m.header, fmt.Sprintf("%s differs from the signed %s, which says %q", sink.QuoteExcerpt(strings.Join(vs, ", "), 40), webhook.HeaderID, m.signed), webhook.ErrMetadata)
 		}
 	}
 	return d, nil
-}
-
-// clipQuote quotes at most the first 40 bytes of a header's value (as
-// sink.Excerpt cuts it), saying how long it was when it was longer: a
-// refusal does not copy a long header into the answer and the log.
-func clipQuote(s string) string {
-	if len(s) <= 40 {
-		return strconv.Quote(s)
-	}
-	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(sink.Excerpt(s, 40)), len(s))
 }
 
 // WriteOutcome answers a delivery with {"status": "<outcome>"} and the HTTP

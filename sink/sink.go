@@ -88,6 +88,17 @@ func Excerpt(s string, max int) string {
 	return s[:cut]
 }
 
+// QuoteExcerpt quotes s for an error message about a request: whole when it
+// is at most max bytes, else Excerpt(s, max) quoted and s's length, so that
+// a refusal does not copy a megabyte of a header into its answer and the
+// log.
+func QuoteExcerpt(s string, max int) string {
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(Excerpt(s, max)), len(s))
+}
+
 // RedactURL returns raw, a URL as the user gave it (it may not parse), with
 // the password of its user information replaced by "xxxxx", as
 // url.URL.Redacted writes it, for an error message or a log line: an error

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
 
 // policyFlags are the protocol numbers every queue command accepts. Times
@@ -302,22 +303,12 @@ func sameStore(a, b string) bool {
 // first schema does not exist falls through to the next on the server,
 // which the key cannot know.
 func pgStoreKey(dsn string) (string, error) {
-	u, err := url.Parse(dsn)
+	// The store's own reading: schema= apart, the rest as pgx gets it.
+	conn, schema, err := pgstore.ParseDSN(dsn)
 	if err != nil {
 		return "", err
 	}
-	schema := u.Query().Get("schema")
-	// schema= is fairrelay's, not a server parameter: left out as written
-	// (re-encoding the query would turn spaces into '+', which pgconn
-	// keeps).
-	var keep []string
-	for _, kv := range strings.Split(u.RawQuery, "&") {
-		if k, _, _ := strings.Cut(kv, "="); k != "schema" && kv != "" {
-			keep = append(keep, kv)
-		}
-	}
-	u.RawQuery = strings.Join(keep, "&")
-	cfg, err := pgconn.ParseConfig(u.String())
+	cfg, err := pgconn.ParseConfig(conn)
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay/internal/ident"
 )
@@ -32,4 +34,11 @@ func CheckEvents(p EnqueueParams) error {
 		}
 	}
 	return nil
+}
+
+// Storable says whether every backend's text can hold s: valid UTF-8
+// without a NUL byte (PostgreSQL's text takes neither; internal/ident's rule
+// refuses both in every name, so no stored name is unstorable).
+func Storable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }

@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/sink"
 )
 
 // The Standard Webhooks headers (https://www.standardwebhooks.com/).
@@ -146,21 +146,9 @@ type Verifier struct {
 	Now func() time.Time
 }
 
-// clipQuote quotes at most the first 40 bytes of s (at a rune boundary),
-// saying how long s was when it was longer: a refusal quotes a header
-// without copying a megabyte of it into the answer and the log (a
-// breaker's report).
-func clipQuote(s string) string {
-	const max = 40
-	if len(s) <= max {
-		return strconv.Quote(s)
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
-}
+// clipQuote quotes a header's value in a refusal, at most 40 bytes of it
+// (a breaker's report: a 1 MB timestamp gave a 1 MB answer and log line).
+func clipQuote(s string) string { return sink.QuoteExcerpt(s, 40) }
 
 // NewVerifier returns a Verifier for the HMAC key (see ParseSecret). A
 // request signed with one of the previous keys is accepted too: to rotate

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,7 +29,7 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	// real values).
 	substituted := false
 	carry := func(v string) string {
-		if carriable(v) {
+		if store.Storable(v) {
 			return v
 		}
 		substituted = true
@@ -102,24 +101,9 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	return out, nil
 }
 
-// carriable says whether PostgreSQL text can hold v: valid UTF-8 without
-// a NUL byte (ident's rule refuses both anyway).
-func carriable(v string) bool {
-	return utf8.ValidString(v) && !containsNUL(v)
-}
-
 // uncarried stands in for a name text cannot hold: a control character,
 // which the SQL function's ident_problem refuses in every name field.
 const uncarried = "\x01"
-
-func containsNUL(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if v[i] == 0 {
-			return true
-		}
-	}
-	return false
-}
 
 // enqueueOwn runs enqueue_many in a transaction of its own: BEGIN, the call
 // and COMMIT in one round trip.
