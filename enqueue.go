@@ -111,9 +111,21 @@ type EnqueueResult struct {
 func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
 	rs, err := q.EnqueueMany(ctx, EnqueueManyParams{At: p.At, Floor: p.Floor, Events: []NewEvent{p.event()}})
 	if err != nil {
-		return EnqueueResult{}, err
+		return EnqueueResult{}, single(err)
 	}
 	return rs[0], nil
+}
+
+// single clears Error.Item for a call of one item, which has no position
+// to give.
+func single(err error) error {
+	var e *Error
+	if errors.As(err, &e) && e.Item != 0 {
+		c := *e
+		c.Item = 0
+		return &c
+	}
+	return err
 }
 
 func (p EnqueueParams) event() NewEvent {
@@ -124,7 +136,8 @@ func (p EnqueueParams) event() NewEvent {
 // answer Enqueue would give in that order. A bad event fails the whole batch
 // and nothing is written (the error names the field). An empty batch writes
 // nothing, not even the tick, and answers only the clock's checks. The
-// caller's slices are not changed. Errors as Enqueue.
+// caller's slices are not changed. Errors as Enqueue; an ErrInvalidInput
+// about one event gives its position in p.Events (Error.Item).
 func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]EnqueueResult, error) {
 	return q.enqueue(ctx, nil, p)
 }
@@ -173,7 +186,7 @@ func (q *Queue) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, p EnqueueParams) (E
 func (q *Queue) enqueueOne(ctx context.Context, caller any, p EnqueueParams) (EnqueueResult, error) {
 	rs, err := q.enqueue(ctx, caller, EnqueueManyParams{At: p.At, Floor: p.Floor, Events: []NewEvent{p.event()}})
 	if err != nil {
-		return EnqueueResult{}, err
+		return EnqueueResult{}, single(err)
 	}
 	return rs[0], nil
 }
@@ -216,7 +229,7 @@ func storeError(op string, err error) error {
 	case errors.As(err, &ce):
 		return clockRegressed(cmp.Or(ce.Op, op), ce.At, ce.Stored)
 	case errors.As(err, &ie):
-		return &Error{Code: CodeInvalidInput, Field: ie.Field, Message: ie.Message}
+		return &Error{Code: CodeInvalidInput, Field: ie.Field, Item: ie.Item, Message: ie.Message}
 	}
 	return dbError(op, err)
 }

@@ -31,8 +31,16 @@ const (
 // Error is the error type of every fairrelay operation. Match it with
 // errors.Is against the sentinels below, or errors.As to read Field.
 type Error struct {
-	Code    Code
-	Field   string // for CodeInvalidInput: the field at fault (id, flow, body, at, …)
+	Code  Code
+	Field string // for CodeInvalidInput: the field at fault (id, flow, body, at, …)
+	// Item, for CodeInvalidInput from a call that takes many items
+	// (EnqueueMany's Events, SettleMany's Settles), is the 1-based
+	// position of the item whose Field is at fault: Events[Item-1]. With
+	// more than one item the Message also leads with it ("event 3 of 5:
+	// …", "settlement 2 of 8: …"). 0 when the error is not about one item
+	// (the call's own fields, every single-item call). Nothing of the call
+	// was written either way.
+	Item    int
 	Message string
 	// Hint, when set, says how a Go caller avoids the error, in this
 	// module's names (AtStored, DaemonPolicy); Error appends it in

@@ -573,6 +573,22 @@ func TestPostgresSQLEnqueueErrors(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != "FR001" || pe.Detail != "5 100" || !strings.Contains(pe.Message, "store is at tick 100") {
 		t.Errorf("clock_regressed from SQL: %v (detail %q), want SQLSTATE FR001, DETAIL \"5 100\"", err, pe.Detail)
 	}
+	// A call of many events names the bad one's position in the arrays
+	// (migration 026), as the Go library's Error.Item does.
+	err = pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT * FROM "+pgx.Identifier{schema, "enqueue_many"}.Sanitize()+
+			"(ARRAY['B1', 'B2', 'B3'], ARRAY['B', 'B ', 'B'], ARRAY['1', '2', '3']::bytea[])")
+		return err
+	})
+	if !errors.As(err, &pe) || pe.Code != "FR002" || pe.Detail != "flow" || !strings.HasPrefix(pe.Message, "event 2 of 3: ") {
+		t.Errorf("a bad second event of three from SQL: %v (detail %q), want SQLSTATE FR002, DETAIL flow, a message led by \"event 2 of 3: \"", err, pe.Detail)
+	}
+	_, goErr := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 100, Events: []fairrelay.NewEvent{
+		{ID: "B1", Flow: "B", Body: []byte("1")}, {ID: "B2", Flow: "B ", Body: []byte("2")}, {ID: "B3", Flow: "B", Body: []byte("3")}}})
+	var fe *fairrelay.Error
+	if !errors.As(goErr, &fe) || fe.Field != "flow" || fe.Item != 2 || !strings.HasPrefix(fe.Message, "event 2 of 3: ") {
+		t.Errorf("EnqueueMany's error %v: want field flow, item 2, a message led by \"event 2 of 3: \" as the SQL function's", goErr)
+	}
 	// Nothing was written by any of them.
 	for _, s := range []*fairrelay.Queue{q} {
 		snap, err := s.Snapshot(ctx)

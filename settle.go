@@ -2,6 +2,7 @@ package fairrelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -143,7 +144,7 @@ func (q *Queue) Settle(ctx context.Context, p SettleParams) (SettleResult, error
 	r, err := q.SettleMany(ctx, SettleManyParams{At: p.At, Relay: p.Relay,
 		Settles: []Settlement{{Token: p.Token, Outcome: p.Outcome, NotBefore: p.NotBefore, Detail: p.Detail, Duration: p.Duration}}})
 	if err != nil {
-		return SettleResult{}, err
+		return SettleResult{}, single(err)
 	}
 	return r.Results[0], nil
 }
@@ -153,7 +154,9 @@ func (q *Queue) Settle(ctx context.Context, p SettleParams) (SettleResult, error
 // heads. An unknown event id fails the whole call with ErrNotFound and
 // nothing changes. The fault points are the settle's (before_settle_commit,
 // after_settle_commit): a crash before the commit keeps neither part.
-// Errors as Settle, plus ErrInvalidInput (field "claim_limit").
+// Errors as Settle, plus ErrInvalidInput (field "claim_limit"); an
+// ErrInvalidInput about one settlement gives its position in p.Settles
+// (Error.Item).
 func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyResult, error) {
 	k := p.ClaimLimit
 	var rs []SettleResult
@@ -203,37 +206,61 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 	return SettleManyResult{Results: rs, Claims: cs, Quarantined: qs, Tick: tick}, nil
 }
 
+// checkSettles checks each settlement (checkSettle); an error gives the
+// settlement's position (Error.Item).
 func checkSettles(ps []Settlement) error {
-	for _, p := range ps {
-		if p.Outcome == "" {
-			return invalid("outcome", "empty")
-		}
-		// An outcome outside the known ones is transient (Outcome.Class),
-		// but it is stored with the attempt: it is a name (CheckID), which
-		// every backend can hold (PostgreSQL's text takes no NUL and no
-		// invalid UTF-8: it failed the commit with a database error).
-		if err := checkID("outcome", string(p.Outcome)); err != nil {
-			return err
-		}
-		// The id's own rule (CheckID), as redrive's and expedite's: an id
-		// no event could have is bad input, not not_found.
-		if err := checkID("id", p.Token.EventID); err != nil {
-			return err
-		}
-		if err := checkGeneration("generation", p.Token.Generation); err != nil {
-			return err
-		}
-		if p.NotBefore < 0 || p.NotBefore > 2*MaxTick {
-			return invalid("not_before", "must be a tick in [0, %d], got %d", int64(2*MaxTick), p.NotBefore)
-		}
-		if len(p.Detail) > MaxDetailBytes || !utf8.ValidString(p.Detail) || strings.IndexByte(p.Detail, 0) >= 0 {
-			return invalid("detail", "must be valid UTF-8 without NUL of at most %d bytes, got %d bytes", MaxDetailBytes, len(p.Detail))
-		}
-		if p.Duration < 0 {
-			return invalid("duration", "must not be negative, got %s", p.Duration)
+	for i, p := range ps {
+		if err := checkSettle(p); err != nil {
+			return itemError(err, "settlement", i, len(ps))
 		}
 	}
 	return nil
+}
+
+func checkSettle(p Settlement) error {
+	if p.Outcome == "" {
+		return invalid("outcome", "empty")
+	}
+	// An outcome outside the known ones is transient (Outcome.Class),
+	// but it is stored with the attempt: it is a name (CheckID), which
+	// every backend can hold (PostgreSQL's text takes no NUL and no
+	// invalid UTF-8: it failed the commit with a database error).
+	if err := checkID("outcome", string(p.Outcome)); err != nil {
+		return err
+	}
+	// The id's own rule (CheckID), as redrive's and expedite's: an id
+	// no event could have is bad input, not not_found.
+	if err := checkID("id", p.Token.EventID); err != nil {
+		return err
+	}
+	if err := checkGeneration("generation", p.Token.Generation); err != nil {
+		return err
+	}
+	if p.NotBefore < 0 || p.NotBefore > 2*MaxTick {
+		return invalid("not_before", "must be a tick in [0, %d], got %d", int64(2*MaxTick), p.NotBefore)
+	}
+	if len(p.Detail) > MaxDetailBytes || !utf8.ValidString(p.Detail) || strings.IndexByte(p.Detail, 0) >= 0 {
+		return invalid("detail", "must be valid UTF-8 without NUL of at most %d bytes, got %d bytes", MaxDetailBytes, len(p.Detail))
+	}
+	if p.Duration < 0 {
+		return invalid("duration", "must not be negative, got %s", p.Duration)
+	}
+	return nil
+}
+
+// itemError gives an *Error about the item at index i of n its position
+// (Error.Item, 1-based) and, when n > 1, leads its message with it.
+func itemError(err error, noun string, i, n int) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	c := *e
+	c.Item = i + 1
+	if n > 1 {
+		c.Message = fmt.Sprintf("%s %d of %d: %s", noun, i+1, n, c.Message)
+	}
+	return &c
 }
 
 // settleMany is the body of SettleMany inside a write transaction. A

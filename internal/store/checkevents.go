@@ -12,25 +12,33 @@ import (
 // event and in each id, flow, group, body: internal/ident's rule for the
 // names, a body of 1 to MaxBodyBytes bytes. It returns the first bad
 // field's *InvalidError, the answer PostgreSQL's enqueue_many gives (its
-// ident_problem is the same rule), or nil.
+// ident_problem is the same rule), with Item set to the event's 1-based
+// position and, in a call of more than one event, the message led by
+// "event <Item> of <n>: "; or nil.
 func CheckEvents(p EnqueueParams) error {
-	for _, e := range p.Events {
+	for i, e := range p.Events {
+		bad := func(field, msg string) error {
+			if len(p.Events) > 1 {
+				msg = fmt.Sprintf("event %d of %d: %s", i+1, len(p.Events), msg)
+			}
+			return &InvalidError{Field: field, Message: msg, Item: i + 1}
+		}
 		if err := ident.Check(e.ID); err != nil {
-			return &InvalidError{Field: "id", Message: err.Error()}
+			return bad("id", err.Error())
 		}
 		if err := ident.Check(e.Flow); err != nil {
-			return &InvalidError{Field: "flow", Message: err.Error()}
+			return bad("flow", err.Error())
 		}
 		if e.Group != "" {
 			if err := ident.Check(e.Group); err != nil {
-				return &InvalidError{Field: "group", Message: err.Error()}
+				return bad("group", err.Error())
 			}
 		}
 		switch {
 		case len(e.Body) == 0:
-			return &InvalidError{Field: "body", Message: "empty"}
+			return bad("body", "empty")
 		case len(e.Body) > p.MaxBodyBytes:
-			return &InvalidError{Field: "body", Message: fmt.Sprintf("%d bytes, more than the limit of %d", len(e.Body), p.MaxBodyBytes)}
+			return bad("body", fmt.Sprintf("%d bytes, more than the limit of %d", len(e.Body), p.MaxBodyBytes))
 		}
 	}
 	return nil

@@ -191,9 +191,12 @@ func ForeignScheme(dsn string) string {
 
 // InvalidError is returned by Store.Enqueue for input it refuses (the SQL
 // function checks its own input: a caller in another language has no Go
-// in front of it). Field names the field; nothing changed.
+// in front of it). Field names the field; nothing changed. Item, when
+// positive, is the 1-based position in EnqueueParams.Events of the event at
+// fault (CheckEvents); 0 when the error is not about one event.
 type InvalidError struct {
 	Field, Message string
+	Item           int
 }
 
 func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }

@@ -27,12 +27,10 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	// call fails either way, with SPEC §2's first error (clock_regressed,
 	// the tick's checks, then the fields, which CheckEvents names with the
 	// real values).
-	substituted := false
 	carry := func(v string) string {
 		if store.Storable(v) {
 			return v
 		}
-		substituted = true
 		return uncarried
 	}
 	for i, e := range p.Events {
@@ -75,7 +73,11 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 	}
 	if err != nil {
 		var ie *store.InvalidError
-		if substituted && errors.As(err, &ie) && (ie.Field == "id" || ie.Field == "flow" || ie.Field == "group" || ie.Field == "body") {
+		if errors.As(err, &ie) && (ie.Field == "id" || ie.Field == "flow" || ie.Field == "group" || ie.Field == "body") {
+			// The function names the field; CheckEvents, the same rule
+			// in the same order, also names the event (its position, as
+			// on SQLite) and the real value of a name that went as
+			// uncarried.
 			if ferr := store.CheckEvents(p); ferr != nil {
 				return store.EnqueueResult{}, ferr
 			}
