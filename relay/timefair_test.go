@@ -307,6 +307,10 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 func TestTimeFairFastBesideSlow(t *testing.T) {
 	skipTimingUnderRace(t)
 	t.Parallel()
+	atSecondTry(t, fastBesideSlow)
+}
+
+func fastBesideSlow(t *testing.T, fail func(format string, args ...any)) {
 	q := sqliteQueue(t)
 	rc := newSlowReceiver(t, map[string]time.Duration{"slow": 100 * time.Millisecond})
 	enqueueFlows(t.Context(), t, q, fairrelay.AtStored,
@@ -324,7 +328,7 @@ func TestTimeFairFastBesideSlow(t *testing.T) {
 	stop()
 	fast := w.counts["fast"]
 	if s := w.slots["slow"]; s > 4*1.2 || s < 4*0.5 {
-		t.Errorf("the slow groups held %.1f slots on average, want their half, 4, within 20%% (or at least 2 if the run was starved)", s)
+		fail("the slow groups held %.1f slots on average, want their half, 4, within 20%% (or at least 2 if the run was starved)", s)
 	}
 	// Steadily: slow deliveries claimed together end together, and the
 	// relay once replaced them together, swinging between every slot held
@@ -334,13 +338,13 @@ func TestTimeFairFastBesideSlow(t *testing.T) {
 	// claim, timeshare.short), which a loaded machine makes happen (seen at
 	// -cpu 1 beside the other tests' relays).
 	if p := rc.peakOf("slow"); p > 4+1 {
-		t.Errorf("after the warm-up the slow flows held up to %d slots at once, want at most their half, 4, and the one a work-conserving claim may add", p)
+		fail("after the warm-up the slow flows held up to %d slots at once, want at most their half, 4, and the one a work-conserving claim may add", p)
 	}
 	// Counting claims, fast and slow flows are claimed alike: as many fast
 	// deliveries as slow ones. (How many more depends on the machine's
 	// transaction rate; at least twice as many on any.)
 	if fast < 2*60 {
-		t.Errorf("%d fast deliveries beside 60 slow ones, want at least 120", fast)
+		fail("%d fast deliveries beside 60 slow ones, want at least 120", fast)
 	}
 	// The metrics say what the accounts say.
 	var sum float64
@@ -737,6 +741,33 @@ func skipTimingUnderRace(t *testing.T) {
 	}
 }
 
+// atSecondTry runs a scenario whose property is a share of slot time on a
+// live relay, whose figures a machine busy with other work moves (CI's
+// other packages, another session's processes): its claims and settles
+// lag, and a work-conserving relay rightly gives what a lagging group
+// cannot take to the others. The scenario reports a breach through fail;
+// a first run with breaches is logged and run again, on fresh stores, and
+// only the second run's breaches fail the test. The defects these tests
+// were written for breached in every run (a share of 0.74-0.79 for a half,
+// 5 to 6 slots of 8 for a half), so they still fail; a one-off lag does not.
+func atSecondTry(t *testing.T, scenario func(t *testing.T, fail func(format string, args ...any))) {
+	t.Helper()
+	for try := 1; ; try++ {
+		var breaches []string
+		scenario(t, func(format string, args ...any) { breaches = append(breaches, fmt.Sprintf(format, args...)) })
+		if len(breaches) == 0 || t.Failed() {
+			return
+		}
+		if try == 2 {
+			for _, b := range breaches {
+				t.Error(b)
+			}
+			return
+		}
+		t.Logf("first run breached (run again on fresh stores): %s", strings.Join(breaches, "; "))
+	}
+}
+
 // (b') Two slow groups of very different latencies, 1 s and 50 ms, each
 // with work for every slot, on one relay of 8 slots: neither leaves slot
 // time to the other, so each holds half of the slots, within 20 %
@@ -761,28 +792,32 @@ func TestTimeFairTwoSlowLatencies(t *testing.T) {
 	// time rises with the store's latency (CI saw 0.605, 4.26 slots
 	// beside 2.78) while its slots stay at its half. Before the fix the
 	// 1 s group held 5 to 6 of the 8 slots.
-	check := func(t *testing.T, w window) {
+	check := func(w window, fail func(format string, args ...any)) {
 		if s := w.slots["s1000"]; s > 4*1.2 || s < 4*0.8 {
-			t.Errorf("the 1 s group held %.2f slots on average, want its half, 4, within 20%%", s)
+			fail("the 1 s group held %.2f slots on average, want its half, 4, within 20%%", s)
 		}
 		if s := w.slots["s50"]; s < 4*0.5 {
-			t.Errorf("the 50 ms group held %.2f slots on average, want its half, 4, or at least 2 if its claims lagged", s)
+			fail("the 50 ms group held %.2f slots on average, want its half, 4, or at least 2 if its claims lagged", s)
 		}
 	}
 	t.Run("sqlite", func(t *testing.T) {
-		r, rc, stop := groupsRun(t, nil, groupSpec{"s1000", lat["s1000"], 8, 30}, groupSpec{"s50", lat["s50"], 8, 600})
-		w := measure(t, rc, "s1000", 8, 24, r)
-		stop()
-		check(t, w)
+		atSecondTry(t, func(t *testing.T, fail func(format string, args ...any)) {
+			r, rc, stop := groupsRun(t, nil, groupSpec{"s1000", lat["s1000"], 8, 30}, groupSpec{"s50", lat["s50"], 8, 600})
+			w := measure(t, rc, "s1000", 8, 24, r)
+			stop()
+			check(w, fail)
+		})
 	})
 	t.Run("postgres", func(t *testing.T) {
-		rc := newSlowReceiver(t, lat)
-		rs, stop := pgRelays(t, 1, 8, groupsQuantum, rc, func(q *fairrelay.Queue) {
-			enqueueFlows(t.Context(), t, q, fairrelay.AtStored,
-				tfFlows{class: "s1000", flows: 8, events: 30, group: "s1000"}, tfFlows{class: "s50", flows: 8, events: 600, group: "s50"})
+		atSecondTry(t, func(t *testing.T, fail func(format string, args ...any)) {
+			rc := newSlowReceiver(t, lat)
+			rs, stop := pgRelays(t, 1, 8, groupsQuantum, rc, func(q *fairrelay.Queue) {
+				enqueueFlows(t.Context(), t, q, fairrelay.AtStored,
+					tfFlows{class: "s1000", flows: 8, events: 30, group: "s1000"}, tfFlows{class: "s50", flows: 8, events: 600, group: "s50"})
+			})
+			w := measure(t, rc, "s1000", 8, 24, rs...)
+			stop()
+			check(w, fail)
 		})
-		w := measure(t, rc, "s1000", 8, 24, rs...)
-		stop()
-		check(t, w)
 	})
 }
