@@ -15,7 +15,10 @@
 //	                            n the broker's delivery count (also when the
 //	                            hold itself failed)
 //	not a fairrelay message     reject (never applied; a dead-letter exchange
-//	                            or the stream's advisories keep it)
+//	                            or the stream's advisories keep it): its
+//	                            headers are missing or malformed, or the
+//	                            inbox refuses its id, flow or seq as invalid
+//	                            input (fairrelay.CheckID)
 //
 // Exactly once, beyond the broker's deduplication: a broker delivers at
 // least once — JetStream's Nats-Msg-Id deduplication covers only the
@@ -174,16 +177,18 @@ type Options struct {
 	Inbox *inbox.Inbox
 	// Lanes is how many messages are applied at once. Messages of one flow
 	// always go to the same lane, in the order the broker delivered them.
-	// Defaults to 8.
+	// 0 takes the default, 8; at most MaxLanes.
 	Lanes int
 	// RedeliverBase is the first wait before a message the inbox did not
 	// take (retry, error) comes again; it doubles with every delivery up to
 	// RedeliverCap. A flow whose held messages wait is retried likewise,
-	// doubling with every retry that applied nothing. Defaults to 500ms.
+	// doubling with every retry that applied nothing. 0 takes the default,
+	// 500ms.
 	RedeliverBase time.Duration
 	// RedeliverCap caps that wait, and is how often the held messages
 	// (ActionHold) are retried: a flow whose next event answered a
-	// permanent outcome goes on once the cause is fixed. Defaults to 30s.
+	// permanent outcome goes on once the cause is fixed. 0 takes the
+	// default, 30s.
 	RedeliverCap time.Duration
 	// Logger receives a line per permanent answer, error and rejected
 	// message (warn or error level), and per message at debug level.
@@ -195,6 +200,10 @@ type Options struct {
 	// Metrics, when set, counts each message settled (see NewMetrics).
 	Metrics *Metrics
 }
+
+// MaxLanes is the most Options.Lanes: each lane is a goroutine applying
+// one message at a time, and far fewer keep an inbox's database busy.
+const MaxLanes = 1024
 
 // laneBuffer is how many messages wait for one lane before the source is
 // read no further: the broker's own prefetch bounds what is in flight.
@@ -208,18 +217,29 @@ const receiveTimeout = 30 * time.Second
 // Run takes messages from src until ctx is done and applies each through
 // opts.Inbox (see the package doc), then returns nil; messages still waiting
 // in a lane then are handed back for redelivery at once. Errors:
-// fairrelay.ErrInvalidInput for bad options; src's error otherwise.
+// fairrelay.ErrInvalidInput for bad options (naming inbox, lanes,
+// redeliver_base or redeliver_cap); src's error otherwise.
 func Run(ctx context.Context, src Source, opts Options) error {
 	if opts.Inbox == nil {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "required"}
 	}
-	if opts.Lanes <= 0 {
+	// Negative values are refused, not taken as the defaults, as every
+	// broker option beside them (a breaker's report).
+	switch {
+	case opts.Lanes < 0 || opts.Lanes > MaxLanes:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "lanes", Message: fmt.Sprintf("must be 0 (the default, 8) to %d, got %d", MaxLanes, opts.Lanes)}
+	case opts.RedeliverBase < 0:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "redeliver_base", Message: fmt.Sprintf("must not be negative (0 takes the default, 500ms), got %s", opts.RedeliverBase)}
+	case opts.RedeliverCap < 0:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "redeliver_cap", Message: fmt.Sprintf("must not be negative (0 takes the default, 30s), got %s", opts.RedeliverCap)}
+	}
+	if opts.Lanes == 0 {
 		opts.Lanes = 8
 	}
-	if opts.RedeliverBase <= 0 {
+	if opts.RedeliverBase == 0 {
 		opts.RedeliverBase = 500 * time.Millisecond
 	}
-	if opts.RedeliverCap <= 0 {
+	if opts.RedeliverCap == 0 {
 		opts.RedeliverCap = 30 * time.Second
 	}
 	if opts.RedeliverCap < opts.RedeliverBase {
@@ -597,6 +617,14 @@ func (r *runner) apply(env Envelope, m Message) {
 		}
 		r.report(a)
 		return
+	case errors.Is(err, fairrelay.ErrInvalidInput):
+		// The message names an id, flow or seq no event can have
+		// (fairrelay.CheckID): every copy of it will be refused alike. It
+		// is not a fairrelay message; redelivered, each copy took a place
+		// in the broker's window of unacked messages for good, and
+		// enough of them stopped every other flow (a breaker's report).
+		a.Action = ActionReject
+		a.Err = errors.Join(err, env.Reject())
 	default:
 		a.Action, a.Delay = ActionRedeliver, r.backoff(m.Delivered)
 		a.Err = errors.Join(err, env.Redeliver(a.Delay))

@@ -90,7 +90,10 @@ func ledger(f *fake, id, flow string, seq, delta, delivered int) *msg {
 
 // Each answer of the inbox leads to its action: acks after the commit,
 // holds in the inbox (then acks) for a gap and a permanent answer, a
-// rejection for what is not a fairrelay message.
+// rejection for what is not a fairrelay message — headers missing, or an
+// id or flow the inbox refuses as invalid input (fairrelay.CheckID), which
+// every copy would meet alike: redelivered, such copies filled the
+// broker's window of unacked messages for good (a breaker's report).
 func TestRunActions(t *testing.T) {
 	t.Parallel()
 	in := newInbox(t, inbox.Options{MaxDelta: 5})
@@ -102,6 +105,8 @@ func TestRunActions(t *testing.T) {
 		ledger(f, "A3", "A", 3, 1, 3), // ahead of A2, third delivery
 		ledger(f, "B1", "B", 1, 9, 1), // over the max delta
 		noFlow,
+		ledger(f, strings.Repeat("i", 201), "C", 1, 1, 1), // an id over 200 bytes
+		ledger(f, "D1", "D\x07", 1, 1, 1),                 // a control character in the flow
 	}
 	var mu sync.Mutex
 	var reports []consume.Applied
@@ -112,7 +117,7 @@ func TestRunActions(t *testing.T) {
 			OnApplied: func(a consume.Applied) {
 				mu.Lock()
 				reports = append(reports, a)
-				if len(reports) == 5 {
+				if len(reports) == 7 {
 					cancel()
 				}
 				mu.Unlock()
@@ -122,10 +127,12 @@ func TestRunActions(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"A1": {"ack", "ack"},
-		"A3": {"ack"}, // held in the inbox first
-		"B1": {"ack"}, // likewise
-		"X":  {"reject"},
+		"A1":                     {"ack", "ack"},
+		"A3":                     {"ack"}, // held in the inbox first
+		"B1":                     {"ack"}, // likewise
+		"X":                      {"reject"},
+		strings.Repeat("i", 201): {"reject"},
+		"D1":                     {"reject"},
 	}
 	for id, w := range want {
 		if got := f.done[id]; fmt.Sprint(got) != fmt.Sprint(w) {
@@ -244,6 +251,34 @@ func TestRunNeedsAnInbox(t *testing.T) {
 	var fe *fairrelay.Error
 	if err := consume.Run(t.Context(), &fake{}, consume.Options{}); !errors.As(err, &fe) || fe.Field != "inbox" {
 		t.Fatalf("%v, want an error naming inbox", err)
+	}
+}
+
+// Options out of range are refused naming the option, before anything is
+// read: negative Lanes, RedeliverBase and RedeliverCap were taken as the
+// defaults, where every broker option beside them refuses a negative value
+// (a breaker's report), and Lanes had no bound.
+func TestRunRefusesBadOptions(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t, inbox.Options{})
+	for field, o := range map[string]consume.Options{
+		"lanes":          {Inbox: in, Lanes: -1},
+		"redeliver_base": {Inbox: in, RedeliverBase: -time.Second},
+		"redeliver_cap":  {Inbox: in, RedeliverCap: -time.Nanosecond},
+	} {
+		f := &fake{done: map[string][]string{}}
+		f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1)}
+		var fe *fairrelay.Error
+		if err := consume.Run(t.Context(), f, o); !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != field {
+			t.Errorf("%s: %v, want invalid_input naming %s", field, err, field)
+		}
+		if len(f.queue) != 1 {
+			t.Errorf("%s: the refused Run read the source", field)
+		}
+	}
+	o := consume.Options{Inbox: in, Lanes: consume.MaxLanes + 1}
+	if err := consume.Run(t.Context(), &fake{}, o); !errors.Is(err, fairrelay.ErrInvalidInput) {
+		t.Errorf("Lanes %d: %v, want invalid_input", o.Lanes, err)
 	}
 }
 

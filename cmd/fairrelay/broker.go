@@ -149,11 +149,17 @@ func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx co
 		if e.Stream == "" || e.Durable == "" {
 			return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "a nats:// URL to consume from names stream=NAME and durable=NAME"}
 		}
+		subj, err := jetstream.ParseSubject(e.Subject)
+		if err == nil {
+			err = subj.CheckWildcard("subject")
+		}
+		if err != nil {
+			return "", nil, nil, err
+		}
 		nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay receive", Credentials: natsCredentials(), Logger: log})
 		if err != nil {
 			return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: err.Error()}
 		}
-		subj, _ := jetstream.ParseSubject(e.Subject)
 		// The consumer reads the subjects of its own template only: a
 		// stream that captures more (another setup's prefix, an
 		// application's own subjects) would otherwise hand it events that
@@ -171,6 +177,11 @@ func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx co
 	}
 	if e.Queue == "" {
 		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "an amqp:// URL to consume from names queue=NAME"}
+	}
+	if key, err := topic.Parse("routing_key", e.RoutingKey); err != nil {
+		return "", nil, nil, err
+	} else if err := key.CheckWildcard("routing_key"); err != nil {
+		return "", nil, nil, err
 	}
 	if strings.Contains(e.Exchange, topic.Placeholder) {
 		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "exchange",

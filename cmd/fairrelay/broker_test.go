@@ -294,6 +294,10 @@ func TestBrokerFlagErrors(t *testing.T) {
 		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/"}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "http://127.0.0.1:1/"}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/?queue=q&exchange=x.{flow}"}, "exchange:"},
+		// A placeholder inside a token: the consumer's wildcard would be
+		// literal text, catching none of the relay's messages.
+		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D&subject=hbx.p{flow}"}, "subject:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/?queue=q&routing_key=hb.p{flow}"}, "routing_key:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D", "--addr", "127.0.0.1:0"}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--addr", "nope"}, "addr:"},
 		// Not a port: refused, not retried for ever as an outage.

@@ -267,6 +267,11 @@ func TestBadOptions(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Field != "prefetch" {
 		t.Errorf("Prefetch -1: %v, want an error naming prefetch", err)
 	}
+	// AMQP carries it in 16 bits: 65 536 went out as 0, no limit at all.
+	err = amqp.Consume(t.Context(), amqp.ConsumerOptions{Dial: dial, Queue: "q", Prefetch: amqp.MaxPrefetch + 1}, consume.Options{})
+	if !errors.As(err, &fe) || fe.Field != "prefetch" {
+		t.Errorf("Prefetch %d: %v, want an error naming prefetch", amqp.MaxPrefetch+1, err)
+	}
 }
 
 func TestParseEndpoint(t *testing.T) {

@@ -29,8 +29,8 @@ type ConsumerOptions struct {
 	ExchangeKind string
 	// BindingKey binds the queue to Exchange (see Endpoint.BindingKey).
 	BindingKey string
-	// Prefetch bounds the messages delivered and not acked yet. Defaults
-	// to 256.
+	// Prefetch bounds the messages delivered and not acked yet. 0 takes
+	// the default, 256; at most MaxPrefetch.
 	Prefetch int
 	// Logger receives a line when the connection is lost or back. Defaults
 	// to discarding.
@@ -39,6 +39,10 @@ type ConsumerOptions struct {
 	// the consumer registered, before the first message is read.
 	Ready func()
 }
+
+// MaxPrefetch is the most ConsumerOptions.Prefetch: AMQP 0-9-1 carries a
+// prefetch count in 16 bits.
+const MaxPrefetch = 65535
 
 // Consume reads opts.Queue and applies every message through apply.Inbox
 // with consume.Run (ack after the inbox committed; gap, retry and errors
@@ -60,8 +64,10 @@ func Consume(ctx context.Context, opts ConsumerOptions, apply consume.Options) e
 	if opts.ExchangeKind == "" {
 		opts.ExchangeKind = "topic"
 	}
-	if opts.Prefetch < 0 {
-		return invalid("prefetch", "must not be negative (0 takes the default, 256), got %d", opts.Prefetch)
+	if opts.Prefetch < 0 || opts.Prefetch > MaxPrefetch {
+		// AMQP carries it in 16 bits: 65 536 went out as 0, which
+		// RabbitMQ reads as no limit at all (a breaker's report).
+		return invalid("prefetch", "must be 0 (the default, 256) to %d, got %d", MaxPrefetch, opts.Prefetch)
 	}
 	if opts.Prefetch == 0 {
 		opts.Prefetch = 256

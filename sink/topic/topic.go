@@ -52,6 +52,27 @@ func Parse(field, s string) (Template, error) {
 	return Template{raw: s, parts: parts}, nil
 }
 
+// CheckWildcard checks that every placeholder of t is a whole token of a
+// '.'-separated name (a subject token, a topic word): what a consumer's
+// subscription puts a wildcard ('*') in (Literal). A placeholder inside a
+// token ("orders.p{flow}") expands to good names to publish to, but
+// "orders.p*" is no wildcard to a broker: the consumer's stream or binding
+// caught none of the relay's messages. Errors: fairrelay.ErrInvalidInput
+// naming field.
+func (t Template) CheckWildcard(field string) error {
+	last := len(t.parts) - 1
+	for i := 0; i < last; i++ {
+		// The placeholder between parts i and i+1 starts the name or
+		// follows a '.', and ends the name or comes before one.
+		before, after := t.parts[i], t.parts[i+1]
+		if (i > 0 || before != "") && !strings.HasSuffix(before, ".") || (i+1 < last || after != "") && !strings.HasPrefix(after, ".") {
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field,
+				Message: fmt.Sprintf("%q: to consume, %s must be a whole '.'-separated token (a broker's wildcard stands for whole tokens only), as in \"fairrelay.%s\"", t.raw, Placeholder, Placeholder)}
+		}
+	}
+	return nil
+}
+
 // String returns the template as written.
 func (t Template) String() string { return t.raw }
 

@@ -83,3 +83,30 @@ func TestTemplate(t *testing.T) {
 		}
 	}
 }
+
+// A consumer's wildcard stands for whole tokens only: a placeholder inside
+// a token ("hbx.p{flow}") made a consumer subscribe to "hbx.p*", which a
+// broker reads as literal text, so its stream caught none of the relay's
+// messages and the relay quarantined every event (a breaker's report).
+func TestCheckWildcard(t *testing.T) {
+	t.Parallel()
+	for _, good := range []string{"{flow}", "fairrelay.{flow}", "{flow}.v1", "a.{flow}.b.{flow}", "{flow}.{flow}", "orders"} {
+		tpl, err := topic.Parse("subject", good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tpl.CheckWildcard("subject"); err != nil {
+			t.Errorf("%q: %v, want nil", good, err)
+		}
+	}
+	for _, bad := range []string{"hbx.p{flow}", "{flow}x", "a.{flow}-v1.b", "{flow}{flow}", "a.{flow}.b{flow}"} {
+		tpl, err := topic.Parse("routing_key", bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fe *fairrelay.Error
+		if err := tpl.CheckWildcard("routing_key"); !errors.As(err, &fe) || fe.Field != "routing_key" || fe.Code != fairrelay.CodeInvalidInput {
+			t.Errorf("%q: %v, want invalid_input naming routing_key", bad, err)
+		}
+	}
+}
