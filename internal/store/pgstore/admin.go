@@ -22,7 +22,7 @@ var adminLane = []int32{2}
 func (s *Store) admin(ctx context.Context, op string, at int64, floor bool, maxJump int64, check func() error,
 	fn func(tx pgx.Tx, at int64) error) (int64, error) {
 	var tick int64
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, q["ClockLock"], adminLane); err != nil {
 			return fmt.Errorf("ClockLock: %w", err)
 		}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -111,21 +113,92 @@ func (c *pgxConn) sendPending(ctx context.Context, sql string, args []any) (pgx.
 	return br, nil
 }
 
+// commitGrace is how long past the caller's deadline a commit's round trip
+// (pgxConn.commit, inTx) may run once it is sent: the caller's ctx no
+// longer cancels it, and its deadline, if any, is moved this much later
+// (a ctx without one sets none, as before: the work in the round trip,
+// an enqueue of 25 600 new flows for one, may take that long).
+const commitGrace = 30 * time.Second
+
+// commitContext is the ctx a commit's round trip runs on, once sent: ctx's
+// values, never its cancellation, and its deadline plus commitGrace.
+func commitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	end := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(end, d.Add(commitGrace))
+	}
+	return end, func() {}
+}
+
+// inTx runs fn in a transaction of pool begun with opts and commits it as
+// pgxConn.commit does: a ctx already done commits nothing, and once the
+// COMMIT is sent it runs to its end whatever happens to ctx, up to its
+// deadline and commitGrace (pgx.BeginTxFunc commits on ctx: a ctx that
+// ended in the COMMIT answered an error for a write that committed). An
+// error of fn rolls back.
+func inTx(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
+	tx, err := pool.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	end, cancel := commitContext(ctx)
+	defer cancel()
+	if err := fn(tx); err != nil {
+		tx.Rollback(end)
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		tx.Rollback(end)
+		return fmt.Errorf("commit: not sent: %w", err)
+	}
+	if err := tx.Commit(end); err != nil {
+		if tx.Conn().IsClosed() {
+			return fmt.Errorf("the connection failed after the commit was sent, so it may have committed: %w", err)
+		}
+		return err
+	}
+	return nil
+}
+
 // commit sends the queued writes and COMMIT in one round trip, so that the
 // clock lock is released one round trip sooner than with a separate COMMIT.
+//
+// Once sent, the round trip runs to its end whatever happens to ctx, up to
+// its deadline and commitGrace (commitContext): a ctx that ended while the
+// server ran the COMMIT (a slow WAL flush) closed the connection, and the
+// caller was told the write failed although it had committed (a breaker's
+// report: an enqueue stored, a claim leased, a settle acked, a redrive
+// done, each answered with an error). A ctx already done sends nothing.
+// The server's lock_timeout bounds the writes' waits for rows, the
+// deadline a server that stops answering; an error then (or a lost
+// connection) leaves the outcome unknown, which the error says.
 func (c *pgxConn) commit(ctx context.Context) error {
 	b, names, reads := c.takePending()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("commit: not sent: %w", err)
+	}
+	ctx, cancel := commitContext(ctx)
+	defer cancel()
 	b.Queue("COMMIT")
 	br := c.tx.SendBatch(ctx, &b)
 	defer br.Close()
+	// An answer of the server's (a PgError) fails the transaction, which
+	// then answers COMMIT with ROLLBACK; no answer at all (the connection
+	// lost, the deadline) leaves the COMMIT sent and its outcome unknown.
+	unknown := func(err error) error {
+		if cc, ok := c.tx.(interface{ IsClosed() bool }); ok && cc.IsClosed() {
+			return fmt.Errorf("the connection failed after the commit was sent, so it may have committed: %w", err)
+		}
+		return err
+	}
 	for i, n := range names {
 		if err := result(br, n, reads[i]); err != nil {
-			return err
+			return unknown(err)
 		}
 	}
 	tag, err := br.Exec()
 	if err != nil {
-		return Translate(fmt.Errorf("Commit: %w", err))
+		return unknown(Translate(fmt.Errorf("Commit: %w", err)))
 	}
 	// A transaction that failed earlier answers COMMIT with ROLLBACK.
 	if tag.String() != "COMMIT" {
