@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 )
@@ -303,5 +305,68 @@ func TestEnqueueTxRefusesTemporaryTablesOfTheStoresNames(t *testing.T) {
 	}
 	if c, err := q.Claim(ctx, fairrelay.ClaimParams{At: fairrelay.AtStored}); err != nil || len(c.Claims) != 1 || c.Claims[0].Token.EventID != "o2" {
 		t.Errorf("claim after: %+v %v, want o2", c, err)
+	}
+}
+
+// EnqueueTx's writes in the caller's transaction are all or nothing: an
+// error after its first write (here the clock's update, refused by a
+// trigger; a ctx that ended part way is another) left the event and its
+// flow in the caller's transaction without the clock's counters, and a
+// caller that committed anyway broke the store for good — the flow's seq
+// disagreed with its events, and every later new flow failed on flow.ord
+// (a breaker's report). The call is undone to a savepoint of its own.
+func TestEnqueueTxUndoesAPartOfItself(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "q.db")
+	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	db, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TRIGGER refuse_clock BEFORE UPDATE ON clock BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	before, err := q.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{}`), At: fairrelay.AtStored}); err == nil {
+		t.Fatal("EnqueueTx succeeded although the clock's update was refused")
+	}
+	// The caller commits anyway: its own write stays, the enqueue's do not.
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `DROP TRIGGER refuse_clock`); err != nil {
+		t.Fatal(err)
+	}
+	after, err := q.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Fatalf("the failed EnqueueTx left writes the caller committed (-before +after):\n%s", diff)
+	}
+	var orders int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'orders'`).Scan(&orders); err != nil || orders != 1 {
+		t.Fatalf("the caller's own write: %d tables named orders (%v), want 1", orders, err)
+	}
+	for _, f := range []string{"A", "B"} {
+		if r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: f + "1", Flow: f, Body: []byte(`{}`), At: fairrelay.AtStored}); err != nil || r.Seq != 1 {
+			t.Fatalf("a new flow %s after it: %+v %v, want created at seq 1", f, r, err)
+		}
 	}
 }

@@ -68,7 +68,7 @@ func (s *Store) checkCaller(ctx context.Context, tx *sql.Tx) error {
 // transaction of its own when caller is nil, else in caller, a *sql.Tx on
 // the same file. Checks run in the SPEC's order: the clock, then the
 // input's fields, then the answers.
-func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) (store.EnqueueResult, error) {
+func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) (res store.EnqueueResult, err error) {
 	var c conn
 	var own *WriteTx
 	if caller == nil {
@@ -86,6 +86,28 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 		if err := s.checkCaller(ctx, tx); err != nil {
 			return store.EnqueueResult{}, err
 		}
+		// In the caller's transaction, the call's writes are all or
+		// nothing within a savepoint: a ctx that ended part way, or an
+		// error after the first write, left some of them in the
+		// caller's transaction, and a caller that committed anyway made
+		// a flow whose seq disagrees with its events, and every later
+		// new flow failed on flow.ord (a breaker's report). The
+		// savepoint's end runs whatever happened to ctx.
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT fairrelay_enqueue"); err != nil {
+			return store.EnqueueResult{}, Translate(fmt.Errorf("savepoint: %w", err))
+		}
+		defer func() {
+			end := context.WithoutCancel(ctx)
+			if err != nil {
+				if _, rerr := tx.ExecContext(end, "ROLLBACK TO fairrelay_enqueue"); rerr != nil {
+					err = errors.Join(err, Translate(fmt.Errorf("rollback to savepoint: %w", rerr)))
+					return
+				}
+			}
+			if _, rerr := tx.ExecContext(end, "RELEASE fairrelay_enqueue"); rerr != nil && err == nil {
+				res, err = store.EnqueueResult{}, Translate(fmt.Errorf("release savepoint: %w", rerr))
+			}
+		}()
 		c = conn{q: tx}
 	}
 	cl, err := c.clock(ctx)
