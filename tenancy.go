@@ -150,7 +150,10 @@ type PruneResult struct {
 // policy's MaxTickJump (when positive, and not under Floor: wall-clock
 // milliseconds given for a tick would delete every tombstone; the
 // prune's tick + 1 prunes everything acked so far);
-// ErrBusy; ErrDatabase.
+// ErrBusy; ErrDatabase. An error whose result counts deletions came after
+// they committed (on SQLite, the flush or the incremental vacuum that
+// follows them); a ctx that ends during that vacuum stops it without an
+// error.
 func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 	check := func() error {
 		// Ticks are non-negative (SPEC §1) and at most MaxTick: -1 or a
@@ -173,10 +176,13 @@ func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 	}
 	r, err := q.store.Prune(ctx, store.PruneParams{At: p.At, Floor: p.Floor, MaxTickJump: q.policy.MaxTickJump,
 		AckedBefore: p.AckedBefore, IDsBefore: p.IDsBefore, Limit: p.Limit, Check: check})
+	res := PruneResult{Events: r.Events, Tombstones: r.Tombstones, More: r.More, Tick: r.Tick, Held: r.Held}
 	if err != nil {
-		return PruneResult{}, storeError("prune", err)
+		// Deleted, then an error of the housekeeping after the commit:
+		// the result still says what was deleted.
+		return res, storeError("prune", err)
 	}
-	return PruneResult{Events: r.Events, Tombstones: r.Tombstones, More: r.More, Tick: r.Tick, Held: r.Held}, nil
+	return res, nil
 }
 
 // GroupSetting is a group's settings without its counts, as GroupSettings

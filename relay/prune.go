@@ -50,6 +50,12 @@ func (r *Relay) prune(ctx context.Context) {
 		start := r.cfg.Source.Elapsed()
 		res, err := r.q.Prune(ctx, p)
 		if err != nil {
+			// An error may come after deletions that committed: count them.
+			events += res.Events
+			tombstones += res.Tombstones
+			if res.Events > 0 || res.Tombstones > 0 {
+				r.cfg.Metrics.pruned(res)
+			}
 			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 				r.log.Warn("relay: prune failed; trying again at the next prune", "err", err)
 				r.cfg.Metrics.storeError()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -142,11 +143,21 @@ deliveries that may still apply are untouched. It prints
 			var total fairrelay.PruneResult
 			for {
 				r, err := q.Prune(cmd.Context(), fairrelay.PruneParams{At: atFlag(cmd, at), AckedBefore: ackedBefore, IDsBefore: idsBefore, Limit: limit})
-				if err != nil {
-					return err
-				}
 				total.Events += r.Events
 				total.Tombstones += r.Tombstones
+				if err != nil {
+					if total.Events > 0 || total.Tombstones > 0 {
+						// Deleted and committed before the error (the
+						// batches before it, and any the error came after).
+						var fe *fairrelay.Error
+						if errors.As(err, &fe) {
+							c := *fe
+							c.Message = fmt.Sprintf("after %d events and %d tombstones were deleted: %s", total.Events, total.Tombstones, c.Message)
+							return &c
+						}
+					}
+					return err
+				}
 				if !r.More {
 					break
 				}

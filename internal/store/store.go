@@ -466,7 +466,9 @@ type Store interface {
 	// ErrBusy, and any other database error.
 	Configure(ctx context.Context, p ConfigureParams) (int64, error)
 	// Prune deletes acked events and tombstones (SPEC §8) in one
-	// transaction. Errors as Configure's.
+	// transaction. Errors as Configure's; an error after the deletions
+	// committed (housekeeping after them: SQLite's flush and incremental
+	// vacuum) comes with the result that counts them.
 	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
 	// Migrate applies the embedded numbered migrations not applied yet and
 	// returns the versions it applied.

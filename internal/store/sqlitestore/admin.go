@@ -110,8 +110,9 @@ func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, 
 // incremental auto-vacuum it then returns the freed pages to the file
 // system; elsewhere SQLite reuses them for new rows.
 // Its commits are flushed (syncLog) before it answers, also when the
-// vacuum after them fails; a failed flush is an error although the
-// deletions were committed (a prune run again deletes what is left).
+// vacuum after them fails; a failed flush or vacuum is an error although
+// the deletions were committed, and comes with the result that says what
+// they deleted (a prune run again deletes what is left).
 func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResult, error) {
 	if err := s.checkpointBeside(ctx); err != nil {
 		return store.PruneResult{}, err
@@ -225,11 +226,26 @@ scan:
 	res.Held = time.Since(began)
 	w.release()      // the writer is free for dispatch again
 	s.commits.Add(1) // this store's own commit (changes.go, checkpointer.go)
+	if s.afterPruneCommit != nil {
+		s.afterPruneCommit()
+	}
 	// Whatever the vacuum answers, the prune's commits are flushed before
 	// it does: they are committed, and the answer must not outrun them.
+	// The vacuum is the file's housekeeping after the prune, not part of
+	// it: a ctx that ends during it stops it (the next prune goes on with
+	// it; until then SQLite reuses the free pages), and the prune answers
+	// what it deleted (a breaker's report: it answered ctx's error and an
+	// empty result for deletions that had committed). Any other error of
+	// the vacuum comes with that result (store.Store.Prune).
 	err = s.vacuum(ctx, &res)
+	if err != nil && ctx.Err() != nil {
+		err = nil
+	}
+	if err != nil {
+		err = fmt.Errorf("the prune's deletions committed (%d events, %d tombstones); the incremental vacuum after them failed: %w", res.Events, res.Tombstones, err)
+	}
 	if serr := s.syncLog(); serr != nil {
-		return store.PruneResult{}, errors.Join(err, serr)
+		return res, errors.Join(err, serr)
 	}
 	return res, err
 }
@@ -325,7 +341,7 @@ func (s *Store) lazyWrite(ctx context.Context) (*lazy, error) {
 		w.release()
 		return nil, Translate(fmt.Errorf("synchronous=NORMAL for a prune: %w", err))
 	}
-	if w.tx, err = beginOn(ctx, c, s.busy, s.lockBusy); err != nil {
+	if w.tx, err = beginOn(ctx, ctx, c, s.busy, s.lockBusy); err != nil {
 		w.release()
 		return nil, Translate(fmt.Errorf("begin transaction: %w", err))
 	}

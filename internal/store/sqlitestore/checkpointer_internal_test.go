@@ -494,3 +494,18 @@ func TestTruncateLogRefusesWhatHasNoLog(t *testing.T) {
 		t.Errorf("TruncateLog of //%s: %v", wal, err)
 	}
 }
+
+// A ctx that ends after a prune's commit, during the incremental vacuum
+// that follows it, stops the vacuum and the prune answers what it deleted:
+// it answered the ctx's error and an empty result for deletions that had
+// committed (a breaker's report; the relay then counted nothing pruned).
+func TestPruneAnswersItsDeletionsWhenCtxEndsInTheVacuum(t *testing.T) {
+	s := storeWithAcked(t, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.afterPruneCommit = cancel
+	r, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 2})
+	if err != nil || r.Events != 10 {
+		t.Fatalf("prune whose ctx ended after its commit: %+v, %v; want the 10 events it deleted and no error", r, err)
+	}
+}

@@ -77,6 +77,9 @@ type Store struct {
 	// pruneHold bounds a batched prune transaction's deletes (Prune);
 	// pruneHold unless a test changes it.
 	pruneHold time.Duration
+	// afterPruneCommit, nil but in tests, runs after a prune's commit,
+	// before the vacuum that follows it.
+	afterPruneCommit func()
 	// busy is how long a write waits for another process's writer
 	// (Options.BusyTimeout; beginImmediate).
 	busy time.Duration

@@ -72,7 +72,7 @@ func (s *Store) beginWrite(ctx context.Context) (*WriteTx, error) {
 	if err := CheckFile(s.path, s.file); err != nil {
 		return nil, err
 	}
-	return beginImmediate(ctx, s.write, s.busy, s.lockBusy)
+	return beginImmediate(ctx, ctx, s.write, s.busy, s.lockBusy)
 }
 
 // BeginImmediate begins a write transaction on db, a pool opened with
@@ -83,16 +83,26 @@ func (s *Store) beginWrite(ctx context.Context) (*WriteTx, error) {
 // file with other processes' (the inbox). Errors: the database's
 // (untranslated: Translate maps SQLITE_BUSY to store.ErrBusy), ctx's.
 func BeginImmediate(ctx context.Context, db *sql.DB, busy time.Duration) (*WriteTx, error) {
-	return beginImmediate(ctx, db, busy, nil)
+	return beginImmediate(ctx, ctx, db, busy, nil)
 }
 
-// beginImmediate is BeginImmediate with the store's test hook.
-func beginImmediate(ctx context.Context, db *sql.DB, busy time.Duration, lockBusy func()) (*WriteTx, error) {
-	c, err := db.Conn(ctx)
+// BeginImmediateWaiting is BeginImmediate whose waits (for a connection
+// of db, for another writer) end when wait is done, with wait's error,
+// while the transaction it begins lives on life: database/sql rolls a
+// transaction back when the ctx it began on is done, so a writer whose
+// commit must not be undone by its caller's cancellation begins on
+// context.WithoutCancel, and its waits would then ignore the caller.
+func BeginImmediateWaiting(wait, life context.Context, db *sql.DB, busy time.Duration) (*WriteTx, error) {
+	return beginImmediate(wait, life, db, busy, nil)
+}
+
+// beginImmediate is BeginImmediateWaiting with the store's test hook.
+func beginImmediate(wait, life context.Context, db *sql.DB, busy time.Duration, lockBusy func()) (*WriteTx, error) {
+	c, err := db.Conn(wait)
 	if err != nil {
 		return nil, err
 	}
-	tx, err := beginOn(ctx, c, busy, lockBusy)
+	tx, err := beginOn(wait, life, c, busy, lockBusy)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -111,7 +121,7 @@ func beginImmediate(ctx context.Context, db *sql.DB, busy time.Duration, lockBus
 // When the busy timeout cannot be set back, the connection leaves the pool
 // (closed) so that no statement runs without it. Writers of this process
 // do not race each other here: the write pool has one connection.
-func beginOn(ctx context.Context, c *sql.Conn, busy time.Duration, lockBusy func()) (*sql.Tx, error) {
+func beginOn(ctx, life context.Context, c *sql.Conn, busy time.Duration, lockBusy func()) (*sql.Tx, error) {
 	restore := fmt.Sprintf("PRAGMA busy_timeout = %d", busy.Milliseconds())
 	if _, err := c.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
 		return nil, restoreBusy(c, restore, err)
@@ -120,9 +130,9 @@ func beginOn(ctx context.Context, c *sql.Conn, busy time.Duration, lockBusy func
 	wait := lockFirstWait
 	var timer *time.Timer
 	for {
-		tx, err := c.BeginTx(ctx, nil)
+		tx, err := c.BeginTx(life, nil)
 		if err == nil {
-			if _, err := tx.ExecContext(ctx, restore); err != nil {
+			if _, err := tx.ExecContext(life, restore); err != nil {
 				tx.Rollback()
 				return nil, restoreBusy(c, restore, err)
 			}
