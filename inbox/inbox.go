@@ -233,7 +233,7 @@ func openSQLiteError(path string, err error) error {
 }
 
 // begin starts a write transaction, on a context that ctx's cancellation
-// does not reach (see Receive), once a SQLite inbox's file is checked to be
+// does not reach (see Receive), after waits that ctx ends, once a SQLite inbox's file is checked to be
 // the one opened (sqlitestore.CheckFile: removed or replaced under a
 // running receiver, its receipts and effects would go to a file nobody sees,
 // and a broker consumer would ack them: lost at its next start).
@@ -245,8 +245,23 @@ func openSQLiteError(path string, err error) error {
 // a plain transaction. Either way Commit and Rollback end it and give its
 // connection back.
 func (in *Inbox) begin(ctx context.Context) (*sqlitestore.WriteTx, error) {
+	// The waits to begin end with ctx (a breaker's report: a receive
+	// whose caller had given up waited out the whole busy timeout behind
+	// another writer, or for as long as a PostgreSQL server that stopped
+	// answering); only the transaction outlives it.
 	if in.path == "" { // PostgreSQL
-		tx, err := in.db.BeginTx(context.WithoutCancel(ctx), nil)
+		// The transaction's ctx is cancelled if ctx ends before BEGIN has
+		// answered, and never after.
+		life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, cancel)
+		tx, err := in.db.BeginTx(life, nil)
+		if !stop() {
+			// ctx ended first: database/sql ends the transaction.
+			if err == nil {
+				tx.Rollback()
+			}
+			return nil, errors.Join(ctx.Err(), err)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -255,7 +270,7 @@ func (in *Inbox) begin(ctx context.Context) (*sqlitestore.WriteTx, error) {
 	if err := sqlitestore.CheckFile(in.path, in.file); err != nil {
 		return nil, err
 	}
-	return sqlitestore.BeginImmediate(context.WithoutCancel(ctx), in.db, in.busy)
+	return sqlitestore.BeginImmediateWaiting(ctx, context.WithoutCancel(ctx), in.db, in.busy)
 }
 
 // Ping reports whether the inbox can take deliveries: its database
