@@ -79,6 +79,9 @@
 // leases hold, and returns nil. A settle is never sent after its lease ran
 // out: the event is left to the lease, and whoever claims it next
 // re-delivers it (the receiver answers duplicate if it already applied it).
+// A store that has not answered a settle or claim for one lease past
+// ShutdownTimeout has its calls cut off, so that Run returns by then
+// whatever the store does.
 package relay
 
 import (
@@ -519,7 +522,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.phase.Store(phaseRunning)
 	defer r.phase.Store(phaseStopped)
 	// Settles must outlive ctx: in-flight work is finished after a signal.
-	settleCtx := context.WithoutCancel(ctx)
+	// Only a store that has not answered for a lease past the shutdown
+	// deadline cuts them off (below).
+	settleCtx, cutStore := context.WithCancel(context.WithoutCancel(ctx))
+	defer cutStore()
 	deliverCtx, cutDeliveries := context.WithCancel(settleCtx)
 	defer cutDeliveries()
 	claimCtx, stopClaiming := context.WithCancel(ctx)
@@ -589,7 +595,20 @@ func (r *Relay) Run(ctx context.Context) error {
 	case <-deadline.C:
 		r.log.Warn("relay: shutdown deadline: cutting off in-flight deliveries")
 		cutDeliveries()
-		<-done
+		// The settles and claims under way wait for the store. One that
+		// does not answer (a server that stopped answering, a partition
+		// without a reset) held Run for as long as the connection's TCP
+		// keepalive took, tens of minutes (a breaker's report). A lease
+		// later their answers could no longer settle anyway: cut them off.
+		grace := time.NewTimer(time.Duration(r.q.Policy().Lease) * time.Millisecond)
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+			r.log.Error("relay: shutdown: the store has not answered for a lease past the deadline; cutting off its calls (their events wait out their leases)")
+			cutStore()
+			<-done
+		}
 	}
 	p.mu.Lock()
 	if n := len(p.answers); n > 0 {

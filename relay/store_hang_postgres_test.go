@@ -1,0 +1,150 @@
+package relay_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/relay"
+)
+
+// freezer is a TCP proxy on loopback to the PostgreSQL server that can
+// stop forwarding while it keeps every connection open: a server that
+// stops answering, or a partition without a reset.
+type freezer struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	frozen bool
+	cond   *sync.Cond
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln}
+	f.cond = sync.NewCond(&f.mu)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c, s)
+			f.mu.Unlock()
+			go f.pipe(c, s)
+			go f.pipe(s, c)
+		}
+	}()
+	t.Cleanup(func() {
+		f.freeze(false)
+		ln.Close()
+		f.mu.Lock()
+		for _, c := range f.conns {
+			c.Close()
+		}
+		f.mu.Unlock()
+	})
+	return f
+}
+
+func (f *freezer) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			f.mu.Lock()
+			for f.frozen {
+				f.cond.Wait()
+			}
+			f.mu.Unlock()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				dst.Close()
+			}
+			dst.Close()
+			return
+		}
+	}
+}
+
+func (f *freezer) freeze(v bool) {
+	f.mu.Lock()
+	f.frozen = v
+	f.mu.Unlock()
+	f.cond.Broadcast()
+}
+
+// via is dsn through the proxy.
+func (f *freezer) via(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = f.ln.Addr().String()
+	return u.String()
+}
+
+// A relay told to stop while its store does not answer returns once a
+// lease has passed after its shutdown deadline: its settles and claims ran
+// on a ctx nothing cancelled, and Run waited for the store as long as the
+// connections' TCP keepalive took, tens of minutes (a breaker's report).
+// The settle it cut off was never sent: the event waits out its lease.
+func TestRunReturnsWhileTheStoreDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	direct := pgtest.Schema(t, "frstorehang")
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFreezer(t, u.Host)
+	h := newHarnessOn(t, testPolicy(), proxy.via(t, direct), t.TempDir()+"/inbox.db")
+	arrived, release := blockFirst(h, "A1")
+	h.enqueue(t, "A", 1)
+	cfg := h.config(t)
+	cfg.Source = nil // the system's clock: the lease (2 s) runs in real time
+	cfg.ShutdownTimeout = 200 * time.Millisecond
+	cfg.MaxRetryWait = 100 * time.Millisecond
+	r, err := relay.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitClosed(t, arrived)
+	proxy.freeze(true) // the server stops answering
+	close(release)     // the delivery ends; its settle goes to a silent server
+	cancel()
+	stopped := time.Now()
+	select {
+	case err := <-done:
+		t.Logf("Run returned %v after %s", err, time.Since(stopped))
+		proxy.freeze(false) // for the cleanups
+		if err != nil {
+			t.Errorf("Run: %v, want nil", err)
+		}
+	case <-time.After(time.Minute): // a bound for the failure, far past lease + deadline
+		proxy.freeze(false)
+		t.Fatalf("Run did not return within a minute of its ctx ending (lease 2 s, shutdown timeout 200 ms) while the store did not answer")
+	}
+}
