@@ -175,7 +175,7 @@ func (r *Relay) heldPause(h *heldStreak, held []answer) time.Duration {
 		for _, a := range held[:min(len(held), 5)] {
 			flows = append(flows, a.s.Claim.Flow)
 		}
-		r.log.Warn("relay: settles wait for flows another transaction holds (an outbox transaction left open?); trying again up to every second",
+		r.log.Warn("relay: settles wait for flows another transaction holds (an outbox transaction left open, or a long one: a large batch?); trying again up to every second",
 			"count", len(held), "flows", flows)
 	}
 	d := h.wait
