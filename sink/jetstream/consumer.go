@@ -45,7 +45,8 @@ type ConsumerOptions struct {
 // until ctx is done; then it returns nil, and the consumer stays on the
 // server. The connection's reconnects are handled inside. Errors: a missing
 // stream (without Subjects), a consumer the server refuses, the consumer
-// deleted while reading, or consume.Run's errors.
+// deleted while reading (seen within consumerCheck, 5 s, also when it was
+// deleted while the connection was down), or consume.Run's errors.
 func Consume(ctx context.Context, opts ConsumerOptions, apply consume.Options) error {
 	err := consumeStream(ctx, opts, apply)
 	if ctx.Err() != nil {
@@ -112,7 +113,32 @@ func consumeStream(ctx context.Context, opts ConsumerOptions, apply consume.Opti
 	if opts.Ready != nil {
 		opts.Ready()
 	}
-	err = consume.Run(ctx, source{it}, apply)
+	// The consumer deleted while the connection was down (or a server
+	// that came back without it) sends no notice: the pulls went
+	// unanswered and the consumer waited for ever while its stream
+	// filled (a breaker's report). Checked every consumerCheck; gone, it
+	// ends Run with an error, as a deletion seen while connected does.
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		t := time.NewTicker(consumerCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := cons.Info(runCtx); errors.Is(err, js.ErrConsumerNotFound) || errors.Is(err, js.ErrStreamNotFound) {
+				stop(fmt.Errorf("jetstream: consumer %s on %s is gone (deleted, or the server came back without it): %w", opts.Durable, opts.Stream, err))
+				return
+			}
+		}
+	}()
+	err = consume.Run(runCtx, source{it}, apply)
+	if cause := context.Cause(runCtx); err == nil && ctx.Err() == nil && cause != nil {
+		err = cause
+	}
 	// The messages pulled into the client's buffer and not handed out are
 	// pending on the server: nak them, or they would wait for AckWait
 	// before another consumer gets them (and their flows behind them).
@@ -165,6 +191,10 @@ func (e envelope) Redeliver(delay time.Duration) error {
 	}
 	return e.m.NakWithDelay(delay)
 }
+
+// consumerCheck is how often Consume asks the server whether its consumer
+// still exists.
+const consumerCheck = 5 * time.Second
 
 // pullExpiry is how long a pull request stays open on the server: the most
 // a stopped consumer's requests outlive it.

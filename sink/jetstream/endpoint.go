@@ -139,7 +139,8 @@ type ConnectOptions struct {
 
 // Connect connects to e.Server, reconnecting every 250 ms for ever when the
 // connection drops (publishes made meanwhile wait in the client's buffer,
-// up to their timeout). Without opts.Retry it fails when the first
+// up to their timeout); a connection that stops answering without closing
+// is taken for dropped after 3 pings 10 s apart go unanswered. Without opts.Retry it fails when the first
 // connection cannot be made within 5s; with it, only when
 // opts.Credentials.CredsFile cannot be read.
 func Connect(e Endpoint, opts ConnectOptions) (*nats.Conn, error) {
@@ -157,6 +158,12 @@ func Connect(e Endpoint, opts ConnectOptions) (*nats.Conn, error) {
 	}
 	nopts := []nats.Option{nats.Name(opts.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second),
+		// A connection that went dead without a FIN or a reset (a
+		// partition, a frozen server) is found by pings: nats.go's
+		// default, one every 2 minutes and 2 unanswered, left a consumer
+		// and a relay on it for 6 minutes (a breaker's report; the AMQP
+		// side's heartbeat finds it in about 30 s). Here within about 30 s.
+		nats.PingInterval(10 * time.Second), nats.MaxPingsOutstanding(3),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if nc.IsClosed() {
 				return // closed by its owner: not an outage
