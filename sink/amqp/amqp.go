@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -99,6 +100,13 @@ type Sink struct {
 	conn   *amqp091.Connection // nil until the first delivery and after Close
 	idle   []*channel          // confirm-mode channels of conn, free
 	closed bool
+	// live is conn, read without mu: Close closes it first, so that a
+	// delivery opening a channel on it under mu (a broker that stopped
+	// answering) returns, and Close is not held up behind it.
+	live atomic.Pointer[amqp091.Connection]
+	// closing is set by Close before it waits for mu: a delivery still
+	// waiting to open a channel then gives up instead of dialling.
+	closing atomic.Bool
 }
 
 var _ sink.Sink = (*Sink)(nil)
@@ -182,6 +190,15 @@ func ParseExchange(s string) (topic.Template, error) {
 
 // Close closes the connection; deliveries after it fail.
 func (s *Sink) Close() error {
+	// Within the Timeout, whatever the broker does: a connection that no
+	// longer answers is cut when its close handshake has not ended by
+	// then (it waited for the heartbeat, tens of seconds).
+	s.closing.Store(true)
+	var err error
+	first := s.live.Load()
+	if first != nil {
+		err = first.CloseDeadline(time.Now().Add(s.timeout))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -189,7 +206,10 @@ func (s *Sink) Close() error {
 	if s.conn == nil {
 		return nil
 	}
-	err := s.conn.Close()
+	if s.conn != first {
+		err = s.conn.CloseDeadline(time.Now().Add(s.timeout))
+	}
+	s.live.Store(nil)
 	s.conn = nil
 	if errors.Is(err, amqp091.ErrClosed) {
 		return nil
@@ -310,18 +330,67 @@ func (s *Sink) acquire(ctx context.Context) (*channel, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("amqp: all %d channels busy: %w", cap(s.slots), ctx.Err())
 	}
-	c, err := s.channel()
-	if err != nil {
-		<-s.slots
-		return nil, err
+	if c := s.takeIdle(); c != nil {
+		return c, nil
 	}
-	return c, nil
+	// Opening a channel (and a connection, when the last one was lost)
+	// waits for the broker, under the sink's lock: on a broker that
+	// stopped answering, each delivery waited out the dial's own 5 s
+	// behind the one before, whatever its Timeout (eight at once: 5 to
+	// 40 s; a breaker's report). The caller waits until ctx is done; the
+	// opening goes on without it, and its channel serves the next
+	// delivery.
+	type opened struct {
+		c   *channel
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		c, err := s.channel()
+		done <- opened{c, err}
+	}()
+	select {
+	case o := <-done:
+		if o.err != nil {
+			<-s.slots
+			return nil, o.err
+		}
+		return o.c, nil
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.err == nil {
+				s.release(o.c, true)
+			} else {
+				<-s.slots
+			}
+		}()
+		return nil, fmt.Errorf("amqp: open a channel: the broker did not answer: %w", ctx.Err())
+	}
+}
+
+// takeIdle returns a channel of the current connection that served
+// before, nil when there is none (or the sink is closed: channel says so).
+func (s *Sink) takeIdle() *channel {
+	if !s.mu.TryLock() {
+		// Another delivery is opening a channel under the lock, perhaps
+		// on a broker that does not answer: not behind it.
+		return nil
+	}
+	defer s.mu.Unlock()
+	for !s.closed && len(s.idle) > 0 {
+		c := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		if c.conn == s.conn && !c.ch.IsClosed() {
+			return c
+		}
+	}
+	return nil
 }
 
 func (s *Sink) channel() (*channel, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || s.closing.Load() {
 		return nil, errors.New("amqp: sink closed")
 	}
 	for len(s.idle) > 0 {
@@ -342,6 +411,7 @@ func (s *Sink) channel() (*channel, error) {
 			return nil, fmt.Errorf("amqp: connect: %w", err)
 		}
 		s.conn = conn
+		s.live.Store(conn)
 		s.log.Info("amqp: connected", "server", conn.RemoteAddr().String())
 	}
 	ch, err := s.conn.Channel()
@@ -361,7 +431,20 @@ func (s *Sink) channel() (*channel, error) {
 // a channel of the current connection, else it is closed.
 func (s *Sink) release(c *channel, reuse bool) {
 	defer func() { <-s.slots }()
-	s.mu.Lock()
+	if !s.mu.TryLock() {
+		// Not behind a delivery opening a channel under the lock (see
+		// takeIdle): c is kept or closed when the lock is free.
+		go func() {
+			s.mu.Lock()
+			s.keep(c, reuse)
+		}()
+		return
+	}
+	s.keep(c, reuse)
+}
+
+// keep, with s.mu held, keeps c for reuse or closes it, and unlocks s.mu.
+func (s *Sink) keep(c *channel, reuse bool) {
 	if reuse && !s.closed && c.conn == s.conn && !c.ch.IsClosed() {
 		s.idle = append(s.idle, c)
 		s.mu.Unlock()
@@ -369,6 +452,10 @@ func (s *Sink) release(c *channel, reuse bool) {
 	}
 	s.mu.Unlock()
 	if !c.ch.IsClosed() {
-		c.ch.Close()
+		// Closing waits for the broker's close-ok: on a broker that
+		// stopped answering, until the connection's heartbeat gives up
+		// (a delivery of Timeout 2 s took 15 s; a breaker's report).
+		// Nothing waits for it here.
+		go c.ch.Close()
 	}
 }

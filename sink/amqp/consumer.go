@@ -19,11 +19,13 @@ type ConsumerOptions struct {
 	// whenever it was lost. Required.
 	Dial Dialer
 	// Queue is the queue to read, declared durable (a classic queue) when
-	// it does not exist. Required.
+	// it does not exist; an existing one is read as it is, whatever its
+	// arguments (a quorum queue, a dead-letter exchange). Required.
 	Queue string
 	// Exchange, when set, is an exchange the queue is bound to with
-	// BindingKey. It is declared (durable, of ExchangeKind) unless its name
-	// starts with "amq.", RabbitMQ's own exchanges, which always exist.
+	// BindingKey. It is declared (durable, of ExchangeKind) when it does
+	// not exist, unless its name starts with "amq.", RabbitMQ's own
+	// exchanges, which always exist.
 	Exchange string
 	// ExchangeKind is the kind of exchange declared. Defaults to "topic".
 	ExchangeKind string
@@ -112,7 +114,7 @@ func (s *source) connect() error {
 	}
 	ch, err := conn.Channel()
 	if err == nil {
-		err = s.declare(ch)
+		ch, err = s.declare(conn, ch)
 	}
 	var ds <-chan amqp091.Delivery
 	if err == nil {
@@ -129,22 +131,52 @@ func (s *source) connect() error {
 	return nil
 }
 
-func (s *source) declare(ch *amqp091.Channel) error {
-	if err := ch.Qos(s.opts.Prefetch, 0, false); err != nil {
-		return err
-	}
-	if _, err := ch.QueueDeclare(s.opts.Queue, true, false, false, false, nil); err != nil {
-		return err
-	}
-	if s.opts.Exchange == "" {
-		return nil
-	}
-	if len(s.opts.Exchange) < 4 || s.opts.Exchange[:4] != "amq." {
-		if err := ch.ExchangeDeclare(s.opts.Exchange, s.opts.ExchangeKind, true, false, false, false, nil); err != nil {
+// declare makes the queue and the exchange when they do not exist and
+// binds them, on ch or the channel it returns in its place. An existing
+// queue or exchange is used as it is: declared again without its
+// arguments (a dead-letter exchange, a quorum queue, a length limit), it
+// was refused with PRECONDITION_FAILED "inequivalent arg" (a breaker's
+// report). A passive declaration that finds nothing closes its channel,
+// so the creation goes on a new one.
+func (s *source) declare(conn *amqp091.Connection, ch *amqp091.Channel) (*amqp091.Channel, error) {
+	ensure := func(passive func(*amqp091.Channel) error, create func(*amqp091.Channel) error) error {
+		err := passive(ch)
+		var ae *amqp091.Error
+		if !errors.As(err, &ae) || ae.Code != amqp091.NotFound {
 			return err
 		}
+		if ch, err = conn.Channel(); err != nil {
+			return err
+		}
+		return create(ch)
 	}
-	return ch.QueueBind(s.opts.Queue, s.opts.BindingKey, s.opts.Exchange, false, nil)
+	err := ensure(func(c *amqp091.Channel) error {
+		_, err := c.QueueDeclarePassive(s.opts.Queue, true, false, false, false, nil)
+		return err
+	}, func(c *amqp091.Channel) error {
+		_, err := c.QueueDeclare(s.opts.Queue, true, false, false, false, nil)
+		return err
+	})
+	if err != nil {
+		return ch, err
+	}
+	if s.opts.Exchange != "" && (len(s.opts.Exchange) < 4 || s.opts.Exchange[:4] != "amq.") {
+		err = ensure(func(c *amqp091.Channel) error {
+			return c.ExchangeDeclarePassive(s.opts.Exchange, s.opts.ExchangeKind, true, false, false, false, nil)
+		}, func(c *amqp091.Channel) error {
+			return c.ExchangeDeclare(s.opts.Exchange, s.opts.ExchangeKind, true, false, false, false, nil)
+		})
+		if err != nil {
+			return ch, err
+		}
+	}
+	if err := ch.Qos(s.opts.Prefetch, 0, false); err != nil {
+		return ch, err
+	}
+	if s.opts.Exchange == "" {
+		return ch, nil
+	}
+	return ch, ch.QueueBind(s.opts.Queue, s.opts.BindingKey, s.opts.Exchange, false, nil)
 }
 
 func (s *source) Next(ctx context.Context) (consume.Envelope, error) {

@@ -1,0 +1,144 @@
+package amqp_test
+
+import (
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairrelay/fairrelay/internal/harness/brokertest"
+	"github.com/fairrelay/fairrelay/sink"
+	"github.com/fairrelay/fairrelay/sink/amqp"
+)
+
+// blackhole is a TCP proxy on loopback to the broker that, once frozen,
+// forwards nothing and keeps every connection open: a broker that stopped
+// answering, or a NAT that dropped the mapping.
+type blackhole struct {
+	ln     net.Listener
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newBlackhole(t testing.TB, target string) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &blackhole{ln: ln}
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go p.pipe(c, u)
+			go p.pipe(u, c)
+		}
+	}()
+	return p
+}
+
+func (p *blackhole) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.frozen.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			dst.Close()
+			return
+		}
+	}
+}
+
+// On a broker that stopped answering, a delivery comes back within about
+// its Timeout, as Options.Timeout says ("one publish and its confirm, the
+// channel's opening (and a reconnection) included"), and so do eight at
+// once: closing the failed channel waited for the connection's heartbeat
+// (15 s for a Timeout of 2 s), and deliveries queued behind each other's
+// dial under the sink's lock (5 to 40 s; a breaker's report); Close waited
+// for the heartbeat. The bound checked is the Timeout plus 3 s of slack
+// for a loaded machine.
+func TestDeliveriesKeepTheirTimeoutOnADeadBroker(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(brokertest.AMQP(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newBlackhole(t, u.Host)
+	exch, queue := brokertest.Name("dead-x-"), brokertest.Name("dead-q-")
+	exchange(t, exch)
+	ch := admin(t)
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	deleteQueueAtEnd(t, queue)
+	if err := ch.QueueBind(queue, "dead.*", exch, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 2 * time.Second
+	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("dead-broker", guest),
+		Exchange: exch, RoutingKey: "dead.{flow}", Timeout: timeout, Channels: 8})
+	d := sink.Delivery{EventID: "E1", Flow: "A", Seq: 1, Body: []byte(`{"delta":1}`)}
+	if res, err := s.Deliver(t.Context(), d); err != nil {
+		t.Fatalf("first delivery: %v %v", res, err)
+	}
+	p.frozen.Store(true)
+	bound := timeout + 3*time.Second
+	for i, id := range []string{"E2", "E3"} {
+		d.EventID, d.Seq = id, int64(i+2)
+		start := time.Now()
+		res, err := s.Deliver(t.Context(), d)
+		if took := time.Since(start); took > bound || err == nil {
+			t.Errorf("%s on a dead connection: %v, %v after %s; want an error within %s", id, res, err, took.Round(time.Millisecond), bound)
+		}
+	}
+	type answer struct {
+		took time.Duration
+		err  error
+	}
+	answers := make(chan answer, 8)
+	for i := range 8 {
+		go func() {
+			start := time.Now()
+			_, err := s.Deliver(t.Context(), sink.Delivery{EventID: "C" + string(rune('0'+i)), Flow: "F" + string(rune('0'+i)), Seq: 1, Body: []byte(`{}`)})
+			answers <- answer{time.Since(start), err}
+		}()
+	}
+	for range 8 {
+		if a := <-answers; a.took > bound || a.err == nil {
+			t.Errorf("one of 8 deliveries at once on a dead connection: %v after %s; want an error within %s", a.err, a.took.Round(time.Millisecond), bound)
+		}
+	}
+	// And the sink closes within about its Timeout too: it waited for the
+	// connection's close handshake, and behind deliveries still dialling.
+	start := time.Now()
+	s.Close()
+	if took := time.Since(start); took > bound {
+		t.Errorf("Close on a dead connection took %s; want at most %s", took.Round(time.Millisecond), bound)
+	}
+}
