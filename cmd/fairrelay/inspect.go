@@ -105,8 +105,8 @@ can forge lines or drive the terminal.`,
 			if afterSeq != 0 && after == "" && flow == "" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "a seq of which flow: give --after FLOW or --flow FLOW with it"}
 			}
-			if flow != "" && view != "events" {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flow", Message: fmt.Sprintf("selects the events view's flow only, not %s", view)}
+			if flow != "" && view != "events" && view != "heads" && view != "flows" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flow", Message: fmt.Sprintf("selects one flow of the events, heads and flows views only, not %s", view)}
 			}
 			if flow != "" && after != "" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after", Message: "with --flow, page with --after-seq alone"}
@@ -151,11 +151,20 @@ can forge lines or drive the terminal.`,
 			defer q.Close()
 			switch view {
 			case "flows", "heads":
-				hs, err := q.Heads(ctx, after, limit)
-				if err != nil {
+				var hs []fairrelay.Head
+				if flow != "" {
+					// One flow: what an operator asks first of a flow that
+					// does not move (an operator's report: heads had to be
+					// paged to it).
+					fi, err := q.Flow(ctx, flow)
+					if err != nil {
+						return err
+					}
+					hs = []fairrelay.Head{fi.Head}
+				} else if hs, err = q.Heads(ctx, after, limit); err != nil {
 					return err
 				}
-				if len(hs) > 0 {
+				if len(hs) > 0 && flow == "" {
 					next = "--after " + shellQuote(hs[len(hs)-1].Flow)
 				}
 				// The stored tick, for DUE's distance from it (1 tick = 1 ms
@@ -342,7 +351,7 @@ can forge lines or drive the terminal.`,
 	f.StringVar(&after, "after", "", "flows, heads, quarantined and projection: start after this flow id; events and receipts: start at this flow, after its --after-seq (0: all of the flow's) (paging)")
 	f.Int64Var(&afterNo, "after-no", 0, "audit: start after the row numbered this (the NO column; paging)")
 	f.Int64Var(&afterSeq, "after-seq", 0, "events and receipts, with --after (events also with --flow): start after this seq of that flow (paging)")
-	f.StringVar(&flow, "flow", "", "events: this flow's only")
+	f.StringVar(&flow, "flow", "", "events: this flow's only; heads, flows: this flow alone")
 	f.StringVar(&eventID, "id", "", "attempts: the event whose attempt history to print")
 	return cmd
 }

@@ -231,6 +231,37 @@ func TestInspectHeadsShowsPaused(t *testing.T) {
 	}
 }
 
+// inspect heads --flow F (and flows --flow F) shows that one flow, what an
+// operator asks first of a flow that does not move: --flow was refused
+// for every view but events, and heads had to be paged to it (an
+// operator's report). An unknown flow is not_found; --flow takes no
+// --after.
+func TestInspectHeadsOfOneFlow(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, f := range []string{"A", "B", "C"} {
+		if _, e, code := cli(t, "", "enqueue", "--queue", q, "--id", f+"1", "--flow", f, "--delta", "1"); code != 0 {
+			t.Fatal(e)
+		}
+	}
+	for _, view := range []string{"heads", "flows"} {
+		out, e, code := cli(t, "", "inspect", "--queue", q, view, "--flow", "B", "--json")
+		if code != 0 {
+			t.Fatalf("%s --flow B: exit %d, %s", view, code, e)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 1 || !strings.Contains(lines[0], `"flow":"B"`) {
+			t.Errorf("%s --flow B: %q, want B's row alone", view, out)
+		}
+	}
+	if _, e, code := cli(t, "", "inspect", "--queue", q, "heads", "--flow", "Z"); code != 2 || !strings.Contains(e, "not_found") {
+		t.Errorf("heads --flow Z (no such flow): exit %d, %s; want 2, not_found", code, e)
+	}
+	if _, e, code := cli(t, "", "inspect", "--queue", q, "heads", "--flow", "B", "--after", "A"); code != 2 || !strings.Contains(e, "invalid_input: after") {
+		t.Errorf("heads --flow B --after A: exit %d, %s; want invalid_input naming after", code, e)
+	}
+}
+
 // inspect groups shows each group's cap on relay slots (configure
 // --max-slots, SPEC §11) in its table, not only in --json.
 func TestInspectGroupsShowsMaxSlots(t *testing.T) {
@@ -316,7 +347,7 @@ func TestInspectEvents(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"heads", "--flow", "A"}, "invalid_input: flow: selects the events view's flow only, not heads"},
+		{[]string{"audit", "--flow", "A"}, "invalid_input: flow: selects one flow of the events, heads and flows views only, not audit"},
 		{[]string{"events", "--flow", "A", "--after", "A"}, "invalid_input: after: with --flow, page with --after-seq alone"},
 		{[]string{"events", "--after-seq", "-1"}, "invalid_input: after-seq: must not be negative"},
 		{[]string{"events", "--after-seq", "1"}, "invalid_input: after-seq: a seq of which flow: give --after FLOW or --flow FLOW with it"},
