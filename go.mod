@@ -16,6 +16,7 @@ require (
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	golang.org/x/sys v0.49.0
 	golang.org/x/term v0.46.0
+	golang.org/x/time v0.16.0
 	modernc.org/sqlite v1.62.0
 )
 

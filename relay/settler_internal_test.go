@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
 )
@@ -138,5 +140,38 @@ func TestRetentionAsLogged(t *testing.T) {
 	}
 	if got := retention(7 * 24 * time.Hour); got != "168h0m0s" {
 		t.Errorf("retention(7d) = %q", got)
+	}
+}
+
+// Failed deliveries are logged at WARN 20 at once and then one a second,
+// the rest at DEBUG and counted in the next WARN line (unlogged): a
+// receiver down for 8 s behind 100 waiting flows gave 223 WARN lines, and
+// 10 000 flows would give hundreds of thousands (an operator's drill).
+// Quarantines are all logged.
+func TestFailedDeliveriesAreLoggedAtABoundedRate(t *testing.T) {
+	var logged bytes.Buffer
+	src := &stepTime{}
+	r := &Relay{log: slog.New(slog.NewTextHandler(&logged, nil)), cfg: Config{Source: src},
+		failLog: rate.NewLimiter(failLogRate, failLogBurst)}
+	failed := Settled{Claim: fairrelay.Claim{Flow: "A"}, Outcome: fairrelay.OutcomeRetry, Result: fairrelay.SettleResult{Status: fairrelay.SettleReady}}
+	warns := func() int {
+		return strings.Count(logged.String(), `level=WARN msg="relay: delivery failed; will retry"`)
+	}
+	for range 100 {
+		r.report(failed)
+	}
+	if n := warns(); n != failLogBurst {
+		t.Fatalf("100 failures at once: %d WARN lines, want %d", n, failLogBurst)
+	}
+	src.d += time.Second
+	r.report(failed)
+	if n := warns(); n != failLogBurst+1 || !strings.Contains(logged.String(), "unlogged=80") {
+		t.Fatalf("a second later: %d WARN lines, want %d, the last saying unlogged=80:\n%s", n, failLogBurst+1, logged.String())
+	}
+	for range 30 {
+		r.report(Settled{Claim: fairrelay.Claim{Flow: "A"}, Outcome: fairrelay.OutcomeRetry, Result: fairrelay.SettleResult{Status: fairrelay.SettleQuarantined}})
+	}
+	if n := strings.Count(logged.String(), `msg="relay: quarantined"`); n != 30 {
+		t.Fatalf("30 quarantines: %d logged, want every one", n)
 	}
 }
