@@ -80,7 +80,8 @@
 // out: the event is left to the lease, and whoever claims it next
 // re-delivers it (the receiver answers duplicate if it already applied it).
 // A store that has not answered a settle or claim for one lease past
-// ShutdownTimeout has its calls cut off, so that Run returns by then
+// ShutdownTimeout has its calls cut off (a commit already sent gets 10 s
+// more to answer: the store's commit grace), so that Run returns by then
 // whatever the store does.
 package relay
 

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -22,6 +23,9 @@ type freezer struct {
 	frozen bool
 	cond   *sync.Cond
 	conns  []net.Conn
+	// afterCommit, when set, freezes the proxy right after it forwarded
+	// a client's COMMIT to the server, and is closed then.
+	afterCommit chan struct{}
 }
 
 func newFreezer(t *testing.T, target string) *freezer {
@@ -46,8 +50,8 @@ func newFreezer(t *testing.T, target string) *freezer {
 			f.mu.Lock()
 			f.conns = append(f.conns, c, s)
 			f.mu.Unlock()
-			go f.pipe(c, s)
-			go f.pipe(s, c)
+			go f.pipe(s, c, true)
+			go f.pipe(c, s, false)
 		}
 	}()
 	t.Cleanup(func() {
@@ -62,7 +66,7 @@ func newFreezer(t *testing.T, target string) *freezer {
 	return f
 }
 
-func (f *freezer) pipe(dst, src net.Conn) {
+func (f *freezer) pipe(dst, src net.Conn, toServer bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -74,6 +78,15 @@ func (f *freezer) pipe(dst, src net.Conn) {
 			f.mu.Unlock()
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
+			}
+			if toServer && bytes.Contains(buf[:n], []byte("\x00COMMIT\x00")) {
+				f.mu.Lock()
+				if f.afterCommit != nil {
+					f.frozen = true
+					close(f.afterCommit)
+					f.afterCommit = nil
+				}
+				f.mu.Unlock()
 			}
 		}
 		if err != nil {
@@ -146,5 +159,58 @@ func TestRunReturnsWhileTheStoreDoesNotAnswer(t *testing.T) {
 	case <-time.After(time.Minute): // a bound for the failure, far past lease + deadline
 		proxy.freeze(false)
 		t.Fatalf("Run did not return within a minute of its ctx ending (lease 2 s, shutdown timeout 200 ms) while the store did not answer")
+	}
+}
+
+// The same with the server silent right after a COMMIT was sent: the
+// commit runs on past its caller's ctx for commitGrace (10 s), so that a
+// slow flush still answers, and then gives up; Run returns. A reviewer
+// found Run waiting for ever: the relay's store calls have no deadline,
+// and the commit then ran on without one.
+func TestRunReturnsWhileTheStoreDoesNotAnswerACommit(t *testing.T) {
+	t.Parallel()
+	direct := pgtest.Schema(t, "frcommithang")
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFreezer(t, u.Host)
+	pu, err := url.Parse(proxy.via(t, direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := pu.Query()
+	q.Set("default_query_exec_mode", "exec") // COMMIT's text on the wire each time
+	pu.RawQuery = q.Encode()
+	h := newHarnessOn(t, testPolicy(), pu.String(), t.TempDir()+"/inbox.db")
+	arrived, release := blockFirst(h, "A1")
+	h.enqueue(t, "A", 1)
+	cfg := h.config(t)
+	cfg.Source = nil // the system's clock: the lease (2 s) runs in real time
+	cfg.ShutdownTimeout = 200 * time.Millisecond
+	cfg.MaxRetryWait = 100 * time.Millisecond
+	r, err := relay.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitClosed(t, arrived)
+	froze := make(chan struct{})
+	proxy.mu.Lock()
+	proxy.afterCommit = froze // the next COMMIT sent, the server goes silent
+	proxy.mu.Unlock()
+	close(release) // the delivery ends; its settle's COMMIT goes out
+	<-froze
+	cancel()
+	stopped := time.Now()
+	select {
+	case err := <-done:
+		t.Logf("Run returned %v after %s", err, time.Since(stopped))
+		proxy.freeze(false) // for the cleanups
+	case <-time.After(time.Minute): // a bound for the failure, far past lease + deadline + grace
+		proxy.freeze(false)
+		t.Fatalf("Run did not return within a minute of its ctx ending while the store did not answer a COMMIT")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,27 +114,41 @@ func (c *pgxConn) sendPending(ctx context.Context, sql string, args []any) (pgx.
 	return br, nil
 }
 
-// commitGrace is how long past the caller's deadline a commit's round trip
-// (pgxConn.commit, inTx) may run once it is sent: the caller's ctx no
-// longer cancels it, and its deadline, if any, is moved this much later
-// (a ctx without one sets none, as before: the work in the round trip,
-// an enqueue of 25 600 new flows for one, may take that long).
-const commitGrace = 30 * time.Second
+// commitGrace is how long a commit's round trip (pgxConn.commit, inTx),
+// once sent, may still run after the caller's ctx is done (cancelled, or
+// past its deadline): long enough for a slow WAL flush to end, so that the
+// caller hears what the commit did, and short enough that a server which
+// stopped answering holds the caller at most this long past its ctx (the
+// relay's shutdown cuts its calls off that way).
+const commitGrace = 10 * time.Second
 
 // commitContext is the ctx a commit's round trip runs on, once sent: ctx's
-// values, never its cancellation, and its deadline plus commitGrace.
+// values, and ctx's end (cancellation or deadline) only commitGrace later.
+// The returned cancel must be called when the round trip is over.
 func commitContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	end := context.WithoutCancel(ctx)
-	if d, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(end, d.Add(commitGrace))
+	end, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var grace *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		grace = time.AfterFunc(commitGrace, cancel)
+	})
+	return end, func() {
+		stop()
+		mu.Lock()
+		if grace != nil {
+			grace.Stop()
+		}
+		mu.Unlock()
+		cancel()
 	}
-	return end, func() {}
 }
 
 // inTx runs fn in a transaction of pool begun with opts and commits it as
 // pgxConn.commit does: a ctx already done commits nothing, and once the
-// COMMIT is sent it runs to its end whatever happens to ctx, up to its
-// deadline and commitGrace (pgx.BeginTxFunc commits on ctx: a ctx that
+// COMMIT is sent it runs to its end whatever happens to ctx, up to
+// commitGrace past ctx's end (pgx.BeginTxFunc commits on ctx: a ctx that
 // ended in the COMMIT answered an error for a write that committed). An
 // error of fn rolls back.
 func inTx(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
@@ -164,14 +179,14 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn func(t
 // clock lock is released one round trip sooner than with a separate COMMIT.
 //
 // Once sent, the round trip runs to its end whatever happens to ctx, up to
-// its deadline and commitGrace (commitContext): a ctx that ended while the
+// commitGrace past ctx's end (commitContext): a ctx that ended while the
 // server ran the COMMIT (a slow WAL flush) closed the connection, and the
 // caller was told the write failed although it had committed (a breaker's
 // report: an enqueue stored, a claim leased, a settle acked, a redrive
 // done, each answered with an error). A ctx already done sends nothing.
-// The server's lock_timeout bounds the writes' waits for rows, the
-// deadline a server that stops answering; an error then (or a lost
-// connection) leaves the outcome unknown, which the error says.
+// The server's lock_timeout bounds the writes' waits for rows, and
+// commitGrace past ctx's end a server that stops answering; an error then
+// (or a lost connection) leaves the outcome unknown, which the error says.
 func (c *pgxConn) commit(ctx context.Context) error {
 	b, names, reads := c.takePending()
 	if err := ctx.Err(); err != nil {
@@ -184,7 +199,7 @@ func (c *pgxConn) commit(ctx context.Context) error {
 	defer br.Close()
 	// An answer of the server's (a PgError) fails the transaction, which
 	// then answers COMMIT with ROLLBACK; no answer at all (the connection
-	// lost, the deadline) leaves the COMMIT sent and its outcome unknown.
+	// lost, commitGrace) leaves the COMMIT sent and its outcome unknown.
 	unknown := func(err error) error {
 		if cc, ok := c.tx.(interface{ IsClosed() bool }); ok && cc.IsClosed() {
 			return fmt.Errorf("the connection failed after the commit was sent, so it may have committed: %w", err)
