@@ -414,13 +414,27 @@ func (s *Sink) channel() (*channel, error) {
 		s.live.Store(conn)
 		s.log.Info("amqp: connected", "server", conn.RemoteAddr().String())
 	}
-	ch, err := s.conn.Channel()
+	// A broker that takes the connection's bytes and heartbeats but does
+	// not answer (stopped reading it: a resource alarm) held this opening,
+	// and the lock with it, for ever, and every delivery after it failed
+	// with all channels busy (a reviewer's report). Not answered within
+	// the Timeout, the connection is closed, which ends the opening; the
+	// next delivery connects again.
+	conn := s.conn
+	stuck := time.AfterFunc(s.timeout, func() { conn.CloseDeadline(time.Now()) })
+	ch, err := conn.Channel()
+	if err == nil {
+		if err = ch.Confirm(false); err != nil {
+			ch.Close()
+			err = fmt.Errorf("confirm mode: %w", err)
+		}
+	}
+	if !stuck.Stop() && err == nil {
+		err = fmt.Errorf("no answer within %s; the connection was closed", s.timeout)
+		ch.Close()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("amqp: open channel: %w", err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		ch.Close()
-		return nil, fmt.Errorf("amqp: confirm mode: %w", err)
 	}
 	return &channel{conn: s.conn, ch: ch,
 		returns: ch.NotifyReturn(make(chan amqp091.Return, 1)),

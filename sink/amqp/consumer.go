@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,12 +21,15 @@ type ConsumerOptions struct {
 	Dial Dialer
 	// Queue is the queue to read, declared durable (a classic queue) when
 	// it does not exist; an existing one is read as it is, whatever its
-	// arguments (a quorum queue, a dead-letter exchange). Required.
+	// arguments (a quorum queue, a dead-letter exchange) and durability
+	// (a queue that is not durable loses its messages when the broker
+	// restarts: make it durable). Required.
 	Queue string
 	// Exchange, when set, is an exchange the queue is bound to with
-	// BindingKey. It is declared (durable, of ExchangeKind) when it does
-	// not exist, unless its name starts with "amq.", RabbitMQ's own
-	// exchanges, which always exist.
+	// BindingKey. It is declared (durable, of ExchangeKind, without
+	// arguments: an existing one must match, or the broker refuses it)
+	// unless its name starts with "amq.", RabbitMQ's own exchanges, which
+	// always exist.
 	Exchange string
 	// ExchangeKind is the kind of exchange declared. Defaults to "topic".
 	ExchangeKind string
@@ -131,42 +135,55 @@ func (s *source) connect() error {
 	return nil
 }
 
-// declare makes the queue and the exchange when they do not exist and
-// binds them, on ch or the channel it returns in its place. An existing
-// queue or exchange is used as it is: declared again without its
-// arguments (a dead-letter exchange, a quorum queue, a length limit), it
-// was refused with PRECONDITION_FAILED "inequivalent arg" (a breaker's
-// report). A passive declaration that finds nothing closes its channel,
-// so the creation goes on a new one.
+// declare makes the queue when it does not exist, declares the exchange
+// and binds them, on ch or the channel it returns in its place. An
+// existing queue is used as it is, its durability and arguments the
+// operator's: declared again without its arguments (a dead-letter
+// exchange, a quorum queue, a length limit), it was refused with
+// PRECONDITION_FAILED "inequivalent arg" (a breaker's report). A passive
+// declaration that finds nothing closes its channel, so the creation goes
+// on a new one.
 func (s *source) declare(conn *amqp091.Connection, ch *amqp091.Channel) (*amqp091.Channel, error) {
-	ensure := func(passive func(*amqp091.Channel) error, create func(*amqp091.Channel) error) error {
-		err := passive(ch)
-		var ae *amqp091.Error
-		if !errors.As(err, &ae) || ae.Code != amqp091.NotFound {
-			return err
-		}
+	_, err := ch.QueueDeclarePassive(s.opts.Queue, true, false, false, false, nil)
+	var ae *amqp091.Error
+	if errors.As(err, &ae) && ae.Code == amqp091.NotFound {
+		// Not there: made durable, on a new channel (the passive
+		// declaration's was closed).
 		if ch, err = conn.Channel(); err != nil {
-			return err
+			return ch, err
 		}
-		return create(ch)
+		_, err = ch.QueueDeclare(s.opts.Queue, true, false, false, false, nil)
+	} else if err == nil {
+		// There: its arguments are the operator's, but a queue that is not
+		// durable loses the messages the relay saw confirmed into it when
+		// the broker restarts (a reviewer's report). A durable declaration
+		// without arguments tells: the broker names 'durable' first when
+		// that differs. It closes its channel when it differs at all.
+		var probe *amqp091.Channel
+		if probe, err = conn.Channel(); err != nil {
+			return ch, err
+		}
+		_, err = probe.QueueDeclare(s.opts.Queue, true, false, false, false, nil)
+		switch {
+		case errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed && strings.Contains(ae.Reason, "'durable'"):
+			return ch, fmt.Errorf("queue %s is not durable: the messages in it would not survive a broker restart; make it durable: %w", s.opts.Queue, err)
+		case errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed:
+			err = nil // its own arguments: read as it is
+		case err == nil:
+			probe.Close()
+		}
 	}
-	err := ensure(func(c *amqp091.Channel) error {
-		_, err := c.QueueDeclarePassive(s.opts.Queue, true, false, false, false, nil)
-		return err
-	}, func(c *amqp091.Channel) error {
-		_, err := c.QueueDeclare(s.opts.Queue, true, false, false, false, nil)
-		return err
-	})
 	if err != nil {
 		return ch, err
 	}
 	if s.opts.Exchange != "" && (len(s.opts.Exchange) < 4 || s.opts.Exchange[:4] != "amq.") {
-		err = ensure(func(c *amqp091.Channel) error {
-			return c.ExchangeDeclarePassive(s.opts.Exchange, s.opts.ExchangeKind, true, false, false, false, nil)
-		}, func(c *amqp091.Channel) error {
-			return c.ExchangeDeclare(s.opts.Exchange, s.opts.ExchangeKind, true, false, false, false, nil)
-		})
-		if err != nil {
+		// Declared, not only looked up: a passive declaration checks
+		// nothing of an existing exchange, and one of another kind (a
+		// direct exchange where a topic one is meant) was taken, its
+		// queue bound by a key it reads literally, receiving nothing (a
+		// reviewer's report). An existing exchange of the kind asked,
+		// durable, with no arguments passes; any other is refused.
+		if err := ch.ExchangeDeclare(s.opts.Exchange, s.opts.ExchangeKind, true, false, false, false, nil); err != nil {
 			return ch, err
 		}
 	}

@@ -142,3 +142,53 @@ func TestDeliveriesKeepTheirTimeoutOnADeadBroker(t *testing.T) {
 		t.Errorf("Close on a dead connection took %s; want at most %s", took.Round(time.Millisecond), bound)
 	}
 }
+
+// A channel opening whose request the broker never answers, on a
+// connection that is otherwise alive again (its bytes lost while the
+// broker did not answer; a broker that stops reading a connection during
+// a resource alarm does the same), held the sink's lock for ever: every
+// later delivery failed, also once the broker answered everything else (a
+// reviewer's report). The opening now closes its connection when the
+// Timeout passes, and a delivery after that connects again.
+func TestAnOpeningTheBrokerNeverAnswersDoesNotWedgeTheSink(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(brokertest.AMQP(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newBlackhole(t, u.Host)
+	exch, queue := brokertest.Name("wedge-x-"), brokertest.Name("wedge-q-")
+	exchange(t, exch)
+	ch := admin(t)
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	deleteQueueAtEnd(t, queue)
+	if err := ch.QueueBind(queue, "wedge.*", exch, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("wedge", guest),
+		Exchange: exch, RoutingKey: "wedge.{flow}", Timeout: 500 * time.Millisecond, Channels: 2})
+	deliver := func(id string) (sink.Result, error) {
+		return s.Deliver(t.Context(), sink.Delivery{EventID: id, Flow: "A", Seq: 1, Body: []byte(`{}`)})
+	}
+	if res, err := deliver("E1"); err != nil {
+		t.Fatalf("first delivery: %v %v", res, err)
+	}
+	p.frozen.Store(true)
+	deliver("E2") // its channel's publish is lost: the channel is closed
+	deliver("E3") // a new channel's opening is lost, and goes on in the background
+	p.frozen.Store(false)
+	for try := 1; ; try++ {
+		res, err := deliver("E4")
+		if err == nil {
+			if res.Outcome != "accepted" {
+				t.Fatalf("after the broker answered again: %+v", res)
+			}
+			break
+		}
+		if try == 20 { // 20 Timeouts: far past the opening's own Timeout
+			t.Fatalf("20 deliveries after the broker answered again all failed, the last with %v", err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package amqp_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,45 @@ func TestConsumeTakesAnExistingQueueAsItIs(t *testing.T) {
 				t.Errorf("queue %s made first with %v: Consume: %v (ready %v)", queue, tc.args, err, ready)
 			}
 		})
+	}
+}
+
+// What Consume must not take as it is: an existing exchange of another
+// kind than ExchangeKind (a queue bound with "kind.*" to a direct exchange
+// catches none of the relay's "kind.<flow>" messages), and an existing
+// queue that is not durable (the messages the relay saw confirmed into it
+// are lost when the broker restarts). The passive declarations of the
+// change that took existing queues as they are took both (a reviewer's
+// report).
+func TestConsumeRefusesAnExchangeOfAnotherKindAndATransientQueue(t *testing.T) {
+	t.Parallel()
+	exch := brokertest.Name("kind-direct-x-")
+	if err := admin(t).ExchangeDeclare(exch, "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin(t).ExchangeDelete(exch, false, false) })
+	transient := brokertest.Name("transient-q-")
+	if _, err := admin(t).QueueDeclare(transient, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	deleteQueueAtEnd(t, transient)
+	for _, c := range []struct {
+		name string
+		opts amqp.ConsumerOptions
+		want string
+	}{
+		{"an exchange of another kind", amqp.ConsumerOptions{Queue: brokertest.Name("kind-q-"), Exchange: exch, ExchangeKind: "topic", BindingKey: "kind.*"}, "inequivalent arg 'type'"},
+		{"a queue that is not durable", amqp.ConsumerOptions{Queue: transient, Exchange: "amq.topic", BindingKey: "transient.*"}, "is not durable"},
+	} {
+		deleteQueueAtEnd(t, c.opts.Queue)
+		in := brokertest.OpenInbox(t)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		ready := false
+		c.opts.Dial, c.opts.Ready = dialer(t, "refused"), func() { ready = true; cancel() }
+		err := amqp.Consume(ctx, c.opts, consume.Options{Inbox: in})
+		cancel()
+		if ready || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Consume %v (ready %v); want it refused, saying %q", c.name, err, ready, c.want)
+		}
 	}
 }
