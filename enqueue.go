@@ -163,8 +163,13 @@ func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]Enqueue
 // that is not on the Queue's store — on SQLite another file; on PostgreSQL
 // another database, whether or not it holds a store in a schema of the same
 // name (checked in the same statement, before anything is written), or the
-// store's schema made again since Open; an error leaves the caller's
-// transaction to be rolled back by the caller.
+// store's schema made again since Open, or (SQLite) a transaction SQLite
+// has already rolled back; an error leaves the caller's transaction to be
+// rolled back by the caller. Nothing of the call stays in the caller's
+// transaction after an error (on SQLite a savepoint of its own), but on
+// SQLite a ctx that ends during the call interrupts its statement, and
+// SQLite then rolls back the caller's whole transaction (the error says
+// so): the caller's later statements would run outside any transaction.
 func (q *Queue) EnqueueTx(ctx context.Context, tx *sql.Tx, p EnqueueParams) (EnqueueResult, error) {
 	if tx == nil {
 		return EnqueueResult{}, invalid("tx", "nil *sql.Tx")

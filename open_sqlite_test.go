@@ -370,3 +370,55 @@ func TestEnqueueTxUndoesAPartOfItself(t *testing.T) {
 		}
 	}
 }
+
+// A transaction SQLite has already rolled back — one of its statements
+// failed that way (here INSERT OR ROLLBACK; an interrupted or full-disk
+// statement does the same) — leaves its connection in autocommit, where
+// EnqueueTx's savepoint opened a transaction of its own and committed
+// the event although the caller's transaction was gone (a reviewer's
+// report). It is refused, naming tx, and nothing is stored.
+func TestEnqueueTxRefusesATransactionSQLiteRolledBack(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "q.db")
+	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	db, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	before, err := q.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT OR ROLLBACK INTO orders VALUES (1)`); err == nil {
+		t.Fatal("the conflicting insert succeeded")
+	}
+	_, err = q.EnqueueTx(ctx, tx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{}`), At: fairrelay.AtStored})
+	var fe *fairrelay.Error
+	if !errors.As(err, &fe) || fe.Field != "tx" {
+		t.Fatalf("EnqueueTx on a transaction SQLite rolled back: %v, want invalid_input naming tx", err)
+	}
+	after, err := q.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Fatalf("the refused EnqueueTx stored something (-before +after):\n%s", diff)
+	}
+}

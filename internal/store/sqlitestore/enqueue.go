@@ -64,6 +64,23 @@ func (s *Store) checkCaller(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
+// inTransaction reports whether tx's connection is inside a transaction:
+// a BEGIN there is refused. When it is not (SQLite rolled the caller's
+// transaction back), the BEGIN it ran is rolled back again.
+func inTransaction(ctx context.Context, tx *sql.Tx) (bool, error) {
+	_, err := tx.ExecContext(ctx, "BEGIN")
+	if err == nil {
+		if _, err := tx.ExecContext(ctx, "ROLLBACK"); err != nil {
+			return false, Translate(fmt.Errorf("the transaction's state: %w", err))
+		}
+		return false, nil
+	}
+	if strings.Contains(err.Error(), "within a transaction") {
+		return true, nil
+	}
+	return false, Translate(fmt.Errorf("the transaction's state: %w", err))
+}
+
 // Enqueue carries out SPEC §2 enqueue for p.Events (store.Store): in a
 // transaction of its own when caller is nil, else in caller, a *sql.Tx on
 // the same file. Checks run in the SPEC's order: the clock, then the
@@ -93,6 +110,17 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 		// a flow whose seq disagrees with its events, and every later
 		// new flow failed on flow.ord (a breaker's report). The
 		// savepoint's end runs whatever happened to ctx.
+		//
+		// A transaction SQLite has already rolled back (a statement of it
+		// failed that way, or was interrupted) leaves the connection in
+		// autocommit, where SAVEPOINT opens a transaction of its own and
+		// RELEASE commits it: the event was stored while the caller's
+		// transaction was gone (a reviewer's report). Refused.
+		if open, err := inTransaction(ctx, tx); err != nil {
+			return store.EnqueueResult{}, err
+		} else if !open {
+			return store.EnqueueResult{}, &store.InvalidError{Field: "tx", Message: "the transaction has ended: SQLite rolled it back (one of its statements failed or was interrupted, which ends the whole transaction); roll back and run it again"}
+		}
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT fairrelay_enqueue"); err != nil {
 			return store.EnqueueResult{}, Translate(fmt.Errorf("savepoint: %w", err))
 		}
@@ -100,6 +128,13 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 			end := context.WithoutCancel(ctx)
 			if err != nil {
 				if _, rerr := tx.ExecContext(end, "ROLLBACK TO fairrelay_enqueue"); rerr != nil {
+					// An interrupted statement (a ctx that ended) makes
+					// SQLite roll back the whole transaction, the
+					// savepoint with it.
+					if open, _ := inTransaction(end, tx); !open {
+						err = errors.Join(err, errors.New("SQLite rolled back the whole transaction (an interrupted or failed statement does): roll back and run it again"))
+						return
+					}
 					err = errors.Join(err, Translate(fmt.Errorf("rollback to savepoint: %w", rerr)))
 					return
 				}
