@@ -368,6 +368,10 @@ func (s *Sink) acquire(ctx context.Context) (*channel, error) {
 	}
 }
 
+// openingTimeouts is how many Timeouts a channel's opening may take before
+// its connection is taken for lost and closed (channel).
+const openingTimeouts = 3
+
 // takeIdle returns a channel of the current connection that served
 // before, nil when there is none (or the sink is closed: channel says so).
 func (s *Sink) takeIdle() *channel {
@@ -415,13 +419,17 @@ func (s *Sink) channel() (*channel, error) {
 		s.log.Info("amqp: connected", "server", conn.RemoteAddr().String())
 	}
 	// A broker that takes the connection's bytes and heartbeats but does
-	// not answer (stopped reading it: a resource alarm) held this opening,
-	// and the lock with it, for ever, and every delivery after it failed
-	// with all channels busy (a reviewer's report). Not answered within
-	// the Timeout, the connection is closed, which ends the opening; the
-	// next delivery connects again.
+	// not answer (stopped reading it: a resource alarm; a request lost)
+	// held this opening, and the lock with it, for ever, and every
+	// delivery after it failed with all channels busy (a reviewer's
+	// report). An opening is two round trips (channel.open, confirm.select)
+	// where a delivery is one: one not answered within three Timeouts is
+	// lost, not slow (a bound of one Timeout closed healthy connections on
+	// a link of a round trip above Timeout/2, for ever; a reviewer again).
+	// The connection is then closed, which ends the opening; the next
+	// delivery connects again.
 	conn := s.conn
-	stuck := time.AfterFunc(s.timeout, func() { conn.CloseDeadline(time.Now()) })
+	stuck := time.AfterFunc(openingTimeouts*s.timeout, func() { conn.CloseDeadline(time.Now()) })
 	ch, err := conn.Channel()
 	if err == nil {
 		if err = ch.Confirm(false); err != nil {
@@ -429,9 +437,13 @@ func (s *Sink) channel() (*channel, error) {
 			err = fmt.Errorf("confirm mode: %w", err)
 		}
 	}
-	if !stuck.Stop() && err == nil {
-		err = fmt.Errorf("no answer within %s; the connection was closed", s.timeout)
-		ch.Close()
+	if !stuck.Stop() {
+		if err == nil {
+			ch.Close()
+		}
+		err = fmt.Errorf("no answer within %s; the connection was closed: %w", openingTimeouts*s.timeout, errors.Join(err, amqp091.ErrClosed))
+		s.conn = nil // the next delivery dials anew, not on the closing one
+		s.live.Store(nil)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("amqp: open channel: %w", err)

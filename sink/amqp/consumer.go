@@ -21,9 +21,9 @@ type ConsumerOptions struct {
 	Dial Dialer
 	// Queue is the queue to read, declared durable (a classic queue) when
 	// it does not exist; an existing one is read as it is, whatever its
-	// arguments (a quorum queue, a dead-letter exchange) and durability
-	// (a queue that is not durable loses its messages when the broker
-	// restarts: make it durable). Required.
+	// arguments (a quorum queue, a dead-letter exchange); one that is not
+	// durable, or is auto-delete, is refused (it loses its messages at a
+	// broker restart, or when its last consumer leaves). Required.
 	Queue string
 	// Exchange, when set, is an exchange the queue is bound to with
 	// BindingKey. It is declared (durable, of ExchangeKind, without
@@ -156,9 +156,11 @@ func (s *source) declare(conn *amqp091.Connection, ch *amqp091.Channel) (*amqp09
 	} else if err == nil {
 		// There: its arguments are the operator's, but a queue that is not
 		// durable loses the messages the relay saw confirmed into it when
-		// the broker restarts (a reviewer's report). A durable declaration
-		// without arguments tells: the broker names 'durable' first when
-		// that differs. It closes its channel when it differs at all.
+		// the broker restarts, and one that is auto-delete when this
+		// consumer leaves (a reviewer's reports). A durable declaration
+		// without arguments tells: the broker names 'durable' and
+		// 'auto_delete' before the arguments when they differ. It closes
+		// its channel when anything differs.
 		var probe *amqp091.Channel
 		if probe, err = conn.Channel(); err != nil {
 			return ch, err
@@ -167,6 +169,8 @@ func (s *source) declare(conn *amqp091.Connection, ch *amqp091.Channel) (*amqp09
 		switch {
 		case errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed && strings.Contains(ae.Reason, "'durable'"):
 			return ch, fmt.Errorf("queue %s is not durable: the messages in it would not survive a broker restart; make it durable: %w", s.opts.Queue, err)
+		case errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed && strings.Contains(ae.Reason, "'auto_delete'"):
+			return ch, fmt.Errorf("queue %s is auto-delete: the broker deletes it, with its messages, when its last consumer leaves; make it without auto-delete: %w", s.opts.Queue, err)
 		case errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed:
 			err = nil // its own arguments: read as it is
 		case err == nil:

@@ -1,6 +1,7 @@
 package amqp_test
 
 import (
+	"fmt"
 	"net"
 	"net/url"
 	"sync"
@@ -19,8 +20,11 @@ import (
 type blackhole struct {
 	ln     net.Listener
 	frozen atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
+	// delay, when set before the first connection, holds every chunk that
+	// long before it is forwarded: a slow link, not a dead one.
+	delay time.Duration
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
 func newBlackhole(t testing.TB, target string) *blackhole {
@@ -60,16 +64,40 @@ func newBlackhole(t testing.TB, target string) *blackhole {
 }
 
 func (p *blackhole) pipe(dst, src net.Conn) {
+	// With a delay, each chunk is written that long after it was read,
+	// in order: a link's latency, not its bandwidth.
+	type chunk struct {
+		b   []byte
+		due time.Time
+	}
+	late := make(chan chunk, 1024)
+	if p.delay > 0 {
+		go func() {
+			for c := range late {
+				time.Sleep(time.Until(c.due)) // the link's latency, one way
+				if _, err := dst.Write(c.b); err != nil {
+					return
+				}
+			}
+			dst.Close()
+		}()
+	}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && !p.frozen.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if p.delay > 0 {
+				late <- chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(p.delay)}
+			} else if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
 		if err != nil {
-			dst.Close()
+			if p.delay > 0 {
+				close(late)
+			} else {
+				dst.Close()
+			}
 			return
 		}
 	}
@@ -90,16 +118,7 @@ func TestDeliveriesKeepTheirTimeoutOnADeadBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newBlackhole(t, u.Host)
-	exch, queue := brokertest.Name("dead-x-"), brokertest.Name("dead-q-")
-	exchange(t, exch)
-	ch := admin(t)
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	deleteQueueAtEnd(t, queue)
-	if err := ch.QueueBind(queue, "dead.*", exch, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	exch := boundExchange(t, "dead")
 	const timeout = 2 * time.Second
 	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("dead-broker", guest),
 		Exchange: exch, RoutingKey: "dead.{flow}", Timeout: timeout, Channels: 8})
@@ -157,16 +176,7 @@ func TestAnOpeningTheBrokerNeverAnswersDoesNotWedgeTheSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newBlackhole(t, u.Host)
-	exch, queue := brokertest.Name("wedge-x-"), brokertest.Name("wedge-q-")
-	exchange(t, exch)
-	ch := admin(t)
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	deleteQueueAtEnd(t, queue)
-	if err := ch.QueueBind(queue, "wedge.*", exch, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	exch := boundExchange(t, "wedge")
 	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("wedge", guest),
 		Exchange: exch, RoutingKey: "wedge.{flow}", Timeout: 500 * time.Millisecond, Channels: 2})
 	deliver := func(id string) (sink.Result, error) {
@@ -191,4 +201,50 @@ func TestAnOpeningTheBrokerNeverAnswersDoesNotWedgeTheSink(t *testing.T) {
 			t.Fatalf("20 deliveries after the broker answered again all failed, the last with %v", err)
 		}
 	}
+}
+
+// On a slow link, a round trip above half the Timeout but below it, a
+// channel's opening (two round trips) takes longer than the Timeout and
+// deliveries (one) do not: the opening goes on after its delivery gave
+// up, and its channel serves the next. A watchdog of one Timeout on the
+// opening closed the connection every time, and no delivery ever went (a
+// reviewer's report); it is three Timeouts.
+func TestASlowLinkStillDelivers(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(brokertest.AMQP(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newBlackhole(t, u.Host)
+	p.delay = 100 * time.Millisecond // a round trip of 200 ms
+	exch := boundExchange(t, "slow")
+	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("slow-link", guest),
+		Exchange: exch, RoutingKey: "slow.{flow}", Timeout: 350 * time.Millisecond, Channels: 2})
+	accepted := 0
+	for i := range 10 {
+		res, err := s.Deliver(t.Context(), sink.Delivery{EventID: fmt.Sprintf("S%d", i), Flow: "A", Seq: int64(i + 1), Body: []byte(`{}`)})
+		if err == nil && res.Outcome == "accepted" {
+			accepted++
+		}
+	}
+	if accepted < 5 {
+		t.Fatalf("%d of 10 deliveries accepted over a link of a 200 ms round trip with a Timeout of 350 ms; want most", accepted)
+	}
+}
+
+// boundExchange makes an exchange with a durable queue bound to it by
+// "<prefix>.*", both deleted when the test ends, and returns its name.
+func boundExchange(t *testing.T, prefix string) string {
+	t.Helper()
+	exch, queue := brokertest.Name(prefix+"-x-"), brokertest.Name(prefix+"-q-")
+	exchange(t, exch)
+	ch := admin(t)
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	deleteQueueAtEnd(t, queue)
+	if err := ch.QueueBind(queue, prefix+".*", exch, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return exch
 }

@@ -50,8 +50,9 @@ func TestConsumeTakesAnExistingQueueAsItIs(t *testing.T) {
 // What Consume must not take as it is: an existing exchange of another
 // kind than ExchangeKind (a queue bound with "kind.*" to a direct exchange
 // catches none of the relay's "kind.<flow>" messages), and an existing
-// queue that is not durable (the messages the relay saw confirmed into it
-// are lost when the broker restarts). The passive declarations of the
+// queue that is not durable or is auto-delete (the messages the relay saw
+// confirmed into it are lost when the broker restarts, or when the
+// consumer leaves). The passive declarations of the
 // change that took existing queues as they are took both (a reviewer's
 // report).
 func TestConsumeRefusesAnExchangeOfAnotherKindAndATransientQueue(t *testing.T) {
@@ -66,6 +67,11 @@ func TestConsumeRefusesAnExchangeOfAnotherKindAndATransientQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleteQueueAtEnd(t, transient)
+	autoDelete := brokertest.Name("autodelete-q-")
+	if _, err := admin(t).QueueDeclare(autoDelete, true, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	deleteQueueAtEnd(t, autoDelete)
 	for _, c := range []struct {
 		name string
 		opts amqp.ConsumerOptions
@@ -73,6 +79,7 @@ func TestConsumeRefusesAnExchangeOfAnotherKindAndATransientQueue(t *testing.T) {
 	}{
 		{"an exchange of another kind", amqp.ConsumerOptions{Queue: brokertest.Name("kind-q-"), Exchange: exch, ExchangeKind: "topic", BindingKey: "kind.*"}, "inequivalent arg 'type'"},
 		{"a queue that is not durable", amqp.ConsumerOptions{Queue: transient, Exchange: "amq.topic", BindingKey: "transient.*"}, "is not durable"},
+		{"a queue that is auto-delete", amqp.ConsumerOptions{Queue: autoDelete, Exchange: "amq.topic", BindingKey: "autodelete.*"}, "is auto-delete"},
 	} {
 		deleteQueueAtEnd(t, c.opts.Queue)
 		in := brokertest.OpenInbox(t)
