@@ -167,7 +167,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]Enqueue
 // has already rolled back; an error leaves the caller's transaction to be
 // rolled back by the caller. Nothing of the call stays in the caller's
 // transaction after an error (on SQLite a savepoint of its own), but on
-// SQLite a ctx that ends during the call interrupts its statement, and
+// SQLite a ctx that ends while one of its writes runs interrupts it, and
 // SQLite then rolls back the caller's whole transaction (the error says
 // so): the caller's later statements would run outside any transaction.
 func (q *Queue) EnqueueTx(ctx context.Context, tx *sql.Tx, p EnqueueParams) (EnqueueResult, error) {

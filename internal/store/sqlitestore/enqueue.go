@@ -70,7 +70,9 @@ func (s *Store) checkCaller(ctx context.Context, tx *sql.Tx) error {
 func inTransaction(ctx context.Context, tx *sql.Tx) (bool, error) {
 	_, err := tx.ExecContext(ctx, "BEGIN")
 	if err == nil {
-		if _, err := tx.ExecContext(ctx, "ROLLBACK"); err != nil {
+		// Whatever ctx does now: the probe's own transaction must not
+		// stay open on the caller's connection.
+		if _, err := tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
 			return false, Translate(fmt.Errorf("the transaction's state: %w", err))
 		}
 		return false, nil
@@ -131,7 +133,7 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 					// An interrupted statement (a ctx that ended) makes
 					// SQLite roll back the whole transaction, the
 					// savepoint with it.
-					if open, _ := inTransaction(end, tx); !open {
+					if open, perr := inTransaction(end, tx); perr == nil && !open {
 						err = errors.Join(err, errors.New("SQLite rolled back the whole transaction (an interrupted or failed statement does): roll back and run it again"))
 						return
 					}
