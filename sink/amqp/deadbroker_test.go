@@ -27,13 +27,13 @@ type blackhole struct {
 	conns []net.Conn
 }
 
-func newBlackhole(t testing.TB, target string) *blackhole {
+func newBlackhole(t testing.TB, target string, delay time.Duration) *blackhole {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &blackhole{ln: ln}
+	p := &blackhole{ln: ln, delay: delay}
 	t.Cleanup(func() {
 		ln.Close()
 		p.mu.Lock()
@@ -117,7 +117,7 @@ func TestDeliveriesKeepTheirTimeoutOnADeadBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newBlackhole(t, u.Host)
+	p := newBlackhole(t, u.Host, 0)
 	exch := boundExchange(t, "dead")
 	const timeout = 2 * time.Second
 	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("dead-broker", guest),
@@ -175,7 +175,7 @@ func TestAnOpeningTheBrokerNeverAnswersDoesNotWedgeTheSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newBlackhole(t, u.Host)
+	p := newBlackhole(t, u.Host, 0)
 	exch := boundExchange(t, "wedge")
 	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("wedge", guest),
 		Exchange: exch, RoutingKey: "wedge.{flow}", Timeout: 500 * time.Millisecond, Channels: 2})
@@ -215,8 +215,7 @@ func TestASlowLinkStillDelivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newBlackhole(t, u.Host)
-	p.delay = 100 * time.Millisecond // a round trip of 200 ms
+	p := newBlackhole(t, u.Host, 100*time.Millisecond) // a round trip of 200 ms
 	exch := boundExchange(t, "slow")
 	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("slow-link", guest),
 		Exchange: exch, RoutingKey: "slow.{flow}", Timeout: 350 * time.Millisecond, Channels: 2})
