@@ -130,21 +130,7 @@ func TestRunReturnsWhileTheStoreDoesNotAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := newFreezer(t, u.Host)
-	h := newHarnessOn(t, testPolicy(), proxy.via(t, direct), t.TempDir()+"/inbox.db")
-	arrived, release := blockFirst(h, "A1")
-	h.enqueue(t, "A", 1)
-	cfg := h.config(t)
-	cfg.Source = nil // the system's clock: the lease (2 s) runs in real time
-	cfg.ShutdownTimeout = 200 * time.Millisecond
-	cfg.MaxRetryWait = 100 * time.Millisecond
-	r, err := relay.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	waitClosed(t, arrived)
+	cancel, done, release := runDelivering(t, proxy.via(t, direct))
 	proxy.freeze(true) // the server stops answering
 	close(release)     // the delivery ends; its settle goes to a silent server
 	cancel()
@@ -182,21 +168,7 @@ func TestRunReturnsWhileTheStoreDoesNotAnswerACommit(t *testing.T) {
 	q := pu.Query()
 	q.Set("default_query_exec_mode", "exec") // COMMIT's text on the wire each time
 	pu.RawQuery = q.Encode()
-	h := newHarnessOn(t, testPolicy(), pu.String(), t.TempDir()+"/inbox.db")
-	arrived, release := blockFirst(h, "A1")
-	h.enqueue(t, "A", 1)
-	cfg := h.config(t)
-	cfg.Source = nil // the system's clock: the lease (2 s) runs in real time
-	cfg.ShutdownTimeout = 200 * time.Millisecond
-	cfg.MaxRetryWait = 100 * time.Millisecond
-	r, err := relay.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	waitClosed(t, arrived)
+	cancel, done, release := runDelivering(t, pu.String())
 	froze := make(chan struct{})
 	proxy.mu.Lock()
 	proxy.afterCommit = froze // the next COMMIT sent, the server goes silent
@@ -213,4 +185,28 @@ func TestRunReturnsWhileTheStoreDoesNotAnswerACommit(t *testing.T) {
 		proxy.freeze(false)
 		t.Fatalf("Run did not return within a minute of its ctx ending while the store did not answer a COMMIT")
 	}
+}
+
+// runDelivering starts a relay (lease 2 s on the system's clock, shutdown
+// deadline 200 ms) on the store at dsn with one event, and returns once
+// its delivery has reached the receiver, which holds it until release is
+// closed; cancel stops Run, whose answer comes on done.
+func runDelivering(t *testing.T, dsn string) (cancel context.CancelFunc, done chan error, release chan struct{}) {
+	t.Helper()
+	h := newHarnessOn(t, testPolicy(), dsn, t.TempDir()+"/inbox.db")
+	arrived, release := blockFirst(h, "A1")
+	h.enqueue(t, "A", 1)
+	cfg := h.config(t)
+	cfg.Source = nil // the system's clock: the lease (2 s) runs in real time
+	cfg.ShutdownTimeout = 200 * time.Millisecond
+	cfg.MaxRetryWait = 100 * time.Millisecond
+	r, err := relay.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitClosed(t, arrived)
+	return cancel, done, release
 }

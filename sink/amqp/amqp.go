@@ -381,7 +381,16 @@ func (s *Sink) takeIdle() *channel {
 		return nil
 	}
 	defer s.mu.Unlock()
-	for !s.closed && len(s.idle) > 0 {
+	if s.closed {
+		return nil
+	}
+	return s.popIdle()
+}
+
+// popIdle, with s.mu held, takes the last idle channel that is still of
+// the current connection, dropping those that are not; nil when none is.
+func (s *Sink) popIdle() *channel {
+	for len(s.idle) > 0 {
 		c := s.idle[len(s.idle)-1]
 		s.idle = s.idle[:len(s.idle)-1]
 		if c.conn == s.conn && !c.ch.IsClosed() {
@@ -397,12 +406,8 @@ func (s *Sink) channel() (*channel, error) {
 	if s.closed || s.closing.Load() {
 		return nil, errors.New("amqp: sink closed")
 	}
-	for len(s.idle) > 0 {
-		c := s.idle[len(s.idle)-1]
-		s.idle = s.idle[:len(s.idle)-1]
-		if c.conn == s.conn && !c.ch.IsClosed() {
-			return c, nil
-		}
+	if c := s.popIdle(); c != nil {
+		return c, nil
 	}
 	if s.conn == nil || s.conn.IsClosed() {
 		if s.conn != nil {

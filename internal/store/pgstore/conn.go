@@ -167,12 +167,19 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn func(t
 		return fmt.Errorf("commit: not sent: %w", err)
 	}
 	if err := tx.Commit(end); err != nil {
-		if tx.Conn().IsClosed() {
-			return fmt.Errorf("the connection failed after the commit was sent, so it may have committed: %w", err)
-		}
-		return err
+		return mayHaveCommitted(tx.Conn(), err)
 	}
 	return nil
+}
+
+// mayHaveCommitted is err, said to leave the commit's outcome unknown when
+// conn closed after the commit was sent (no answer came); err as it is
+// when the server answered (the connection stays open).
+func mayHaveCommitted(conn interface{ IsClosed() bool }, err error) error {
+	if conn.IsClosed() {
+		return fmt.Errorf("the connection failed after the commit was sent, so it may have committed: %w", err)
+	}
+	return err
 }
 
 // commit sends the queued writes and COMMIT in one round trip, so that the
@@ -201,8 +208,8 @@ func (c *pgxConn) commit(ctx context.Context) error {
 	// then answers COMMIT with ROLLBACK; no answer at all (the connection
 	// lost, commitGrace) leaves the COMMIT sent and its outcome unknown.
 	unknown := func(err error) error {
-		if cc, ok := c.tx.(interface{ IsClosed() bool }); ok && cc.IsClosed() {
-			return fmt.Errorf("the connection failed after the commit was sent, so it may have committed: %w", err)
+		if cc, ok := c.tx.(interface{ IsClosed() bool }); ok {
+			return mayHaveCommitted(cc, err)
 		}
 		return err
 	}
