@@ -63,6 +63,11 @@ type ClaimParams struct {
 	// SPEC §11) or caps a group's slots. The others are claimed in dispatch
 	// order as always; an excluded group keeps its turn.
 	Exclude []string
+	// Relay names the process that claims (CheckID's rule; optional),
+	// recorded with each claim: when a claim's lease runs out unsettled, its
+	// attempt (Status AttemptLeaseExpired, Queue.Attempts) names this relay,
+	// the one that crashed or lost its store.
+	Relay string
 }
 
 // MaxExclude is the longest ClaimParams.Exclude (and
@@ -89,10 +94,14 @@ type ClaimResult struct {
 	Tick int64
 }
 
-// Quarantined is a head a claim quarantined itself (ClaimResult.Quarantined):
-// its id, flow and seq, the generation of the claim whose lease ran out, the
-// attempts of its round (the policy's budget) and the reason
-// (ReasonBudgetExhausted).
+// Quarantined is a head that went to quarantine: its id, flow and seq, the
+// generation of the claim it went with, the attempts of its round and the
+// reason. A claim that quarantines a head itself (ClaimResult.Quarantined,
+// SettleManyResult.Quarantined) gives the generation of the claim whose
+// lease ran out, the policy's budget as attempts and ReasonBudgetExhausted;
+// package relay reports a settle's quarantine in the same shape
+// (relay.Quarantine.Head: the settled generation, its attempts so far, the
+// permanent outcome's reason or ReasonBudgetExhausted).
 type Quarantined struct {
 	ID         string `json:"id"`
 	Flow       string `json:"flow"`
@@ -132,11 +141,17 @@ func (q *Queue) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 			if k < 1 || k > MaxLimit {
 				return invalid("limit", "must be 1 to %d, got %d", MaxLimit, p.Limit)
 			}
+			if p.Relay != "" {
+				if err := checkID("relay", p.Relay); err != nil {
+					return err
+				}
+			}
 			return checkExclude(p.Exclude)
 		},
 		before: faultpoint.BeforeClaimCommit, after: faultpoint.AfterClaimCommit}
 	tick, err := q.write(ctx, op, func(t *txn, rr *store.ReadResult) error {
 		var err error
+		t.claimer = p.Relay
 		out, err = t.claim(ctx, k, excludeSet(p.Exclude), rr)
 		qs = slices.Clone(t.quarantined)
 		return err
@@ -602,11 +617,12 @@ func (t *txn) promoteDue(ctx context.Context, due []store.FlowHead) error {
 const AttemptLeaseExpired = "lease_expired"
 
 // leaseExpired records that e's current claim ended with its lease run out
-// unsettled. A settle recorded earlier for the same generation (one that
-// answered expired) is kept: the first word wins.
+// unsettled, naming the relay that claimed it (ClaimParams.Relay). A settle
+// recorded earlier for the same generation (one that answered expired) is
+// kept: the first word wins.
 func (t *txn) leaseExpired(e *store.EventRow) {
 	t.attempts = append(t.attempts, store.AttemptRow{EventID: e.ID, Generation: e.Generation, Flow: e.Flow,
-		LeaseUntil: e.LeaseUntil, ClaimedWall: e.ClaimedWall, Status: AttemptLeaseExpired})
+		LeaseUntil: e.LeaseUntil, ClaimedWall: e.ClaimedWall, Status: AttemptLeaseExpired, Relay: e.ClaimedBy})
 }
 
 // claimOne claims the head of f, a runnable flow picked in dispatch order;
@@ -643,6 +659,7 @@ func (t *txn) claimOne(f *store.FlowRow) (*Claim, error) {
 	head.LifetimeAttempts++
 	head.LeaseUntil = lease
 	head.ClaimedWall = t.wall
+	head.ClaimedBy = t.claimer
 	t.changedEvent(head)
 	t.changedFlow(f)
 	group := f.Group

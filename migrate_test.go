@@ -101,8 +101,8 @@ func TestOpenUnderTheOtherEntryRuleMigratesNothing(t *testing.T) {
 			return v
 		}
 		check(t, path, func() int {
-			// Migration 005: three indexes.
-			sqlitetest.Exec(t, path, `DROP INDEX event_inflight; DROP INDEX event_waiting; DROP INDEX flow_paused; DELETE FROM fairrelay_migration WHERE version = 5`)
+			// Migration 006: a column.
+			sqlitetest.Exec(t, path, `ALTER TABLE event DROP COLUMN claimed_by; DELETE FROM fairrelay_migration WHERE version = 6`)
 			return latest()
 		}, latest)
 	})
@@ -115,7 +115,8 @@ func TestOpenUnderTheOtherEntryRuleMigratesNothing(t *testing.T) {
 			return v
 		}
 		check(t, dsn, func() int {
-			// Migration 015 restates a function: undone by forgetting it.
+			// The latest migration runs again as it is (027: columns added
+			// if missing, a view restated): undone by forgetting it.
 			pgtest.Exec(t, dsn, `DELETE FROM fairrelay_migration WHERE version = (SELECT max(version) FROM fairrelay_migration)`)
 			return latest()
 		}, latest)
@@ -200,9 +201,9 @@ func TestReadOnlyOpenWritesNothing(t *testing.T) {
 			return s
 		}
 		check(t, path, filepath.Join(dir, "missing.db"),
-			// Migration 005: three indexes.
+			// Migration 006: a column.
 			func() {
-				exec(`DROP INDEX event_inflight; DROP INDEX event_waiting; DROP INDEX flow_paused; DELETE FROM fairrelay_migration WHERE version = 5`)
+				exec(`ALTER TABLE event DROP COLUMN claimed_by; DELETE FROM fairrelay_migration WHERE version = 6`)
 			},
 			func() { exec(`UPDATE settings SET entry = NULL WHERE id = 1`) }, read)
 		if _, err := os.Stat(filepath.Join(dir, "missing.db")); !errors.Is(err, os.ErrNotExist) {
@@ -220,7 +221,7 @@ func TestReadOnlyOpenWritesNothing(t *testing.T) {
 			return s
 		}
 		check(t, dsn, missing,
-			// The latest migration restates functions: undone by forgetting it.
+			// The latest migration runs again as it is: undone by forgetting it.
 			func() {
 				pgtest.Exec(t, dsn, `DELETE FROM fairrelay_migration WHERE version = (SELECT max(version) FROM fairrelay_migration)`)
 			},

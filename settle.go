@@ -112,7 +112,8 @@ type SettleManyParams struct {
 	// events, take the next. The claims see the settles. At most MaxLimit.
 	ClaimLimit int
 	// Relay names the process that delivered, for the attempt history
-	// (CheckID's rule; optional).
+	// (CheckID's rule; optional), and the claimer of the claims after the
+	// settles (ClaimParams.Relay).
 	Relay string
 	// Exclude as ClaimParams.Exclude, for the claims after the settles.
 	Exclude []string
@@ -195,6 +196,7 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 		}
 		cs, qs = nil, nil
 		if k > 0 {
+			t.claimer = p.Relay
 			cs, err = t.claim(ctx, k, excludeSet(p.Exclude), rr)
 			qs = slices.Clone(t.quarantined)
 		}

@@ -190,6 +190,9 @@ type txn struct {
 	// wall is the wall-clock time of the transaction in milliseconds since
 	// the Unix epoch (Config.Now), for the attempt and audit rows.
 	wall int64
+	// claimer names the process of this transaction's claims
+	// (ClaimParams.Relay), kept on each claimed head (EventRow.ClaimedBy).
+	claimer string
 	// Scratch of claim and writeSet.
 	cands []*store.FlowRow
 	seen  map[string]bool

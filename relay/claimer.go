@@ -131,7 +131,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				setResults(settled, res.Results)
 				r.reportQuarantined(res.Quarantined, res.Tick)
 			case k > 0:
-				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: first, Floor: true, Exclude: exclude})
+				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: at, Limit: first, Floor: true, Exclude: exclude, Relay: r.cfg.Name})
 				if err != nil {
 					return at, err
 				}
@@ -146,7 +146,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 				// have no more work now: the long groups' charges entitle
 				// them to it, as before the split). A failed claim claims
 				// nothing: the write before it committed.
-				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: tick, Limit: kk - len(cs), Floor: true, Exclude: slices.Concat(capped, ahead)})
+				res, err := r.q.Claim(settleCtx, fairrelay.ClaimParams{At: tick, Limit: kk - len(cs), Floor: true, Exclude: slices.Concat(capped, ahead), Relay: r.cfg.Name})
 				if err != nil {
 					r.health.failed("claim", err)
 				} else {
@@ -253,7 +253,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 // claimer tries again at its next round.
 func (r *Relay) claimMore(ctx context.Context, at int64, n, relax int) ([]fairrelay.Claim, []string, int64) {
 	n, capped, ahead := r.ts.plan(n, relax)
-	res, err := r.q.Claim(ctx, fairrelay.ClaimParams{At: at, Limit: n, Floor: true, Exclude: append(capped, ahead...)})
+	res, err := r.q.Claim(ctx, fairrelay.ClaimParams{At: at, Limit: n, Floor: true, Exclude: append(capped, ahead...), Relay: r.cfg.Name})
 	if err != nil {
 		r.health.failed("claim", err)
 		return nil, nil, at

@@ -28,9 +28,9 @@
 // their slot cap (Config.MaxGroupSlots, or the group's own max_slots), and
 // claims them after all only when nothing else is runnable. So a receiver
 // that takes 2 s does not hold every slot beside one that answers at once.
-// The charges are per relay; the bound for several relays and every rule
-// are in the comment at the top of timeshare.go, and Relay.GroupTimes
-// reports the accounts.
+// The charges are per relay; docs/relay.md gives the bound for several
+// relays and every rule (and the comment at the top of the source file
+// timeshare.go), and Relay.GroupTimes reports the accounts.
 //
 // Several relays may dispatch one store: on PostgreSQL from many machines,
 // on SQLite from processes of one machine (they take the file's write lock
@@ -148,8 +148,11 @@ type Config struct {
 	// are timers of the runtime.) Defaults to SystemMonotonic().
 	Source Monotonic
 	// Name names this relay in the attempt history of every event it
-	// delivers (fairrelay.Attempt.Relay; CheckID's rule). Defaults to
-	// HOST:PID, the host name and the process id.
+	// delivers (fairrelay.Attempt.Relay; CheckID's rule), and with each of
+	// its claims, so that an attempt whose lease ran out unsettled
+	// (fairrelay.AttemptLeaseExpired, recorded by a later claim, perhaps
+	// another relay's) names this one. Defaults to HOST:PID, the host name
+	// and the process id.
 	Name string
 	// Logger receives the relay's logs. Defaults to discarding.
 	Logger *slog.Logger
@@ -462,8 +465,10 @@ func (r *Relay) Now() int64 { return r.clock.Now() }
 // enqueueing from this process; Do calls it).
 func (r *Relay) Wake() { kick(r.wake) }
 
-// Do runs fn with the daemon clock's current tick, retried at the stored
-// tick when another write overtook it (see write), so an enqueue or redrive
+// Do runs fn with the daemon clock's current tick; when another process's
+// write overtook it (fn got ErrClockRegressed, which changed nothing), the
+// clock moves up to the stored tick and fn runs again, up to 10 more
+// times, so an enqueue or redrive
 // from this process never fails with ErrClockRegressed for the relay's own
 // writes; then it wakes the claimer. fn typically calls
 // Queue.EnqueueMany or Queue.Redrive at that tick. fn's error is returned.

@@ -383,7 +383,8 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 }
 
 // A relay killed (SIGKILL) with deliveries in flight, then started again:
-// every event arrives, each effect once.
+// every event arrives, each effect once, and the attempt of each claim the
+// killed relay held says its lease ran out in the killed relay's hands.
 func TestRelayRestartAfterKill(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -394,17 +395,39 @@ func TestRelayRestartAfterKill(t *testing.T) {
 	}
 	args := []string{"relay", "--queue", queue, "--sink", "http://" + addr + "/", "--workers", "4",
 		"--lease", "1500ms", "--timeout", "500ms", "--lease-margin", "200ms"}
-	first := startCLI(t, args...)
+	first := startCLI(t, append(args, "--name", "first")...)
 	waitFor(t, queue, "30 acked", func(s *fairrelay.Snapshot) bool { return countState(s, fairrelay.StateAcked) >= 30 })
 	if code := first.signal(t, syscall.SIGKILL); code == 0 {
 		t.Fatal("a killed relay exited 0")
 	}
-	second := startCLI(t, args...)
+	held := map[string]int64{} // the killed relay's claims: event id → generation
+	for _, e := range waitFor(t, queue, "the kill", func(*fairrelay.Snapshot) bool { return true }).Events {
+		if e.State == fairrelay.StateInflight {
+			held[e.ID] = e.Generation
+		}
+	}
+	second := startCLI(t, append(args, "--name", "second")...)
 	waitFor(t, queue, "all acked", func(s *fairrelay.Snapshot) bool { return countState(s, fairrelay.StateAcked) == 100 })
 	if code := second.signal(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("relay exit %d: %s", code, second.stderr())
 	}
 	wantLedger(t, inboxPath, 5, 20)
+	q, err := fairrelay.Open(t.Context(), queue, fairrelay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	t.Logf("%d claims held by the killed relay", len(held))
+	for id, gen := range held {
+		as, err := q.Attempts(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(as, func(a fairrelay.Attempt) bool { return a.Generation == gen })
+		if i < 0 || as[i].Status != fairrelay.AttemptLeaseExpired || as[i].Relay != "first" {
+			t.Errorf("%s, claimed (generation %d) by the killed relay: attempts %+v, want that generation lease_expired by first", id, gen, as)
+		}
+	}
 }
 
 // relay --help says what --quantum measures from as docs/relay.md does:

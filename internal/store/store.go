@@ -334,6 +334,10 @@ type EventRow struct {
 	// tick it was acked at (nil unless acked).
 	ClaimedWall int64
 	AckedAt     *int64
+	// ClaimedBy names the process of the latest claim (ClaimParams.Relay;
+	// "" when it gave none, or never claimed), so that a claim whose lease
+	// runs out unsettled names the relay that lost it (AttemptRow.Relay).
+	ClaimedBy string
 }
 
 // FlowHead is a flow with its head event (nil when the flow has none, or

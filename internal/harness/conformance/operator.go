@@ -235,6 +235,72 @@ var operatorRules = []rule{
 		h.claimID(1, "A1")
 	}},
 
+	// A claim whose lease runs out is recorded by a later claim, perhaps
+	// another relay's: its attempt names the relay that claimed and lost
+	// it (ClaimParams.Relay), whichever way it was claimed (a Claim, the
+	// claims of a SettleMany) and however its lease is found run out (a
+	// claim of it again, the budget's quarantine). Its lease runs out at
+	// claim tick + 5 (budget(3)'s policy).
+	{"lease_expired_attempts_name_the_relay_that_claimed", budget(3), func(h h) {
+		claim := func(at int64, relay, want string) fairrelay.Claim {
+			h.t.Helper()
+			r, err := h.Queue.Claim(bg, fairrelay.ClaimParams{At: at, Relay: relay})
+			if err != nil || len(r.Claims) != 1 || r.Claims[0].Token.EventID != want {
+				h.t.Fatalf("claim at %d by %s: %+v %v, want %s", at, relay, r, err, want)
+			}
+			return r.Claims[0]
+		}
+		lastAttempt := func(id string) fairrelay.Attempt {
+			h.t.Helper()
+			as, err := h.Queue.Attempts(bg, id)
+			if err != nil || len(as) == 0 {
+				h.t.Fatalf("attempts of %s: %+v %v", id, as, err)
+			}
+			return as[len(as)-1]
+		}
+		h.enqueue("A1", "A", 1, 0)
+		claim(0, "relay-a", "A1")
+		claim(5, "relay-b", "A1") // relay-a's lease ran out
+		if a := lastAttempt("A1"); a.Generation != 1 || a.Status != fairrelay.AttemptLeaseExpired || a.Relay != "relay-a" {
+			h.t.Fatalf("A1's first attempt: %+v, want lease_expired by relay-a", a)
+		}
+		claim(10, "relay-e", "A1")
+		if a := lastAttempt("A1"); a.Generation != 2 || a.Relay != "relay-b" {
+			h.t.Fatalf("A1's second attempt: %+v, want lease_expired by relay-b", a)
+		}
+		// The budget spent (3): the claim that finds the last lease run
+		// out quarantines A1 and records that lease as relay-e's.
+		if r, err := h.Queue.Claim(bg, fairrelay.ClaimParams{At: 16, Relay: "relay-f"}); err != nil || len(r.Quarantined) != 1 || len(r.Claims) != 0 {
+			h.t.Fatalf("claim at 16: %+v %v, want A1 quarantined", r, err)
+		}
+		if a := lastAttempt("A1"); a.Generation != 3 || a.Status != fairrelay.AttemptLeaseExpired || a.Relay != "relay-e" {
+			h.t.Fatalf("A1's last attempt: %+v, want generation 3 lease_expired by relay-e", a)
+		}
+		// The head acked and the next claimed in one transaction: B2's
+		// claim is the settling relay's.
+		h.enqueue("B1", "B", 1, 16)
+		h.enqueue("B2", "B", 1, 16)
+		b1 := claim(16, "relay-a", "B1")
+		r, err := h.Queue.SettleMany(bg, fairrelay.SettleManyParams{At: 17, Relay: "relay-c", ClaimLimit: 1,
+			Settles: []fairrelay.Settlement{{Token: b1.Token, Outcome: fairrelay.OutcomeAccepted}}})
+		if err != nil || len(r.Claims) != 1 || r.Claims[0].Token.EventID != "B2" {
+			h.t.Fatalf("settle B1 and claim: %+v %v, want B2 claimed", r, err)
+		}
+		claim(22, "relay-d", "B2")
+		if a := lastAttempt("B2"); a.Generation != 1 || a.Status != fairrelay.AttemptLeaseExpired || a.Relay != "relay-c" {
+			h.t.Fatalf("B2's first attempt: %+v, want lease_expired by relay-c", a)
+		}
+		if a := lastAttempt("B1"); a.Status != string(fairrelay.SettleAcked) || a.Relay != "relay-c" {
+			h.t.Fatalf("B1's attempt: %+v, want acked by relay-c", a)
+		}
+		// A claimer's name follows CheckID's rule, and a bad one changes
+		// nothing.
+		h.unchanged("claim by a bad relay name", false, func() {
+			_, err := h.Queue.Claim(bg, fairrelay.ClaimParams{At: 22, Relay: " padded"})
+			wantCode(h.t, "claim by a bad relay name", err, fairrelay.CodeInvalidInput, "relay")
+		})
+	}},
+
 	{"attempts_record_each_claim_once", budget(5), func(h h) {
 		wall := time.UnixMilli(1_800_000_000_000).UTC()
 		h.enqueue("A1", "A", 1, 0)

@@ -78,9 +78,9 @@ SELECT 1 FROM flow WHERE flow_id = ANY ($1::text[]) ORDER BY flow_id FOR NO KEY 
 -- The events a settle or redrive names, with their flows (after
 -- FlowLockOfEvents) and, when $2, the event behind each (the flow's next
 -- head once it is acked; has_next is false when there is none).
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at,
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by,
        f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       n.event_id IS NOT NULL, n.event_id, n.flow_id, n.seq, n.body, n.state, n.generation, n.attempts, n.lifetime_attempts, n.reason, n.next_at, n.lease_until, n.enqueued_at, n.claimed_wall, n.acked_at
+       n.event_id IS NOT NULL, n.event_id, n.flow_id, n.seq, n.body, n.state, n.generation, n.attempts, n.lifetime_attempts, n.reason, n.next_at, n.lease_until, n.enqueued_at, n.claimed_wall, n.acked_at, n.claimed_by
 FROM event_now e JOIN flow f ON f.flow_id = e.flow_id
 LEFT JOIN event_now n ON $2 AND n.flow_id = e.flow_id AND n.seq = e.seq + 1
 WHERE e.event_id = ANY ($1::text[]);
@@ -94,7 +94,7 @@ WHERE e.event_id = ANY ($1::text[]);
 -- lock of another lane: only a claim (this lane, serialised) takes a
 -- runnable head, and an enqueue only appends behind it.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.flow_id LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
@@ -102,7 +102,7 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 -- name: PickFair
 -- PickSeed in the fair policy's order (SPEC §7).
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.ord LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
@@ -113,7 +113,7 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 -- transaction holds (a settle of its head, an enqueue) is skipped, never
 -- waited for, and is due again at the next claim.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.wait_until IS NOT NULL AND f.wait_until <= greatest($1, (SELECT tick FROM stored_clock))
   AND (f.wait_until, f.flow_id) > ($2, $3)
@@ -123,13 +123,13 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 -- name: PickSeedRead
 -- PickSeed of a read transaction: nothing is locked.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.flow_id LIMIT $1;
 
 -- name: PickFairRead
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.ord LIMIT $1;
 
@@ -141,7 +141,7 @@ SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, head_state_seq
 WHERE flow_id > $1 ORDER BY flow_id LIMIT $2;
 
 -- name: EventGet
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event_now WHERE event_id = $1;
 
 -- name: TombstoneRead
@@ -149,13 +149,13 @@ SELECT flow_id, seq, acked_at FROM tombstone WHERE event_id = $1;
 
 -- name: EventsAt
 -- Events by (flow_id, seq) pairs ($1, $2): the heads of listed flows.
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM unnest($1::text[], $2::bigint[]) AS k (flow_id, seq)
 JOIN event_now e ON e.flow_id = k.flow_id COLLATE "C" AND e.seq = k.seq
 WHERE e.flow_id = ANY ($1::text[]);
 
 -- name: EventList
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event_now WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
 
 -- name: QuarantinedList
@@ -164,7 +164,7 @@ FROM event_now WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
 -- index flow_parked_head, one per flow at most. $5 is
 -- a prefix's start ('' for none); QuarantinedRange adds its end $6, so
 -- that the index is read as a range.
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.parked
   AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
@@ -172,7 +172,7 @@ WHERE f.parked
 ORDER BY f.flow_id LIMIT $2;
 
 -- name: QuarantinedRange
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.parked
   AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
@@ -190,7 +190,7 @@ FROM attempt WHERE event_id = $1 ORDER BY generation;
 -- The flows an operator action names ($1), locked in flow_id order, with
 -- their heads.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.flow_id = ANY ($1::text[]) ORDER BY f.flow_id
 FOR NO KEY UPDATE OF f;
@@ -233,15 +233,16 @@ UPDATE flow SET seq = u.seq, served = u.served, head_seq = u.head_seq, runnable 
     head_next_at = CASE WHEN u.hs_seq IS NULL THEN flow.head_next_at ELSE u.hs_next_at END,
     head_lease_until = CASE WHEN u.hs_seq IS NULL THEN flow.head_lease_until ELSE u.hs_lease_until END,
     head_claimed_wall = CASE WHEN u.hs_seq IS NULL THEN flow.head_claimed_wall ELSE u.hs_claimed_wall END,
-    head_acked_at = CASE WHEN u.hs_seq IS NULL THEN flow.head_acked_at ELSE u.hs_acked_at END
+    head_acked_at = CASE WHEN u.hs_seq IS NULL THEN flow.head_acked_at ELSE u.hs_acked_at END,
+    head_claimed_by = CASE WHEN u.hs_seq IS NULL THEN flow.head_claimed_by ELSE u.hs_claimed_by END
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::boolean[], $6::bigint[],
             $7::boolean[], $8::text[], $9::text[], $10::bigint[],
             $11::bigint[], $12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[],
-            $19::bigint[], $20::bigint[])
+            $19::bigint[], $20::bigint[], $21::text[])
     AS u (flow_id, seq, served, head_seq, runnable, wait_until,
           paused, paused_by, paused_reason, paused_at,
           hs_seq, hs_state, hs_generation, hs_attempts, hs_lifetime_attempts, hs_reason, hs_next_at, hs_lease_until,
-          hs_claimed_wall, hs_acked_at)
+          hs_claimed_wall, hs_acked_at, hs_claimed_by)
 WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
 
 -- name: FlowFlushHeadState
@@ -251,7 +252,7 @@ WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C";
 -- writes to their rows, after this statement).
 UPDATE event SET own_state = f.head_state, generation = f.head_generation, attempts = f.head_attempts,
     lifetime_attempts = f.head_lifetime_attempts, reason = f.head_reason, next_at = f.head_next_at, lease_until = f.head_lease_until,
-    claimed_wall = coalesce(f.head_claimed_wall, 0), acked_at = f.head_acked_at
+    claimed_wall = coalesce(f.head_claimed_wall, 0), acked_at = f.head_acked_at, claimed_by = coalesce(f.head_claimed_by, '')
 FROM flow f, unnest($1::text[], $2::bigint[]) AS u (flow_id, seq)
 WHERE f.flow_id = ANY ($1::text[]) AND f.flow_id = u.flow_id COLLATE "C"
   AND f.head_state_seq <> u.seq
@@ -268,9 +269,11 @@ WHERE flow.flow_id = ANY ($1::text[]) AND flow.flow_id = u.flow_id COLLATE "C" A
 
 -- name: EventUpdateMany
 UPDATE event SET own_state = u.state, generation = u.generation, attempts = u.attempts, lifetime_attempts = u.lifetime_attempts,
-    reason = u.reason, next_at = u.next_at, lease_until = u.lease_until, claimed_wall = u.claimed_wall, acked_at = u.acked_at
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
-    AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, claimed_wall, acked_at)
+    reason = u.reason, next_at = u.next_at, lease_until = u.lease_until, claimed_wall = u.claimed_wall, acked_at = u.acked_at,
+    claimed_by = u.claimed_by
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[],
+            $11::text[])
+    AS u (event_id, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, claimed_wall, acked_at, claimed_by)
 WHERE event.event_id = ANY ($1::text[]) AND event.event_id = u.event_id COLLATE "C";
 
 -- name: GroupPickSeed
@@ -281,11 +284,11 @@ WHERE event.event_id = ANY ($1::text[]) AND event.event_id = u.event_id COLLATE 
 -- so that a full page says the index may hold more.
 SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows,
        m.m_flow IS NOT NULL, coalesce(m.m_flow, ''), coalesce(m.m_ord, 0), coalesce(m.m_seq, 0), coalesce(m.m_served, 0), coalesce(m.m_head_seq, 0), coalesce(m.m_runnable, false), m.m_wait, m.m_hs, coalesce(m.m_paused, false), m.m_paused_by, m.m_paused_reason, m.m_paused_at, m.m_group,
-       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked
+       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked, m.e_claimed_by
 FROM (SELECT * FROM grp WHERE runnable_flows > 0 ORDER BY served, group_id LIMIT $1) g
 LEFT JOIN LATERAL (
     SELECT f.flow_id AS m_flow, f.ord AS m_ord, f.seq AS m_seq, f.served AS m_served, f.head_seq AS m_head_seq, f.runnable AS m_runnable, f.wait_until AS m_wait, f.head_state_seq AS m_hs, f.paused AS m_paused, f.paused_by AS m_paused_by, f.paused_reason AS m_paused_reason, f.paused_at AS m_paused_at, f.group_id AS m_group,
-           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked
+           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked, e.claimed_by AS e_claimed_by
     FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
     WHERE f.runnable AND f.group_id = g.group_id ORDER BY f.served, f.flow_id LIMIT 1
     FOR NO KEY UPDATE OF f SKIP LOCKED) m ON true
@@ -295,11 +298,11 @@ ORDER BY g.served, g.group_id;
 -- GroupPickSeed in the fair policy's order.
 SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows,
        m.m_flow IS NOT NULL, coalesce(m.m_flow, ''), coalesce(m.m_ord, 0), coalesce(m.m_seq, 0), coalesce(m.m_served, 0), coalesce(m.m_head_seq, 0), coalesce(m.m_runnable, false), m.m_wait, m.m_hs, coalesce(m.m_paused, false), m.m_paused_by, m.m_paused_reason, m.m_paused_at, m.m_group,
-       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked
+       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked, m.e_claimed_by
 FROM (SELECT * FROM grp WHERE runnable_flows > 0 ORDER BY served, ord LIMIT $1) g
 LEFT JOIN LATERAL (
     SELECT f.flow_id AS m_flow, f.ord AS m_ord, f.seq AS m_seq, f.served AS m_served, f.head_seq AS m_head_seq, f.runnable AS m_runnable, f.wait_until AS m_wait, f.head_state_seq AS m_hs, f.paused AS m_paused, f.paused_by AS m_paused_by, f.paused_reason AS m_paused_reason, f.paused_at AS m_paused_at, f.group_id AS m_group,
-           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked
+           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked, e.claimed_by AS e_claimed_by
     FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
     WHERE f.runnable AND f.group_id = g.group_id ORDER BY f.served, f.ord LIMIT 1
     FOR NO KEY UPDATE OF f SKIP LOCKED) m ON true
@@ -315,14 +318,14 @@ SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, 0::big
 -- A group's ($1) first $2 runnable member flows in the seed policy's order,
 -- with heads, locked; one another transaction holds is skipped.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id = $1 ORDER BY f.served, f.flow_id LIMIT $2
 FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- name: MembersFair
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id = $1 ORDER BY f.served, f.ord LIMIT $2
 FOR NO KEY UPDATE OF f SKIP LOCKED;
@@ -418,7 +421,7 @@ SELECT least($1, (SELECT count(*) FROM (SELECT 1 FROM flow f WHERE f.wait_until 
 -- name: OldestWaiting
 -- The first event row without an acked_at of its own (event_waiting) that
 -- is at or after its flow's head: the oldest event not acked.
-SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM event w JOIN flow f ON f.flow_id = w.flow_id JOIN event_now e ON e.event_id = w.event_id
 WHERE w.acked_at IS NULL AND w.seq >= f.head_seq ORDER BY w.enqueued_at, w.event_id LIMIT 1;
 

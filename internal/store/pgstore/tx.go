@@ -345,23 +345,24 @@ func groupTargets(g *store.GroupRow) []any {
 	return []any{&g.Group, &g.Ord, &g.Served, &g.Weight, &g.Credit, &g.RunnableFlows, &g.MaxBacklog}
 }
 
-// eventScan scans the twelve columns of event_now; every one may be NULL
+// eventScan scans the fifteen columns of event_now; every one may be NULL
 // (the outer join of a flow's head, or of the event behind one).
 type eventScan struct {
-	id, flow, state, reason                                      pgtype.Text
+	id, flow, state, reason, claimedBy                           pgtype.Text
 	seq, gen, att, life, next, lease, enqueued, claimed, ackedAt pgtype.Int8
 	body                                                         []byte
 }
 
 func (s *eventScan) targets(dst []any) []any {
 	return append(dst, &s.id, &s.flow, &s.seq, &s.body, &s.state, &s.gen, &s.att, &s.life, &s.reason, &s.next, &s.lease, &s.enqueued,
-		&s.claimed, &s.ackedAt)
+		&s.claimed, &s.ackedAt, &s.claimedBy)
 }
 
 func (s *eventScan) row() store.EventRow {
 	e := store.EventRow{ID: s.id.String, Flow: s.flow.String, Seq: s.seq.Int64, Body: s.body, State: s.state.String,
 		Generation: s.gen.Int64, Attempts: s.att.Int64, LifetimeAttempts: s.life.Int64, Reason: s.reason.String,
-		NextAt: s.next.Int64, LeaseUntil: s.lease.Int64, EnqueuedAt: s.enqueued.Int64, ClaimedWall: s.claimed.Int64}
+		NextAt: s.next.Int64, LeaseUntil: s.lease.Int64, EnqueuedAt: s.enqueued.Int64, ClaimedWall: s.claimed.Int64,
+		ClaimedBy: s.claimedBy.String}
 	if s.ackedAt.Valid {
 		v := s.ackedAt.Int64
 		e.AckedAt = &v

@@ -161,7 +161,7 @@ func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]headStateSe
 		paused, pausedBy, pausedReason, pausedAt := a.boolArray(n), a.stringPArray(n), a.stringPArray(n), a.int64PArray(n)
 		hsSeq, hsGen, hsAtt, hsLife, hsNext, hsLease := a.int64PArray(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
 		hsState, hsReason := a.stringArray(n), a.stringPArray(n)
-		hsClaimed, hsAcked := a.int64Array(n), a.int64PArray(n)
+		hsClaimed, hsAcked, hsClaimedBy := a.int64Array(n), a.int64PArray(n), a.stringArray(n)
 		for i, f := range w.flowRows {
 			ids[i], seq[i], served[i], head[i], run[i], wait[i] = f.Flow, f.Seq, f.Served, f.HeadSeq, f.Runnable, f.WaitUntil
 			if f.Paused {
@@ -171,22 +171,22 @@ func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]headStateSe
 				e := &w.eventRows[h]
 				hsSeq[i], hsState[i], hsGen[i], hsAtt[i], hsLife[i] = a.int64Ptr(e.Seq), e.State, e.Generation, e.Attempts, e.LifetimeAttempts
 				hsReason[i], hsNext[i], hsLease[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil
-				hsClaimed[i], hsAcked[i] = e.ClaimedWall, e.AckedAt
+				hsClaimed[i], hsAcked[i], hsClaimedBy[i] = e.ClaimedWall, e.AckedAt, e.ClaimedBy
 			}
 		}
 		c.queue("FlowUpdate", q["FlowUpdateMany"], ids, seq, served, head, run, wait,
 			paused, pausedBy, pausedReason, pausedAt,
-			hsSeq, hsState, hsGen, hsAtt, hsLife, hsReason, hsNext, hsLease, hsClaimed, hsAcked)
+			hsSeq, hsState, hsGen, hsAtt, hsLife, hsReason, hsNext, hsLease, hsClaimed, hsAcked, hsClaimedBy)
 	}
 	if n := len(direct); n > 0 {
 		ids, states, reasons := a.stringArray(n), a.stringArray(n), a.stringPArray(n)
 		gen, att, life, next, lease := a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n), a.int64Array(n)
-		claimed, acked := a.int64Array(n), a.int64PArray(n)
+		claimed, acked, claimedBy := a.int64Array(n), a.int64PArray(n), a.stringArray(n)
 		var clearFlows []string
 		var clearSeqs []int64
 		for i, e := range direct {
 			ids[i], states[i], gen[i], att[i], life[i] = e.ID, e.State, e.Generation, e.Attempts, e.LifetimeAttempts
-			reasons[i], next[i], lease[i], claimed[i], acked[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil, e.ClaimedWall, e.AckedAt
+			reasons[i], next[i], lease[i], claimed[i], acked[i], claimedBy[i] = nullString(e.Reason), e.NextAt, e.LeaseUntil, e.ClaimedWall, e.AckedAt, e.ClaimedBy
 			if _, ok := w.flowIndex[e.Flow]; !ok {
 				// The flow row is not written here: its head state, if it
 				// describes this event, must stop applying.
@@ -196,7 +196,7 @@ func (w *writeSet) stage(c *pgxConn, lanes store.Lane, hs map[string]headStateSe
 				}
 			}
 		}
-		c.queue("EventUpdate", q["EventUpdateMany"], ids, states, gen, att, life, reasons, next, lease, claimed, acked)
+		c.queue("EventUpdate", q["EventUpdateMany"], ids, states, gen, att, life, reasons, next, lease, claimed, acked, claimedBy)
 		if len(clearFlows) > 0 {
 			c.queue("FlowClearHeadState", q["FlowClearHeadState"], clearFlows, clearSeqs)
 		}

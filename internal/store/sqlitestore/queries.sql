@@ -36,14 +36,14 @@ UPDATE flow SET seq = ?, served = ?, head_seq = ?, runnable = ?, wait_until = ?,
 -- The runnable index (flows that are their own group) in the seed policy's
 -- dispatch order (SPEC §2 step 3), with each flow's head.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f INDEXED BY flow_runnable_seed LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable = 1 AND f.group_id IS NULL ORDER BY f.served, f.flow_id LIMIT ?;
 
 -- name: FlowPickFair
 -- The runnable index in the fair policy's dispatch order (SPEC §7).
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f INDEXED BY flow_runnable_fair LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable = 1 AND f.group_id IS NULL ORDER BY f.served, f.ord LIMIT ?;
 
@@ -51,7 +51,7 @@ WHERE f.runnable = 1 AND f.group_id IS NULL ORDER BY f.served, f.ord LIMIT ?;
 -- The due index: flows whose wait_until has come by ?1, after the key
 -- (?2, ?3), with their heads.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f INDEXED BY flow_waiting LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.wait_until IS NOT NULL AND f.wait_until <= ?1 AND (f.wait_until, f.flow_id) > (?2, ?3)
 ORDER BY f.wait_until, f.flow_id LIMIT ?4;
@@ -59,13 +59,13 @@ ORDER BY f.wait_until, f.flow_id LIMIT ?4;
 -- name: MembersSeed
 -- A group's runnable member flows in the seed policy's order, with heads.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f INDEXED BY flow_member_seed LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable = 1 AND f.group_id = ? ORDER BY f.served, f.flow_id LIMIT ?;
 
 -- name: MembersFair
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f INDEXED BY flow_member_fair LEFT JOIN event e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable = 1 AND f.group_id = ? ORDER BY f.served, f.ord LIMIT ?;
 
@@ -83,7 +83,7 @@ FROM grp INDEXED BY grp_runnable_fair WHERE runnable_flows > 0 ORDER BY served, 
 -- in one statement.
 SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, g.max_backlog, g.enqueued, g.acked,
        f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM (SELECT * FROM grp INDEXED BY grp_runnable_seed WHERE runnable_flows > 0 ORDER BY served, group_id LIMIT ?) g
 JOIN flow f ON f.flow_id = (SELECT m.flow_id FROM flow m INDEXED BY flow_member_seed
                             WHERE m.runnable = 1 AND m.group_id = g.group_id ORDER BY m.served, m.flow_id LIMIT 1)
@@ -93,7 +93,7 @@ ORDER BY g.served, g.group_id;
 -- name: GroupPickFirstFair
 SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, g.max_backlog, g.enqueued, g.acked,
        f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at
+       e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM (SELECT * FROM grp INDEXED BY grp_runnable_fair WHERE runnable_flows > 0 ORDER BY served, ord LIMIT ?) g
 JOIN flow f ON f.flow_id = (SELECT m.flow_id FROM flow m INDEXED BY flow_member_fair
                             WHERE m.runnable = 1 AND m.group_id = g.group_id ORDER BY m.served, m.ord LIMIT 1)
@@ -177,14 +177,14 @@ SELECT flow_id, ord, seq, served, head_seq, runnable, wait_until, paused, paused
 WHERE flow_id > ? ORDER BY flow_id LIMIT ?;
 
 -- name: EventGet
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event WHERE event_id = ?;
 
 -- name: TombstoneRead
 SELECT flow_id, seq, acked_at FROM tombstone WHERE event_id = ?;
 
 -- name: EventGetBySeq
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event WHERE flow_id = ? AND seq = ?;
 
 -- name: EventInsert
@@ -193,11 +193,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: EventUpdate
 UPDATE event SET state = ?, generation = ?, attempts = ?, lifetime_attempts = ?, reason = ?, next_at = ?, lease_until = ?,
-    claimed_wall = ?, acked_at = ?
+    claimed_wall = ?, acked_at = ?, claimed_by = ?
 WHERE event_id = ?;
 
 -- name: EventList
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event WHERE (flow_id, seq) > (?, ?) ORDER BY flow_id, seq LIMIT ?;
 
 -- name: QuarantinedList
@@ -205,13 +205,13 @@ FROM event WHERE (flow_id, seq) > (?, ?) ORDER BY flow_id, seq LIMIT ?;
 -- quarantined event is its flow's head, one per flow at most. ?5 is a
 -- prefix's start ('' for none); QuarantinedRange adds its end ?6, so that
 -- the index is read as a range.
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event WHERE state = 'quarantined' AND flow_id > ?1 AND (?3 = '' OR flow_id = ?3) AND (?4 = '' OR reason = ?4)
   AND flow_id >= ?5
 ORDER BY flow_id, seq LIMIT ?2;
 
 -- name: QuarantinedRange
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event WHERE state = 'quarantined' AND flow_id > ?1 AND (?3 = '' OR flow_id = ?3) AND (?4 = '' OR reason = ?4)
   AND flow_id >= ?5 AND flow_id < ?6
 ORDER BY flow_id, seq LIMIT ?2;
@@ -256,7 +256,7 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM event INDEXED BY event_inflight WHER
        (SELECT count(*) FROM (SELECT 1 FROM flow INDEXED BY flow_paused WHERE paused = 1 LIMIT ?1));
 
 -- name: OldestWaiting
-SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at
+SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event INDEXED BY event_waiting WHERE acked_at IS NULL ORDER BY enqueued_at, event_id LIMIT 1;
 
 -- name: SettledSince

@@ -795,14 +795,14 @@ func (c *conn) updateFlow(ctx context.Context, f *store.FlowRow) error {
 // eventCols are scan targets for an event row; nullable for the outer join
 // of a flow's head.
 type eventCols struct {
-	id, flow, state, reason                                      sql.NullString
+	id, flow, state, reason, claimedBy                           sql.NullString
 	seq, gen, att, life, next, lease, enqueued, claimed, ackedAt sql.NullInt64
 	body                                                         []byte
 }
 
 func (ec *eventCols) dest() []any {
 	return []any{&ec.id, &ec.flow, &ec.seq, &ec.body, &ec.state, &ec.gen, &ec.att, &ec.life, &ec.reason, &ec.next, &ec.lease, &ec.enqueued,
-		&ec.claimed, &ec.ackedAt}
+		&ec.claimed, &ec.ackedAt, &ec.claimedBy}
 }
 
 // row returns the event, nil when the outer join found none.
@@ -814,6 +814,7 @@ func (ec *eventCols) row() *store.EventRow {
 		ID: ec.id.String, Flow: ec.flow.String, Seq: ec.seq.Int64, Body: ec.body, State: ec.state.String,
 		Generation: ec.gen.Int64, Attempts: ec.att.Int64, LifetimeAttempts: ec.life.Int64, Reason: ec.reason.String,
 		NextAt: ec.next.Int64, LeaseUntil: ec.lease.Int64, EnqueuedAt: ec.enqueued.Int64, ClaimedWall: ec.claimed.Int64,
+		ClaimedBy: ec.claimedBy.String,
 	}
 	if ec.ackedAt.Valid {
 		v := ec.ackedAt.Int64
@@ -1108,7 +1109,7 @@ func (t *Tx) Write(ctx context.Context, ws *store.WriteSet) error {
 	}
 	for _, e := range ws.Events {
 		if err := t.exec(ctx, "EventUpdate", e.State, e.Generation, e.Attempts, e.LifetimeAttempts, nullString(e.Reason), e.NextAt, e.LeaseUntil,
-			e.ClaimedWall, e.AckedAt, e.ID); err != nil {
+			e.ClaimedWall, e.AckedAt, e.ClaimedBy, e.ID); err != nil {
 			return err
 		}
 	}
