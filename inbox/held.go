@@ -236,7 +236,7 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 	// sequence_conflict or duplicate).
 	out, err := in.receive(ctx, tx.Tx, d)
 	if err != nil {
-		return "", dbError("receive held", in.translate(err))
+		return "", receiveError("receive held", err, in.translate)
 	}
 	if out.Class() == fairrelay.ClassPermanent {
 		// What refuses it now, for Held (it may have been held for a gap).

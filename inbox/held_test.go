@@ -17,6 +17,19 @@ import (
 // eachBackend runs test on a fresh inbox of each backend (a SQLite file, a
 // PostgreSQL schema named from prefix), in parallel.
 func eachBackend(t *testing.T, prefix string, opts inbox.Options, test func(t *testing.T, in *inbox.Inbox)) {
+	eachDSN(t, prefix, func(t *testing.T, dsn string) {
+		in, err := inbox.Open(t.Context(), dsn, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		test(t, in)
+	})
+}
+
+// eachDSN runs test with the DSN of a fresh inbox of each backend, in
+// parallel: a SQLite file's path, a PostgreSQL schema named from prefix.
+func eachDSN(t *testing.T, prefix string, test func(t *testing.T, dsn string)) {
 	t.Parallel()
 	for _, backend := range []string{"sqlite", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
@@ -25,12 +38,7 @@ func eachBackend(t *testing.T, prefix string, opts inbox.Options, test func(t *t
 			if backend == "postgres" {
 				dsn = pgtest.Schema(t, prefix)
 			}
-			in, err := inbox.Open(t.Context(), dsn, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer in.Close()
-			test(t, in)
+			test(t, dsn)
 		})
 	}
 }

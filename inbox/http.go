@@ -43,7 +43,7 @@ type HandlerOptions struct {
 const DefaultMaxConcurrent = 64
 
 // Handler returns the inbox as an HTTP service (SPEC §3): it takes
-// deliveries as POST / from the webhook sink, checks the signature with
+// deliveries as POST, on whatever path it is mounted at, from the webhook sink, checks the signature with
 // opts.Verify, runs Receive and answers {"status": "<outcome>"} (the
 // webhook sink's receiver contract) with an HTTP status that a
 // non-fairrelay client reads the same way: 200 accepted or duplicate, 409

@@ -1,10 +1,13 @@
 // Package inbox is the receiver's side of fairrelay (SPEC §3): a store of
-// receipts and the reference effect, the "ledger" projection, written in ONE
-// transaction per delivery, deduplicated by event id and checked against the
-// flow's sequence. It lives in its own database, apart from the queue store.
+// receipts and an effect, written in ONE transaction per delivery,
+// deduplicated by event id and checked against the flow's sequence. The
+// effect is the receiver's own (Options.Apply: its writes in the receipt's
+// transaction) or, without one, the reference effect of the article, the
+// "ledger" projection of {"delta": N} bodies. It lives in its own database,
+// apart from the queue store.
 //
 // A receiver embeds an Inbox in its own handler (see Handler for HTTP), or
-// runs it as a service with `fairrelay receive`.
+// runs the ledger as a service with `fairrelay receive`.
 package inbox
 
 import (
@@ -89,6 +92,45 @@ type Options struct {
 	// version; one an older fairrelay made is refused with ErrInvalidInput
 	// (field "inbox", naming the migrations it lacks) instead of migrated.
 	ReadOnly bool
+	// Apply, when set, is the receiver's own effect in place of the
+	// reference ledger (SPEC §3 step 4): Receive (and ReceiveHeld) calls it
+	// for a delivery that passed the id and sequence checks, inside the
+	// transaction that then writes the receipt and moves the flow's seq, so
+	// that the effect and the receipt commit together or not at all. tx is
+	// on the inbox's database — the SQLite file, or the PostgreSQL database
+	// whose schema holds the inbox (first on tx's search_path) — so the
+	// effect's tables live there; Apply must not commit or roll back tx.
+	//
+	// Return fairrelay.OutcomeAccepted to commit. Return a refusal the
+	// event itself earns — OutcomeInvalidBody, OutcomeUnsupportedDelta or
+	// OutcomeRejected (permanent: the relay quarantines the event until a
+	// redrive, or an operator waives it, Waive) or OutcomeRetry (transient:
+	// delivered again later) — and everything Apply wrote is rolled back,
+	// no receipt is written, and Receive answers it. An error rolls back
+	// too and reaches Receive's caller (wrapped; the HTTP handler answers
+	// 500, which the relay retries); any other outcome is such an error.
+	// A redelivery of an accepted event answers duplicate without calling
+	// Apply: it runs again for an event only when an earlier call's
+	// transaction did not commit. With Apply set, MaxDelta does not apply
+	// and the projection keeps each flow's last seq, its total unchanged.
+	Apply func(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay.Outcome, error)
+}
+
+// applyError is an error of Options.Apply: it reaches Receive's caller as
+// it is (wrapped), never as a database error.
+type applyError struct{ err error }
+
+func (e *applyError) Error() string { return "apply: " + e.err.Error() }
+func (e *applyError) Unwrap() error { return e.err }
+
+// receiveError is dbError for the errors of receive: an Apply error is
+// returned wrapped with op, the rest as database errors.
+func receiveError(op string, err error, translate func(error) error) error {
+	var ae *applyError
+	if errors.As(err, &ae) {
+		return fmt.Errorf("inbox: %s: %w", op, ae)
+	}
+	return dbError(op, translate(err))
 }
 
 // NoDeltaLimit is the MaxDelta of an inbox that supports every delta.
@@ -113,6 +155,8 @@ type Inbox struct {
 	unavailable atomic.Bool
 	// migrated: the migrations Open applied (Migrated).
 	migrated []int
+	// apply is Options.Apply.
+	apply func(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay.Outcome, error)
 	// commitHook, when set (by tests), commits in place of tx.Commit: it
 	// lets a test cancel the request at the commit or fail a commit that
 	// applied. ctx is Receive's.
@@ -140,7 +184,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: why}
 	}
 	var err error
-	in := &Inbox{translate: sqlitestore.Translate, busy: opts.BusyTimeout}
+	in := &Inbox{translate: sqlitestore.Translate, busy: opts.BusyTimeout, apply: opts.Apply}
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		if in.db, err = openPostgres(ctx, dsn, opts, &in.migrated); err != nil {
@@ -401,7 +445,7 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 	defer tx.Rollback()
 	out, err := in.receive(ctx, tx.Tx, d)
 	if err != nil {
-		return "", dbError("receive", in.translate(err))
+		return "", receiveError("receive", err, in.translate)
 	}
 	if out != fairrelay.OutcomeAccepted {
 		return out, nil
@@ -518,6 +562,9 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 	case d.Seq > pseq+1:
 		return fairrelay.OutcomeGap, nil
 	}
+	if in.apply != nil {
+		return in.applyOwn(ctx, tx, d, total)
+	}
 	delta, ok, tooLarge := Delta(d.Body)
 	if !ok && !tooLarge {
 		return fairrelay.OutcomeInvalidBody, nil
@@ -532,6 +579,30 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 		return "", fmt.Errorf("ReceiptInsert: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, d.Seq, total+delta); err != nil {
+		return "", fmt.Errorf("ProjectionUpsert: %w", err)
+	}
+	return fairrelay.OutcomeAccepted, nil
+}
+
+// applyOwn runs Options.Apply for d, which passed the id and sequence
+// checks, and on accepted writes its receipt and moves its flow's seq
+// (total, the flow's projected total, unchanged).
+func (in *Inbox) applyOwn(ctx context.Context, tx *sql.Tx, d Delivery, total int64) (fairrelay.Outcome, error) {
+	out, err := in.apply(ctx, tx, d)
+	switch {
+	case err != nil:
+		return "", &applyError{err}
+	case out == fairrelay.OutcomeInvalidBody, out == fairrelay.OutcomeUnsupportedDelta, out == fairrelay.OutcomeRejected,
+		out == fairrelay.OutcomeRetry:
+		return out, nil // the caller rolls back: only accepted commits
+	case out != fairrelay.OutcomeAccepted:
+		return "", &applyError{fmt.Errorf("answered %q for %s: want accepted, invalid_body, unsupported_delta, rejected or retry", out, d.EventID)}
+	}
+	sum := sha256.Sum256(d.Body)
+	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, []byte{}, sum[:]); err != nil {
+		return "", fmt.Errorf("ReceiptInsert: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, d.Seq, total); err != nil {
 		return "", fmt.Errorf("ProjectionUpsert: %w", err)
 	}
 	return fairrelay.OutcomeAccepted, nil

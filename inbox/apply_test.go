@@ -1,0 +1,130 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+)
+
+// A receiver's own effect (Options.Apply) commits with its receipt or not
+// at all: an accepted delivery keeps the rows Apply wrote and its receipt;
+// a refusal Apply answers, an error or an outcome Apply may not answer
+// keeps neither; a duplicate or a gap never calls it. The effect's table
+// is read in a delivery of its own whose Apply answers retry (rolled back).
+func TestApplyCommitsTheEffectWithTheReceipt(t *testing.T) {
+	eachDSN(t, "inbox_apply", testApply) // an Apply of each backend's own
+}
+
+func testApply(t *testing.T, dsn string) {
+	errBoom := errors.New("boom")
+	var calls atomic.Int64
+	var shipped atomic.Int64 // the rows in shipment, as the last count read them
+	apply := func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS shipment (event_id TEXT PRIMARY KEY, body TEXT NOT NULL)`); err != nil {
+			return "", err
+		}
+		if d.Flow == "count" {
+			var n int64
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM shipment`).Scan(&n); err != nil {
+				return "", err
+			}
+			shipped.Store(n)
+			return fairrelay.OutcomeRetry, nil
+		}
+		calls.Add(1)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO shipment (event_id, body) VALUES ($1, $2)`, d.EventID, string(d.Body)); err != nil {
+			return "", err
+		}
+		switch string(d.Body) {
+		case `{"bad":true}`:
+			return fairrelay.OutcomeInvalidBody, nil
+		case `{"refused":true}`:
+			return fairrelay.OutcomeRejected, nil
+		case `{"later":true}`:
+			return fairrelay.OutcomeRetry, nil
+		case `{"boom":true}`:
+			return "", errBoom
+		case `{"odd":true}`:
+			return fairrelay.OutcomeDuplicate, nil
+		}
+		return fairrelay.OutcomeAccepted, nil
+	}
+	in, err := inbox.Open(t.Context(), dsn, inbox.Options{Apply: apply, MaxDelta: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	ctx := t.Context()
+	n := 0 // the count deliveries' seq
+	count := func() int64 {
+		t.Helper()
+		n++
+		out, err := in.Receive(ctx, inbox.Delivery{EventID: "count-" + string(rune('a'+n)), Flow: "count", Seq: 1, Body: []byte("{}")})
+		if err != nil || out != fairrelay.OutcomeRetry {
+			t.Fatalf("count: %s %v", out, err)
+		}
+		return shipped.Load()
+	}
+	receive := func(id string, seq int64, body string, want fairrelay.Outcome) {
+		t.Helper()
+		out, err := in.Receive(ctx, inbox.Delivery{EventID: id, Flow: "F", Seq: seq, Body: []byte(body)})
+		if err != nil || out != want {
+			t.Fatalf("receive %s seq %d %s: %s %v, want %s", id, seq, body, out, err, want)
+		}
+	}
+	// Not a ledger body, and a "delta" over MaxDelta: the receiver's
+	// own effect decides, not the ledger's rules.
+	receive("e1", 1, `{"order":"o-1","delta":500}`, fairrelay.OutcomeAccepted)
+	if got := count(); got != 1 || calls.Load() != 1 {
+		t.Fatalf("after e1: %d rows, %d calls; want 1, 1", got, calls.Load())
+	}
+	receive("e1", 1, `{"order":"o-1","delta":500}`, fairrelay.OutcomeDuplicate)
+	receive("e3", 3, `{"order":"o-3"}`, fairrelay.OutcomeGap)
+	if calls.Load() != 1 {
+		t.Fatalf("a duplicate and a gap called Apply: %d calls, want 1", calls.Load())
+	}
+	for _, c := range []struct {
+		body string
+		want fairrelay.Outcome
+	}{{`{"bad":true}`, fairrelay.OutcomeInvalidBody}, {`{"refused":true}`, fairrelay.OutcomeRejected}, {`{"later":true}`, fairrelay.OutcomeRetry}} {
+		receive("e2", 2, c.body, c.want)
+		if got := count(); got != 1 {
+			t.Fatalf("after e2 answered %s: %d rows, want 1 (its row rolled back)", c.want, got)
+		}
+	}
+	_, err = in.Receive(ctx, inbox.Delivery{EventID: "e2", Flow: "F", Seq: 2, Body: []byte(`{"boom":true}`)})
+	if !errors.Is(err, errBoom) || fairrelay.CodeOf(err) == fairrelay.CodeDatabase {
+		t.Fatalf("Apply's error: %v (code %q), want it wrapped, not a database error", err, fairrelay.CodeOf(err))
+	}
+	_, err = in.Receive(ctx, inbox.Delivery{EventID: "e2", Flow: "F", Seq: 2, Body: []byte(`{"odd":true}`)})
+	if err == nil || !strings.Contains(err.Error(), `"duplicate"`) {
+		t.Fatalf("Apply answering duplicate: %v, want an error naming it", err)
+	}
+	if got := count(); got != 1 {
+		t.Fatalf("after Apply's errors: %d rows, want 1", got)
+	}
+	receive("e2", 2, `{"order":"o-2"}`, fairrelay.OutcomeAccepted)
+	if got := count(); got != 2 {
+		t.Fatalf("after e2: %d rows, want 2", got)
+	}
+	s, err := in.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &inbox.Snapshot{
+		Receipts:   []inbox.Receipt{{ID: "e1", Flow: "F", Seq: 1}, {ID: "e2", Flow: "F", Seq: 2}},
+		Projection: []inbox.Projection{{Flow: "F", Seq: 2, Total: 0}},
+	}
+	if d := cmp.Diff(want, s); d != "" {
+		t.Fatalf("inbox (-want +got):\n%s", d)
+	}
+
+}
