@@ -11,12 +11,13 @@ import (
 // State is an event's state (SPEC §1).
 type State string
 
-// The event states. StateAcked is final.
+// The event states, as the snapshot, the CLI and the stores spell them
+// (SPEC §1). StateAcked is final.
 const (
-	StateReady       State = store.StateReady
-	StateInflight    State = store.StateInflight
-	StateAcked       State = store.StateAcked
-	StateQuarantined State = store.StateQuarantined
+	StateReady       State = "ready"
+	StateInflight    State = "inflight"
+	StateAcked       State = "acked"
+	StateQuarantined State = "quarantined"
 )
 
 // ClockState is the store's clock: the last tick written and the last ticket
