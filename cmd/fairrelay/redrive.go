@@ -48,6 +48,15 @@ alone.`,
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "all", Message: "give --all or --id with --expected-generation, not both"}
 				}
 				need = []string{"reason"}
+			} else {
+				// A filter given with --id would be ignored: the one event
+				// named is redriven whatever its flow or reason. Refused,
+				// as expedite's --flow (a breaker's report).
+				for _, name := range []string{"flow", "reason-is"} {
+					if cmd.Flags().Changed(name) {
+						return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "narrows --all only: give --all, or --id with --expected-generation"}
+					}
+				}
 			}
 			if err := requireFlags(cmd, need...); err != nil {
 				return err
