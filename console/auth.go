@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/fairrelay/fairrelay"
 )
@@ -103,12 +104,23 @@ func (t *Tokens) Lookup(token string) (User, bool) {
 
 // AddToken appends a user to the token file at path (created 0600 when
 // missing) and returns the new token, which is stored nowhere: only its
-// hash is written. Errors: a name that breaks fairrelay.CheckID's rule
-// (field "name") or is in the file already; the file cannot be read or
-// written. Nothing is written on an error.
+// hash is written. Errors: ErrInvalidInput naming "name" for a name that
+// breaks fairrelay.CheckID's rule, holds white space (the file's separator)
+// or starts with "#" (a comment line), or is in the file already; the file
+// cannot be read or written. Nothing is written on an error.
 func AddToken(path, name string, readOnly bool) (string, error) {
 	if err := fairrelay.CheckID("name", name); err != nil {
 		return "", err
+	}
+	// LoadTokens splits a line at white space and skips a line that
+	// starts with "#": such a name would be written, and every later load
+	// of the file would fail or lose the user (a breaker's report: one
+	// "al ice" locked every user out of the console).
+	if strings.ContainsFunc(name, unicode.IsSpace) {
+		return "", fairrelay.InvalidInput("name", "%q holds white space, which separates a token file's fields", name)
+	}
+	if strings.HasPrefix(name, "#") {
+		return "", fairrelay.InvalidInput("name", "%q starts with #, which makes a token file's line a comment", name)
 	}
 	if _, err := os.Stat(path); err == nil {
 		if _, err := LoadTokens(path); err != nil {

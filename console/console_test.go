@@ -11,6 +11,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -463,6 +464,20 @@ func TestTokenFile(t *testing.T) {
 	}
 	if _, err := console.AddToken(tk.path, " bad", false); err == nil || !strings.Contains(err.Error(), "name") {
 		t.Fatalf("bad name: %v", err)
+	}
+	// A name the file's format cannot hold is refused, and the file stays
+	// as it was: every user can still sign in.
+	before, _ := os.ReadFile(tk.path)
+	for _, name := range []string{"al ice", "al\tice", "#carol"} {
+		if _, err := console.AddToken(tk.path, name, false); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "name") {
+			t.Errorf("name %q: %v, want invalid_input naming name", name, err)
+		}
+	}
+	if after, _ := os.ReadFile(tk.path); string(after) != string(before) {
+		t.Errorf("refused names changed the file:\n%s", after)
+	}
+	if ts, err := console.LoadTokens(tk.path); err != nil || ts.Len() != 2 {
+		t.Errorf("load after the refused names: %v", err)
 	}
 }
 
