@@ -123,8 +123,8 @@ func openEnqueueQueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf
 	if err != nil {
 		return nil, err
 	}
-	if created {
-		fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: the queue store %s did not exist and was created; if --queue is misspelt, remove it\n", redactDSN(queue))
+	if created != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: the queue store %s %s; if --queue is misspelt, remove it\n", redactDSN(queue), created)
 	}
 	return q, nil
 }

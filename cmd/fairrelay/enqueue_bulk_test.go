@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/sqlitetest"
 )
 
 // flowOrder returns the ids of a flow's events in seq order.
@@ -333,5 +334,55 @@ func TestEnqueueSaysWhenItCreatesTheStore(t *testing.T) {
 	_, errOut, code = cli(t, `{"id":"a","flow":"f","delta":1}`+"\n", "enqueue", "--queue", bulk)
 	if code != exitApplied || !strings.Contains(errOut, note) {
 		t.Errorf("first bulk enqueue: exit %d, stderr %q: want a note that the store was created", code, errOut)
+	}
+	// An empty file becomes a store, and the note says what it was.
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = cli(t, "", "enqueue", "--queue", empty, "--id", "a", "--flow", "f", "--delta", "1")
+	if code != exitApplied || !strings.Contains(errOut, "was an empty file; a store was created in it") || strings.Contains(errOut, note) {
+		t.Errorf("enqueue into an empty file: exit %d, stderr %q: want a note that the empty file was made a store", code, errOut)
+	}
+}
+
+// enqueue, relay and receive create a store only in a new (or empty) SQLite
+// file: another application's database — a misspelt path, or the
+// application's own file before its outbox is made — is refused, naming
+// the flag, and left as it was (they wrote the store's tables into it and
+// said the file "did not exist": a breaker's report). migrate makes a
+// store in it on purpose.
+func TestCommandsThatCreateAStoreRefuseAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	other := filepath.Join(dir, "app.db")
+	sqlitetest.Exec(t, other, `CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users (name) VALUES ('ann')`)
+	tables := func() string {
+		t.Helper()
+		var names string
+		sqlitetest.QueryRow(t, other, `SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name)`, &names)
+		return names
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"enqueue", "--queue", other, "--id", "a", "--flow", "f", "--delta", "1"}, "invalid_input: queue: " + other + " is a database that holds no queue store"},
+		{[]string{"relay", "--queue", other, "--sink", "http://127.0.0.1:1/"}, "invalid_input: queue: " + other + " is a database that holds no queue store"},
+		{[]string{"receive", "--inbox", other, "--addr", "127.0.0.1:0"}, "invalid_input: inbox: " + other + " is a database that holds no inbox store"},
+	} {
+		out, errOut, code := cli(t, "", c.args...)
+		if code != exitFailed || out != "" || !strings.Contains(errOut, c.want) || !strings.Contains(errOut, "fairrelay migrate") {
+			t.Errorf("%v: exit %d stdout %q stderr %q; want exit %d and %q, naming migrate", c.args, code, out, errOut, exitFailed, c.want)
+		}
+		if got := tables(); got != "users" {
+			t.Errorf("%v: the file's tables are %s, want users alone", c.args, got)
+		}
+	}
+	if _, errOut, code := cli(t, "", "migrate", "--queue", other); code != 0 {
+		t.Fatalf("migrate --queue of another database: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := cli(t, "", "enqueue", "--queue", other, "--id", "a", "--flow", "f", "--delta", "1"); code != exitApplied || errOut != "" {
+		t.Errorf("enqueue after migrate: exit %d, stderr %q", code, errOut)
 	}
 }

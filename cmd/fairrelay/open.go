@@ -351,22 +351,62 @@ func pgStoreKey(dsn string) (string, error) {
 }
 
 // openQueueCreating opens the queue store of enqueue or relay, creating a
-// missing SQLite file and reporting whether it did: a misspelt --queue then
-// starts an empty store, and the command says so instead of working in
-// silence. A PostgreSQL schema that holds no store is refused, not created
+// missing SQLite file (or a store in an empty one) and saying which in
+// created ("" when the store existed): a misspelt --queue then starts an
+// empty store, and the command says so instead of working in silence. A
+// PostgreSQL schema that holds no store is refused, not created
 // (invalid_input naming queue; fairrelay migrate creates it): there a
 // store lives among the application's own tables, in public when the URL
 // names no schema=, and a misspelt schema would take events that no relay
-// reads.
-func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags) (q *fairrelay.Queue, created bool, err error) {
+// reads. An existing SQLite file that holds data but no store (another
+// application's database: a misspelt path, or the application's own file
+// before its outbox is made) is refused alike (a breaker's report: enqueue
+// wrote the store's tables into it, saying the file "did not exist").
+func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags) (q *fairrelay.Queue, created string, err error) {
 	q, err = openExistingQueue(ctx, dsn, pol, pf)
 	if err == nil || !missingStore(err, "queue") || isPostgresURL(dsn) {
-		return q, false, err
+		return q, "", err
 	}
 	// Missing (or refused for another reason about the path, which the
 	// second open reports the same way).
+	created, err = creatingIn(dsn, "queue", "fairrelay migrate --queue")
+	if err != nil {
+		return nil, "", err
+	}
 	q, err = openQueue(ctx, dsn, pol, pf)
-	return q, err == nil, err
+	if err != nil {
+		return nil, "", err
+	}
+	return q, created, nil
+}
+
+// logCreated is creatingIn's answer as the daemons log it: a new store
+// is "created empty".
+func logCreated(created string) string {
+	if created == createdNew {
+		return created + " empty"
+	}
+	return created
+}
+
+const createdNew = "did not exist and was created"
+
+// creatingIn says what creating the SQLite store of field ("queue" or
+// "inbox") at path does: "did not exist and was created" for a new file,
+// "was an empty file; a store was created in it" for one of 0 bytes. An
+// existing file with data in it that holds no store is refused:
+// invalid_input naming field, pointing at migrate (the command that makes
+// a store in an existing database on purpose).
+func creatingIn(path, field, migrate string) (string, error) {
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return createdNew, nil
+	case st.Size() == 0:
+		return "was an empty file; a store was created in it", nil
+	}
+	return "", &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field,
+		Message: fmt.Sprintf("%s is a database that holds no %s store (another application's? a misspelt path?); to make one in it on purpose, run %s %s first", path, field, migrate, path)}
 }
 
 // isPostgresURL reports whether dsn names a PostgreSQL store (as
@@ -377,16 +417,27 @@ func isPostgresURL(dsn string) bool {
 
 // openInboxCreating opens receive's inbox, creating it when missing (a
 // SQLite file or a PostgreSQL schema: the receiver's own store), and
-// reports whether it did.
-func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options) (in *inbox.Inbox, created bool, err error) {
+// says how in created ("" when it existed).
+func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options) (in *inbox.Inbox, created string, err error) {
 	opts.MustExist = true
 	in, err = openInbox(ctx, dsn, opts)
 	if err == nil || !missingStore(err, "inbox") {
-		return in, false, err
+		return in, "", err
+	}
+	created = createdNew
+	if !isPostgresURL(dsn) {
+		// An existing SQLite file with data and no inbox is refused, as
+		// openQueueCreating's.
+		if created, err = creatingIn(dsn, "inbox", "fairrelay migrate --inbox"); err != nil {
+			return nil, "", err
+		}
 	}
 	opts.MustExist = false
 	in, err = openInbox(ctx, dsn, opts)
-	return in, err == nil, err
+	if err != nil {
+		return nil, "", err
+	}
+	return in, created, nil
 }
 
 // missingStore reports whether err is Open's refusal, under MustExist, of

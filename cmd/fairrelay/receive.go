@@ -166,8 +166,8 @@ Broker ` + brokerEnvHelp + `.`,
 				return err
 			}
 			defer in.Close()
-			if created {
-				log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
+			if created != "" {
+				log.Warn("receive: the inbox "+logCreated(created)+"; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
 			}
 			h := in.Handler(opts)
 			if opts.Verify == nil {
@@ -250,8 +250,8 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		return err
 	}
 	defer in.Close()
-	if created {
-		log.Warn("receive: the inbox did not exist and was created empty; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
+	if created != "" {
+		log.Warn("receive: the inbox "+logCreated(created)+"; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
 	}
 	opts := consume.Options{Inbox: in, Logger: log}
 	if metricsLn != nil {

@@ -219,8 +219,8 @@ charged least; --max-group-slots caps any group's slots (configure
 			defer q.Close()
 			// Name what it works on, so a typo shows at once.
 			log.Info("relay: starting", "queue", redactDSN(queue), "sink", shown, "workers", workers, "policy", pol.Entry)
-			if created {
-				log.Warn("relay: the queue store did not exist and was created empty; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
+			if created != "" {
+				log.Warn("relay: the queue store "+logCreated(created)+"; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
 			}
 			cfg := settings
 			cfg.Queue, cfg.Sink, cfg.Logger = q, s, log
