@@ -213,6 +213,11 @@ func openSQLite(ctx context.Context, path string, opts Options, applied *[]int) 
 	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
 		return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "directory " + filepath.Dir(abs) + " does not exist"}
 	}
+	if st, err := os.Stat(abs); err == nil && st.IsDir() {
+		// SQLite's own answer, "disk I/O error" (a database error), does
+		// not say what is wrong (a breaker's sweep).
+		return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " is a directory, not an inbox's file"}
+	}
 	if opts.MustExist {
 		if _, err := os.Stat(abs); err != nil {
 			return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " does not exist (create it with fairrelay migrate --inbox or receive)"}

@@ -26,6 +26,9 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *
 			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "give --id too, or put it in the stdin lines (\"" + name + "\": …)"}
 		}
 	}
+	if err := checkStdin(cmd.InOrStdin()); err != nil {
+		return err
+	}
 	q, err := openEnqueueQueue(cmd, queue, pol, pf)
 	if err != nil {
 		return err

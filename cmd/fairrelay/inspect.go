@@ -87,6 +87,15 @@ can forge lines or drive the terminal.`,
 				if afterNo != 0 {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_no", Message: "pages the queue's audit view only"}
 				}
+				// The queue's selectors, refused rather than ignored: an
+				// inbox listing printed every flow's receipts for --flow A
+				// (a breaker's sweep).
+				if flow != "" {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flow", Message: "selects a flow of the queue's views only; page an inbox's receipts with --after FLOW"}
+				}
+				if eventID != "" {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id", Message: "selects the queue's attempts view only"}
+				}
 				if err := fairrelay.CheckSearch("after", after); err != nil {
 					return err // named as the flag, not as the list's argument
 				}

@@ -269,6 +269,15 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database: queue: open: not a fairrelay database"},
 		{[]string{"claim", "--queue", q, "--at", "5", "--policy", "lifo"}, "policy: must be seed or fair"},
 		{[]string{"inspect", "--inbox", inboxDB, "receipts", "--after-seq", "1"}, "invalid_input: after-seq: needs --after FLOW"},
+		// A directory given as a store says so (SQLite's answer was a
+		// database error, "disk I/O error").
+		{[]string{"claim", "--queue", dir, "--at", "5"}, "invalid_input: queue: cannot open: " + dir + " is a directory"},
+		{[]string{"enqueue", "--queue", dir, "--id", "A2", "--flow", "A", "--delta", "1"}, "invalid_input: queue: cannot open: " + dir + " is a directory"},
+		{[]string{"migrate", "--inbox", dir}, "invalid_input: inbox: " + dir + " is a directory"},
+		{[]string{"prune", "--inbox", dir, "--superseded-held"}, "invalid_input: inbox: " + dir + " is a directory"},
+		// The queue's selectors are refused, not ignored, on an inbox.
+		{[]string{"inspect", "--inbox", inboxDB, "--flow", "A"}, "invalid_input: flow: selects a flow of the queue's views only"},
+		{[]string{"inspect", "--inbox", inboxDB, "--id", "A1"}, "invalid_input: id: selects the queue's attempts view only"},
 		// A zero duration that the library would replace by its default.
 		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--timeout", "0s"}, "invalid_input: timeout: must be a positive duration"},
 		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--addr", "127.0.0.1:0", "--secret", "x", "--tolerance", "0s"}, "invalid_input: tolerance: must be a positive duration"},
@@ -816,5 +825,53 @@ func TestEmptySecretVariableIsRefused(t *testing.T) {
 	// --secret given: the variable is not read.
 	if _, errOut, code := cliEnv(t, []string{secretEnv + "="}, "", "receive", "--inbox", in, "--addr", "127.0.0.1:0", "--secret", "s", "--tolerance", "0s"); code != 2 || !strings.Contains(errOut, "invalid_input: tolerance:") {
 		t.Errorf("receive --secret s with %s=\"\": exit %d, %q; want the variable ignored (and the bad --tolerance named)", secretEnv, code, errOut)
+	}
+}
+
+// A command refused for what needs no store — a missing flag, a standard
+// input that is a directory — creates none: script without --inbox made
+// the queue's file, and a directory on stdin made both stores before the
+// read failed, with no error code (a breaker's sweep).
+func TestRefusalsBeforeTheStoreCreateNone(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q, in := filepath.Join(dir, "q.db"), filepath.Join(dir, "i.db")
+	text := filepath.Join(t.TempDir(), "text.db")
+	if err := os.WriteFile(text, []byte("not a database, some text"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args     []string
+		dirStdin bool
+		want     string
+	}{
+		{[]string{"script", "--queue", q}, false, "invalid_input: inbox: missing: give --inbox"},
+		{[]string{"migrate", "--queue", q, "--inbox", text}, false, "not_a_database: inbox: " + text + " is not a SQLite database"},
+		{[]string{"script", "--queue", q, "--inbox", text}, false, "not_a_database: inbox: " + text + " is not a SQLite database"},
+		{[]string{"script", "--queue", q, "--inbox", in}, true, "invalid_input: stdin: is a directory"},
+		{[]string{"enqueue", "--queue", q}, true, "invalid_input: stdin: is a directory"},
+	} {
+		cmd := exec.Command(os.Args[0], c.args...)
+		cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+		if c.dirStdin {
+			d, err := os.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			cmd.Stdin = d
+		}
+		var e bytes.Buffer
+		cmd.Stderr = &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitFailed || !strings.Contains(e.String(), c.want) {
+			t.Errorf("%v: %v, stderr %q; want exit %d and %q", c.args, err, e.String(), exitFailed, c.want)
+		}
+		for _, p := range []string{q, in} {
+			if _, err := os.Stat(p); err == nil {
+				t.Fatalf("%v created %s", c.args, p)
+			}
+		}
 	}
 }

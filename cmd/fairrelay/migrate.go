@@ -26,6 +26,11 @@ func newMigrateCmd() *cobra.Command {
 			if err := distinctStores(queue, inboxDSN); err != nil {
 				return err
 			}
+			// Both paths before either store is made: a queue created and
+			// then an inbox refused left the new queue behind.
+			if err := checkStorePaths(queue, inboxDSN); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			if queue != "" {
 				// Open applies the migrations the store lacks.

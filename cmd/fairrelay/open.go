@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -402,6 +403,8 @@ func creatingIn(path, field, migrate string) (string, error) {
 	switch {
 	case err != nil:
 		return createdNew, nil
+	case st.IsDir():
+		return "", nil // the open refuses it, saying so
 	case st.Size() == 0:
 		return "was an empty file; a store was created in it", nil
 	}
@@ -484,6 +487,55 @@ func redactDSN(dsn string) string {
 // requireFlags refuses a command line that leaves out one of the named
 // flags: invalid_input naming the first missing one as its field, and
 // every missing one in its message, so that one try shows them all.
+// checkStorePaths refuses, before a command that opens both a queue and
+// an inbox creates either, a SQLite path that cannot become a store: a
+// directory, or a file with data that is not a SQLite database
+// (not_a_database naming the flag). What else the open refuses — another
+// kind of store, a database of another version — it refuses as before.
+func checkStorePaths(queue, inboxDSN string) error {
+	for _, s := range []struct{ field, path string }{{"queue", queue}, {"inbox", inboxDSN}} {
+		if s.path == "" || isPostgresURL(s.path) {
+			continue
+		}
+		st, err := os.Stat(s.path)
+		if err != nil {
+			continue // missing: the open creates it or says why not
+		}
+		if st.IsDir() {
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: s.field, Message: s.path + " is a directory, not a store's file"}
+		}
+		if st.Size() == 0 {
+			continue
+		}
+		f, err := os.Open(s.path)
+		if err != nil {
+			continue // the open says why
+		}
+		head := make([]byte, 16)
+		n, _ := io.ReadFull(f, head)
+		f.Close()
+		if string(head[:n]) != "SQLite format 3\x00" {
+			return &fairrelay.Error{Code: fairrelay.CodeNotDatabase, Field: s.field, Message: s.path + " is not a SQLite database"}
+		}
+	}
+	return nil
+}
+
+// checkStdin refuses a standard input that cannot give lines — a directory
+// (`< /some/dir`) — before a command that reads it opens, or creates, a
+// store: invalid_input naming "stdin" (the read failed after the store was
+// made, with no error code: a breaker's sweep).
+func checkStdin(r io.Reader) error {
+	f, ok := r.(*os.File)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "stdin", Message: "is a directory: give the lines on standard input (< FILE or a pipe)"}
+	}
+	return nil
+}
+
 func requireFlags(cmd *cobra.Command, names ...string) error {
 	var missing []string
 	for _, name := range names {

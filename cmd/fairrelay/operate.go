@@ -239,6 +239,13 @@ func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool) err
 			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "prunes a queue store, not an inbox"}
 		}
 	}
+	// The queue's policy flags mean nothing to an inbox: refused, not
+	// ignored (a breaker's sweep: --policy bogus, --jitter 5 passed).
+	for _, name := range []string{"policy", "lease", "backoff-base", "backoff-cap", "budget", "jitter", "max-tick-jump"} {
+		if cmd.Flags().Changed(name) {
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "a queue store's policy, not an inbox's"}
+		}
+	}
 	in, err := openInbox(cmd.Context(), inboxDSN, inbox.Options{MustExist: true})
 	if err != nil {
 		return err

@@ -247,6 +247,10 @@ func TestPruneInboxSupersededHeld(t *testing.T) {
 		{"prune", "--superseded-held"},
 		{"prune", "--inbox", path, "--superseded-held", "--queue", filepath.Join(dir, "q.db")},
 		{"prune", "--inbox", path, "--superseded-held", "--acked-before", "5"},
+		// The queue's policy flags, refused on an inbox rather than ignored.
+		{"prune", "--inbox", path, "--superseded-held", "--policy", "bogus"},
+		{"prune", "--inbox", path, "--superseded-held", "--jitter", "5"},
+		{"prune", "--inbox", path, "--superseded-held", "--lease", "-1s"},
 	} {
 		if out, errOut, code := cli(t, "", args...); code != 2 || out != "" || !strings.Contains(errOut, "invalid_input") {
 			t.Errorf("%v: exit %d, %q, %q; want exit 2, invalid_input", args, code, out, errOut)

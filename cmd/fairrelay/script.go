@@ -26,7 +26,17 @@ the exit code is non-zero only when the script cannot be read.`,
 				return err
 			}
 			ctx := cmd.Context()
+			// What needs no store first: a refusal creates none.
+			if err := requireFlags(cmd, "queue", "inbox"); err != nil {
+				return err
+			}
 			if err := distinctStores(queue, inboxDSN); err != nil {
+				return err
+			}
+			if err := checkStdin(cmd.InOrStdin()); err != nil {
+				return err
+			}
+			if err := checkStorePaths(queue, inboxDSN); err != nil {
 				return err
 			}
 			q, err := openQueue(ctx, queue, pol, &pf)

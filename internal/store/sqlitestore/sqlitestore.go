@@ -194,6 +194,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("directory %s does not exist", filepath.Dir(abs))
 	}
+	if st, err := os.Stat(abs); err == nil && st.IsDir() {
+		// SQLite's own answer, "disk I/O error", does not say what is
+		// wrong (a breaker's sweep).
+		return nil, fmt.Errorf("%s is a directory, not a store's file", abs)
+	}
 	opts.MustExist = opts.MustExist || opts.ReadOnly
 	if opts.MustExist {
 		if _, err := os.Stat(abs); err != nil {
