@@ -204,6 +204,12 @@ audit operator of the user's actions.`,
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Message: "missing: give --tokens FILE"}
 			}
 			t, err := console.AddToken(tokens, args[0], readOnly)
+			var fe *fairrelay.Error
+			if err != nil && !errors.As(err, &fe) {
+				// The file's own problems (a directory, a malformed line),
+				// named as the flag, as console --tokens names them.
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Message: strings.TrimPrefix(err.Error(), "tokens: ")}
+			}
 			if err != nil {
 				return err
 			}

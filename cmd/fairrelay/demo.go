@@ -63,6 +63,14 @@ and ends with every event acked once (A: seq 2, total 11).`,
 			if o.events < 0 || o.events > 100000 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "events", Message: "must be 0 to 100000"}
 			}
+			// Checked before anything runs: a demo with no time at all ran
+			// and then failed "did not finish in time" (a breaker's sweep).
+			if o.timeout <= 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "timeout", Message: fmt.Sprintf("must be positive, got %s", o.timeout)}
+			}
+			if o.flakyPer < 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flaky-every", Message: fmt.Sprintf("must be 0 (never) or more, got %d", o.flakyPer)}
+			}
 			if o.dir == "" {
 				// The temporary folder goes when the demo ends, also when
 				// its reader went away (demo | head): with SIGPIPE ignored,

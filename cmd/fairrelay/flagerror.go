@@ -155,12 +155,15 @@ func unknownCommand(cmd *cobra.Command, name string) error {
 // "not given" and widen what a command does: redrive --all --flow "$F"
 // with F unset would redrive every flow, enqueue --group "" would put the
 // flow in no group, --secret "" would sign nothing, --tokens "" would drop
-// the console's sign-in. Given explicitly, each must hold something.
+// the console's sign-in, console --inbox "" would drop the inbox's page,
+// relay --name "" and --permanent-status "" would mean the defaults, receive
+// --from "" would listen instead of consuming. Given explicitly, each must
+// hold something (a breaker's sweep found the last four taken as unset).
 // (--reason is not here: an empty reason is SPEC §2's empty_reason answer.)
 // The one environment variable that feeds such a flag, $FAIRRELAY_SECRET,
 // is refused set but empty likewise (secretFlag).
 var nonEmptyFlags = []string{"flow", "reason-is", "group", "operator", "secret", "tokens", "auth-header",
-	"readonly-users"}
+	"readonly-users", "queue", "inbox", "from", "name", "permanent-status", "sink"}
 
 // refuseEmptyFlags is every command's PreRunE (main sets it): a flag of
 // nonEmptyFlags given as "" is invalid input naming it, and so is a

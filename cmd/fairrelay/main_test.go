@@ -264,6 +264,8 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"configure", "--queue", q, "--max-flow-backlog", "-3", "--at", "5"}, "invalid_input: max-flow-backlog: must not be negative"},
 		{[]string{"configure", "--queue", q}, "invalid_input: settings: missing: nothing to set: give --max-backlog"},
 		{[]string{"demo", "--workers", "0", "--dir", filepath.Join(dir, "demo")}, "invalid_input: workers: must be 1 to"},
+		{[]string{"demo", "--timeout", "0s", "--dir", filepath.Join(dir, "demo")}, "invalid_input: timeout: must be positive"},
+		{[]string{"demo", "--flaky-every", "-1", "--dir", filepath.Join(dir, "demo")}, "invalid_input: flaky-every: must be 0 (never) or more"},
 		// --timeout ends whichever step it meets (here opening the stores).
 		{[]string{"demo", "--timeout", "1ms", "--dir", filepath.Join(dir, "late")}, "demo: did not finish in time (--timeout 1ms)"},
 		{[]string{"claim", "--queue", notDB, "--at", "0"}, "not_a_database: queue: open: not a fairrelay database"},
@@ -275,6 +277,8 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", dir, "--id", "A2", "--flow", "A", "--delta", "1"}, "invalid_input: queue: cannot open: " + dir + " is a directory"},
 		{[]string{"migrate", "--inbox", dir}, "invalid_input: inbox: " + dir + " is a directory"},
 		{[]string{"prune", "--inbox", dir, "--superseded-held"}, "invalid_input: inbox: " + dir + " is a directory"},
+		// A token file that is no such file is named as the flag.
+		{[]string{"console", "token", "add", "alice", "--tokens", dir}, "invalid_input: tokens: " + dir},
 		// The queue's selectors are refused, not ignored, on an inbox.
 		{[]string{"inspect", "--inbox", inboxDB, "--flow", "A"}, "invalid_input: flow: selects a flow of the queue's views only"},
 		{[]string{"inspect", "--inbox", inboxDB, "--id", "A1"}, "invalid_input: id: selects the queue's attempts view only"},
@@ -788,6 +792,13 @@ func TestExplicitlyEmptyFlagsAreRefused(t *testing.T) {
 		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--secret", ""}, "secret"},
 		{[]string{"receive", "--inbox", filepath.Join(t.TempDir(), "i.db"), "--addr", "127.0.0.1:0", "--secret", ""}, "secret"},
 		{[]string{"console", "--queue", q, "--addr", "127.0.0.1:0", "--tokens", ""}, "tokens"},
+		{[]string{"console", "--queue", q, "--addr", "127.0.0.1:0", "--inbox", ""}, "inbox"},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--name", ""}, "name"},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--permanent-status", ""}, "permanent-status"},
+		{[]string{"relay", "--queue", q, "--sink", ""}, "sink"},
+		{[]string{"receive", "--inbox", filepath.Join(t.TempDir(), "i.db"), "--from", ""}, "from"},
+		{[]string{"inspect", "--queue", q, "--inbox", ""}, "inbox"},
+		{[]string{"claim", "--queue", "", "--at", "1"}, "queue"},
 	} {
 		if _, errOut, code := cli(t, "", tc.args...); code != 2 || !strings.Contains(errOut, "invalid_input: "+tc.field+": must not be empty") {
 			t.Errorf("%q: exit %d, %q; want invalid_input naming %s", tc.args, code, errOut, tc.field)
