@@ -27,8 +27,12 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *relay.Config) { c.Workers = relay.MaxWorkers + 1 }, "workers"},
 		{func(c *relay.Config) { c.Sink = nil }, "sink"},
 		{func(c *relay.Config) { c.Queue = nil }, "queue"},
-		{func(c *relay.Config) { c.MaxPollInterval = time.Microsecond }, "poll_interval"},
-		{func(c *relay.Config) { c.MaxRetryWait = time.Microsecond }, "retry_wait"},
+		// Named as the Config's fields (a library user's report: "timeout"
+		// for DeliveryTimeout, "poll_interval" for MaxPollInterval).
+		{func(c *relay.Config) { c.DeliveryTimeout = time.Microsecond }, "delivery_timeout"},
+		{func(c *relay.Config) { c.PollInterval = -time.Second }, "poll_interval"},
+		{func(c *relay.Config) { c.MaxPollInterval = time.Microsecond }, "max_poll_interval"},
+		{func(c *relay.Config) { c.MaxRetryWait = time.Microsecond }, "max_retry_wait"},
 		{func(c *relay.Config) { c.RetryWait = -time.Second }, "retry_wait"},
 		// Sub-millisecond retention is 0 ticks: it pruned everything at once
 		// (a breaker's report), the opposite of 0, which keeps it forever.

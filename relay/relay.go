@@ -273,8 +273,9 @@ func invalid(field, format string, args ...any) error {
 }
 
 // Validate reports the first field out of range as ErrInvalidInput naming
-// it: "queue", "sink", "workers", "timeout", "lease_margin",
-// "shutdown_timeout", "poll_interval", "retry_wait", "retain_acked",
+// it, the Config field in snake case: "queue", "sink", "workers",
+// "delivery_timeout", "lease_margin", "shutdown_timeout", "poll_interval",
+// "max_poll_interval", "retry_wait", "max_retry_wait", "retain_acked",
 // "retain_ids", "prune_interval", "prune_batch", "quantum",
 // "max_group_slots", "groups_refresh", or "lease" when the
 // policy's lease (ms) does not exceed DeliveryTimeout + LeaseMargin.
@@ -305,15 +306,19 @@ func (c Config) ValidateSettings() error {
 	case c.Workers < 1 || c.Workers > MaxWorkers:
 		return invalid("workers", "must be 1 to %d, got %d", MaxWorkers, c.Workers)
 	case c.DeliveryTimeout < time.Millisecond:
-		return invalid("timeout", "must be at least 1ms, got %s", c.DeliveryTimeout)
+		return invalid("delivery_timeout", "must be at least 1ms, got %s", c.DeliveryTimeout)
 	case c.LeaseMargin < 0:
 		return invalid("lease_margin", "must not be negative, got %s", c.LeaseMargin)
 	case c.ShutdownTimeout < 0:
 		return invalid("shutdown_timeout", "must not be negative, got %s", c.ShutdownTimeout)
-	case c.PollInterval < 0 || c.MaxPollInterval < c.PollInterval:
+	case c.PollInterval < 0:
 		return invalid("poll_interval", "need 0 <= poll interval (%s) <= max poll interval (%s)", c.PollInterval, c.MaxPollInterval)
-	case c.RetryWait <= 0 || c.MaxRetryWait < c.RetryWait:
+	case c.MaxPollInterval < c.PollInterval:
+		return invalid("max_poll_interval", "need 0 <= poll interval (%s) <= max poll interval (%s)", c.PollInterval, c.MaxPollInterval)
+	case c.RetryWait <= 0:
 		return invalid("retry_wait", "need 0 < retry wait (%s) <= max retry wait (%s)", c.RetryWait, c.MaxRetryWait)
+	case c.MaxRetryWait < c.RetryWait:
+		return invalid("max_retry_wait", "need 0 < retry wait (%s) <= max retry wait (%s)", c.RetryWait, c.MaxRetryWait)
 	case c.RetainAcked < 0:
 		return invalid("retain_acked", "must not be negative, got %s", c.RetainAcked)
 	case c.RetainIDs < 0:

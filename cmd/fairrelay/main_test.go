@@ -238,6 +238,8 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", "notjson", "--at", "5"}, "invalid_input: body: not JSON (the command takes JSON bodies; the library and the SQL function take any bytes): invalid character 'o' in literal null"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--body", "{}", "--delta", "1", "--at", "5"}, "invalid_input: delta: give --delta or --body, not both"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "1", "--lease", "0s"}, "lease: must be at least 1ms"},
+		// The library's DeliveryTimeout, named as the flag that sets it.
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--timeout", "500us"}, "invalid_input: timeout: must be at least 1ms"},
 		// A filter of --all given with --id would be ignored: refused.
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "r", "--flow", "B"}, "invalid_input: flow: narrows --all only"},
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--expected-generation", "1", "--reason", "r", "--reason-is", "rejected"}, "invalid_input: reason-is: narrows --all only"},

@@ -194,6 +194,12 @@ charged least; --max-group-slots caps any group's slots (configure
 			settings := relay.Config{Name: name, Workers: workers, DeliveryTimeout: timeout, LeaseMargin: margin,
 				ShutdownTimeout: shutdown, RetainAcked: retainAcked, RetainIDs: retainIDs, MaxGroupSlots: maxGroupSlots, Quantum: quantum}
 			if err := settings.ValidateSettings(); err != nil {
+				var fe *fairrelay.Error
+				if errors.As(err, &fe) && fe.Field == "delivery_timeout" {
+					c := *fe
+					c.Field = "timeout" // the flag that sets it
+					return &c
+				}
 				return err
 			}
 			var metricsLn net.Listener
