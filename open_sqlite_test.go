@@ -43,6 +43,11 @@ func TestMustExistRefusesASQLiteFileWithoutAStore(t *testing.T) {
 		if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "queue: ") || !strings.Contains(err.Error(), "holds no fairrelay tables") {
 			t.Errorf("queue %s: err %v, want invalid_input naming queue", filepath.Base(path), err)
 		}
+		// A Go caller is told the Go way to create it, not the command's
+		// alone (a library user's trial).
+		if !strings.Contains(err.Error(), "without them Open creates one") {
+			t.Errorf("queue %s: err %v, want the Go hint", filepath.Base(path), err)
+		}
 		_, err = inbox.Open(ctx, path, inbox.Options{MustExist: true})
 		if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "inbox: ") || !strings.Contains(err.Error(), "holds no inbox") {
 			t.Errorf("inbox %s: err %v, want invalid_input naming inbox", filepath.Base(path), err)

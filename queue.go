@@ -160,7 +160,13 @@ func openError(err error) error {
 		return fmt.Errorf("open stopped: %w", err)
 	case errors.As(err, &ee):
 		return &Error{Code: CodeInvalidInput, Field: "policy", Message: ee.Error()}
-	case errors.Is(err, store.ErrMissing), errors.Is(err, store.ErrRefusedSettings), errors.Is(err, sqlfile.ErrNewerSchema), errors.Is(err, sqlfile.ErrOlderSchema):
+	case errors.Is(err, store.ErrMissing):
+		// The message is the error's own (Err keeps it for errors.Is); the
+		// Hint is for a Go caller, whom "fairrelay migrate" does not help
+		// alone (a library user's trial). The command leaves it out.
+		return &Error{Code: CodeInvalidInput, Field: "queue", Err: err,
+			Hint: "in Go, Config.MustExist and Config.ReadOnly refuse to create a store; without them Open creates one in an existing file or database"}
+	case errors.Is(err, store.ErrRefusedSettings), errors.Is(err, sqlfile.ErrNewerSchema), errors.Is(err, sqlfile.ErrOlderSchema):
 		// The message is the error's own (Err keeps it for errors.Is).
 		return &Error{Code: CodeInvalidInput, Field: "queue", Err: err}
 	case errors.Is(err, store.ErrNotDatabase):
