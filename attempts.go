@@ -36,7 +36,10 @@ type Attempt struct {
 	Outcome string `json:"outcome"`
 	Status  string `json:"status"`
 	// Detail, Duration and Relay are the settle's (Settlement.Detail,
-	// Settlement.Duration to the millisecond, SettleManyParams.Relay).
+	// Settlement.Duration to the millisecond, SettleManyParams.Relay); an
+	// AttemptLeaseExpired attempt has the Relay of its claim
+	// (ClaimParams.Relay, SettleManyParams.Relay): the relay that held
+	// the lease when it ran out.
 	// In JSON, Duration is a time.Duration's integer: nanoseconds (a
 	// whole number of milliseconds).
 	Detail   string        `json:"detail"`

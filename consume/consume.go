@@ -617,7 +617,7 @@ func (r *runner) apply(env Envelope, m Message) {
 		}
 		r.report(a)
 		return
-	case errors.Is(err, fairrelay.ErrInvalidInput):
+	case errors.Is(err, fairrelay.ErrInvalidInput) && !errors.Is(err, inbox.ErrApply):
 		// The message names an id, flow or seq no event can have
 		// (fairrelay.CheckID): every copy of it will be refused alike. It
 		// is not a fairrelay message; redelivered, each copy took a place

@@ -2,6 +2,7 @@ package consume_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -698,4 +699,36 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return got
+}
+
+// An error of the receiver's own Apply (inbox.Options.Apply) that wraps
+// ErrInvalidInput is redelivered, not rejected: the message is a good
+// fairrelay message the receiver failed to apply, and a rejected one is
+// dropped by the broker (a breaker's report).
+func TestRunRedeliversAnApplyError(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t, inbox.Options{Apply: func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
+		return "", fairrelay.InvalidInput("customer", "unknown customer in %s", d.EventID)
+	}})
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1)}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	var got consume.Applied
+	go func() {
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, RedeliverBase: time.Second, RedeliverCap: time.Second,
+			OnApplied: func(a consume.Applied) {
+				got = a
+				cancel()
+			}})
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got.Action != consume.ActionRedeliver || !errors.Is(got.Err, inbox.ErrApply) {
+		t.Errorf("an Apply error: action %v, err %v; want redeliver with ErrApply", got.Action, got.Err)
+	}
+	if a := f.done["A1"]; fmt.Sprint(a) != "[redeliver 1s]" {
+		t.Errorf("A1: %v, want [redeliver 1s]", a)
+	}
 }

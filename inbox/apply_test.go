@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
 // A receiver's own effect (Options.Apply) commits with its receipt or not
@@ -54,6 +58,10 @@ func testApply(t *testing.T, dsn string) {
 			return "", errBoom
 		case `{"odd":true}`:
 			return fairrelay.OutcomeDuplicate, nil
+		case `{"unknown_customer":true}`:
+			return "", fairrelay.InvalidInput("customer", "unknown")
+		case `{"commits":true}`:
+			return fairrelay.OutcomeAccepted, tx.Commit()
 		}
 		return fairrelay.OutcomeAccepted, nil
 	}
@@ -111,9 +119,43 @@ func testApply(t *testing.T, dsn string) {
 	if got := count(); got != 1 {
 		t.Fatalf("after Apply's errors: %d rows, want 1", got)
 	}
+	// An Apply error that wraps ErrInvalidInput is Apply's (ErrApply),
+	// not a malformed delivery: the handler answers 500 and a broker
+	// consumer redelivers, rather than 400 and a reject (a breaker's
+	// report).
+	_, err = in.Receive(ctx, inbox.Delivery{EventID: "e2", Flow: "F", Seq: 2, Body: []byte(`{"unknown_customer":true}`)})
+	if !errors.Is(err, inbox.ErrApply) || !errors.Is(err, fairrelay.ErrInvalidInput) {
+		t.Fatalf("Apply's invalid input: %v, want it as ErrApply, its own error kept", err)
+	}
+	// An Apply that ends tx itself is Apply's error too, not a database
+	// error (its writes went without a receipt: misuse, said as such).
+	_, err = in.Receive(ctx, inbox.Delivery{EventID: "m1", Flow: "M", Seq: 1, Body: []byte(`{"commits":true}`)})
+	if !errors.Is(err, inbox.ErrApply) || fairrelay.CodeOf(err) == fairrelay.CodeDatabase || !strings.Contains(err.Error(), "ended tx itself") {
+		t.Fatalf("Apply that commits tx: %v (code %q), want ErrApply naming the misuse", err, fairrelay.CodeOf(err))
+	}
+	committed := count() // the misused call's row, committed by Apply itself
 	receive("e2", 2, `{"order":"o-2"}`, fairrelay.OutcomeAccepted)
-	if got := count(); got != 2 {
-		t.Fatalf("after e2: %d rows, want 2", got)
+	if got := count(); got != committed+1 {
+		t.Fatalf("after e2: %d rows, want %d", got, committed+1)
+	}
+	// A held copy that Apply refuses leaves nothing of Apply's writes,
+	// however often it is tried again (ReceiveHeld committed them with
+	// the copy's reason: an effect without a receipt at every retry).
+	h := inbox.Delivery{EventID: "h1", Flow: "H", Seq: 1, Body: []byte(`{"refused":true}`)}
+	if out, err := in.Receive(ctx, h); err != nil || out != fairrelay.OutcomeRejected {
+		t.Fatalf("receive h1: %s %v", out, err)
+	}
+	if _, err := in.Hold(ctx, h, fairrelay.OutcomeRejected); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r, err := in.ReceiveHeld(ctx, "H", 10)
+		if err != nil || r.Stopped != fairrelay.OutcomeRejected {
+			t.Fatalf("receive held: %+v %v, want stopped rejected", r, err)
+		}
+	}
+	if got := count(); got != committed+1 {
+		t.Fatalf("after the held copy's refusals: %d rows, want %d (none of the refused copy's)", got, committed+1)
 	}
 	s, err := in.Snapshot(ctx)
 	if err != nil {
@@ -127,4 +169,34 @@ func testApply(t *testing.T, dsn string) {
 		t.Fatalf("inbox (-want +got):\n%s", d)
 	}
 
+}
+
+// Over HTTP and from a broker, an Apply error that wraps ErrInvalidInput
+// is the receiver's failure, tried again (500; redelivered), not a
+// malformed delivery (400; rejected, which a broker drops): a breaker's
+// report.
+func TestApplysInvalidInputIsNotAMalformedDelivery(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Bool
+	fail.Store(true)
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{
+		Apply: func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
+			if fail.Load() {
+				return "", fairrelay.InvalidInput("customer", "unknown customer in %s", d.EventID)
+			}
+			return fairrelay.OutcomeAccepted, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	srv := httptest.NewServer(in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(testKey).Verify}))
+	defer srv.Close()
+	if code, m := post(t, srv.URL+"/", http.MethodPost, "A1", "A", 1, `{"x":1}`, "good"); code != http.StatusInternalServerError {
+		t.Fatalf("an Apply error over HTTP: %d %v, want 500 (the relay retries)", code, m)
+	}
+	fail.Store(false)
+	if code, m := post(t, srv.URL+"/", http.MethodPost, "A1", "A", 1, `{"x":1}`, "good"); code != http.StatusOK || m["status"] != "accepted" {
+		t.Fatalf("the same delivery once Apply takes it: %d %v, want 200 accepted", code, m)
+	}
 }

@@ -103,9 +103,11 @@ type HeldResult struct {
 // applied event is deleted in the same transaction. It stops at a next
 // event that is refused, which stays held, and reports its answer. An
 // unavailable inbox (SetUnavailable) applies nothing and answers retry.
-// Errors: ErrInvalidInput naming flow (fairrelay.CheckID's rule) or limit
-// (below 1); database errors and ErrBusy, with what was applied before
-// them kept.
+// A refused copy's record of its answer is written on its own: nothing
+// Options.Apply wrote before it refused stays. Errors: ErrInvalidInput
+// naming flow (fairrelay.CheckID's rule) or limit (below 1); database
+// errors and ErrBusy; an error of Options.Apply (ErrApply); each with what
+// was applied before it kept.
 func (in *Inbox) ReceiveHeld(ctx context.Context, flow string, limit int) (HeldResult, error) {
 	var r HeldResult
 	if err := fairrelay.CheckID("flow", flow); err != nil {
@@ -239,12 +241,14 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 		return "", receiveError("receive held", err, in.translate)
 	}
 	if out.Class() == fairrelay.ClassPermanent {
-		// What refuses it now, for Held (it may have been held for a gap).
-		if _, err := tx.ExecContext(ctx, q["HeldReason"], d.EventID, sum, string(out)); err != nil {
-			return "", dbError("receive held", in.translate(err))
-		}
-		if err := tx.Commit(); err != nil {
-			return "", dbError("receive held: commit", in.translate(err))
+		// What refuses it now, for Held (it may have been held for a
+		// gap), in a transaction of its own: the refused delivery's is
+		// rolled back first, so that nothing Options.Apply wrote before it
+		// refused stays (a breaker's report: committed with the reason, an
+		// effect without a receipt at every retry of the held copy).
+		tx.Rollback()
+		if err := in.noteHeldReason(ctx, d.EventID, sum, out); err != nil {
+			return "", err
 		}
 		return out, nil
 	}
@@ -261,6 +265,23 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 		return "", dbError("receive held: commit", in.translate(err))
 	}
 	return out, nil
+}
+
+// noteHeldReason records out as what refuses the held copy of id (sum the
+// SHA-256 of its body), in a transaction of its own.
+func (in *Inbox) noteHeldReason(ctx context.Context, id string, sum []byte, out fairrelay.Outcome) error {
+	tx, err := in.begin(ctx)
+	if err != nil {
+		return dbError("receive held: begin transaction", in.translate(err))
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, q["HeldReason"], id, sum, string(out)); err != nil {
+		return dbError("receive held", in.translate(err))
+	}
+	if err := tx.Commit(); err != nil {
+		return dbError("receive held: commit", in.translate(err))
+	}
+	return nil
 }
 
 // HeldFlows lists up to limit flows that have held deliveries, by flow id

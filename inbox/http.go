@@ -120,7 +120,7 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 		}
 		out, err := in.Receive(r.Context(), d)
 		if err != nil {
-			if errors.Is(err, fairrelay.ErrInvalidInput) {
+			if errors.Is(err, fairrelay.ErrInvalidInput) && !errors.Is(err, ErrApply) {
 				writeError(w, http.StatusBadRequest, string(fairrelay.CodeInvalidInput), err.Error())
 				return
 			}

@@ -107,8 +107,10 @@ type Options struct {
 	// redrive, or an operator waives it, Waive) or OutcomeRetry (transient:
 	// delivered again later) — and everything Apply wrote is rolled back,
 	// no receipt is written, and Receive answers it. An error rolls back
-	// too and reaches Receive's caller (wrapped; the HTTP handler answers
-	// 500, which the relay retries); any other outcome is such an error.
+	// too and reaches Receive's caller (wrapped, matching ErrApply; the
+	// HTTP handler answers 500, which the relay retries, and package
+	// consume redelivers, also when it wraps ErrInvalidInput); any other
+	// outcome is such an error, and so is a tx Apply ended itself.
 	// A redelivery of an accepted event answers duplicate without calling
 	// Apply: it runs again for an event only when an earlier call's
 	// transaction did not commit. With Apply set, MaxDelta does not apply
@@ -116,12 +118,23 @@ type Options struct {
 	Apply func(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay.Outcome, error)
 }
 
+// ErrApply matches (errors.Is) every error of Options.Apply as Receive and
+// ReceiveHeld return it — Apply's own error, wrapped, which errors.Is and
+// errors.As still find, or a misuse of Apply (an outcome it may not
+// answer, a tx it ended itself) — so that a caller tells the receiver's
+// own failure from a delivery that is malformed: an Apply error that wraps
+// fairrelay.ErrInvalidInput is still Apply's (Handler answers 500, which
+// the relay retries; package consume redelivers it), never a bad id,
+// flow or seq (400; rejected by a broker consumer).
+var ErrApply = errors.New("inbox: the receiver's Apply failed")
+
 // applyError is an error of Options.Apply: it reaches Receive's caller as
 // it is (wrapped), never as a database error.
 type applyError struct{ err error }
 
-func (e *applyError) Error() string { return "apply: " + e.err.Error() }
-func (e *applyError) Unwrap() error { return e.err }
+func (e *applyError) Error() string        { return "apply: " + e.err.Error() }
+func (e *applyError) Unwrap() error        { return e.err }
+func (e *applyError) Is(target error) bool { return target == ErrApply }
 
 // receiveError is dbError for the errors of receive: an Apply error is
 // returned wrapped with op, the rest as database errors.
@@ -605,6 +618,11 @@ func (in *Inbox) applyOwn(ctx context.Context, tx *sql.Tx, d Delivery, total int
 	}
 	sum := sha256.Sum256(d.Body)
 	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, []byte{}, sum[:]); err != nil {
+		if errors.Is(err, sql.ErrTxDone) {
+			// Apply committed or rolled back tx itself: its writes went
+			// without the receipt. Apply's misuse, not a database fault.
+			return "", &applyError{fmt.Errorf("ended tx itself (it must not commit or roll back the receipt's transaction): %w", err)}
+		}
 		return "", fmt.Errorf("ReceiptInsert: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, d.Seq, total); err != nil {
