@@ -73,6 +73,16 @@ func TestOpenPostgresRefusesWhatIsNotAQueue(t *testing.T) {
 	if _, err := inbox.Open(ctx, base+sep+"schema=Frt_Upper_Inbox", inbox.Options{}); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "schema=frt_upper_inbox") {
 		t.Fatalf("inbox in a new upper-case schema: %v, want invalid_input naming schema=frt_upper_inbox", err)
 	}
+	// A search_path (no schema=) that names no schema that exists leaves
+	// none to create a store in: said so, invalid input, not "not a
+	// fairrelay database" from the migration's failure (a breaker's sweep).
+	typo := fmt.Sprintf("frt_no_such_schema_%d", time.Now().UnixNano())
+	if _, err := fairrelay.Open(ctx, base+sep+"search_path="+typo, fairrelay.Config{}); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "search_path ("+typo+") names no schema that exists") {
+		t.Fatalf("queue on a search_path of no schema: %v, want invalid_input saying so", err)
+	}
+	if _, err := inbox.Open(ctx, base+sep+"search_path="+typo, inbox.Options{}); fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "search_path ("+typo+") names no schema that exists") {
+		t.Fatalf("inbox on a search_path of no schema: %v, want invalid_input saying so", err)
+	}
 	// A store an earlier build made in such a schema is still opened (a
 	// second fresh user's report: every command refused it, pointing at
 	// an empty lower-case schema).
@@ -106,6 +116,11 @@ func TestOpenPostgresRefusesWhatIsNotAQueue(t *testing.T) {
 	_, err = inbox.Open(ctx, u.String(), inbox.Options{})
 	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "database does not exist") || !strings.Contains(err.Error(), "inbox") {
 		t.Fatalf("inbox on a missing database: %v", err)
+	}
+	// Said once, and of the inbox: it read "inbox: inbox: … (no queue
+	// store there)" (a breaker's sweep).
+	if strings.Contains(err.Error(), "queue store") || strings.Count(err.Error(), "inbox:") != 1 {
+		t.Fatalf("inbox on a missing database: %v, want it named once, without a queue store", err)
 	}
 }
 

@@ -377,6 +377,10 @@ func openError(err error) error {
 		// Stopped, not refused: no Code (fairrelay.Open does the same).
 		return fmt.Errorf("open inbox stopped: %w", err)
 	}
+	var fe *fairrelay.Error
+	if errors.As(err, &fe) && fe.Field != "" {
+		return err // named already ("inbox: inbox: …" otherwise)
+	}
 	if errors.Is(err, sqlfile.ErrNewerSchema) || errors.Is(err, sqlfile.ErrOlderSchema) || errors.Is(err, store.ErrMissing) {
 		// The inbox's version, not the database, is at fault: as for a
 		// queue store.

@@ -61,6 +61,19 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 		}
 		return nil, err
 	}
+	if schema == "" {
+		// No schema to create the inbox in (pgstore.NoSchemaError).
+		var cur *string
+		var path string
+		if err := db.QueryRowContext(ctx, pgstore.NoSchemaQuery).Scan(&cur, &path); err != nil {
+			db.Close()
+			return nil, pgstore.Translate(fmt.Errorf("current schema: %w", err))
+		}
+		if cur == nil {
+			db.Close()
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: pgstore.NoSchemaError(path)}
+		}
+	}
 	if queue, err := pgstore.HoldsTable(ctx, db, "event"); err != nil || queue {
 		db.Close()
 		if err == nil {

@@ -253,6 +253,10 @@ func openInbox(ctx context.Context, dsn string, opts inbox.Options) (*inbox.Inbo
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "missing: give --inbox PATH or a postgres:// URL"}
 	}
 	in, err := inbox.Open(ctx, dsn, opts)
+	var fe *fairrelay.Error
+	if errors.As(err, &fe) && fe.Field != "" {
+		return nil, err // it names its field ("inbox: inbox: …" otherwise)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}

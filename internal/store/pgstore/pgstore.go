@@ -353,6 +353,20 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		where := "schema " + schema
 		if schema == "" {
 			where = "the connection's current schema"
+			// A search_path that names no existing schema leaves none to
+			// create the store in: the migration failed "no schema has
+			// been selected to create in", reported as not a fairrelay
+			// database (a breaker's sweep).
+			var cur *string
+			var path string
+			if err := pool.QueryRow(ctx, NoSchemaQuery).Scan(&cur, &path); err != nil {
+				pool.Close()
+				return nil, Translate(fmt.Errorf("current schema: %w", err))
+			}
+			if cur == nil {
+				pool.Close()
+				return nil, NoSchemaError(path)
+			}
 		}
 		switch {
 		case hasInbox:
@@ -573,6 +587,28 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	return Migrate(ctx, db, s.schema, migrationsFS, "migrations", "event")
 }
 
+// NoSchemaQuery reads the connection's current schema (NULL when its
+// search_path names no schema that exists) and its search_path.
+const NoSchemaQuery = "SELECT current_schema(), current_setting('search_path')"
+
+// NoSchemaError is the error of a URL without schema= whose search_path
+// (path) names no schema that exists: there is no schema to create a store
+// in, and PostgreSQL's own answer ("no schema has been selected to create
+// in") came out as "not a fairrelay database".
+func NoSchemaError(path string) error {
+	return fmt.Errorf("the connection's search_path (%s) names no schema that exists: give schema=NAME in the URL, which is created on first use, or create the schema first", path)
+}
+
+// missingDatabase is the error of a database the server does not have:
+// it matches store.ErrMissing (errors.Is) and wraps the server's error.
+type missingDatabase struct{ err error }
+
+func (e missingDatabase) Error() string {
+	return "the database does not exist on the server: create it first, e.g. createdb: " + e.err.Error()
+}
+func (e missingDatabase) Unwrap() error        { return e.err }
+func (e missingDatabase) Is(target error) bool { return target == store.ErrMissing }
+
 // SQLSTATE codes that mean "nothing was changed; the caller may retry".
 var busyCodes = map[string]bool{
 	"40001": true, // serialization_failure
@@ -633,8 +669,11 @@ func Translate(err error) error {
 		case busyCodes[pe.Code]:
 			return fmt.Errorf("%w: %w", store.ErrBusy, err)
 		case pe.Code == "3D000": // invalid_catalog_name: no such database
-			// Nothing is there, not something else (store.ErrMissing).
-			return fmt.Errorf("the database does not exist on the server: create it first, e.g. createdb (%w): %w", store.ErrMissing, err)
+			// Nothing is there, not something else (store.ErrMissing),
+			// whichever kind of store was asked for: ErrMissing's own
+			// words, "no queue store there", are not printed (an inbox's
+			// open said them).
+			return missingDatabase{err}
 		case notDatabaseCodes[pe.Code]:
 			return fmt.Errorf("%w: %w", store.ErrNotDatabase, err)
 		}
