@@ -223,8 +223,10 @@ func openSQLite(ctx context.Context, path string, opts Options, applied *[]int) 
 	if err != nil {
 		return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: err.Error()}
 	}
-	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
+	if st, err := os.Stat(filepath.Dir(abs)); err != nil {
 		return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "directory " + filepath.Dir(abs) + " does not exist"}
+	} else if !st.IsDir() {
+		return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: filepath.Dir(abs) + " is a file, not a directory"}
 	}
 	if st, err := os.Stat(abs); err == nil && st.IsDir() {
 		// SQLite's own answer, "disk I/O error" (a database error), does

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -23,7 +24,55 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure on this machine: claims on its disk, the outbox under concurrency, the relay to a broker",
 	}
 	cmd.AddCommand(newBenchClaimCmd(), newBenchOutboxCmd(), newBenchOutboxProducerCmd(), newBenchBrokerCmd(), newBenchPruneCmd(), newBenchTimeFairCmd())
+	for _, sub := range cmd.Commands() {
+		if least, ok := benchLeast[sub.Name()]; ok {
+			run := sub.RunE
+			sub.RunE = func(cmd *cobra.Command, args []string) error {
+				if err := checkLeast(cmd, least); err != nil {
+					return err
+				}
+				return run(cmd, args)
+			}
+		}
+	}
 	return cmd
+}
+
+// benchLeast is the least value of each numeric flag of the bench
+// commands, checked before anything runs: a zero duration, round count or
+// batch ran (or failed late, naming no flag: a breaker's sweep).
+var benchLeast = map[string]map[string]string{
+	"claim":    {"backlog": "0", "duration": "1ms", "rounds": "1"},
+	"outbox":   {"duration": "1ms", "idle": "0s", "latency-duration": "1ms", "min-events": "1", "relay-workers": "1"},
+	"broker":   {"events": "1", "rounds": "1", "workers": "1"},
+	"prune":    {"baseline": "0s", "batch": "1", "body-bytes": "1", "events": "1", "flows": "1", "pause": "0s"},
+	"timefair": {"fast-flows": "0", "slow-flows": "0", "slots": "1", "measure": "1ms", "warmup": "0s", "quantum": "0s", "slow-latency": "0s"},
+}
+
+// checkLeast refuses a flag of cmd below its least value (an int or a
+// duration flag): invalid_input naming the flag.
+func checkLeast(cmd *cobra.Command, least map[string]string) error {
+	for name, min := range least {
+		f := cmd.Flags().Lookup(name)
+		if f == nil {
+			continue
+		}
+		switch f.Value.Type() {
+		case "int":
+			v, err1 := strconv.Atoi(f.Value.String())
+			m, err2 := strconv.Atoi(min)
+			if err1 == nil && err2 == nil && v < m {
+				return fairrelay.InvalidInput(name, "must be at least %d, got %d", m, v)
+			}
+		case "duration":
+			v, err1 := time.ParseDuration(f.Value.String())
+			m, err2 := time.ParseDuration(min)
+			if err1 == nil && err2 == nil && v < m {
+				return fairrelay.InvalidInput(name, "must be at least %s, got %s", m, v)
+			}
+		}
+	}
+	return nil
 }
 
 func newBenchClaimCmd() *cobra.Command {
@@ -100,6 +149,11 @@ the peak of the whole run, all stores open.`,
 // a function that removes it.
 func benchDir(dir string) (string, func(), error) {
 	if dir != "" {
+		if st, err := os.Stat(dir); err != nil {
+			return "", nil, fairrelay.InvalidInput("dir", "%s does not exist", dir)
+		} else if !st.IsDir() {
+			return "", nil, fairrelay.InvalidInput("dir", "%s is a file, not a directory", dir)
+		}
 		return dir, func() {}, nil
 	}
 	dir, err := os.MkdirTemp("", "fairrelay-bench-")
@@ -117,7 +171,7 @@ func parseCountsFrom(field, s string, least int) ([]int, error) {
 	for _, part := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(part))
 		if err != nil || n < least {
-			return nil, fmt.Errorf("--%s: %q is not an integer of at least %d", field, part, least)
+			return nil, fairrelay.InvalidInput(field, "%q is not an integer of at least %d", part, least)
 		}
 		out = append(out, n)
 	}

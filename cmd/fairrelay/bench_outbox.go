@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/outboxbench"
 )
 
@@ -79,7 +80,7 @@ moves the absolute rates: compare the figures of one run with each other.`,
 				return err
 			}
 			if to.MinTxns < 1 {
-				return fmt.Errorf("--min-txns: must be at least 1, got %d", to.MinTxns)
+				return fairrelay.InvalidInput("min-txns", "must be at least 1, got %d", to.MinTxns)
 			}
 			if to.Flows, err = parseList("flows", flows, []string{outboxbench.FlowsDistinct, outboxbench.FlowsOne}); err != nil {
 				return err
@@ -218,7 +219,7 @@ func parseList(field, s string, allowed []string) ([]string, error) {
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
 		if !slices.Contains(allowed, part) {
-			return nil, fmt.Errorf("--%s: %q is not one of %s", field, part, strings.Join(allowed, ", "))
+			return nil, fairrelay.InvalidInput(field, "%q is not one of %s", part, strings.Join(allowed, ", "))
 		}
 		out = append(out, part)
 	}
@@ -236,7 +237,7 @@ func parseDurations(field, s string) ([]time.Duration, error) {
 		}
 		d, err := time.ParseDuration(part)
 		if err != nil || d < 0 {
-			return nil, fmt.Errorf("--%s: %q is not a duration (0, 20ms, 1s)", field, part)
+			return nil, fairrelay.InvalidInput(field, "%q is not a duration (0, 20ms, 1s)", part)
 		}
 		out = append(out, d)
 	}
@@ -249,7 +250,7 @@ func parseRates(s string) ([]float64, error) {
 	for _, part := range strings.Split(s, ",") {
 		r, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
 		if err != nil || !(r > 0) {
-			return nil, fmt.Errorf("--rates: %q is not a positive rate", part)
+			return nil, fairrelay.InvalidInput("rates", "%q is not a positive rate", part)
 		}
 		out = append(out, r)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
@@ -40,14 +39,12 @@ longer than bodies, as --retain-ids > --retain-acked does).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Backends = strings.Split(backends, ",")
 			opts.PgURL = pg
-			if dir == "" {
-				var err error
-				if dir, err = os.MkdirTemp("", "fairrelay-bench-"); err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
+			var cleanup func()
+			var err error
+			if opts.Dir, cleanup, err = benchDir(dir); err != nil {
+				return err
 			}
-			opts.Dir = dir
+			defer cleanup()
 			if !asJSON {
 				opts.OnProgress = pruneProgress(cmd)
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -138,5 +139,40 @@ func TestProgressBarsOnlyOnATerminal(t *testing.T) {
 	bar.Finish()
 	if errOut.Len() != 0 {
 		t.Errorf("a progress bar on a standard error that is not a terminal: %q", errOut.String())
+	}
+}
+
+// Every bench command refuses a count or a duration below what it can run
+// with before it runs, and a --dir that is a file, each as invalid_input
+// naming the flag: they ran, or failed late with no error code (a
+// breaker's sweep).
+func TestBenchFlagsBelowTheirLeastAreRefused(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "text.db")
+	if err := os.WriteFile(file, []byte("text"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"claim", "--duration", "0s"}, "duration"},
+		{[]string{"claim", "--rounds", "0"}, "rounds"},
+		{[]string{"claim", "--flows", "0"}, "flows"},
+		{[]string{"claim", "--dir", file}, "dir"},
+		{[]string{"prune", "--flows", "0"}, "flows"},
+		{[]string{"prune", "--batch", "0"}, "batch"},
+		{[]string{"prune", "--dir", file}, "dir"},
+		{[]string{"outbox", "--relay-workers", "0"}, "relay-workers"},
+		{[]string{"outbox", "--idle", "-1s"}, "idle"},
+		{[]string{"outbox", "--rates", "x"}, "rates"},
+		{[]string{"broker", "--events", "0"}, "events"},
+		{[]string{"timefair", "--fast-flows", "-1"}, "fast-flows"},
+		{[]string{"timefair", "--slots", "0"}, "slots"},
+	} {
+		out, errOut, code := cli(t, "", append([]string{"bench"}, c.args...)...)
+		if code != exitFailed || out != "" || !strings.Contains(errOut, "invalid_input: "+c.field+":") {
+			t.Errorf("bench %v: exit %d, stdout %q, stderr %q; want exit %d and invalid_input naming %s", c.args, code, out, errOut, exitFailed, c.field)
+		}
 	}
 }

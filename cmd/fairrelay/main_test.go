@@ -260,6 +260,9 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "acepted", "--at", "5"}, `outcome: unknown outcome "acepted" (want one of accepted, duplicate,`},
 		{[]string{"settle", "--queue", q, "--id", "NOPE", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "not_found"},
 		{[]string{"claim", "--queue", filepath.Join(dir, "missing", "q.db"), "--at", "0"}, "queue: cannot open: directory"},
+		// A file where the path needs a directory is not "does not exist".
+		{[]string{"claim", "--queue", filepath.Join(notDB, "q.db"), "--at", "0"}, "queue: cannot open: " + notDB + " is a file, not a directory"},
+		{[]string{"migrate", "--inbox", filepath.Join(notDB, "i.db")}, "invalid_input: inbox: " + notDB + " is a file, not a directory"},
 		// The library's field names, written as the flags the user typed.
 		{[]string{"prune", "--queue", q, "--acked-before", "3", "--ids-before", "5", "--at", "5"}, "invalid_input: ids-before: must be at most acked-before (3)"},
 		{[]string{"prune", "--queue", q, "--acked-before", "-1", "--ids-before", "0", "--at", "5"}, "invalid_input: acked-before: must be a tick"},

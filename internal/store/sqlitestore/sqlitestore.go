@@ -191,8 +191,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
+	if st, err := os.Stat(filepath.Dir(abs)); err != nil {
 		return nil, fmt.Errorf("directory %s does not exist", filepath.Dir(abs))
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("%s is a file, not a directory", filepath.Dir(abs))
 	}
 	if st, err := os.Stat(abs); err == nil && st.IsDir() {
 		// SQLite's own answer, "disk I/O error", does not say what is
