@@ -132,6 +132,16 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 		// Name a read-only or unwritable place, which the driver calls
 		// "unable to open database file".
 		err = fsfault.Explain(dsn, err)
+		if err == nil && !cfg.ReadOnly {
+			// A file this process may not write opens read-only, without
+			// an error; its first write failed "attempt to write a
+			// readonly database", a database error naming no field (a
+			// breaker's sweep).
+			if werr := fsfault.Check(dsn); werr != nil {
+				s.Close()
+				err = werr
+			}
+		}
 	}
 	if err != nil {
 		return nil, openError(err)

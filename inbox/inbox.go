@@ -235,7 +235,7 @@ func openSQLite(ctx context.Context, path string, opts Options, applied *[]int) 
 	}
 	if opts.MustExist {
 		if _, err := os.Stat(abs); err != nil {
-			return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " does not exist (create it with fairrelay migrate --inbox or receive)"}
+			return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: store.Missing("%s does not exist (create it with fairrelay migrate --inbox or receive)", abs)}
 		}
 		// An existing file that holds no inbox (empty, or another
 		// application's database) is missing too: refused on a read-only
@@ -243,7 +243,7 @@ func openSQLite(ctx context.Context, path string, opts Options, applied *[]int) 
 		// empty file its first page, so that nothing in it changes.
 		if err := sqlitestore.Probe(ctx, abs, opts.BusyTimeout, MigrationTable, "fairrelay_migration", "a fairrelay queue store, not an inbox", "no inbox"); err != nil {
 			if errors.Is(err, store.ErrMissing) {
-				return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: abs + " holds no inbox (create it with fairrelay migrate --inbox or receive)"}
+				return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: store.Missing("%s holds no inbox (create it with fairrelay migrate --inbox or receive)", abs)}
 			}
 			return nil, "", nil, openSQLiteError(abs, err)
 		}
@@ -281,6 +281,14 @@ func openSQLite(ctx context.Context, path string, opts Options, applied *[]int) 
 	if file, err = os.Stat(abs); err != nil {
 		db.Close()
 		return nil, "", nil, openSQLiteError(abs, err)
+	}
+	if !opts.ReadOnly {
+		// A file this process may not write opens read-only, without an
+		// error: refused now, not at the first receive.
+		if werr := fsfault.Check(abs); werr != nil {
+			db.Close()
+			return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "cannot open", Err: werr}
+		}
 	}
 	return db, abs, file, nil
 }

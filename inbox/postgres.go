@@ -86,7 +86,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 		if found, err := pgstore.HoldsTable(ctx, db, "receipt"); err != nil || !found {
 			db.Close()
 			if err == nil {
-				err = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: fmt.Sprintf("schema %s holds no inbox (create it with fairrelay migrate --inbox or receive)", schema)}
+				err = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: store.Missing("schema %s holds no inbox (create it with fairrelay migrate --inbox or receive)", schema)}
 			}
 			return nil, err
 		}

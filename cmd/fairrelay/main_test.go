@@ -14,7 +14,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/conformance"
@@ -889,5 +891,87 @@ func TestRefusalsBeforeTheStoreCreateNone(t *testing.T) {
 				t.Fatalf("%v created %s", c.args, p)
 			}
 		}
+	}
+}
+
+// A store file this process may not write opens read-only in SQLite,
+// without an error: every command that writes now refuses it at open,
+// naming the flag and the cause, where its first write failed "attempt to
+// write a readonly database" (a database error), and enqueue, relay and
+// receive no longer take it for another application's database; inspect,
+// which only reads, still reads it (a breaker's sweep). As root (which
+// writes any file) the commands run as the user nobody.
+func TestAStoreThisProcessMayNotWriteIsRefusedAtOpen(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "fairrelay-ro-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	q, in := filepath.Join(dir, "q.db"), filepath.Join(dir, "i.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", q, "--id", "a", "--flow", "f", "--delta", "1"); code != 0 {
+		t.Fatal(e)
+	}
+	if _, e, code := cli(t, "", "migrate", "--inbox", in); code != 0 {
+		t.Fatal(e)
+	}
+	for _, p := range []string{q, q + "-wal", q + "-shm", in, in + "-wal", in + "-shm"} {
+		if err := os.Chmod(p, 0o444); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	bin := os.Args[0]
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		// The test binary, copied where the user nobody can run it.
+		b, err := os.ReadFile(os.Args[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin = filepath.Join(dir, "fairrelay")
+		if err := os.WriteFile(bin, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
+	}
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		// Bounded: a command that takes the store runs (relay, receive)
+		// until it is stopped.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		var e bytes.Buffer
+		cmd.Stderr = &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return e.String(), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return e.String(), 0
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"claim", "--queue", q}, "invalid_input: queue: cannot open: not writable: " + q},
+		{[]string{"enqueue", "--queue", q, "--id", "b", "--flow", "f", "--delta", "1"}, "invalid_input: queue: cannot open: not writable: " + q},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/"}, "invalid_input: queue: cannot open: not writable: " + q},
+		{[]string{"receive", "--inbox", in, "--addr", "127.0.0.1:0"}, "invalid_input: inbox: cannot open: not writable: " + in},
+	} {
+		if errOut, code := run(c.args...); code != exitFailed || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", c.args, code, errOut, exitFailed, c.want)
+		}
+	}
+	if errOut, code := run("inspect", "--queue", q, "heads"); code != 0 {
+		t.Errorf("inspect of a store it may only read: exit %d: %s", code, errOut)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
 
@@ -448,10 +449,12 @@ func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options) (in 
 }
 
 // missingStore reports whether err is Open's refusal, under MustExist, of
-// the store named by field ("queue" or "inbox").
+// the store named by field ("queue" or "inbox") because there is none:
+// not any input error naming it (a store this process may not write was
+// taken for a missing one, and its file for another application's).
 func missingStore(err error, field string) bool {
 	var fe *fairrelay.Error
-	return errors.As(err, &fe) && fe.Code == fairrelay.CodeInvalidInput && fe.Field == field
+	return errors.As(err, &fe) && fe.Code == fairrelay.CodeInvalidInput && fe.Field == field && errors.Is(err, store.ErrMissing)
 }
 
 // redactDSN hides the secrets of a postgres:// or http(s):// URL for logs

@@ -44,9 +44,29 @@ func Explain(path string, err error) error {
 	default:
 		return err
 	}
+	if x := check(path, err); x != nil {
+		return x
+	}
+	return err
+}
+
+// Check is Explain for a store that opened: SQLite opens a file this
+// process may not write read-only, without an error, and its first write
+// then fails "attempt to write a readonly database". Check returns the
+// explained error (wrapping ErrNotWritable) when the file, its -wal or
+// -shm companion or its directory is not writable, else nil.
+func Check(path string) error {
+	if x := check(path, errors.New("opened read-only")); x != nil {
+		return x
+	}
+	return nil
+}
+
+// check is the test of Explain and Check: nil when nothing is unwritable.
+func check(path string, err error) error {
 	abs, aerr := filepath.Abs(path)
 	if aerr != nil {
-		return err
+		return nil
 	}
 	dir := filepath.Dir(abs)
 	if cause := access(dir); cause != nil {
@@ -60,7 +80,7 @@ func Explain(path string, err error) error {
 			return &explained{fmt.Sprintf("%s: %s", ErrNotWritable, why(f, cause)), cause, err}
 		}
 	}
-	return err
+	return nil
 }
 
 // why says in words what access's errno means for what.
