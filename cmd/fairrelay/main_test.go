@@ -139,13 +139,17 @@ func TestScriptLineErrorsNameTheField(t *testing.T) {
 	dir := t.TempDir()
 	in := `{"op":"enqueue","at":0,"at":1,"id":"A1","flow":"A","delta":1}` + "\n" +
 		`{"op":"enqueue","at":0,"id":"A1","flow":"A","delta":1,"bogus":1}` + "\n" +
-		`{"op":"enqueue","at":0,"id":null,"flow":"A","delta":1}` + "\n"
+		`{"op":"enqueue","at":0,"id":null,"flow":"A","delta":1}` + "\n" +
+		`{"op":"enqueue","at":99999999999999999999,"id":"A1","flow":"A","delta":1}` + "\n"
 	out, _, code := cli(t, in, "script", "--queue", filepath.Join(dir, "q.db"), "--inbox", filepath.Join(dir, "i.db"))
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	want := []string{`"error":"invalid_json","field":"at"`, `"error":"invalid_input","field":"bogus"`, `"error":"invalid_input","field":"id"`}
+	want := []string{`"error":"invalid_json","field":"at"`, `"error":"invalid_input","field":"bogus"`, `"error":"invalid_input","field":"id"`,
+		// Past int64 is still an integer: the message says which range
+		// it missed (it said "must be an integer").
+		`"error":"invalid_input","field":"at","message":"at: must be an integer of at most 64 bits`}
 	if len(lines) != len(want) {
 		t.Fatalf("output:\n%s", out)
 	}

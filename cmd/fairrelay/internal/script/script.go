@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
@@ -234,6 +235,12 @@ func parseOp(line []byte) (op, error) {
 			switch target.(type) {
 			case **int64:
 				kind = "an integer"
+				// A number past int64 is an integer still: say what range
+				// it missed (a breaker's sweep: 99999999999999999999
+				// read "must be an integer").
+				if _, ok := new(big.Int).SetString(string(m.Value), 10); ok {
+					kind = fmt.Sprintf("an integer of at most 64 bits (up to %d), got %s", int64(math.MaxInt64), m.Value)
+				}
 			case **bool:
 				kind = "true or false"
 			}
