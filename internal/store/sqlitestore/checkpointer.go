@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -123,13 +124,9 @@ func TruncateLog(ctx context.Context, path string) error {
 		if err := db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &copied); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		if logged < 0 {
-			// SQLite answers -1 for a database not in WAL mode: there is
-			// no log to empty, and a size read after this would not be
-			// what the caller means.
-			return fmt.Errorf("checkpoint %s: the file is not in WAL mode", path)
-		}
-		if busy == 0 {
+		if done, err := truncated(busy, logged); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		} else if done {
 			return nil
 		}
 		if truncateBusy != nil {
@@ -143,6 +140,24 @@ func TruncateLog(ctx context.Context, path string) error {
 		case <-time.After(d):
 		}
 	}
+}
+
+// truncated reads the answer of PRAGMA wal_checkpoint(TRUNCATE): done when
+// the log was emptied; neither done nor an error when it was busy (tried
+// again). SQLite answers -1 for the log of a database not in WAL mode
+// (busy 0): there is no log to empty, and a size read after this would not
+// be what the caller means. A checkpoint that could not take the
+// checkpoint lock — the store's checkpointer held it — answers busy with
+// -1 too: busy, not "not in WAL mode" (the prune benchmark's tests failed
+// so under load).
+func truncated(busy, logged int) (done bool, err error) {
+	switch {
+	case busy != 0:
+		return false, nil
+	case logged < 0:
+		return false, errors.New("the file is not in WAL mode")
+	}
+	return true, nil
 }
 
 // truncateBusy, when set (by tests), is called each time TruncateLog's

@@ -513,3 +513,28 @@ func TestPruneAnswersItsDeletionsWhenCtxEndsInTheVacuum(t *testing.T) {
 		t.Fatalf("prune whose ctx ended after its commit: %+v, %v; want the 10 events it deleted and no error", r, err)
 	}
 }
+
+// The answers of a TRUNCATE checkpoint, as SQLite gives them (OP_Checkpoint
+// sets the log and checkpointed counts to -1, then reports SQLITE_BUSY as
+// busy 1): a checkpoint that could not take the checkpoint lock answers
+// (1, -1, -1), which is busy — wait and try again — not the (0, -1, -1) of
+// a file not in WAL mode. TruncateLog took the first for the second, and
+// the prune benchmark's tests failed "not in WAL mode" beside the store's
+// own checkpointer under load.
+func TestTruncatedReadsTheCheckpointsAnswer(t *testing.T) {
+	for _, c := range []struct {
+		busy, logged int
+		done, err    bool
+	}{
+		{0, 0, true, false},   // emptied
+		{0, 12, true, false},  // emptied (TRUNCATE reports the log it copied)
+		{1, 12, false, false}, // a reader still needs the log
+		{1, -1, false, false}, // the checkpoint lock is held: busy
+		{0, -1, false, true},  // not in WAL mode
+	} {
+		done, err := truncated(c.busy, c.logged)
+		if done != c.done || (err != nil) != c.err {
+			t.Errorf("truncated(%d, %d) = %v, %v; want done %v, error %v", c.busy, c.logged, done, err, c.done, c.err)
+		}
+	}
+}
