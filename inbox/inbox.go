@@ -108,7 +108,9 @@ type Options struct {
 	// delivered again later) — and everything Apply wrote is rolled back,
 	// no receipt is written, and Receive answers it. An error rolls back
 	// too and reaches Receive's caller (wrapped, matching ErrApply; the
-	// HTTP handler answers 500, which the relay retries, and package
+	// HTTP handler answers 500 — 503 when Apply's statement met a busy
+	// database, a deadlock or a serialization failure (ErrBusy too) —
+	// which the relay retries, and package
 	// consume redelivers, also when it wraps ErrInvalidInput); any other
 	// outcome is such an error, and so is a tx Apply ended itself.
 	// A redelivery of an accepted event answers duplicate without calling
@@ -137,10 +139,16 @@ func (e *applyError) Unwrap() error        { return e.err }
 func (e *applyError) Is(target error) bool { return target == ErrApply }
 
 // receiveError is dbError for the errors of receive: an Apply error is
-// returned wrapped with op, the rest as database errors.
+// returned wrapped with op — as ErrBusy (still ErrApply) when Apply's own
+// statement met a busy database, a deadlock or a serialization failure,
+// so that Handler answers 503 with Retry-After as for the inbox's own —
+// the rest as database errors.
 func receiveError(op string, err error, translate func(error) error) error {
 	var ae *applyError
 	if errors.As(err, &ae) {
+		if errors.Is(translate(ae.err), store.ErrBusy) {
+			return &fairrelay.Error{Code: fairrelay.CodeBusy, Message: "inbox: " + op, Err: ae}
+		}
 		return fmt.Errorf("inbox: %s: %w", op, ae)
 	}
 	return dbError(op, translate(err))
@@ -243,7 +251,7 @@ func openSQLite(ctx context.Context, path string, opts Options, applied *[]int) 
 		// empty file its first page, so that nothing in it changes.
 		if err := sqlitestore.Probe(ctx, abs, opts.BusyTimeout, MigrationTable, "fairrelay_migration", "a fairrelay queue store, not an inbox", "no inbox"); err != nil {
 			if errors.Is(err, store.ErrMissing) {
-				return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: store.Missing("%s holds no inbox (create it with fairrelay migrate --inbox or receive)", abs)}
+				return nil, "", nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: store.Missing("%s holds no inbox (create one in it with fairrelay migrate --inbox)", abs)}
 			}
 			return nil, "", nil, openSQLiteError(abs, err)
 		}

@@ -341,8 +341,17 @@ func TestEnqueueSaysWhenItCreatesTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, errOut, code = cli(t, "", "enqueue", "--queue", empty, "--id", "a", "--flow", "f", "--delta", "1")
-	if code != exitApplied || !strings.Contains(errOut, "was an empty file; a store was created in it") || strings.Contains(errOut, note) {
+	if code != exitApplied || !strings.Contains(errOut, "was an empty database; a store was created in it") || strings.Contains(errOut, note) {
 		t.Errorf("enqueue into an empty file: exit %d, stderr %q: want a note that the empty file was made a store", code, errOut)
+	}
+	// So does a SQLite database with no table — what a store another
+	// process is making looks like until its first migration commits (a
+	// relay and an enqueue started together: the enqueue refused it).
+	noTables := filepath.Join(t.TempDir(), "no-tables.db")
+	sqlitetest.Exec(t, noTables, `PRAGMA user_version = 7`)
+	_, errOut, code = cli(t, "", "enqueue", "--queue", noTables, "--id", "a", "--flow", "f", "--delta", "1")
+	if code != exitApplied || !strings.Contains(errOut, "was an empty database; a store was created in it") {
+		t.Errorf("enqueue into a database with no table: exit %d, stderr %q: want it made a store", code, errOut)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
+	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
 )
 
 // policyFlags are the protocol numbers every queue command accepts. Times
@@ -375,13 +376,16 @@ func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf
 	}
 	// Missing (or refused for another reason about the path, which the
 	// second open reports the same way).
-	created, err = creatingIn(dsn, "queue", "fairrelay migrate --queue")
+	created, err = creatingIn(ctx, dsn, "queue", "fairrelay migrate --queue")
 	if err != nil {
 		return nil, "", err
 	}
 	q, err = openQueue(ctx, dsn, pol, pf)
 	if err != nil {
 		return nil, "", err
+	}
+	if len(q.Migrated()) == 0 {
+		created = "" // another process made it meanwhile
 	}
 	return q, created, nil
 }
@@ -399,11 +403,13 @@ const createdNew = "did not exist and was created"
 
 // creatingIn says what creating the SQLite store of field ("queue" or
 // "inbox") at path does: "did not exist and was created" for a new file,
-// "was an empty file; a store was created in it" for one of 0 bytes. An
-// existing file with data in it that holds no store is refused:
-// invalid_input naming field, pointing at migrate (the command that makes
-// a store in an existing database on purpose).
-func creatingIn(path, field, migrate string) (string, error) {
+// "was an empty database; a store was created in it" for one of 0 bytes
+// or with no table (also a store another process is making: its first
+// migration not committed yet). An existing database with tables of its
+// own and no store is refused: invalid_input naming field, pointing at
+// migrate (the command that makes a store in an existing database on
+// purpose).
+func creatingIn(ctx context.Context, path, field, migrate string) (string, error) {
 	st, err := os.Stat(path)
 	switch {
 	case err != nil:
@@ -411,7 +417,11 @@ func creatingIn(path, field, migrate string) (string, error) {
 	case st.IsDir():
 		return "", nil // the open refuses it, saying so
 	case st.Size() == 0:
-		return "was an empty file; a store was created in it", nil
+		return "was an empty database; a store was created in it", nil
+	}
+	if tables, err := sqlitestore.HasTables(ctx, path, 5*time.Second); err != nil || !tables {
+		// Not a database (the open says so), or an empty one.
+		return "was an empty database; a store was created in it", nil
 	}
 	return "", &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field,
 		Message: fmt.Sprintf("%s is a database that holds no %s store (another application's? a misspelt path?); to make one in it on purpose, run %s %s first", path, field, migrate, path)}
@@ -436,7 +446,7 @@ func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options) (in 
 	if !isPostgresURL(dsn) {
 		// An existing SQLite file with data and no inbox is refused, as
 		// openQueueCreating's.
-		if created, err = creatingIn(dsn, "inbox", "fairrelay migrate --inbox"); err != nil {
+		if created, err = creatingIn(ctx, dsn, "inbox", "fairrelay migrate --inbox"); err != nil {
 			return nil, "", err
 		}
 	}
@@ -444,6 +454,9 @@ func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options) (in 
 	in, err = openInbox(ctx, dsn, opts)
 	if err != nil {
 		return nil, "", err
+	}
+	if len(in.Migrated()) == 0 {
+		created = "" // another process made it meanwhile
 	}
 	return in, created, nil
 }
@@ -491,9 +504,6 @@ func redactDSN(dsn string) string {
 	return u.Redacted()
 }
 
-// requireFlags refuses a command line that leaves out one of the named
-// flags: invalid_input naming the first missing one as its field, and
-// every missing one in its message, so that one try shows them all.
 // checkStorePaths refuses, before a command that opens both a queue and
 // an inbox creates either, a SQLite path that cannot become a store: a
 // directory, or a file with data that is not a SQLite database
@@ -543,6 +553,9 @@ func checkStdin(r io.Reader) error {
 	return nil
 }
 
+// requireFlags refuses a command line that leaves out one of the named
+// flags: invalid_input naming the first missing one as its field, and
+// every missing one in its message, so that one try shows them all.
 func requireFlags(cmd *cobra.Command, names ...string) error {
 	var missing []string
 	for _, name := range names {

@@ -151,6 +151,25 @@ func ReadOnlyDSN(path string, busy time.Duration) string {
 	return fileURI(path, v.Encode())
 }
 
+// HasTables reports, on a read-only connection (ReadOnlyDSN), whether the
+// SQLite database at path holds any table of its own (sqlite_ internals
+// aside): another application's data, where an empty database (or one a
+// process is making a store in, its first migration not yet committed)
+// holds none. Errors: the database's, translated (a file that is not a
+// database among them).
+func HasTables(ctx context.Context, path string, busy time.Duration) (bool, error) {
+	db, err := sql.Open("sqlite", ReadOnlyDSN(path, busy))
+	if err != nil {
+		return false, err
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`).Scan(&n); err != nil {
+		return false, Translate(fmt.Errorf("read schema: %w", err))
+	}
+	return n > 0, nil
+}
+
 // Probe checks, on a read-only connection (ReadOnlyDSN), that the existing
 // file at path is a fairrelay store of the kind whose schema holds table:
 // not one holding foreign (the mark of the other kind, described by
@@ -212,7 +231,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		// give an empty file its first page): a command that must not
 		// create a store changes nothing in it (as on PostgreSQL).
 		if err := Probe(ctx, abs, opts.BusyTimeout, "fairrelay_migration", "fairrelay_inbox_migration", "a fairrelay inbox, not a queue store",
-			abs+" holds no fairrelay tables (create the store with fairrelay migrate or enqueue)"); err != nil {
+			abs+" holds no fairrelay tables (create the store in it with fairrelay migrate)"); err != nil {
 			return nil, err
 		}
 	}
