@@ -113,6 +113,12 @@ func TestOpenPostgresRefusesWhatIsNotAQueue(t *testing.T) {
 	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "database does not exist") || strings.Contains(err.Error(), "not a fairrelay database") {
 		t.Fatalf("queue on a missing database: %v", err)
 	}
+	// MustExist's Go hint (Open without it creates the store) is not
+	// given where Open would create no database either.
+	_, err = fairrelay.Open(ctx, u.String(), fairrelay.Config{MustExist: true})
+	if fe := (*fairrelay.Error)(nil); !errors.As(err, &fe) || fe.Hint != "" || !strings.Contains(err.Error(), "database does not exist") {
+		t.Fatalf("MustExist queue on a missing database: %v, want no hint", err)
+	}
 	_, err = inbox.Open(ctx, u.String(), inbox.Options{})
 	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "database does not exist") || !strings.Contains(err.Error(), "inbox") {
 		t.Fatalf("inbox on a missing database: %v", err)

@@ -144,7 +144,17 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 		}
 	}
 	if err != nil {
-		return nil, openError(err)
+		err = openError(err)
+		var fe *Error
+		if (cfg.MustExist || cfg.ReadOnly) && errors.Is(err, store.ErrMissing) && !errors.Is(err, store.ErrNoDatabase) && errors.As(err, &fe) {
+			// For a Go caller, whom "fairrelay migrate" does not help
+			// alone (a library user's trial); the command leaves Hints
+			// out. Not for a database the server lacks: Open makes none.
+			named := *fe
+			named.Hint = "in Go, Config.MustExist and Config.ReadOnly refuse to create a store; without them Open creates one"
+			err = &named
+		}
+		return nil, err
 	}
 	pol.Entry = Entry(s.Entry())
 	log := cfg.Logger
@@ -170,13 +180,7 @@ func openError(err error) error {
 		return fmt.Errorf("open stopped: %w", err)
 	case errors.As(err, &ee):
 		return &Error{Code: CodeInvalidInput, Field: "policy", Message: ee.Error()}
-	case errors.Is(err, store.ErrMissing):
-		// The message is the error's own (Err keeps it for errors.Is); the
-		// Hint is for a Go caller, whom "fairrelay migrate" does not help
-		// alone (a library user's trial). The command leaves it out.
-		return &Error{Code: CodeInvalidInput, Field: "queue", Err: err,
-			Hint: "in Go, Config.MustExist and Config.ReadOnly refuse to create a store; without them Open creates one in an existing file or database"}
-	case errors.Is(err, store.ErrRefusedSettings), errors.Is(err, sqlfile.ErrNewerSchema), errors.Is(err, sqlfile.ErrOlderSchema):
+	case errors.Is(err, store.ErrMissing), errors.Is(err, store.ErrRefusedSettings), errors.Is(err, sqlfile.ErrNewerSchema), errors.Is(err, sqlfile.ErrOlderSchema):
 		// The message is the error's own (Err keeps it for errors.Is).
 		return &Error{Code: CodeInvalidInput, Field: "queue", Err: err}
 	case errors.Is(err, store.ErrNotDatabase):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -12,9 +13,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
@@ -198,5 +201,25 @@ func TestApplysInvalidInputIsNotAMalformedDelivery(t *testing.T) {
 	fail.Store(false)
 	if code, m := post(t, srv.URL+"/", http.MethodPost, "A1", "A", 1, `{"x":1}`, "good"); code != http.StatusOK || m["status"] != "accepted" {
 		t.Fatalf("the same delivery once Apply takes it: %d %v, want 200 accepted", code, m)
+	}
+}
+
+// An Apply whose own statement meets a serialization failure (or a
+// deadlock, or a busy database) answers busy, as the inbox's own
+// statements do — Handler's 503 with Retry-After — and stays Apply's
+// (ErrApply): it answered a plain 500 (a reviewer's report).
+func TestApplysBusyErrorIsBusy(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.Open(t.Context(), pgtest.Schema(t, "inbox_apply_busy"), inbox.Options{
+		Apply: func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
+			return "", fmt.Errorf("update stock: %w", &pgconn.PgError{Code: "40001", Message: "could not serialize access"})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	_, err = in.Receive(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{}`)})
+	if !errors.Is(err, fairrelay.ErrBusy) || !errors.Is(err, inbox.ErrApply) {
+		t.Fatalf("Apply's serialization failure: %v (code %q), want busy and ErrApply", err, fairrelay.CodeOf(err))
 	}
 }

@@ -208,7 +208,7 @@ audit operator of the user's actions.`,
 			if err != nil && !errors.As(err, &fe) {
 				// The file's own problems (a directory, a malformed line),
 				// named as the flag, as console --tokens names them.
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Message: strings.TrimPrefix(err.Error(), "tokens: ")}
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Err: trimmedError{err, "tokens: "}}
 			}
 			if err != nil {
 				return err
@@ -222,3 +222,14 @@ audit operator of the user's actions.`,
 	tok.AddCommand(add)
 	return tok
 }
+
+// trimmedError is err with prefix left out of its message (a field the
+// error that wraps it names already), still err for errors.Is and
+// errors.As.
+type trimmedError struct {
+	err    error
+	prefix string
+}
+
+func (e trimmedError) Error() string { return strings.TrimPrefix(e.err.Error(), e.prefix) }
+func (e trimmedError) Unwrap() error { return e.err }

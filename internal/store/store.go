@@ -45,6 +45,10 @@ var ErrNotDatabase = errors.New("not a fairrelay database")
 // there is no queue store there yet; nothing was created.
 var ErrMissing = errors.New("no queue store there")
 
+// ErrNoDatabase is in the chain (errors.Is) of the ErrMissing error of a
+// database the server does not have: no Open creates one.
+var ErrNoDatabase = errors.New("no such database")
+
 // Missing returns an error that is ErrMissing (errors.Is) and says only
 // what format gives: for a place that holds no store of any kind, where
 // ErrMissing's own "no queue store" would misname an inbox.

@@ -600,14 +600,17 @@ func NoSchemaError(path string) error {
 }
 
 // missingDatabase is the error of a database the server does not have:
-// it matches store.ErrMissing (errors.Is) and wraps the server's error.
+// it matches store.ErrMissing and store.ErrNoDatabase (errors.Is) and
+// wraps the server's error.
 type missingDatabase struct{ err error }
 
 func (e missingDatabase) Error() string {
 	return "the database does not exist on the server: create it first, e.g. createdb: " + e.err.Error()
 }
 func (e missingDatabase) Unwrap() error        { return e.err }
-func (e missingDatabase) Is(target error) bool { return target == store.ErrMissing }
+func (e missingDatabase) Is(target error) bool {
+	return target == store.ErrMissing || target == store.ErrNoDatabase
+}
 
 // SQLSTATE codes that mean "nothing was changed; the caller may retry".
 var busyCodes = map[string]bool{
