@@ -271,17 +271,7 @@ func TestOpenRefusesAForeignScheme(t *testing.T) {
 func TestEnqueueTxRefusesTemporaryTablesOfTheStoresNames(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "q.db")
-	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	db, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	q, db := outboxFile(t)
 	db.SetMaxOpenConns(1) // the temporary table lives on the one connection
 	if _, err := db.Exec("CREATE TEMP TABLE event AS SELECT * FROM main.event WHERE 0"); err != nil {
 		t.Fatal(err)
@@ -323,17 +313,7 @@ func TestEnqueueTxRefusesTemporaryTablesOfTheStoresNames(t *testing.T) {
 func TestEnqueueTxUndoesAPartOfItself(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "q.db")
-	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	db, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	q, db := outboxFile(t)
 	if _, err := db.ExecContext(ctx, `CREATE TRIGGER refuse_clock BEFORE UPDATE ON clock BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
 		t.Fatal(err)
 	}
@@ -385,17 +365,7 @@ func TestEnqueueTxUndoesAPartOfItself(t *testing.T) {
 func TestEnqueueTxRefusesATransactionSQLiteRolledBack(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "q.db")
-	q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	db, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	q, db := outboxFile(t)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
@@ -426,4 +396,23 @@ func TestEnqueueTxRefusesATransactionSQLiteRolledBack(t *testing.T) {
 	if diff := cmp.Diff(before, after); diff != "" {
 		t.Fatalf("the refused EnqueueTx stored something (-before +after):\n%s", diff)
 	}
+}
+
+// outboxFile opens a queue store (reference policy) on a fresh SQLite file
+// and the application's pool on the same file with fairrelay's DSN, as the
+// SQLite outbox does; both are closed when the test ends.
+func outboxFile(t *testing.T) (*fairrelay.Queue, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "q.db")
+	q, err := fairrelay.Open(t.Context(), path, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	db, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return q, db
 }

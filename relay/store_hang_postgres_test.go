@@ -124,27 +124,13 @@ func (f *freezer) via(t *testing.T, dsn string) string {
 // The settle it cut off was never sent: the event waits out its lease.
 func TestRunReturnsWhileTheStoreDoesNotAnswer(t *testing.T) {
 	t.Parallel()
-	direct := pgtest.Schema(t, "frstorehang")
-	u, err := url.Parse(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newFreezer(t, u.Host)
+	direct, proxy := frozenSchema(t, "frstorehang")
 	cancel, done, release := runDelivering(t, proxy.via(t, direct))
 	proxy.freeze(true) // the server stops answering
 	close(release)     // the delivery ends; its settle goes to a silent server
 	cancel()
-	stopped := time.Now()
-	select {
-	case err := <-done:
-		t.Logf("Run returned %v after %s", err, time.Since(stopped))
-		proxy.freeze(false) // for the cleanups
-		if err != nil {
-			t.Errorf("Run: %v, want nil", err)
-		}
-	case <-time.After(time.Minute): // a bound for the failure, far past lease + deadline
-		proxy.freeze(false)
-		t.Fatalf("Run did not return within a minute of its ctx ending (lease 2 s, shutdown timeout 200 ms) while the store did not answer")
+	if err := proxy.waitRun(t, done, "(lease 2 s, shutdown timeout 200 ms) while the store did not answer"); err != nil {
+		t.Errorf("Run: %v, want nil", err)
 	}
 }
 
@@ -155,12 +141,7 @@ func TestRunReturnsWhileTheStoreDoesNotAnswer(t *testing.T) {
 // and the commit then ran on without one.
 func TestRunReturnsWhileTheStoreDoesNotAnswerACommit(t *testing.T) {
 	t.Parallel()
-	direct := pgtest.Schema(t, "frcommithang")
-	u, err := url.Parse(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newFreezer(t, u.Host)
+	direct, proxy := frozenSchema(t, "frcommithang")
 	pu, err := url.Parse(proxy.via(t, direct))
 	if err != nil {
 		t.Fatal(err)
@@ -176,14 +157,36 @@ func TestRunReturnsWhileTheStoreDoesNotAnswerACommit(t *testing.T) {
 	close(release) // the delivery ends; its settle's COMMIT goes out
 	<-froze
 	cancel()
+	proxy.waitRun(t, done, "while the store did not answer a COMMIT")
+}
+
+// frozenSchema is a fresh schema of the tests' server (its URL) and a
+// freezer in front of that server.
+func frozenSchema(t *testing.T, prefix string) (direct string, proxy *freezer) {
+	t.Helper()
+	direct = pgtest.Schema(t, prefix)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return direct, newFreezer(t, u.Host)
+}
+
+// waitRun waits for Run's answer on done, after its ctx was cancelled,
+// and returns it; the server answers again afterwards (for the cleanups).
+// A minute without one — far past lease, shutdown deadline and commit
+// grace — fails the test, saying what (why) the store was doing.
+func (f *freezer) waitRun(t *testing.T, done chan error, why string) error {
+	t.Helper()
 	stopped := time.Now()
+	defer f.freeze(false)
 	select {
 	case err := <-done:
 		t.Logf("Run returned %v after %s", err, time.Since(stopped))
-		proxy.freeze(false) // for the cleanups
-	case <-time.After(time.Minute): // a bound for the failure, far past lease + deadline + grace
-		proxy.freeze(false)
-		t.Fatalf("Run did not return within a minute of its ctx ending while the store did not answer a COMMIT")
+		return err
+	case <-time.After(time.Minute):
+		t.Fatalf("Run did not return within a minute of its ctx ending %s", why)
+		return nil
 	}
 }
 

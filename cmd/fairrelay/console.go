@@ -49,7 +49,7 @@ func (c *consoleFlags) config(field, addr string, q *fairrelay.Queue, in *inbox.
 		if err != nil {
 			// The field names the flag; the library's own "tokens: " prefix
 			// would say it twice.
-			return cfg, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Message: strings.TrimPrefix(err.Error(), "tokens: ")}
+			return cfg, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tokens", Err: trimmedError{err, "tokens: "}}
 		}
 		cfg.Tokens = t
 	}

@@ -607,7 +607,7 @@ type missingDatabase struct{ err error }
 func (e missingDatabase) Error() string {
 	return "the database does not exist on the server: create it first, e.g. createdb: " + e.err.Error()
 }
-func (e missingDatabase) Unwrap() error        { return e.err }
+func (e missingDatabase) Unwrap() error { return e.err }
 func (e missingDatabase) Is(target error) bool {
 	return target == store.ErrMissing || target == store.ErrNoDatabase
 }
