@@ -59,12 +59,16 @@ full, or a bulk line failed or was refused), 2 an error.`,
 			if err != nil {
 				return err // after the clock's answer: clockBeforeFields
 			}
-			q, err := openEnqueueQueue(cmd, queue, pol, &pf)
+			ep := fairrelay.EnqueueParams{ID: id, Flow: flow, Group: group, Body: payload, At: at}
+			q, err := openEnqueueQueue(cmd, queue, pol, &pf, func(scratch *fairrelay.Queue) error {
+				_, err := scratch.Enqueue(cmd.Context(), ep)
+				return err
+			})
 			if err != nil {
 				return err
 			}
 			defer q.Close()
-			r, err := q.Enqueue(cmd.Context(), fairrelay.EnqueueParams{ID: id, Flow: flow, Group: group, Body: payload, At: at})
+			r, err := q.Enqueue(cmd.Context(), ep)
 			if err != nil {
 				return err
 			}
@@ -118,8 +122,12 @@ func enqueueBody(delta, body json.RawMessage) ([]byte, error) {
 // is refused: openQueueCreating), and then says so on stderr: a
 // misspelt --queue would otherwise fill a new, empty store that no relay
 // reads, in silence (relay and receive warn likewise).
-func openEnqueueQueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags) (*fairrelay.Queue, error) {
-	q, created, err := openQueueCreating(cmd.Context(), queue, pol, pf)
+//
+// rehearse, when not nil, is the command's write, run first on a scratch
+// store when the store would be created (openQueueCreating): a refused
+// enqueue then creates nothing.
+func openEnqueueQueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags, rehearse func(*fairrelay.Queue) error) (*fairrelay.Queue, error) {
+	q, created, err := openQueueCreating(cmd.Context(), queue, pol, pf, rehearse)
 	if err != nil {
 		return nil, err
 	}

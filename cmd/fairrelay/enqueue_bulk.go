@@ -29,7 +29,7 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *
 	if err := checkStdin(cmd.InOrStdin()); err != nil {
 		return err
 	}
-	q, err := openEnqueueQueue(cmd, queue, pol, pf)
+	q, err := openEnqueueQueue(cmd, queue, pol, pf, nil)
 	if err != nil {
 		return err
 	}

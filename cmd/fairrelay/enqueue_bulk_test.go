@@ -355,6 +355,44 @@ func TestEnqueueSaysWhenItCreatesTheStore(t *testing.T) {
 	}
 }
 
+// An enqueue the store would refuse creates no store: its tick, id, flow,
+// or group is checked first on a scratch store (bad input changes
+// nothing; a new, empty store was left behind). An empty file stays empty.
+func TestRefusedEnqueueCreatesNoStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a tick past max-tick-jump", []string{"--id", "a", "--flow", "f", "--delta", "1", "--at", "99999999999"}, "invalid_input: at: tick 99999999999 is 99999999999 ticks ahead"},
+		{"an id with a space at its start", []string{"--id", " a", "--flow", "f", "--delta", "1"}, "invalid_input: id: starts with white space"},
+		{"a flow too long", []string{"--id", "a", "--flow", strings.Repeat("f", 201), "--delta", "1"}, "invalid_input: flow:"},
+		{"a group with a control character", []string{"--id", "a", "--flow", "f", "--group", "g\x01", "--delta", "1"}, "invalid_input: group:"},
+	} {
+		for _, queue := range []string{filepath.Join(dir, "new.db"), empty} {
+			_, errOut, code := cli(t, "", append([]string{"enqueue", "--queue", queue}, c.args...)...)
+			if code != exitFailed || !strings.Contains(errOut, c.want) {
+				t.Errorf("%s into %s: exit %d, stderr %q: want exit %d and %q", c.name, filepath.Base(queue), code, errOut, exitFailed, c.want)
+			}
+			if strings.Contains(errOut, "was created") {
+				t.Errorf("%s into %s: stderr %q says a store was created", c.name, filepath.Base(queue), errOut)
+			}
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, "new.db*")); len(left) != 0 {
+			t.Errorf("%s: left %v behind", c.name, left)
+		}
+		if st, err := os.Stat(empty); err != nil || st.Size() != 0 {
+			t.Errorf("%s: the empty file is now %v (%v): want it left empty", c.name, st, err)
+		}
+	}
+}
+
 // enqueue, relay and receive create a store only in a new (or empty) SQLite
 // file: another application's database — a misspelt path, or the
 // application's own file before its outbox is made — is refused, naming

@@ -369,7 +369,13 @@ func pgStoreKey(dsn string) (string, error) {
 // application's database: a misspelt path, or the application's own file
 // before its outbox is made) is refused alike (a breaker's report: enqueue
 // wrote the store's tables into it, saying the file "did not exist").
-func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags) (q *fairrelay.Queue, created string, err error) {
+//
+// rehearse, when not nil, is the command's first write: before a store is
+// created for it, it runs on a new store of the same policy in a scratch
+// directory, and its error is returned with nothing created (bad input
+// changes nothing: an enqueue whose --at, id or body the store refuses
+// left a new, empty store behind).
+func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags, rehearse func(*fairrelay.Queue) error) (q *fairrelay.Queue, created string, err error) {
 	q, err = openExistingQueue(ctx, dsn, pol, pf)
 	if err == nil || !missingStore(err, "queue") || isPostgresURL(dsn) {
 		return q, "", err
@@ -380,6 +386,11 @@ func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf
 	if err != nil {
 		return nil, "", err
 	}
+	if rehearse != nil && created != "" {
+		if err := rehearseOnScratch(ctx, pol, pf, rehearse); err != nil {
+			return nil, "", err
+		}
+	}
 	q, err = openQueue(ctx, dsn, pol, pf)
 	if err != nil {
 		return nil, "", err
@@ -388,6 +399,24 @@ func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf
 		created = "" // another process made it meanwhile
 	}
 	return q, created, nil
+}
+
+// rehearseOnScratch runs rehearse on a new queue store of policy pol in a
+// scratch directory, removed afterwards, and returns rehearse's error: what
+// the same write answers on a store about to be created (its tick 0, no
+// event, no setting), so that a refused one creates nothing.
+func rehearseOnScratch(ctx context.Context, pol fairrelay.Policy, pf *policyFlags, rehearse func(*fairrelay.Queue) error) error {
+	dir, err := os.MkdirTemp("", "fairrelay-rehearsal-")
+	if err != nil {
+		return fmt.Errorf("queue: a scratch directory to check the write in: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	scratch, err := openQueue(ctx, filepath.Join(dir, "queue.db"), pol, pf)
+	if err != nil {
+		return fmt.Errorf("queue: a scratch store to check the write in: %w", err)
+	}
+	defer scratch.Close()
+	return rehearse(scratch)
 }
 
 // logCreated is creatingIn's answer as the daemons log it: a new store

@@ -218,7 +218,7 @@ charged least; --max-group-slots caps any group's slots (configure
 				}
 				defer consoleLn.Close() // for a return before it serves
 			}
-			q, created, err := openQueueCreating(ctx, queue, pol, &pf)
+			q, created, err := openQueueCreating(ctx, queue, pol, &pf, nil)
 			if err != nil {
 				return err
 			}
