@@ -14,7 +14,8 @@
 // fairrelay outcome (SPEC §2–§3) is taken as that outcome when the HTTP
 // status agrees with it (an ack with a 2xx, a permanent outcome with a
 // non-transient 4xx, a transient one with any status; inbox.WriteOutcome
-// answers that way). Otherwise the HTTP status decides: 2xx → accepted; 408, 425, 429
+// answers that way); a 2xx naming a permanent outcome says two things and
+// is retried. Otherwise the HTTP status decides: 2xx → accepted; 408, 425, 429
 // and 5xx → retry; any other status → retry, unless the operator listed it
 // in Options.Permanent, which makes it rejected (permanent). A Retry-After
 // header sets a floor on the next attempt. An unknown answer is never
@@ -272,6 +273,14 @@ func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) 
 	} else if isJSON && answer.Status != "" {
 		if o, err := fairrelay.ParseOutcome(answer.Status); err == nil && consistent(o, status) {
 			res.Outcome = o
+		} else if err == nil && o.Class() == fairrelay.ClassPermanent && status >= 200 && status <= 299 {
+			// {"status":"id_conflict"} with a 200: the receiver refused the
+			// event in its words and accepted it in HTTP's. Acked, it was
+			// gone for good with no effect applied (a breaker's receiver);
+			// quarantined on a 2xx, a generic endpoint's words would decide.
+			// An answer that says two things is retried, as a repeated key.
+			res.Outcome = fairrelay.OutcomeRetry
+			res.Detail += fmt.Sprintf("; the answer names the refusal %q with a 2xx status: contradictory, retried (a permanent refusal needs a 4xx)", o)
 		}
 	}
 	if res.Outcome == "" {

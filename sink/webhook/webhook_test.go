@@ -205,7 +205,12 @@ func TestClassify(t *testing.T) {
 		{"fairrelay duplicate", answer{status: 200, body: `{"status":"duplicate"}`}, nil, fairrelay.OutcomeDuplicate, 0},
 		{"JSON ack with a 5xx is judged by the status", answer{status: 503, body: `{"status":"accepted"}`}, nil, fairrelay.OutcomeRetry, 0},
 		{"JSON permanent with a 429 is judged by the status", answer{status: 429, body: `{"status":"rejected"}`}, nil, fairrelay.OutcomeRetry, 0},
-		{"JSON permanent with a 2xx is judged by the status", answer{status: 200, body: `{"status":"id_conflict"}`}, nil, fairrelay.OutcomeAccepted, 0},
+		// A refusal in the body and an ack in the status: never acked (the
+		// event would be gone with no effect; a breaker's receiver), never
+		// quarantined on a 2xx — retried.
+		{"JSON permanent with a 2xx is retried", answer{status: 200, body: `{"status":"id_conflict"}`}, nil, fairrelay.OutcomeRetry, 0},
+		{"JSON rejected with a 201 is retried", answer{status: 201, body: `{"status":"rejected"}`}, nil, fairrelay.OutcomeRetry, 0},
+		{"JSON outcome in another case with a 2xx is no answer", answer{status: 200, body: `{"status":"Accepted"}`}, nil, fairrelay.OutcomeAccepted, 0},
 		{"JSON transient with a 2xx is taken", answer{status: 200, body: `{"status":"gap"}`}, nil, fairrelay.OutcomeGap, 0},
 		{"fairrelay permanent", answer{status: 422, body: `{"status":"unsupported_delta"}`}, nil, fairrelay.OutcomeUnsupportedDelta, 0},
 		{"fairrelay gap", answer{status: 409, body: `{"status":"gap"}`}, nil, fairrelay.OutcomeGap, 0},
