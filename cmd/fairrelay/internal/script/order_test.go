@@ -45,6 +45,12 @@ func TestScriptFieldErrorsComeAfterTheClock(t *testing.T) {
 		{`{"op":"prune","at":%d}`, "acked_before"},
 		{`{"op":"prune","acked_before":0,"at":%d}`, "ids_before"},
 		{`{"op":"configure","group":"","at":%d}`, "group"},
+		// An empty operator given is refused: the audit row would say
+		// none (SPEC §9: null when omitted; a breaker's report).
+		{`{"op":"redrive","id":"A1","expected_generation":0,"reason":"x","operator":"","at":%d}`, "operator"},
+		{`{"op":"expedite","id":"A1","expected_generation":0,"reason":"x","operator":"","at":%d}`, "operator"},
+		{`{"op":"pause","flow":"A","reason":"x","operator":"","at":%d}`, "operator"},
+		{`{"op":"resume","flow":"A","reason":"x","operator":"","at":%d}`, "operator"},
 	} {
 		behind := fmt.Sprintf(c.line, 3)
 		if r := rn.Do(ctx, []byte(behind)); fmt.Sprint(r["error"]) != string(fairrelay.CodeClockRegressed) {

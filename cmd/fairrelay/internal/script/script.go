@@ -373,10 +373,11 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := fairrelay.RedriveParams{EventID: id, ExpectedGeneration: gen, Reason: reason, At: at}
-		if o.Operator != nil {
-			p.Operator = *o.Operator
+		operator, err := operatorField(o)
+		if err != nil {
+			return nil, err
 		}
+		p := fairrelay.RedriveParams{EventID: id, ExpectedGeneration: gen, Reason: reason, At: at, Operator: operator}
 		r, err := rn.Queue.Redrive(ctx, p)
 		if err != nil {
 			return nil, err
@@ -596,10 +597,22 @@ func audited(o op) (reason string, at int64, operator string, err error) {
 	if at, err = need("at", o.At); err != nil {
 		return
 	}
-	if o.Operator != nil {
-		operator = *o.Operator
-	}
+	operator, err = operatorField(o)
 	return
+}
+
+// operatorField is an operator action's optional operator: "" when the
+// line has none. An empty one given is refused, naming operator: the
+// audit row would record none (SPEC §9: null when omitted), not the empty
+// name the line asked for.
+func operatorField(o op) (string, error) {
+	if o.Operator == nil {
+		return "", nil
+	}
+	if *o.Operator == "" {
+		return "", &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "operator", Message: "empty: omit operator for none"}
+	}
+	return *o.Operator, nil
 }
 
 // step is claim, receive and settle at one tick.
