@@ -90,11 +90,18 @@ WHERE e.event_id = ANY ($1::text[]);
 -- step 3), with their heads (has_head false when the head row is missing,
 -- which the protocol reports as an inconsistent store). The flows stay
 -- locked; one another transaction holds (an enqueue appending to it) is
--- skipped, never waited for. A runnable flow's head cannot change under the
--- lock of another lane: only a claim (this lane, serialised) takes a
--- runnable head, and an enqueue only appends behind it.
+-- skipped, never waited for. The last column, fresh, is false when the row
+-- was locked in a newer version than the statement's snapshot holds:
+-- another transaction changed the flow (a settle moved its head, a claim
+-- took it and its lease ran out) and committed after the statement began,
+-- and PostgreSQL's re-check of a locked row re-reads that row alone — the
+-- head joined to it is the snapshot's, of another seq or another
+-- generation. The reader then reads such a flow's head again, in a new
+-- statement, under the lock it now holds (Tx.refresh). Every query below
+-- that locks flows with their heads has the column.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by,
+       f.ctid = (SELECT x.ctid FROM flow x WHERE x.flow_id = f.flow_id)
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.flow_id LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
@@ -102,7 +109,8 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 -- name: PickFair
 -- PickSeed in the fair policy's order (SPEC §7).
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by,
+       f.ctid = (SELECT x.ctid FROM flow x WHERE x.flow_id = f.flow_id)
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id IS NULL ORDER BY f.served, f.ord LIMIT $1
 FOR NO KEY UPDATE OF f SKIP LOCKED;
@@ -113,7 +121,8 @@ FOR NO KEY UPDATE OF f SKIP LOCKED;
 -- transaction holds (a settle of its head, an enqueue) is skipped, never
 -- waited for, and is due again at the next claim.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by,
+       f.ctid = (SELECT x.ctid FROM flow x WHERE x.flow_id = f.flow_id)
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.wait_until IS NOT NULL AND f.wait_until <= greatest($1, (SELECT tick FROM stored_clock))
   AND (f.wait_until, f.flow_id) > ($2, $3)
@@ -190,7 +199,8 @@ FROM attempt WHERE event_id = $1 ORDER BY generation;
 -- The flows an operator action names ($1), locked in flow_id order, with
 -- their heads.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by,
+       f.ctid = (SELECT x.ctid FROM flow x WHERE x.flow_id = f.flow_id)
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.flow_id = ANY ($1::text[]) ORDER BY f.flow_id
 FOR NO KEY UPDATE OF f;
@@ -284,11 +294,12 @@ WHERE event.event_id = ANY ($1::text[]) AND event.event_id = u.event_id COLLATE 
 -- so that a full page says the index may hold more.
 SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows,
        m.m_flow IS NOT NULL, coalesce(m.m_flow, ''), coalesce(m.m_ord, 0), coalesce(m.m_seq, 0), coalesce(m.m_served, 0), coalesce(m.m_head_seq, 0), coalesce(m.m_runnable, false), m.m_wait, m.m_hs, coalesce(m.m_paused, false), m.m_paused_by, m.m_paused_reason, m.m_paused_at, m.m_group,
-       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked, m.e_claimed_by
+       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked, m.e_claimed_by, coalesce(m.m_fresh, true)
 FROM (SELECT * FROM grp WHERE runnable_flows > 0 ORDER BY served, group_id LIMIT $1) g
 LEFT JOIN LATERAL (
     SELECT f.flow_id AS m_flow, f.ord AS m_ord, f.seq AS m_seq, f.served AS m_served, f.head_seq AS m_head_seq, f.runnable AS m_runnable, f.wait_until AS m_wait, f.head_state_seq AS m_hs, f.paused AS m_paused, f.paused_by AS m_paused_by, f.paused_reason AS m_paused_reason, f.paused_at AS m_paused_at, f.group_id AS m_group,
-           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked, e.claimed_by AS e_claimed_by
+           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked, e.claimed_by AS e_claimed_by,
+           f.ctid = (SELECT x.ctid FROM flow x WHERE x.flow_id = f.flow_id) AS m_fresh
     FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
     WHERE f.runnable AND f.group_id = g.group_id ORDER BY f.served, f.flow_id LIMIT 1
     FOR NO KEY UPDATE OF f SKIP LOCKED) m ON true
@@ -298,11 +309,12 @@ ORDER BY g.served, g.group_id;
 -- GroupPickSeed in the fair policy's order.
 SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows,
        m.m_flow IS NOT NULL, coalesce(m.m_flow, ''), coalesce(m.m_ord, 0), coalesce(m.m_seq, 0), coalesce(m.m_served, 0), coalesce(m.m_head_seq, 0), coalesce(m.m_runnable, false), m.m_wait, m.m_hs, coalesce(m.m_paused, false), m.m_paused_by, m.m_paused_reason, m.m_paused_at, m.m_group,
-       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked, m.e_claimed_by
+       coalesce(m.m_has, false), m.e_id, m.e_flow, m.e_seq, m.e_body, m.e_state, m.e_gen, m.e_att, m.e_life, m.e_reason, m.e_next, m.e_lease, m.e_enq, m.e_claimed, m.e_acked, m.e_claimed_by, coalesce(m.m_fresh, true)
 FROM (SELECT * FROM grp WHERE runnable_flows > 0 ORDER BY served, ord LIMIT $1) g
 LEFT JOIN LATERAL (
     SELECT f.flow_id AS m_flow, f.ord AS m_ord, f.seq AS m_seq, f.served AS m_served, f.head_seq AS m_head_seq, f.runnable AS m_runnable, f.wait_until AS m_wait, f.head_state_seq AS m_hs, f.paused AS m_paused, f.paused_by AS m_paused_by, f.paused_reason AS m_paused_reason, f.paused_at AS m_paused_at, f.group_id AS m_group,
-           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked, e.claimed_by AS e_claimed_by
+           e.event_id IS NOT NULL AS m_has, e.event_id AS e_id, e.flow_id AS e_flow, e.seq AS e_seq, e.body AS e_body, e.state AS e_state, e.generation AS e_gen, e.attempts AS e_att, e.lifetime_attempts AS e_life, e.reason AS e_reason, e.next_at AS e_next, e.lease_until AS e_lease, e.enqueued_at AS e_enq, e.claimed_wall AS e_claimed, e.acked_at AS e_acked, e.claimed_by AS e_claimed_by,
+           f.ctid = (SELECT x.ctid FROM flow x WHERE x.flow_id = f.flow_id) AS m_fresh
     FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
     WHERE f.runnable AND f.group_id = g.group_id ORDER BY f.served, f.ord LIMIT 1
     FOR NO KEY UPDATE OF f SKIP LOCKED) m ON true
@@ -318,14 +330,16 @@ SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, 0::big
 -- A group's ($1) first $2 runnable member flows in the seed policy's order,
 -- with heads, locked; one another transaction holds is skipped.
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by,
+       f.ctid = (SELECT x.ctid FROM flow x WHERE x.flow_id = f.flow_id)
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id = $1 ORDER BY f.served, f.flow_id LIMIT $2
 FOR NO KEY UPDATE OF f SKIP LOCKED;
 
 -- name: MembersFair
 SELECT f.flow_id, f.ord, f.seq, f.served, f.head_seq, f.runnable, f.wait_until, f.head_state_seq, f.paused, f.paused_by, f.paused_reason, f.paused_at, f.group_id,
-       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
+       e.event_id IS NOT NULL, e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by,
+       f.ctid = (SELECT x.ctid FROM flow x WHERE x.flow_id = f.flow_id)
 FROM flow f LEFT JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.runnable AND f.group_id = $1 ORDER BY f.served, f.ord LIMIT $2
 FOR NO KEY UPDATE OF f SKIP LOCKED;

@@ -56,6 +56,10 @@ type Tx struct {
 	// as it stands in the transaction; a flow missing is not known. It
 	// spares FlowFlushHeadState when no flow needs it.
 	hs map[string]headStateSeq
+	// stale names the flows a locking read found in a newer version than
+	// its snapshot, their heads not read with them (the fresh column of
+	// queries.sql's PickSeed): refresh reads them again.
+	stale []string
 }
 
 var _ store.Tx = (*Tx)(nil)
@@ -143,11 +147,11 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 			return nil
 		}, q["EventsWithFlows"], rs.Events, rs.Next)
 	}
+	var named []store.FlowHead // rs.Flows with their heads
 	if len(rs.Flows) > 0 {
 		if rr.Flows == nil {
 			rr.Flows, rr.Events = map[string]*store.FlowRow{}, map[string]*store.EventRow{}
 		}
-		var named []store.FlowHead
 		pc.queueRead("FlowsWithHeads", t.flowHeads(&named), q["FlowsWithHeads"], rs.Flows)
 		defer func() {
 			for i := range named {
@@ -174,7 +178,7 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 		sc := &t.bufs.scan
 		var g store.GroupRow
 		var hasFirst bool
-		dest := append(append(append(append(groupTargets(&g)[:6], &hasFirst), sc.f.targets(nil)...), &sc.has), sc.e.targets(nil)...)
+		dest := append(append(append(append(append(groupTargets(&g)[:6], &hasFirst), sc.f.targets(nil)...), &sc.has), sc.e.targets(nil)...), &sc.fresh)
 		pc.queueRead(name, func(r scanner) error {
 			sc.e.body = nil
 			if err := r.Scan(dest...); err != nil {
@@ -185,7 +189,9 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 			if hasFirst {
 				f, hs := sc.f.row()
 				gp.First.Flow = f
-				if sc.has {
+				if !sc.fresh {
+					t.stale = append(t.stale, f.Flow)
+				} else if sc.has {
 					gp.First.Head = t.bufs.events.put(sc.e.row())
 				}
 				t.hs[f.Flow] = hs
@@ -222,6 +228,9 @@ func (t *Tx) Read(ctx context.Context, rs store.ReadSet) (*store.ReadResult, err
 	}
 	if held != nil {
 		t.forgetHeld(rr, held)
+	}
+	if err := t.refresh(ctx, rr, &rr.Picks, &rr.Due, &named); err != nil {
+		return nil, err
 	}
 	// The groups asked for, and those of the due member flows: one more
 	// round trip, only when there are any.
@@ -260,7 +269,52 @@ func (t *Tx) Members(ctx context.Context, group string, order store.Order, limit
 	if err := t.c.roundTrip(ctx); err != nil {
 		return nil, err
 	}
+	if err := t.refresh(ctx, nil, &out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// refresh reads again, in a statement of its own, the flows a locking read
+// found in a newer version than its snapshot (t.stale), with their heads:
+// such a flow was changed by a transaction that committed after the
+// read's statement began, and the head joined to it is the snapshot's
+// (queries.sql, PickSeed). The transaction holds their locks now, so the
+// new statement reads them as they stand. The rows in lists and in rr's
+// group picks (rr may be nil) are replaced.
+func (t *Tx) refresh(ctx context.Context, rr *store.ReadResult, lists ...*[]store.FlowHead) error {
+	if len(t.stale) == 0 {
+		return nil
+	}
+	ids := t.stale
+	t.stale = nil
+	var again []store.FlowHead
+	t.c.queueRead("FlowsWithHeads", t.flowHeads(&again), q["FlowsWithHeads"], ids)
+	if err := t.c.roundTrip(ctx); err != nil {
+		return err
+	}
+	if len(t.stale) > 0 {
+		return fmt.Errorf("flow %q changed while this transaction held its lock: the store is inconsistent", t.stale[0])
+	}
+	by := make(map[string]store.FlowHead, len(again))
+	for _, h := range again {
+		by[h.Flow.Flow] = h
+	}
+	for _, l := range lists {
+		for i := range *l {
+			if h, ok := by[(*l)[i].Flow.Flow]; ok {
+				(*l)[i] = h
+			}
+		}
+	}
+	if rr != nil {
+		for i := range rr.GroupPicks {
+			if h, ok := by[rr.GroupPicks[i].First.Flow.Flow]; ok && rr.GroupPicks[i].First.Flow.Flow != "" {
+				rr.GroupPicks[i].First = h
+			}
+		}
+	}
+	return nil
 }
 
 // forgetHeld drops from rr the events asked for whose flows the settle did
@@ -287,7 +341,7 @@ func (t *Tx) forgetHeld(rr *store.ReadResult, locked map[string]bool) {
 // which appends to out.
 func (t *Tx) flowHeads(out *[]store.FlowHead) func(scanner) error {
 	sc := &t.bufs.scan
-	dest := append(append(sc.f.targets(nil), &sc.has), sc.e.targets(nil)...)
+	dest := append(append(append(sc.f.targets(nil), &sc.has), sc.e.targets(nil)...), &sc.fresh)
 	return func(r scanner) error {
 		sc.e.body = nil
 		if err := r.Scan(dest...); err != nil {
@@ -295,7 +349,9 @@ func (t *Tx) flowHeads(out *[]store.FlowHead) func(scanner) error {
 		}
 		f, hs := sc.f.row()
 		h := store.FlowHead{Flow: f}
-		if sc.has {
+		if !sc.fresh {
+			t.stale = append(t.stale, f.Flow) // refresh reads its head
+		} else if sc.has {
 			h.Head = t.bufs.events.put(sc.e.row())
 		}
 		t.hs[f.Flow] = hs
@@ -311,7 +367,10 @@ type rowScan struct {
 	f    flowScan
 	e, n eventScan
 	has  bool
-	dest []any
+	// fresh: the locked flow row is the version the statement's snapshot
+	// read, so the head joined to it is its own (queries.sql, PickSeed).
+	fresh bool
+	dest  []any
 }
 
 // flowScan scans the columns of a flow row: the FlowRow's, with its
