@@ -337,6 +337,9 @@ func expediteAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reason, operator 
 	if err := q.CheckTick(ctx, "expedite", at, false); err != nil {
 		return err
 	}
+	if err := blankReasonAll(cmd, "expedite", reason); err != nil {
+		return err
+	}
 	c, err := q.Clock(ctx)
 	if err != nil {
 		return err

@@ -51,6 +51,28 @@ func TestCommandFieldErrorsComeAfterTheClock(t *testing.T) {
 	if code != exitFailed || !strings.Contains(errOut, "clock_regressed") {
 		t.Errorf("redrive --all at a regressed tick, nothing matching: exit %d, %q: want clock_regressed", code, errOut)
 	}
+	// A blank --reason with --all is rejected once, empty_reason, whether
+	// or not a head matches (SPEC §2, §9: empty_reason is checked first; it
+	// said "no quarantined head matched" — a breaker's report).
+	for i, args := range [][]string{
+		{"redrive", "--all", "--reason", ""},
+		{"redrive", "--all", "--reason", "  "},
+		{"expedite", "--all", "--reason", " "},
+	} {
+		out, errOut, code := cli(t, "", append(args, "--queue", queue)...)
+		if code != exitNotApplied || out != `{"reason":"empty_reason","status":"rejected"}`+"\n" || !strings.Contains(errOut, "rejected (empty_reason)") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q: want one empty_reason rejection, exit %d", args, code, out, errOut, exitNotApplied)
+		}
+		if i == 0 {
+			// A quarantined head for the next ones to match.
+			if _, errOut, code := cli(t, "", "claim", "--queue", queue, "--at", "11"); code != exitApplied {
+				t.Fatalf("claim: exit %d, %s", code, errOut)
+			}
+			if _, errOut, code := cli(t, "", "settle", "--queue", queue, "--id", "A1", "--generation", "1", "--outcome", "id_conflict", "--at", "11"); code != exitApplied {
+				t.Fatalf("settle: exit %d, %s", code, errOut)
+			}
+		}
+	}
 	// A tick further ahead than --max-tick-jump (an hour by default) is the
 	// clock's answer too: invalid_input naming at, before the flag's.
 	for _, args := range [][]string{

@@ -114,6 +114,9 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 	if err := q.CheckTick(ctx, "redrive", at, false); err != nil {
 		return err
 	}
+	if err := blankReasonAll(cmd, "redrive", reason); err != nil {
+		return err
+	}
 	if reasonIs != "" && !quarantineReason(reasonIs) {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason-is", Message: fmt.Sprintf("%q is not a quarantine reason: budget_exhausted or a permanent outcome (id_conflict, sequence_conflict, unsupported_delta, invalid_body, rejected)", reasonIs)}
 	}
@@ -158,6 +161,22 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 		return notApplied("redrive: no quarantined head matched; nothing changed")
 	}
 	return rejectedOf("redrive", n, rejected, why)
+}
+
+// blankReasonAll answers a bulk operator command (redrive --all, expedite
+// --all) whose --reason is blank once, as its single form does, before it
+// looks for anything to act on: {"reason":"empty_reason","status":"rejected"}
+// and exit 1, nothing changed (SPEC §2, §9: empty_reason is checked first).
+// It said "no quarantined head matched" when nothing matched, and printed
+// one rejection per head when some did. nil for a reason that is not blank.
+func blankReasonAll(cmd *cobra.Command, what, reason string) error {
+	if strings.TrimSpace(reason) != "" {
+		return nil
+	}
+	if err := printJSON(cmd.OutOrStdout(), map[string]any{"status": "rejected", "reason": fairrelay.RejectEmptyReason}); err != nil {
+		return err
+	}
+	return notApplied("%s --all: rejected (empty_reason): give a --reason; nothing changed", what)
 }
 
 // rejectedOf is what a bulk operator command (redrive --all, expedite
