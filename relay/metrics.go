@@ -237,6 +237,12 @@ type queueCollector struct {
 	backlog *prometheus.Desc
 	limit   *prometheus.Desc
 	oldest  *prometheus.Desc
+	up      *prometheus.Desc
+	age     *prometheus.Desc
+
+	mu     sync.Mutex
+	last   []prometheus.Metric // the values of the last read that succeeded
+	lastAt time.Time           // when it was made (zero: none yet)
 }
 
 // RegisterQueueGauges registers gauges read from the queue store at each
@@ -260,7 +266,18 @@ type queueCollector struct {
 //     clock moves with the writes of the processes that write their tick
 //     (a running relay does), so it is the signal to alert on for a stuck
 //     flow or a relay that falls behind, not for a relay that is down
-//     (alert on its absence).
+//     (alert on its absence);
+//   - fairrelay_queue_gauges_up: 1 when this scrape read the store, 0 when
+//     the read failed (a lock held by a migration, the database down);
+//   - fairrelay_queue_gauges_age_seconds: how old the values above are, in
+//     seconds: 0 when this scrape read them.
+//
+// A scrape whose read fails reports the values of the last read that
+// succeeded, with up 0 and their age, so that an alert on them (a
+// quarantined head, the oldest event's age) does not resolve because the
+// store cannot be read — the moment an operator needs it (before, the
+// gauges went missing). Alert on up == 0 too. Before any read succeeded
+// only up (0) is reported.
 //
 // A scrape's cost: the backlog is a counter on SQLite and a sum over the
 // flow table on PostgreSQL, the flow count one count of the flow table on
@@ -268,8 +285,6 @@ type queueCollector struct {
 // every flow's head, a read per 1000 flows), the state counts O(inflight
 // + quarantined heads), the groups O(groups) (BENCHMARKS.md, "The queue
 // gauges").
-//
-// A scrape whose read fails reports the error instead of values.
 func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
 	return reg.Register(&queueCollector{
 		q:      q,
@@ -280,6 +295,10 @@ func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
 		limit: prometheus.NewDesc("fairrelay_group_max_backlog", "A group's backlog limit (0: none).", []string{"group"}, nil),
 		oldest: prometheus.NewDesc("fairrelay_oldest_unacked_age_seconds",
 			"How long the oldest event not acked has waited, on the store's clock (its tick now minus the event's enqueue tick; 1 tick = 1 ms); 0 when every event is acked.", nil, nil),
+		up: prometheus.NewDesc("fairrelay_queue_gauges_up",
+			"1 when this scrape read the queue store's gauges, 0 when the read failed (the other queue gauges then hold the last values read).", nil, nil),
+		age: prometheus.NewDesc("fairrelay_queue_gauges_age_seconds",
+			"How old the queue gauges' values are, in seconds: 0 when this scrape read them.", nil, nil),
 	})
 }
 
@@ -289,9 +308,34 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.backlog
 	ch <- c.limit
 	ch <- c.oldest
+	ch <- c.up
+	ch <- c.age
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ms, err := c.read()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	up := 1.0
+	if err != nil {
+		up, ms = 0, c.last
+	} else {
+		c.last, c.lastAt = ms, time.Now()
+	}
+	for _, m := range ms {
+		ch <- m
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+	switch {
+	case err == nil:
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, 0)
+	case !c.lastAt.IsZero():
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, max(0, time.Since(c.lastAt).Seconds()))
+	}
+}
+
+// read reads the gauges' values from the store.
+func (c *queueCollector) read() ([]prometheus.Metric, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// One read transaction: the counts agree with each other. Exact
@@ -299,38 +343,38 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	// quarantined heads, which a relay keeps small.
 	o, err := c.q.Overview(ctx, fairrelay.OverviewParams{Backlog: true, Flows: true, MaxCount: math.MaxInt32})
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.oldest, err)
-		return
+		return nil, err
 	}
 	var age float64
 	if o.Oldest != nil {
 		age = float64(max(0, o.Clock.Tick-o.Oldest.EnqueuedAt)) / 1000
 	}
-	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
 	// Every event not acked is a ready, inflight or quarantined head, or
 	// behind a head, where it is ready (untouched since its enqueue).
 	ready := max(0, o.Backlog-o.Inflight-o.Quarantined)
-	ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(ready), string(fairrelay.StateReady))
-	ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(o.Inflight), string(fairrelay.StateInflight))
-	ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(o.Quarantined), string(fairrelay.StateQuarantined))
-	ch <- prometheus.MustNewConstMetric(c.flows, prometheus.GaugeValue, float64(o.Flows))
+	ms := []prometheus.Metric{
+		prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age),
+		prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(ready), string(fairrelay.StateReady)),
+		prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(o.Inflight), string(fairrelay.StateInflight)),
+		prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(o.Quarantined), string(fairrelay.StateQuarantined)),
+		prometheus.MustNewConstMetric(c.flows, prometheus.GaugeValue, float64(o.Flows)),
+	}
 	const page = 1000
 	for after := ""; ; {
 		gs, err := c.q.Groups(ctx, after, page)
 		if err != nil {
-			ch <- prometheus.NewInvalidMetric(c.backlog, err)
-			return
+			return nil, err
 		}
 		for _, g := range gs {
-			ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(g.Backlog), g.Group)
 			var limit int64
 			if g.MaxBacklog != nil {
 				limit = *g.MaxBacklog
 			}
-			ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit), g.Group)
+			ms = append(ms, prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(g.Backlog), g.Group),
+				prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit), g.Group))
 		}
 		if len(gs) < page {
-			break
+			return ms, nil
 		}
 		after = gs[len(gs)-1].Group
 	}

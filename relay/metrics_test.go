@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -194,5 +195,81 @@ func TestOldestUnackedAgeGauge(t *testing.T) {
 	}
 	if a := age(); a != 0 {
 		t.Errorf("every event acked: age %v, want 0", a)
+	}
+}
+
+// A scrape whose read of the store fails reports the values of the last
+// read that succeeded, with fairrelay_queue_gauges_up 0 and their age, and
+// no gathering error: the gauges went missing when the store could not be
+// read (a lock held by a migration, the database down), so an alert on a
+// quarantined head or the oldest event's age resolved at the moment it
+// mattered (an operator's report). Before any read succeeded, only up (0).
+func TestQueueGaugesKeepTheirLastValuesWhenTheStoreFails(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	gather := func(reg *prometheus.Registry) map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatalf("gather: %v", err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				name := mf.GetName()
+				for _, l := range m.GetLabel() {
+					name += "," + l.GetName() + "=" + l.GetValue()
+				}
+				got[name] = m.GetGauge().GetValue()
+			}
+		}
+		return got
+	}
+	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []struct{ id, flow, group string }{{"A1", "A", ""}, {"B1", "B", "g"}, {"B2", "B", "g"}} {
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: e.id, Flow: e.flow, Group: e.group, Body: []byte(`{"delta":1}`), At: 1000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	if err := relay.RegisterQueueGauges(reg, q); err != nil {
+		t.Fatal(err)
+	}
+	read := gather(reg)
+	want := map[string]float64{
+		"fairrelay_events,state=ready": 3, "fairrelay_events,state=inflight": 0, "fairrelay_events,state=quarantined": 0,
+		"fairrelay_flows": 2, "fairrelay_group_backlog,group=g": 2, "fairrelay_group_max_backlog,group=g": 0,
+		"fairrelay_oldest_unacked_age_seconds": 0, "fairrelay_queue_gauges_up": 1, "fairrelay_queue_gauges_age_seconds": 0,
+	}
+	if d := cmp.Diff(want, read); d != "" {
+		t.Errorf("a scrape that reads the store (-want +got):\n%s", d)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	failed := gather(reg)
+	if failed["fairrelay_queue_gauges_up"] != 0 {
+		t.Errorf("a scrape whose read failed: up %v, want 0", failed["fairrelay_queue_gauges_up"])
+	}
+	if a, ok := failed["fairrelay_queue_gauges_age_seconds"]; !ok || a < 0 {
+		t.Errorf("a scrape whose read failed: age %v (present %v), want the values' age", a, ok)
+	}
+	delete(failed, "fairrelay_queue_gauges_up")
+	delete(failed, "fairrelay_queue_gauges_age_seconds")
+	delete(read, "fairrelay_queue_gauges_up")
+	delete(read, "fairrelay_queue_gauges_age_seconds")
+	if d := cmp.Diff(read, failed); d != "" {
+		t.Errorf("a scrape whose read failed: want the last values read (-want +got):\n%s", d)
+	}
+	// A collector whose first read fails has no values: only up.
+	reg2 := prometheus.NewRegistry()
+	if err := relay.RegisterQueueGauges(reg2, q); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string]float64{"fairrelay_queue_gauges_up": 0}, gather(reg2)); d != "" {
+		t.Errorf("a first scrape whose read failed (-want +got):\n%s", d)
 	}
 }
