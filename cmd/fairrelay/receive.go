@@ -174,7 +174,7 @@ Broker ` + brokerEnvHelp + `.`,
 				h = loopbackOnly(h)
 			}
 			if metricsLn != nil {
-				reg := prometheus.NewRegistry()
+				reg := newMetricsRegistry()
 				if h, err = instrumentReceiver(reg, h); err != nil {
 					return err
 				}
@@ -255,7 +255,7 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 	}
 	opts := consume.Options{Inbox: in, Logger: log}
 	if metricsLn != nil {
-		reg := prometheus.NewRegistry()
+		reg := newMetricsRegistry()
 		if opts.Metrics, err = consume.NewMetrics(reg, in); err != nil {
 			return err
 		}

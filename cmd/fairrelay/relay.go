@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
@@ -232,7 +233,7 @@ charged least; --max-group-slots caps any group's slots (configure
 			cfg.Queue, cfg.Sink, cfg.Logger = q, s, log
 			var reg *prometheus.Registry
 			if metricsAddr != "" {
-				reg = prometheus.NewRegistry()
+				reg = newMetricsRegistry()
 				if cfg.Metrics, err = relay.NewMetrics(reg); err != nil {
 					return err
 				}
@@ -345,6 +346,18 @@ func listenOn(field, addr string) (net.Listener, error) {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: err.Error()}
 	}
 	return ln, nil
+}
+
+// newMetricsRegistry is the registry a daemon's --metrics-addr serves:
+// besides the daemon's own metrics, the process's (process_*: start time,
+// CPU, memory, open files), the Go runtime's (go_*: goroutines, heap, GC)
+// and go_build_info, as every Prometheus exporter has them — restarts,
+// crash loops and leaks show there (an operator's report: they were
+// missing).
+func newMetricsRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector(), collectors.NewBuildInfoCollector())
+	return reg
 }
 
 // serveMetrics serves, on ln (listenOn's) until stop is called, reg at
