@@ -341,7 +341,7 @@ func TestPages(t *testing.T) {
 	base := serve(t, console.Config{Queue: q, LocalOperator: "local-op"})
 	c := newClient(t, base)
 	for path, want := range map[string][]string{
-		"/":                                    {`id="quarantined">1<`, `href="/event/A1"`, "local-op", "<svg"},
+		"/":                                    {`id="quarantined">1<`, `href="/event/A1"`, "local-op", "<svg", `id="last-settle">The last settled `},
 		"/flows":                               {"quarantined because unsupported_delta", "backing off until tick", "s), after 1 attempt", "drained"},
 		"/flows?prefix=B":                      {`data-flow="B"`},
 		"/event/A1":                            {`&#34;delta&#34;: 10`, `id="redrive"`, "unsupported_delta"},
@@ -383,6 +383,28 @@ func TestPages(t *testing.T) {
 	q.Close()
 	if st, body := c.do("GET", "/", nil); st != http.StatusInternalServerError || strings.Contains(body, "database") || strings.Contains(body, "sql") {
 		t.Errorf("GET / on a closed store: %d %q, want 500 without the store's error text", st, body)
+	}
+}
+
+// The overview says when a delivery was last settled, and, when none was
+// in the last hour while events wait, asks whether a relay runs: the
+// store's clock stands still without one, so its ticks alone read as a
+// store at work (an operator's report).
+func TestOverviewSaysWhetherDeliveriesAreSettled(t *testing.T) {
+	q := scenario(t)
+	later := time.Now().Add(2 * time.Hour)
+	c := newClient(t, serve(t, console.Config{Queue: q, LocalOperator: "op", Now: func() time.Time { return later }}))
+	if st, body := c.do("GET", "/", nil); st != http.StatusOK || !strings.Contains(body, `id="last-settle">None settled in the last hour, while events wait: is a relay running on this store?`) {
+		t.Errorf("GET / two hours after the last settle: %d, want it to ask whether a relay runs:\n%.3000s", st, body)
+	}
+	empty, err := fairrelay.Open(bg, filepath.Join(t.TempDir(), "empty.db"), fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { empty.Close() })
+	c = newClient(t, serve(t, console.Config{Queue: empty, LocalOperator: "op"}))
+	if st, body := c.do("GET", "/", nil); st != http.StatusOK || !strings.Contains(body, `id="last-settle">None settled in the last hour</p>`) {
+		t.Errorf("GET / on an empty store: %d, want none settled and no question:\n%.3000s", st, body)
 	}
 }
 

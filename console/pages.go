@@ -63,6 +63,12 @@ type overviewData struct {
 	Paused    []fairrelay.FlowInfo
 	Charts    charts
 	OldestAge string
+	// LastSettle is when the newest delivery of the last hour was settled
+	// (zero: none), LastSettleAgo how long before this read: whether a
+	// relay is at work, which the store's clock alone does not show (it
+	// stands still while no relay runs; an operator's report).
+	LastSettle    time.Time
+	LastSettleAgo string
 }
 
 func (s *Server) overview(r *http.Request) (any, error) {
@@ -88,6 +94,10 @@ func (s *Server) overview(r *http.Request) (any, error) {
 		return nil, err
 	}
 	d.Charts = chartsOf(ds, now, len(ds) == sampleLimit)
+	if len(ds) > 0 { // newest first
+		d.LastSettle = ds[0].Settled.UTC()
+		d.LastSettleAgo = max(0, now.Sub(ds[0].Settled)).Truncate(time.Second).String()
+	}
 	if o.Oldest != nil {
 		d.OldestAge = ticks(o.Clock.Tick - o.Oldest.EnqueuedAt)
 	}
