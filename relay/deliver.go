@@ -72,7 +72,7 @@ func (r *Relay) startDelivery(deliverCtx context.Context, p *pipeline, deliverie
 		last := p.delivering == 0
 		p.mu.Unlock()
 		// Observed once the answer waits for its settle.
-		r.cfg.Metrics.delivered(a.s.Latency)
+		r.cfg.Metrics.delivered(a.s.Latency, a.s.Outcome)
 		// Wake-ups cost a context switch each: only the answers a waiting
 		// claimer or settler acts on wake it (the first slot freed, the
 		// first answer, the last delivery, the last young one); the others

@@ -20,7 +20,7 @@ type Metrics struct {
 	leaseLost prometheus.Counter
 	claimQuar prometheus.Counter
 	held      prometheus.Counter
-	latency   prometheus.Histogram
+	latency   *prometheus.HistogramVec
 	txs       *prometheus.CounterVec
 	storeErrs prometheus.Counter
 	prunedEv  prometheus.Counter
@@ -61,8 +61,12 @@ const OtherGroups = "(other)"
 //     so an answer held for long counts many times; a rate above zero
 //     says some flow is held (the relay also logs a warning once an
 //     answer has waited about a second);
-//   - fairrelay_delivery_seconds: delivery latency histogram (observed once
-//     the answer waits for its settle);
+//   - fairrelay_delivery_seconds{class}: delivery latency histogram
+//     (observed once the answer waits for its settle), by the class of the
+//     receiver's answer: ack (accepted, duplicate), transient (retry, gap,
+//     a timeout, an unknown answer) or permanent (SPEC §2), so that
+//     timeouts and failures do not blend into the latency of the
+//     deliveries that succeed;
 //   - fairrelay_transactions_total{kind}: write transactions the relay
 //     committed, by kind: claim (Claim), settle (SettleMany) or
 //     settle_and_claim (SettleMany with a ClaimLimit). Claims and settles per
@@ -101,9 +105,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fairrelay_claim_quarantines_total", Help: "Heads a claim quarantined itself: the lease ran out after the round used the whole budget (budget_exhausted, SPEC §2); no settle counts them."}),
 		held: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_settles_held_total", Help: "Settle attempts put off because another transaction (an open outbox transaction) held the event's flow; one per answer per attempt."}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "fairrelay_delivery_seconds", Help: "Delivery latency, from send to answer.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fairrelay_delivery_seconds", Help: "Delivery latency, from send to answer, by the class of the answer (ack, transient, permanent).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"class"}),
 		txs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairrelay_transactions_total", Help: "Write transactions the relay committed, by kind (claim, settle, settle_and_claim)."},
 			[]string{"kind"}),
@@ -212,10 +216,21 @@ func (m *Metrics) idle() {
 	}
 }
 
-func (m *Metrics) delivered(d time.Duration) {
+func (m *Metrics) delivered(d time.Duration, o fairrelay.Outcome) {
 	if m != nil {
-		m.latency.Observe(d.Seconds())
+		m.latency.WithLabelValues(outcomeClass(o)).Observe(d.Seconds())
 	}
+}
+
+// outcomeClass is the class label of fairrelay_delivery_seconds.
+func outcomeClass(o fairrelay.Outcome) string {
+	switch o.Class() {
+	case fairrelay.ClassAck:
+		return "ack"
+	case fairrelay.ClassPermanent:
+		return "permanent"
+	}
+	return "transient"
 }
 
 func (m *Metrics) settled(s Settled) {

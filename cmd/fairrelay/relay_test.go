@@ -315,7 +315,8 @@ func TestRelayAndReceiverByHand(t *testing.T) {
 		`fairrelay_settles_total{outcome="accepted",status="acked"} 20`,
 		`fairrelay_events{state="quarantined"} 1`,
 		`fairrelay_events{state="ready"} 1`,
-		`fairrelay_delivery_seconds_count 21`,
+		`fairrelay_delivery_seconds_count{class="ack"} 20`,
+		`fairrelay_delivery_seconds_count{class="permanent"} 1`,
 		// The process's and the runtime's, as every exporter has them.
 		"\nprocess_start_time_seconds ", "\ngo_goroutines ", "\ngo_build_info{",
 	} {
