@@ -34,9 +34,9 @@ type Health struct {
 }
 
 // health keeps the relay's record of its store round trips: the claimer
-// and the settler report each, Ready and Health read it. It logs once when
-// a streak starts and once when it ends, never per try. Safe for
-// concurrent use.
+// and the settler report each, Ready and Health read it. It logs when a
+// streak starts, once a minute while it lasts (failingReminder) and when it
+// ends, never per try. Safe for concurrent use.
 type health struct {
 	src     Monotonic
 	log     *slog.Logger
@@ -48,7 +48,13 @@ type health struct {
 	since    time.Duration // src's reading at the streak's first failure
 	err      error         // the streak's last error
 	streaks  int
+	told     time.Duration // src's reading when the streak was last logged
 }
+
+// failingReminder is how often a streak under way is logged again: a
+// store down for an hour left one line at its start and nothing after, so
+// the logs of the last minutes said nothing of it (an operator's report).
+const failingReminder = time.Minute
 
 func newHealth(src Monotonic, log *slog.Logger, m *Metrics) *health {
 	return &health{src: src, log: log, metrics: m, lastOK: src.Elapsed()}
@@ -57,18 +63,28 @@ func newHealth(src Monotonic, log *slog.Logger, m *Metrics) *health {
 // failed records a failed round trip of op ("claim", "settle", "next_due").
 func (h *health) failed(op string, err error) {
 	h.mu.Lock()
+	now := h.src.Elapsed()
 	first := h.failures == 0
 	h.failures++
 	h.err = err
 	if first {
-		h.since = h.src.Elapsed()
+		h.since = now
 		h.streaks++
 	}
+	remind := !first && now-h.told >= failingReminder
+	if first || remind {
+		h.told = now
+	}
+	n, lasted := h.failures, now-h.since
 	h.mu.Unlock()
 	h.metrics.storeError()
-	if first {
-		h.log.Warn("relay: store round trip failed; retrying with backoff until a write succeeds (logged once per streak)",
+	switch {
+	case first:
+		h.log.Warn("relay: store round trip failed; retrying with backoff until a write succeeds (logged at the start of a streak, then once a minute)",
 			"op", op, "err", err)
+	case remind:
+		h.log.Warn("relay: store round trips still failing; retrying with backoff until a write succeeds",
+			"op", op, "failed_round_trips", n, "for", lasted, "err", err)
 	}
 }
 

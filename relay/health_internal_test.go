@@ -40,6 +40,28 @@ func TestHealthLogsOncePerStreak(t *testing.T) {
 	}
 }
 
+// A streak that lasts is logged again once a minute, with how long it has
+// lasted and how many round trips failed (a store down for an hour left one
+// line at its start: an operator's report); a short one only at its start.
+func TestHealthRemindsOfALongStreak(t *testing.T) {
+	t.Parallel()
+	var logged bytes.Buffer
+	src := &stepTime{}
+	h := newHealth(src, slog.New(slog.NewTextHandler(&logged, nil)), nil)
+	down := errors.New("connection refused")
+	for range 150 { // 150 tries a second apart: 2.5 minutes
+		h.failed("claim", down)
+		src.d += time.Second
+	}
+	if n := strings.Count(logged.String(), "store round trip failed"); n != 1 {
+		t.Errorf("%d start lines, want 1:\n%s", n, logged.String())
+	}
+	if n := strings.Count(logged.String(), "store round trips still failing"); n != 2 ||
+		!strings.Contains(logged.String(), "failed_round_trips=61 for=1m0s") || !strings.Contains(logged.String(), "failed_round_trips=121 for=2m0s") {
+		t.Errorf("%d reminders, want 2, at 1 and 2 minutes:\n%s", n, logged.String())
+	}
+}
+
 // The pause after n failures in a row doubles from RetryWait up to
 // MaxRetryWait, drawn between half and all of it.
 func TestRetryWaitIsBoundedWithJitter(t *testing.T) {

@@ -69,8 +69,9 @@
 // failed: its claims, if they committed, wait out their leases and are
 // delivered by a later claim; its settles are sent again, and answer stale
 // if they had committed. The first failure of an error streak is logged,
-// and so is the write that ends it (a read does not: a full disk still
-// serves reads), nothing in between; Relay.Health and Relay.Ready report
+// then a reminder once a minute while it lasts, and the write that ends it
+// (a read does not: a full disk still serves reads); Relay.Health and
+// Relay.Ready report
 // it (the CLI serves Ready at /readyz). Run returns early only for
 // ErrInvalidInput from the store, which waiting does not cure.
 //
