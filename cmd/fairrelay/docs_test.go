@@ -189,7 +189,7 @@ func runDocCommand(t *testing.T, dir string, env []string, command string, prev 
 	if loc := timeoutPrefix.FindStringIndex(command); loc != nil {
 		command = "exec " + command[loc[1]:]
 		for i, w := range want {
-			if strings.HasPrefix(w, "fairrelay: terminated") && i > 0 {
+			if (strings.HasPrefix(w, "fairrelay: terminated") || strings.Contains(w, `msg="stopping gracefully`)) && i > 0 {
 				stopAfter = docNormal(want[i-1])
 			}
 		}

@@ -22,12 +22,15 @@ func (l *logFlags) register(f *pflag.FlagSet) {
 }
 
 // logger builds the daemon's logger on stderr, or an invalid_input error
-// naming the flag whose value is not one of its choices. A JSON logger also
-// carries the process's own lines from then on (jsonLog).
+// naming the flag whose value is not one of its choices. The logger also
+// carries the process's own lines from then on (daemonLog, jsonLog).
 func (l *logFlags) logger() (*slog.Logger, error) {
 	log, err := newLogger(os.Stderr, l.level, l.format)
-	if err == nil && l.format == "json" {
-		jsonLog.Store(log)
+	if err == nil {
+		daemonLog.Store(log)
+		if l.format == "json" {
+			jsonLog.Store(log)
+		}
 	}
 	return log, err
 }

@@ -69,9 +69,9 @@ func main() {
 	// stops the process at once.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go exitOnSecondSignal(sigs)
+	go exitOnSecondSignal(sigs, stop)
 	// cobra adds its completion command at execution; add it now so that
 	// argsAsInput covers it too (completion bogus: an unknown command).
 	rootCmd.InitDefaultCompletionCmd()
@@ -216,18 +216,21 @@ func errorLine(err error) string {
 	return string(escapeUnsafe([]byte(strings.Join(words, " "))))
 }
 
-// exitOnSecondSignal waits for a first signal (which cancels the command's
-// context), says that a second one stops at once, and exits with 128 + the
-// signal's number when it comes: an operator who pressed Ctrl-C twice means
+// exitOnSecondSignal waits for a first signal, says that a second one
+// stops at once, then cancels the command's context (stop), so that the
+// notice comes before the daemon's own stopping lines (it came after
+// "relay: stopped" at times: an operator's report), and exits with 128 +
+// the signal's number when a second comes: an operator who pressed Ctrl-C twice means
 // now, not after the in-flight deliveries or requests (a lease that was not
 // settled runs out and its head is delivered again; SQLite and PostgreSQL
 // keep every committed write).
-func exitOnSecondSignal(sigs <-chan os.Signal) {
+func exitOnSecondSignal(sigs <-chan os.Signal, stop context.CancelFunc) {
 	first := <-sigs
-	say(fmt.Sprintf("fairrelay: %s: stopping gracefully; send it again to stop at once", first),
-		slog.LevelWarn, "stopping gracefully; send the signal again to stop at once", "signal", first.String())
+	sayEvent(fmt.Sprintf("fairrelay: %s: stopping gracefully; send it again to stop at once", first),
+		slog.LevelWarn, "stopping gracefully; send it again to stop at once", "signal", first.String())
+	stop()
 	second := <-sigs
-	say(fmt.Sprintf("fairrelay: %s again: stopping at once", second), slog.LevelWarn, "stopping at once", "signal", second.String())
+	sayEvent(fmt.Sprintf("fairrelay: %s again: stopping at once", second), slog.LevelWarn, "stopping at once", "signal", second.String())
 	code := exitFailed
 	if n, ok := second.(syscall.Signal); ok {
 		code = 128 + int(n)
@@ -256,8 +259,26 @@ func stoppedBeforeStart(cmd *cobra.Command, err error) error {
 // log collector reads is one JSON object. Nil otherwise.
 var jsonLog atomic.Pointer[slog.Logger]
 
+// daemonLog is the daemon's logger once it has one, whatever its format:
+// the stop signals' notices, events in the middle of its log, go through
+// it (sayEvent), so that they have its format (a plain line among the
+// key=value lines broke logfmt parsers: an operator's report). Nil for the
+// commands that are not daemons.
+var daemonLog atomic.Pointer[slog.Logger]
+
+// sayEvent is say for an event in a daemon's life: once the daemon has a
+// logger, a record of msg and args at level, in its format.
+func sayEvent(line string, level slog.Level, msg string, args ...any) {
+	if l := daemonLog.Load(); l != nil {
+		l.Log(context.Background(), level, msg, args...)
+		return
+	}
+	fmt.Fprintln(os.Stderr, line)
+}
+
 // say writes line on stderr, or, when the daemon logs JSON, a record of
-// msg and args at level instead.
+// msg and args at level instead. The error a command exits with stays a
+// "fairrelay: code: field: …" line in text mode, as every command's.
 func say(line string, level slog.Level, msg string, args ...any) {
 	if l := jsonLog.Load(); l != nil {
 		l.Log(context.Background(), level, msg, args...)

@@ -77,6 +77,16 @@ func secondSignalStops(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited
 		t.Fatal(err)
 	}
 	waitStderr(t, stderr, "send it again to stop at once")
+	// The notice is a record of the daemon's log, in its format, before
+	// any line of its stop (it was a plain line, at times after "relay:
+	// stopped": an operator's report).
+	out := stderr.String()
+	notice := strings.Index(out, `level=WARN msg="stopping gracefully; send it again to stop at once" signal=interrupt`)
+	if notice < 0 {
+		t.Errorf("the first signal's notice is not a key=value record of the log:\n%s", out)
+	} else if j := strings.Index(out, "relay: stopping"); j >= 0 && j < notice {
+		t.Errorf("the relay's stop was logged before the signal's notice:\n%s", out)
+	}
 	select {
 	case code := <-exited:
 		t.Fatalf("exited %d on the first signal, with work in flight: %s", code, stderr.String())
