@@ -566,6 +566,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry,
 		"budget", r.q.Policy().Budget, "backoff_base_ms", r.q.Policy().BackoffBase, "backoff_cap_ms", r.q.Policy().BackoffCap,
 		"retain_acked", retention(r.cfg.RetainAcked), "retain_ids", retention(r.cfg.RetainIDs), "settles", r.mode)
+	r.logLeasedAtStart(claimCtx)
 	watchDone := r.watchChanges(claimCtx)
 	var deliveries sync.WaitGroup
 	claimerDone, settlerDone, prunerDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -638,6 +639,23 @@ func (r *Relay) Run(ctx context.Context) error {
 	p.mu.Unlock()
 	r.log.Info("relay: stopped", "tick", r.clock.Now())
 	return fatal
+}
+
+// logLeasedAtStart says, when heads are leased as the relay starts, how
+// many and why they may wait: after a relay was killed its claims are
+// delivered again only once their leases run out, up to a lease, and a
+// restart said nothing of it, so the wait read as a hang (an operator's
+// report). They may as well be another running relay's. A failed read is
+// left to the claims, which report the store's errors.
+func (r *Relay) logLeasedAtStart(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	o, err := r.q.Overview(rctx, fairrelay.OverviewParams{})
+	if err != nil || o.Inflight == 0 {
+		return
+	}
+	r.log.Info("relay: heads leased at start, by another relay on this store or by one that stopped without settling them: those wait out their leases (up to lease_ms), then are delivered again",
+		"leased", o.Inflight, "lease_ms", r.q.Policy().Lease)
 }
 
 // defaultName is HOST:PID, the relay's name in the attempt history when

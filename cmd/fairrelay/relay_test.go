@@ -416,6 +416,12 @@ func TestRelayRestartAfterKill(t *testing.T) {
 		t.Errorf("relay exit %d: %s", code, second.stderr())
 	}
 	wantLedger(t, inboxPath, 5, 20)
+	// The second relay said at its start that heads were leased, and how
+	// many: the killed relay's, which it waited out.
+	leased := fmt.Sprintf("leased=%d ", len(held))
+	if said := strings.Contains(second.stderr(), `msg="relay: heads leased at start`) && strings.Contains(second.stderr(), leased); said != (len(held) > 0) {
+		t.Errorf("%d heads held by the killed relay; the second relay's log (want the leased heads named when there are any, with %q):\n%s", len(held), leased, second.stderr())
+	}
 	q, err := fairrelay.Open(t.Context(), queue, fairrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
