@@ -182,9 +182,25 @@ func ParseDSN(dsn string) (conn string, schema string, err error) {
 	return u.String(), schema, nil
 }
 
+// DefaultApplicationName is the application_name of the store's
+// connections when the URL gives none (pg_stat_activity, the server's log).
+const DefaultApplicationName = "fairrelay"
+
+// hasParam reports whether params holds name in any case (PostgreSQL's
+// parameter names ignore case).
+func hasParam(params map[string]string, name string) bool {
+	for k := range params {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
 // PoolConfig parses dsn (see ParseDSN) into a pgxpool configuration whose
-// connections put the schema first on their search_path and wait at most
-// lockTimeout for a row lock. It also returns the schema ("" when the URL
+// connections put the schema first on their search_path, wait at most
+// lockTimeout for a row lock, and are named DefaultApplicationName unless
+// the URL's application_name names them. It also returns the schema ("" when the URL
 // names none). Errors: ParseDSN's and pgx's, and a URL that sets
 // lock_timeout, or search_path beside schema=, which the store sets.
 func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string, error) {
@@ -207,6 +223,11 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 	}
 	if schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	}
+	if !hasParam(cfg.ConnConfig.RuntimeParams, "application_name") {
+		// Named in pg_stat_activity and the server's logs: the connections
+		// had no name (an operator's report). The URL's own wins.
+		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName
 	}
 	if lockTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockTimeout.Milliseconds(), 10)

@@ -216,3 +216,25 @@ func TestOpenOnASchemaWithAForeignTable(t *testing.T) {
 }
 
 func pgQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// The store's connections are named in pg_stat_activity: "fairrelay", or
+// the URL's application_name (they had no name: an operator's report).
+func TestConnectionsAreNamed(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "pgappname")
+	for _, c := range []struct{ dsn, want string }{
+		{dsn, pgstore.DefaultApplicationName},
+		{dsn + "&application_name=relay-3", "relay-3"},
+	} {
+		s, err := pgstore.Open(context.Background(), c.dsn, pgstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var name string
+		err = s.Pool().QueryRow(context.Background(), "SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&name)
+		s.Close()
+		if err != nil || name != c.want {
+			t.Errorf("%s: application_name %q (%v), want %q", c.dsn, name, err, c.want)
+		}
+	}
+}
