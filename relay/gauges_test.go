@@ -83,20 +83,23 @@ func TestQueueGaugesCountWhatTheHeadsHold(t *testing.T) {
 				t.Fatal(err)
 			}
 			// What the heads hold, flow by flow (the gauges' definition).
-			want := map[string]float64{"ready": 0, "inflight": 0, "quarantined": 0, "flows": 0}
+			want := map[string]float64{"ready": 0, "inflight": 0, "quarantined": 0, "flows": 0, "paused": 0}
 			hs, err := q.Heads(ctx, "", 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, h := range hs {
 				want["flows"]++
+				if h.Paused {
+					want["paused"]++
+				}
 				if h.Head != nil {
 					want[string(h.Head.State)]++
 					want["ready"] += float64(h.Seq - h.Head.Seq)
 				}
 			}
-			if want["inflight"] != 1 || want["quarantined"] != 2 || want["flows"] != 7 {
-				t.Fatalf("the store's heads: %v, want 1 inflight, 2 quarantined, 7 flows", want)
+			if want["inflight"] != 1 || want["quarantined"] != 2 || want["flows"] != 7 || want["paused"] != 2 {
+				t.Fatalf("the store's heads: %v, want 1 inflight, 2 quarantined, 7 flows, 2 paused", want)
 			}
 			reg := prometheus.NewRegistry()
 			if err := relay.RegisterQueueGauges(reg, q); err != nil {
@@ -114,6 +117,8 @@ func TestQueueGaugesCountWhatTheHeadsHold(t *testing.T) {
 						got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
 					case "fairrelay_flows":
 						got["flows"] = m.GetGauge().GetValue()
+					case "fairrelay_flows_paused":
+						got["paused"] = m.GetGauge().GetValue()
 					}
 				}
 			}

@@ -249,6 +249,7 @@ type queueCollector struct {
 	q       *fairrelay.Queue
 	events  *prometheus.Desc
 	flows   *prometheus.Desc
+	paused  *prometheus.Desc
 	backlog *prometheus.Desc
 	limit   *prometheus.Desc
 	oldest  *prometheus.Desc
@@ -268,6 +269,8 @@ type queueCollector struct {
 //     the backlog, every event behind a head included — a quarantined
 //     event is always a head and blocks the events behind it);
 //   - fairrelay_flows: flows in the store;
+//   - fairrelay_flows_paused: flows paused by an operator (SPEC §9), whose
+//     heads are not claimed until they are resumed;
 //   - fairrelay_group_backlog{group}: events not acked in each group that
 //     has a row (SPEC §8: a group a flow named, or a configured one; a
 //     flow created without a group is its own and counts in
@@ -305,6 +308,7 @@ func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
 		q:      q,
 		events: prometheus.NewDesc("fairrelay_events", "Events not acked, by state.", []string{"state"}, nil),
 		flows:  prometheus.NewDesc("fairrelay_flows", "Flows in the queue store.", nil, nil),
+		paused: prometheus.NewDesc("fairrelay_flows_paused", "Flows paused by an operator (SPEC §9): their heads are not claimed until resumed.", nil, nil),
 		backlog: prometheus.NewDesc("fairrelay_group_backlog", "Events not acked in a group (SPEC §8), for the groups that have a row.",
 			[]string{"group"}, nil),
 		limit: prometheus.NewDesc("fairrelay_group_max_backlog", "A group's backlog limit (0: none).", []string{"group"}, nil),
@@ -320,6 +324,7 @@ func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.flows
+	ch <- c.paused
 	ch <- c.backlog
 	ch <- c.limit
 	ch <- c.oldest
@@ -373,6 +378,7 @@ func (c *queueCollector) read() ([]prometheus.Metric, error) {
 		prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(o.Inflight), string(fairrelay.StateInflight)),
 		prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(o.Quarantined), string(fairrelay.StateQuarantined)),
 		prometheus.MustNewConstMetric(c.flows, prometheus.GaugeValue, float64(o.Flows)),
+		prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(o.Paused)),
 	}
 	const page = 1000
 	for after := ""; ; {

@@ -242,7 +242,7 @@ func TestQueueGaugesKeepTheirLastValuesWhenTheStoreFails(t *testing.T) {
 	read := gather(reg)
 	want := map[string]float64{
 		"fairrelay_events,state=ready": 3, "fairrelay_events,state=inflight": 0, "fairrelay_events,state=quarantined": 0,
-		"fairrelay_flows": 2, "fairrelay_group_backlog,group=g": 2, "fairrelay_group_max_backlog,group=g": 0,
+		"fairrelay_flows": 2, "fairrelay_flows_paused": 0, "fairrelay_group_backlog,group=g": 2, "fairrelay_group_max_backlog,group=g": 0,
 		"fairrelay_oldest_unacked_age_seconds": 0, "fairrelay_queue_gauges_up": 1, "fairrelay_queue_gauges_age_seconds": 0,
 	}
 	if d := cmp.Diff(want, read); d != "" {
