@@ -299,10 +299,16 @@ can forge lines or drive the terminal.`,
 				if err != nil {
 					return err
 				}
-				rows = []any{s}
+				// The entry rule the store records (SPEC §7): the one a
+				// --policy given to any command must match.
+				entry := q.Policy().Entry
+				rows = []any{struct {
+					fairrelay.Settings
+					Entry fairrelay.Entry `json:"entry"`
+				}{s, entry}}
 				table = func(w io.Writer) {
-					fmt.Fprintln(w, "MAX BACKLOG\tMAX FLOW BACKLOG\tBACKLOG")
-					fmt.Fprintf(w, "%s\t%s\t%d\n", limitCell(s.MaxBacklog), limitCell(s.MaxFlowBacklog), s.Backlog)
+					fmt.Fprintln(w, "ENTRY RULE\tMAX BACKLOG\tMAX FLOW BACKLOG\tBACKLOG")
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", entry, limitCell(s.MaxBacklog), limitCell(s.MaxFlowBacklog), s.Backlog)
 				}
 			case "audit":
 				as, err := q.Audit(ctx, afterNo, limit)

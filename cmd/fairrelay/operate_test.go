@@ -40,8 +40,15 @@ func TestTenancyAndOperatorCommands(t *testing.T) {
 		t.Fatalf("inspect groups: %s", got)
 	}
 	run(0, "configure", "--queue", q, "--max-flow-backlog", "5", "--at", "0")
-	if got := run(0, "inspect", "--queue", q, "settings", "--json"); got != `{"max_backlog":0,"max_flow_backlog":5,"backlog":1}` {
+	// With the entry rule the store records, which a --policy given must
+	// match (a fresh user could not see it).
+	if got := run(0, "inspect", "--queue", q, "settings", "--json"); got != `{"max_backlog":0,"max_flow_backlog":5,"backlog":1,"entry":"fair"}` {
 		t.Fatalf("inspect settings: %s", got)
+	}
+	seed := filepath.Join(t.TempDir(), "seed.db")
+	run(0, "enqueue", "--queue", seed, "--id", "A1", "--flow", "A", "--delta", "1", "--policy", "seed")
+	if got := run(0, "inspect", "--queue", seed, "settings", "--json"); got != `{"max_backlog":0,"max_flow_backlog":0,"backlog":1,"entry":"seed"}` {
+		t.Fatalf("inspect settings of a seed store: %s", got)
 	}
 	run(2, "configure", "--queue", q, "--weight", "2", "--at", "0") // a weight is a group's
 
