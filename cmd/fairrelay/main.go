@@ -226,8 +226,19 @@ func errorLine(err error) string {
 // keep every committed write).
 func exitOnSecondSignal(sigs <-chan os.Signal, stop context.CancelFunc) {
 	first := <-sigs
-	sayEvent(fmt.Sprintf("fairrelay: %s: stopping gracefully; send it again to stop at once", first),
-		slog.LevelWarn, "stopping gracefully; send it again to stop at once", "signal", first.String())
+	// The notice first, so that it comes before the daemon's stopping
+	// lines; but a stderr that blocks (a stalled pipe) must not hold the
+	// stop back: after a second the context is cancelled anyway.
+	said := make(chan struct{})
+	go func() {
+		defer close(said)
+		sayEvent(fmt.Sprintf("fairrelay: %s: stopping gracefully; send it again to stop at once", first),
+			slog.LevelWarn, "stopping gracefully; send it again to stop at once", "signal", first.String())
+	}()
+	select {
+	case <-said:
+	case <-time.After(time.Second):
+	}
 	stop()
 	second := <-sigs
 	sayEvent(fmt.Sprintf("fairrelay: %s again: stopping at once", second), slog.LevelWarn, "stopping at once", "signal", second.String())
@@ -248,7 +259,7 @@ func stoppedBeforeStart(cmd *cobra.Command, err error) error {
 	if err == nil || cmd.Context().Err() == nil || !errors.Is(err, context.Canceled) {
 		return err
 	}
-	say(fmt.Sprintf("fairrelay: %s: stopped before it started (%s)", cmd.Name(), errorLine(err)),
+	sayEvent(fmt.Sprintf("fairrelay: %s: stopped before it started (%s)", cmd.Name(), errorLine(err)),
 		slog.LevelWarn, "stopped before it started", "command", cmd.Name(), "error", errorLine(err))
 	return nil
 }
@@ -268,8 +279,11 @@ var daemonLog atomic.Pointer[slog.Logger]
 
 // sayEvent is say for an event in a daemon's life: once the daemon has a
 // logger, a record of msg and args at level, in its format.
+// A text logger whose level leaves level out (--log-level error) gets
+// the plain line instead, so that a stop signal's notice is not hidden; a
+// JSON one keeps every line JSON, and its level decides.
 func sayEvent(line string, level slog.Level, msg string, args ...any) {
-	if l := daemonLog.Load(); l != nil {
+	if l := daemonLog.Load(); l != nil && (jsonLog.Load() != nil || l.Enabled(context.Background(), level)) {
 		l.Log(context.Background(), level, msg, args...)
 		return
 	}

@@ -137,6 +137,51 @@ func TestRelayStopsAtASecondSignal(t *testing.T) {
 	secondSignalStops(t, cmd, stderr, exited)
 }
 
+// With --log-level error, which leaves the WARN records out, the stop
+// signal's notice is still said, as a plain line: an operator must learn
+// that a second signal stops at once (a reviewer's report).
+func TestRelaySignalNoticeAtLogLevelError(t *testing.T) {
+	t.Parallel()
+	delivering := make(chan struct{}, 1)
+	release := make(chan struct{})
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case delivering <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); sink.Close() })
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	if _, e, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != 0 {
+		t.Fatal(e)
+	}
+	cmd, stderr, exited := startDaemon(t, "relay", "--queue", queue, "--sink", sink.URL, "--timeout", "20s", "--log-level", "error")
+	select {
+	case <-delivering: // running, its logger in place
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the relay did not deliver within 15s:\n%s", stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waitStderr(t, stderr, "fairrelay: interrupt: stopping gracefully; send it again to stop at once")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exited:
+		if code != 130 {
+			t.Errorf("exit %d after a second SIGINT, want 130: %s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("still running 15s after a second SIGINT:\n%s", stderr.String())
+	}
+}
+
 // A receiver with a request in flight stops at the second Ctrl-C, not
 // after waiting for that request (issue 15).
 func TestReceiveStopsAtASecondSignal(t *testing.T) {
