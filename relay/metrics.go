@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -256,9 +257,21 @@ type queueCollector struct {
 	up      *prometheus.Desc
 	age     *prometheus.Desc
 
-	mu     sync.Mutex
-	last   []prometheus.Metric // the values of the last read that succeeded
-	lastAt time.Time           // when it was made (zero: none yet)
+	log *slog.Logger // nil: the reads' failures are not logged
+
+	mu      sync.Mutex
+	last    []prometheus.Metric // the values of the last read that succeeded
+	lastAt  time.Time           // when that read began (zero: none yet)
+	failing bool                // the last read failed (logged once per streak)
+}
+
+// QueueGaugesOptions are RegisterQueueGauges' options.
+type QueueGaugesOptions struct {
+	// Logger, when set, logs a failed read of the store at WARN when the
+	// gauges start failing (with the error: a lock timeout, a refused
+	// connection) and at INFO when a read succeeds again; nothing per
+	// scrape in between.
+	Logger *slog.Logger
 }
 
 // RegisterQueueGauges registers gauges read from the queue store at each
@@ -295,7 +308,9 @@ type queueCollector struct {
 // quarantined head, the oldest event's age) does not resolve because the
 // store cannot be read — the moment an operator needs it (before, the
 // gauges went missing). Alert on up == 0 too. Before any read succeeded
-// only up (0) is reported.
+// only up (0) is reported. Of scrapes that overlap, the values of the read
+// that began last are kept. opts (at most one) may name a Logger for the
+// failed reads' errors.
 //
 // A scrape's cost: the backlog is a counter on SQLite and a sum over the
 // flow table on PostgreSQL, the flow count one count of the flow table on
@@ -303,9 +318,16 @@ type queueCollector struct {
 // every flow's head, a read per 1000 flows), the state counts O(inflight
 // + quarantined heads), the groups O(groups) (BENCHMARKS.md, "The queue
 // gauges").
-func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue) error {
+func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue, opts ...QueueGaugesOptions) error {
+	var log *slog.Logger
+	for _, o := range opts {
+		if o.Logger != nil {
+			log = o.Logger
+		}
+	}
 	return reg.Register(&queueCollector{
 		q:      q,
+		log:    log,
 		events: prometheus.NewDesc("fairrelay_events", "Events not acked, by state.", []string{"state"}, nil),
 		flows:  prometheus.NewDesc("fairrelay_flows", "Flows in the queue store.", nil, nil),
 		paused: prometheus.NewDesc("fairrelay_flows_paused", "Flows paused by an operator (SPEC §9): their heads are not claimed until resumed.", nil, nil),
@@ -333,14 +355,26 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	began := time.Now()
 	ms, err := c.read()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	up := 1.0
-	if err != nil {
+	switch {
+	case err != nil:
 		up, ms = 0, c.last
-	} else {
-		c.last, c.lastAt = ms, time.Now()
+		if !c.failing && c.log != nil {
+			c.log.Warn("relay: the queue gauges could not read the store; /metrics reports their last values with fairrelay_queue_gauges_up 0", "err", err)
+		}
+		c.failing = true
+	case began.Before(c.lastAt):
+		ms = c.last // a read that began later has stored its values
+	default:
+		c.last, c.lastAt = ms, began
+		if c.failing && c.log != nil {
+			c.log.Info("relay: the queue gauges read the store again")
+		}
+		c.failing = false
 	}
 	for _, m := range ms {
 		ch <- m

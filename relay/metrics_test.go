@@ -1,7 +1,10 @@
 package relay_test
 
 import (
+	"bytes"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -236,7 +239,8 @@ func TestQueueGaugesKeepTheirLastValuesWhenTheStoreFails(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	if err := relay.RegisterQueueGauges(reg, q); err != nil {
+	var logged bytes.Buffer
+	if err := relay.RegisterQueueGauges(reg, q, relay.QueueGaugesOptions{Logger: slog.New(slog.NewTextHandler(&logged, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	read := gather(reg)
@@ -252,6 +256,11 @@ func TestQueueGaugesKeepTheirLastValuesWhenTheStoreFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := gather(reg)
+	gather(reg)
+	// The error is logged, once for the streak, not per scrape.
+	if n := strings.Count(logged.String(), "could not read the store"); n != 1 || !strings.Contains(logged.String(), "database is closed") {
+		t.Errorf("%d lines for two failed scrapes, want 1 naming the error:\n%s", n, logged.String())
+	}
 	if failed["fairrelay_queue_gauges_up"] != 0 {
 		t.Errorf("a scrape whose read failed: up %v, want 0", failed["fairrelay_queue_gauges_up"])
 	}

@@ -237,7 +237,7 @@ charged least; --max-group-slots caps any group's slots (configure
 				if cfg.Metrics, err = relay.NewMetrics(reg); err != nil {
 					return err
 				}
-				if err := relay.RegisterQueueGauges(reg, q); err != nil {
+				if err := relay.RegisterQueueGauges(reg, q, relay.QueueGaugesOptions{Logger: log}); err != nil {
 					return err
 				}
 			}
