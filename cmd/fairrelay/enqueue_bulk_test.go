@@ -391,6 +391,16 @@ func TestRefusedEnqueueCreatesNoStore(t *testing.T) {
 			t.Errorf("%s: the empty file is now %v (%v): want it left empty", c.name, st, err)
 		}
 	}
+	// With no temporary directory to check in (a read-only container), a
+	// good enqueue still makes its store; a bad one is refused by the store.
+	noTmp := []string{"TMPDIR=" + filepath.Join(dir, "no-such-dir")}
+	ok := filepath.Join(dir, "ok.db")
+	if out, errOut, code := cliEnv(t, noTmp, "", "enqueue", "--queue", ok, "--id", "a", "--flow", "f", "--delta", "1"); code != exitApplied || out != `{"seq":1,"status":"created"}`+"\n" {
+		t.Errorf("enqueue into a new store without a temporary directory: exit %d, %q %q", code, out, errOut)
+	}
+	if _, errOut, code := cliEnv(t, noTmp, "", "enqueue", "--queue", filepath.Join(dir, "bad.db"), "--id", " a", "--flow", "f", "--delta", "1"); code != exitFailed || !strings.Contains(errOut, "invalid_input: id:") {
+		t.Errorf("a bad enqueue without a temporary directory: exit %d, %q", code, errOut)
+	}
 }
 
 // enqueue, relay and receive create a store only in a new (or empty) SQLite

@@ -402,21 +402,29 @@ func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf
 }
 
 // rehearseOnScratch runs rehearse on a new queue store of policy pol in a
-// scratch directory, removed afterwards, and returns rehearse's error: what
-// the same write answers on a store about to be created (its tick 0, no
-// event, no setting), so that a refused one creates nothing.
+// scratch directory, removed afterwards, and returns rehearse's refusal of
+// the input (invalid_input, clock_regressed): what the same write answers
+// on a store about to be created (its tick 0, no event, no setting), so
+// that a refused one creates nothing. Anything else — no temporary
+// directory to write in (a read-only container), the scratch store's own
+// errors — returns nil: the write then runs on the new store and answers
+// there, as it did before the rehearsal.
 func rehearseOnScratch(ctx context.Context, pol fairrelay.Policy, pf *policyFlags, rehearse func(*fairrelay.Queue) error) error {
 	dir, err := os.MkdirTemp("", "fairrelay-rehearsal-")
 	if err != nil {
-		return fmt.Errorf("queue: a scratch directory to check the write in: %w", err)
+		return nil
 	}
 	defer os.RemoveAll(dir)
 	scratch, err := openQueue(ctx, filepath.Join(dir, "queue.db"), pol, pf)
 	if err != nil {
-		return fmt.Errorf("queue: a scratch store to check the write in: %w", err)
+		return nil
 	}
 	defer scratch.Close()
-	return rehearse(scratch)
+	err = rehearse(scratch)
+	if errors.Is(err, fairrelay.ErrInvalidInput) || errors.Is(err, fairrelay.ErrClockRegressed) {
+		return err
+	}
+	return nil
 }
 
 // logCreated is creatingIn's answer as the daemons log it: a new store
