@@ -77,7 +77,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 	if queue, err := pgstore.HoldsTable(ctx, db, "event"); err != nil || queue {
 		db.Close()
 		if err == nil {
-			err = fmt.Errorf("%w: schema %s holds a fairrelay queue store, not an inbox", store.ErrNotDatabase, schema)
+			err = store.OtherKind("schema %s holds a fairrelay queue store, not an inbox", schema)
 		}
 		return nil, err
 	}

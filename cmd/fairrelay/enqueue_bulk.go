@@ -23,7 +23,11 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *
 	// ignored would put every new flow in its own group for good.
 	for _, name := range []string{"flow", "group", "body", "delta"} {
 		if cmd.Flags().Changed(name) {
-			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "give --id too, or put it in the stdin lines (\"" + name + "\": …)"}
+			// The field missing is --id: the flag given is right for one
+			// event (a fresh user read "flow: give --id too" as --flow at
+			// fault).
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id",
+				Message: "missing: --" + name + " is for one event, which needs --id too; or leave --" + name + " out and give the events as JSON lines on stdin (\"" + name + "\": …)"}
 		}
 	}
 	if err := checkStdin(cmd.InOrStdin()); err != nil {

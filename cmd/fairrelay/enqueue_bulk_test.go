@@ -219,8 +219,8 @@ func TestBulkEnqueueRefusesOneEventFlags(t *testing.T) {
 	queue := filepath.Join(t.TempDir(), "queue.db")
 	for _, flag := range [][]string{{"--group", "acme"}, {"--flow", "Z"}, {"--delta", "1"}, {"--body", `{"a":1}`}} {
 		_, errOut, code := cli(t, `{"id":"Z1","flow":"Z","delta":1}`+"\n", append([]string{"enqueue", "--queue", queue}, flag...)...)
-		if name := strings.TrimPrefix(flag[0], "--"); code != 2 || !strings.Contains(errOut, "invalid_input: "+name+": give --id too") {
-			t.Errorf("%v with stdin: exit %d, %q; want exit 2 naming %s", flag, code, errOut, name)
+		if name := strings.TrimPrefix(flag[0], "--"); code != 2 || !strings.Contains(errOut, "invalid_input: id: missing: --"+name+" is for one event, which needs --id too") {
+			t.Errorf("%v with stdin: exit %d, %q; want exit 2 naming id, the flag missing, and %s", flag, code, errOut, name)
 		}
 	}
 	if _, err := os.Stat(queue); !os.IsNotExist(err) {

@@ -308,10 +308,10 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"settle", "--queue", filepath.Join(dir, "typo.db"), "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "typo.db does not exist"},
 		{[]string{"script", "--queue", q, "--inbox", q}, "inbox: names the same store as --queue"},
 		{[]string{"migrate", "--queue", filepath.Join(dir, "both.db"), "--inbox", filepath.Join(dir, ".", "both.db")}, "inbox: names the same store as --queue"},
-		{[]string{"inspect", "--queue", inboxDB}, "not_a_database: queue: open: not a fairrelay database: the file holds a fairrelay inbox, not a queue store"},
+		{[]string{"inspect", "--queue", inboxDB}, "not_a_database: queue: open: the file holds a fairrelay inbox, not a queue store"},
 		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "B", "--delta", "1"}, `id "A1" is stored with another flow or body (conflict)`},
 		{[]string{"redrive", "--queue", q, "--all", "--reason-is", "unsuported_delta", "--reason", "x"}, `reason-is: "unsuported_delta" is not a quarantine reason`},
-		{[]string{"migrate", "--inbox", q}, "not_a_database: inbox: open inbox: not a fairrelay database: the file holds a fairrelay queue store, not an inbox"},
+		{[]string{"migrate", "--inbox", q}, "not_a_database: inbox: open inbox: the file holds a fairrelay queue store, not an inbox"},
 		{[]string{"console", "--queue", q, "--addr", "127.0.0.1:0", "--tokens", filepath.Join(dir, "missing.txt")}, "invalid_input: tokens: open " + filepath.Join(dir, "missing.txt")},
 		// Issue 15: names HTTP would mangle, operator text that would forge
 		// audit lines or drive a terminal, a negative token generation.

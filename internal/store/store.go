@@ -41,6 +41,20 @@ var ErrBusy = errors.New("database busy")
 // was pointed at does not hold a usable database.
 var ErrNotDatabase = errors.New("not a fairrelay database")
 
+// OtherKind is the error (errors.Is ErrNotDatabase) of a file or schema
+// that holds the other kind of fairrelay store (an inbox given as a queue
+// store, or the reverse): its message says what it holds, without
+// ErrNotDatabase's "not a fairrelay database", which it is (a fresh user:
+// "not a fairrelay database: the file holds a fairrelay inbox").
+func OtherKind(format string, args ...any) error {
+	return otherKind(fmt.Sprintf(format, args...))
+}
+
+type otherKind string
+
+func (e otherKind) Error() string        { return string(e) }
+func (e otherKind) Is(target error) bool { return target == ErrNotDatabase }
+
 // ErrMissing is returned (wrapped) by a backend's Open with MustExist when
 // there is no queue store there yet; nothing was created.
 var ErrMissing = errors.New("no queue store there")

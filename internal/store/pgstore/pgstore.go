@@ -392,7 +392,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		switch {
 		case hasInbox:
 			pool.Close()
-			return nil, fmt.Errorf("%w: %s holds a fairrelay inbox, not a queue store", store.ErrNotDatabase, where)
+			return nil, store.OtherKind("%s holds a fairrelay inbox, not a queue store", where)
 		case opts.MustExist:
 			pool.Close()
 			how := "create it with fairrelay migrate"

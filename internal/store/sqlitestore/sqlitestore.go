@@ -529,7 +529,7 @@ func RefuseForeign(ctx context.Context, db *sql.DB, table, what string) error {
 		return Translate(fmt.Errorf("read schema: %w", err))
 	}
 	if n > 0 {
-		return fmt.Errorf("%w: the file holds %s", store.ErrNotDatabase, what)
+		return store.OtherKind("the file holds %s", what)
 	}
 	return nil
 }
