@@ -55,6 +55,23 @@ func TestOpenPostgresRefusesWhatIsNotAQueue(t *testing.T) {
 		t.Fatalf("inbox on a queue schema: %v", err)
 	}
 
+	// An application's own table named event is not a queue store: a queue
+	// store that must exist is missing there (enqueue tried to make one and
+	// failed in migration 001: a fresh user's report), and an inbox may be
+	// made beside it.
+	appDSN := pgtest.Schema(t, "frt_app")
+	appSchema := pgx.Identifier{strings.SplitN(strings.SplitN(appDSN, "schema=", 2)[1], "&", 2)[0]}.Sanitize()
+	pgtest.Exec(t, pgtest.URL(t), "CREATE SCHEMA "+appSchema+"; CREATE TABLE "+appSchema+".event (id serial PRIMARY KEY, name text)")
+	_, err = fairrelay.Open(ctx, appDSN, fairrelay.Config{MustExist: true})
+	if !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "holds no queue store") {
+		t.Fatalf("MustExist on a schema with an application's event table: %v, want no queue store there", err)
+	}
+	in, err = inbox.Open(ctx, appDSN, inbox.Options{})
+	if err != nil {
+		t.Fatalf("an inbox beside an application's event table: %v", err)
+	}
+	in.Close()
+
 	base := pgtest.URL(t)
 	sep := "?"
 	if strings.Contains(base, "?") {

@@ -74,7 +74,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: pgstore.NoSchemaError(path)}
 		}
 	}
-	if queue, err := pgstore.HoldsTable(ctx, db, "event"); err != nil || queue {
+	if queue, err := pgstore.HoldsQueueStore(ctx, db); err != nil || queue {
 		db.Close()
 		if err == nil {
 			err = store.OtherKind("schema %s holds a fairrelay queue store, not an inbox", schema)

@@ -90,8 +90,20 @@ func holds(ctx context.Context, pool *pgxpool.Pool, table string) (bool, error) 
 	return found != nil, nil
 }
 
-// HoldsTable reports whether table exists in db's current schema (the inbox
-// uses it to refuse a queue store's schema).
+// HoldsQueueStore reports whether db's current schema holds a queue store:
+// its event table and its migrations' record (an event table alone is
+// another application's). The inbox uses it to refuse a queue store's
+// schema.
+func HoldsQueueStore(ctx context.Context, db *sql.DB) (bool, error) {
+	for _, table := range []string{"event", "fairrelay_migration"} {
+		if ok, err := HoldsTable(ctx, db, table); err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// HoldsTable reports whether table exists in db's current schema.
 func HoldsTable(ctx context.Context, db *sql.DB, table string) (bool, error) {
 	var found sql.NullString
 	if err := db.QueryRowContext(ctx, q["TableExists"], table).Scan(&found); err != nil {
@@ -360,7 +372,14 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", store.ErrServer, err)
 	}
 	opts.MustExist = opts.MustExist || opts.ReadOnly
+	// A queue store is its event table and its migrations' record: an
+	// event table alone is another application's (a fresh user's schema:
+	// enqueue, which needs a store there, tried to make one and failed
+	// in migration 001 instead of saying none is there).
 	hasQueue, err := holds(ctx, pool, "event")
+	if err == nil && hasQueue {
+		hasQueue, err = holds(ctx, pool, "fairrelay_migration")
+	}
 	if err != nil {
 		pool.Close()
 		return nil, err
