@@ -58,8 +58,8 @@ func TestPostgresWriteCommandsDoNotCreateAStore(t *testing.T) {
 		}
 	}
 	mout, errOut, code := cli(t, "", "migrate", "--queue", dsn)
-	if code != exitApplied {
-		t.Fatalf("migrate: exit %d, %s", code, errOut)
+	if code != exitApplied || errOut != "" {
+		t.Fatalf("migrate: exit %d, stderr %q: want exit 0 and nothing on stderr (schema= named)", code, errOut)
 	}
 	// Every migration applied, the first included: a new schema's store.
 	if !strings.HasSuffix(mout, ": created (migrations 1–"+strconv.Itoa(len(pgMigrations(t)))+")\n") {
@@ -114,5 +114,31 @@ func TestPostgresUpperCaseSchemaHintsTheLowerCase(t *testing.T) {
 		if c.name == "receive" && strings.Contains(errOut, "queue store") {
 			t.Errorf("receive's refusal speaks of a queue store: %q", errOut)
 		}
+	}
+}
+
+// migrate of a PostgreSQL store whose URL names no schema= says on stderr
+// where the store went: the connection's current schema, among the
+// application's tables (a fresh user filled public in silence). Here the
+// URL's search_path picks a schema of the test's, not public.
+func TestMigrateWithoutSchemaSaysWhereTheStoreWent(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtest.Schema(t, "frnoschema"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("schema")
+	pgtest.Exec(t, pgtest.URL(t), "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	dsn := pgtest.URL(t) + "&search_path=" + schema
+	if !strings.Contains(pgtest.URL(t), "?") {
+		dsn = pgtest.URL(t) + "?search_path=" + schema
+	}
+	const note = "was made in the connection's current schema"
+	_, errOut, code := cli(t, "", "migrate", "--queue", dsn)
+	if code != exitApplied || !strings.Contains(errOut, "fairrelay: the queue store "+note) {
+		t.Errorf("migrate without schema=: exit %d, stderr %q: want a note that the store went into the current schema", code, errOut)
+	}
+	if _, errOut, _ := cli(t, "", "migrate", "--queue", dsn); strings.Contains(errOut, note) {
+		t.Errorf("migrate again: stderr %q: the note is for a store just made", errOut)
 	}
 }

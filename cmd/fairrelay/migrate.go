@@ -9,6 +9,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
 
 func init() { rootCmd.AddCommand(newMigrateCmd()) }
@@ -40,6 +41,7 @@ func newMigrateCmd() *cobra.Command {
 				}
 				defer q.Close()
 				fmt.Fprintf(cmd.OutOrStdout(), "queue %s: %s\n", redactDSN(queue), migrateStatus(q.Migrated()))
+				noteSchemaless(cmd, "queue", queue, q.Migrated())
 			}
 			if inboxDSN != "" {
 				in, err := openInbox(ctx, inboxDSN, inbox.Options{})
@@ -48,6 +50,7 @@ func newMigrateCmd() *cobra.Command {
 				}
 				defer in.Close()
 				fmt.Fprintf(cmd.OutOrStdout(), "inbox %s: %s\n", redactDSN(inboxDSN), migrateStatus(in.Migrated()))
+				noteSchemaless(cmd, "inbox", inboxDSN, in.Migrated())
 			}
 			return nil
 		},
@@ -55,6 +58,21 @@ func newMigrateCmd() *cobra.Command {
 	cmd.Flags().StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	cmd.Flags().StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
 	return cmd
+}
+
+// noteSchemaless says on stderr, when migrate has just created a
+// PostgreSQL store whose URL names no schema=, where it went: into the
+// connection's current schema (public by default), its tables (event,
+// flow, …) among the application's. A fresh user's migrate filled public
+// in silence; it is allowed (docs/cli.md), so it is said, not refused.
+func noteSchemaless(cmd *cobra.Command, what, dsn string, applied []int) {
+	if !isPostgresURL(dsn) || len(applied) == 0 || applied[0] != 1 {
+		return
+	}
+	if _, schema, err := pgstore.ParseDSN(dsn); err != nil || schema != "" {
+		return
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: the %s store was made in the connection's current schema (public unless the server's search_path says otherwise), among the application's own tables; to keep it apart, drop its tables and give schema=NAME in the URL\n", what)
 }
 
 // migrateStatus says what migrate did to a store, from the versions of the
