@@ -82,6 +82,9 @@ func (r *Relay) prune(ctx context.Context) {
 	if events > 0 || tombstones > 0 {
 		// ids_before says which of the pruned events kept no tombstone (those
 		// acked below it: their ids are forgotten); 0 when every one did.
-		r.log.Info("relay: pruned", "events", events, "tombstones", tombstones, "acked_before", p.AckedBefore, "ids_before", p.IDsBefore)
+		// tombstones_deleted counts the tombstones of older ids deleted, not
+		// the ids forgotten ("tombstones=0" read as "no id forgotten": a
+		// fresh user's report).
+		r.log.Info("relay: pruned", "events", events, "tombstones_deleted", tombstones, "acked_before", p.AckedBefore, "ids_before", p.IDsBefore)
 	}
 }
