@@ -107,10 +107,11 @@ func secondSignalStops(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited
 	}
 }
 
-// A relay whose delivery hangs stops at the second Ctrl-C, not after its
-// shutdown timeout (issue 15).
-func TestRelayStopsAtASecondSignal(t *testing.T) {
-	t.Parallel()
+// relayDelivering starts a relay (with args added) whose one delivery
+// hangs until the test ends, and returns once that delivery is under way:
+// the relay runs, its logger in place, with work in flight.
+func relayDelivering(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, <-chan int) {
+	t.Helper()
 	delivering := make(chan struct{}, 1)
 	release := make(chan struct{})
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -128,12 +129,20 @@ func TestRelayStopsAtASecondSignal(t *testing.T) {
 	if _, e, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != 0 {
 		t.Fatal(e)
 	}
-	cmd, stderr, exited := startDaemon(t, "relay", "--queue", queue, "--sink", sink.URL, "--timeout", "20s", "--shutdown-timeout", "20s")
+	cmd, stderr, exited := startDaemon(t, append([]string{"relay", "--queue", queue, "--sink", sink.URL, "--timeout", "20s"}, args...)...)
 	select {
 	case <-delivering:
 	case <-time.After(15 * time.Second):
 		t.Fatalf("the relay did not deliver within 15s:\n%s", stderr.String())
 	}
+	return cmd, stderr, exited
+}
+
+// A relay whose delivery hangs stops at the second Ctrl-C, not after its
+// shutdown timeout (issue 15).
+func TestRelayStopsAtASecondSignal(t *testing.T) {
+	t.Parallel()
+	cmd, stderr, exited := relayDelivering(t, "--shutdown-timeout", "20s")
 	secondSignalStops(t, cmd, stderr, exited)
 }
 
@@ -142,29 +151,7 @@ func TestRelayStopsAtASecondSignal(t *testing.T) {
 // that a second signal stops at once (a reviewer's report).
 func TestRelaySignalNoticeAtLogLevelError(t *testing.T) {
 	t.Parallel()
-	delivering := make(chan struct{}, 1)
-	release := make(chan struct{})
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case delivering <- struct{}{}:
-		default:
-		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(func() { close(release); sink.Close() })
-	queue := filepath.Join(t.TempDir(), "queue.db")
-	if _, e, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != 0 {
-		t.Fatal(e)
-	}
-	cmd, stderr, exited := startDaemon(t, "relay", "--queue", queue, "--sink", sink.URL, "--timeout", "20s", "--log-level", "error")
-	select {
-	case <-delivering: // running, its logger in place
-	case <-time.After(15 * time.Second):
-		t.Fatalf("the relay did not deliver within 15s:\n%s", stderr.String())
-	}
+	cmd, stderr, exited := relayDelivering(t, "--log-level", "error")
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
