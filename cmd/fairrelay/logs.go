@@ -23,14 +23,11 @@ func (l *logFlags) register(f *pflag.FlagSet) {
 
 // logger builds the daemon's logger on stderr, or an invalid_input error
 // naming the flag whose value is not one of its choices. The logger also
-// carries the process's own lines from then on (daemonLog, jsonLog).
+// carries the process's own lines from then on (daemonLog).
 func (l *logFlags) logger() (*slog.Logger, error) {
 	log, err := newLogger(os.Stderr, l.level, l.format)
 	if err == nil {
-		daemonLog.Store(log)
-		if l.format == "json" {
-			jsonLog.Store(log)
-		}
+		daemonLog.Store(&daemonLogger{log: log, json: l.format == "json"})
 	}
 	return log, err
 }

@@ -264,18 +264,21 @@ func stoppedBeforeStart(cmd *cobra.Command, err error) error {
 	return nil
 }
 
-// jsonLog is the daemon's logger once it has one and logs JSON
-// (--log-format json): the process's own lines on stderr — a stop signal,
-// the error it exits with — then go through it too, so that every line a
-// log collector reads is one JSON object. Nil otherwise.
-var jsonLog atomic.Pointer[slog.Logger]
+// daemonLogger is the daemon's logger and whether it logs JSON
+// (--log-format json).
+type daemonLogger struct {
+	log  *slog.Logger
+	json bool
+}
 
-// daemonLog is the daemon's logger once it has one, whatever its format:
-// the stop signals' notices, events in the middle of its log, go through
-// it (sayEvent), so that they have its format (a plain line among the
-// key=value lines broke logfmt parsers: an operator's report). Nil for the
-// commands that are not daemons.
-var daemonLog atomic.Pointer[slog.Logger]
+// daemonLog is the daemon's logger once it has one (nil for the commands
+// that are not daemons). The stop signals' notices, events in the middle
+// of its log, go through it whatever its format (sayEvent), so that they
+// have its format (a plain line among the key=value lines broke logfmt
+// parsers: an operator's report); when it logs JSON, the process's other
+// lines on stderr — the error it exits with — go through it too (say), so
+// that every line a log collector reads is one JSON object.
+var daemonLog atomic.Pointer[daemonLogger]
 
 // sayEvent is say for an event in a daemon's life: once the daemon has a
 // logger, a record of msg and args at level, in its format.
@@ -283,8 +286,8 @@ var daemonLog atomic.Pointer[slog.Logger]
 // the plain line instead, so that a stop signal's notice is not hidden; a
 // JSON one keeps every line JSON, and its level decides.
 func sayEvent(line string, level slog.Level, msg string, args ...any) {
-	if l := daemonLog.Load(); l != nil && (jsonLog.Load() != nil || l.Enabled(context.Background(), level)) {
-		l.Log(context.Background(), level, msg, args...)
+	if d := daemonLog.Load(); d != nil && (d.json || d.log.Enabled(context.Background(), level)) {
+		d.log.Log(context.Background(), level, msg, args...)
 		return
 	}
 	fmt.Fprintln(os.Stderr, line)
@@ -294,8 +297,8 @@ func sayEvent(line string, level slog.Level, msg string, args ...any) {
 // msg and args at level instead. The error a command exits with stays a
 // "fairrelay: code: field: …" line in text mode, as every command's.
 func say(line string, level slog.Level, msg string, args ...any) {
-	if l := jsonLog.Load(); l != nil {
-		l.Log(context.Background(), level, msg, args...)
+	if d := daemonLog.Load(); d != nil && d.json {
+		d.log.Log(context.Background(), level, msg, args...)
 		return
 	}
 	fmt.Fprintln(os.Stderr, line)

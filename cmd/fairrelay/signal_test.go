@@ -92,6 +92,13 @@ func secondSignalStops(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited
 		t.Fatalf("exited %d on the first signal, with work in flight: %s", code, stderr.String())
 	default:
 	}
+	secondSignalExits(t, cmd, stderr, exited, 5*time.Second)
+}
+
+// secondSignalExits sends the second SIGINT and requires the process gone
+// within d with code 130.
+func secondSignalExits(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited <-chan int, d time.Duration) {
+	t.Helper()
 	sent := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -102,8 +109,8 @@ func secondSignalStops(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited
 			t.Fatalf("exit %d after a second SIGINT, want 130: %s", code, stderr.String())
 		}
 		t.Logf("stopped %s after the second SIGINT", time.Since(sent).Round(time.Millisecond))
-	case <-time.After(5 * time.Second):
-		t.Fatalf("still running 5s after a second SIGINT:\n%s", stderr.String())
+	case <-time.After(d):
+		t.Fatalf("still running %s after a second SIGINT:\n%s", d, stderr.String())
 	}
 }
 
@@ -156,17 +163,7 @@ func TestRelaySignalNoticeAtLogLevelError(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStderr(t, stderr, "fairrelay: interrupt: stopping gracefully; send it again to stop at once")
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case code := <-exited:
-		if code != 130 {
-			t.Errorf("exit %d after a second SIGINT, want 130: %s", code, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("still running 15s after a second SIGINT:\n%s", stderr.String())
-	}
+	secondSignalExits(t, cmd, stderr, exited, 15*time.Second)
 }
 
 // A receiver with a request in flight stops at the second Ctrl-C, not

@@ -90,12 +90,16 @@ func holds(ctx context.Context, pool *pgxpool.Pool, table string) (bool, error) 
 	return found != nil, nil
 }
 
-// HoldsQueueStore reports whether db's current schema holds a queue store:
-// its event table and its migrations' record (an event table alone is
-// another application's). The inbox uses it to refuse a queue store's
-// schema.
+// queueStoreTables mark a queue store: its event table and its
+// migrations' record. An event table alone is another application's (a
+// fresh user's schema: enqueue, which needs a store there, tried to make
+// one and failed in migration 001 instead of saying none is there).
+var queueStoreTables = []string{"event", "fairrelay_migration"}
+
+// HoldsQueueStore reports whether db's current schema holds a queue store
+// (queueStoreTables). The inbox uses it to refuse a queue store's schema.
 func HoldsQueueStore(ctx context.Context, db *sql.DB) (bool, error) {
-	for _, table := range []string{"event", "fairrelay_migration"} {
+	for _, table := range queueStoreTables {
 		if ok, err := HoldsTable(ctx, db, table); err != nil || !ok {
 			return false, err
 		}
@@ -372,13 +376,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", store.ErrServer, err)
 	}
 	opts.MustExist = opts.MustExist || opts.ReadOnly
-	// A queue store is its event table and its migrations' record: an
-	// event table alone is another application's (a fresh user's schema:
-	// enqueue, which needs a store there, tried to make one and failed
-	// in migration 001 instead of saying none is there).
-	hasQueue, err := holds(ctx, pool, "event")
-	if err == nil && hasQueue {
-		hasQueue, err = holds(ctx, pool, "fairrelay_migration")
+	hasQueue := true
+	for _, table := range queueStoreTables {
+		if hasQueue, err = holds(ctx, pool, table); err != nil || !hasQueue {
+			break
+		}
 	}
 	if err != nil {
 		pool.Close()
