@@ -23,10 +23,17 @@ import (
 // same head was claimed and had run out meanwhile, took it at a generation
 // another claim already held (a breaker's report: 3–16 failed claims in 8 s
 // with four claimers).
+//
+// The clock is logical: each claim call is one tick, so a lease of a few
+// ticks runs out when other claims overtake a claimer, not when the machine
+// is slow; an expired lease costs the head a one-tick backoff, never a long
+// one or quarantine (the daemon's 1 s doubling backoff once left a flow
+// waiting past the deadline on a loaded CI machine).
 func TestPostgresConcurrentClaimsReadTheHeadTheyLocked(t *testing.T) {
 	t.Parallel()
 	pol := fairrelay.DaemonPolicy()
-	pol.Lease, pol.MaxTickJump, pol.Jitter = 15, 0, 0
+	pol.Lease, pol.MaxTickJump, pol.Jitter = 2, 0, 0
+	pol.Budget, pol.BackoffBase, pol.BackoffCap = 1<<30, 1, 1
 	q, _, _ := outboxStore(t, "frclaimrace_", pol)
 	ctx := t.Context()
 	const flows, perFlow, claimers = 24, 30, 4
@@ -44,14 +51,14 @@ func TestPostgresConcurrentClaimsReadTheHeadTheyLocked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	start := time.Now()
-	now := func() int64 { return time.Since(start).Milliseconds() }
 	var (
-		mu     sync.Mutex
-		tokens = map[fairrelay.Token]bool{}
-		acked  atomic.Int64
-		failed atomic.Int64
-		wg     sync.WaitGroup
+		tick    atomic.Int64
+		mu      sync.Mutex
+		tokens  = map[fairrelay.Token]bool{}
+		acked   atomic.Int64
+		failed  atomic.Int64
+		expired atomic.Int64
+		wg      sync.WaitGroup
 	)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -60,7 +67,7 @@ func TestPostgresConcurrentClaimsReadTheHeadTheyLocked(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for n := 0; acked.Load() < flows*perFlow && ctx.Err() == nil; n++ {
-				res, err := q.Claim(ctx, fairrelay.ClaimParams{At: now(), Floor: true, Limit: 1 + (c+n)%3})
+				res, err := q.Claim(ctx, fairrelay.ClaimParams{At: tick.Add(1), Floor: true, Limit: 1 + (c+n)%3})
 				if err != nil {
 					if ctx.Err() == nil && failed.Add(1) <= 5 {
 						t.Errorf("claimer %d: claim: %v", c, err)
@@ -83,6 +90,8 @@ func TestPostgresConcurrentClaimsReadTheHeadTheyLocked(t *testing.T) {
 					}
 					if r.Status == fairrelay.SettleAcked {
 						acked.Add(1)
+					} else {
+						expired.Add(1)
 					}
 				}
 			}
@@ -94,5 +103,9 @@ func TestPostgresConcurrentClaimsReadTheHeadTheyLocked(t *testing.T) {
 	}
 	if got := acked.Load(); got != flows*perFlow {
 		t.Errorf("acked %d of %d events before the deadline", got, flows*perFlow)
+	}
+	t.Logf("%d ticks, %d settles refused (lease run out)", tick.Load(), expired.Load())
+	if expired.Load() == 0 {
+		t.Errorf("no lease ran out: the test did not exercise claims of heads whose lease ran out")
 	}
 }
