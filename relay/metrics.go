@@ -90,6 +90,11 @@ const OtherGroups = "(other)"
 // The group label of the last two is bounded: the first MetricGroups
 // groups get their own, every later one OtherGroups.
 //
+// The labelled series whose labels are known in advance start at zero: every
+// outcome with each settle status it can have, every latency class and every
+// transaction kind, so that an alert's increase() or rate() sees the first
+// quarantine or the first permanent answer, not a series that appears at 1.
+//
 // Errors: reg's registration error (for example a duplicate).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
@@ -128,6 +133,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fairrelay_relay_group_slots", Help: "Delivery slots a group holds now; the first 50 groups by label, the rest as (other)."},
 			[]string{"group"}),
 		labelled: map[string]bool{},
+	}
+	for _, o := range fairrelay.Outcomes() {
+		for _, st := range settleStatuses(o) {
+			m.settles.WithLabelValues(string(o), string(st))
+		}
+		m.latency.WithLabelValues(outcomeClass(o))
+	}
+	for _, kind := range []string{txClaim, txSettle, txSettleAndClaim} {
+		m.txs.WithLabelValues(kind)
 	}
 	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.claimQuar, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS, m.pruneHeld, m.slotSecs, m.slots} {
 		if err := reg.Register(c); err != nil {
@@ -221,6 +235,20 @@ func (m *Metrics) delivered(d time.Duration, o fairrelay.Outcome) {
 	if m != nil {
 		m.latency.WithLabelValues(outcomeClass(o)).Observe(d.Seconds())
 	}
+}
+
+// settleStatuses are the statuses a settle with outcome o can answer (SPEC
+// §2): an ack outcome acks, a permanent one quarantines, a transient one
+// makes the head ready again or quarantines it once the budget is spent;
+// any of them is stale or expired when the token no longer holds.
+func settleStatuses(o fairrelay.Outcome) []fairrelay.SettleStatus {
+	switch o.Class() {
+	case fairrelay.ClassAck:
+		return []fairrelay.SettleStatus{fairrelay.SettleAcked, fairrelay.SettleStale, fairrelay.SettleExpired}
+	case fairrelay.ClassPermanent:
+		return []fairrelay.SettleStatus{fairrelay.SettleQuarantined, fairrelay.SettleStale, fairrelay.SettleExpired}
+	}
+	return []fairrelay.SettleStatus{fairrelay.SettleReady, fairrelay.SettleQuarantined, fairrelay.SettleStale, fairrelay.SettleExpired}
 }
 
 // outcomeClass is the class label of fairrelay_delivery_seconds.

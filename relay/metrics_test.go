@@ -34,27 +34,7 @@ func TestMetrics(t *testing.T) {
 	_, stop := h.start(t, cfg)
 	h.until(t, func(all []relay.Settled) bool { return len(all) == 3 })
 	stop()
-	got := map[string]float64{}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, mt := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range mt.GetLabel() {
-				name += "," + l.GetName() + "=" + l.GetValue()
-			}
-			switch {
-			case mt.Counter != nil:
-				got[name] = mt.GetCounter().GetValue()
-			case mt.Gauge != nil:
-				got[name] = mt.GetGauge().GetValue()
-			case mt.Histogram != nil:
-				got[name] = float64(mt.GetHistogram().GetSampleCount())
-			}
-		}
-	}
+	got := series(t, reg)
 	for name, want := range map[string]float64{
 		"fairrelay_claims_total":                                               3,
 		"fairrelay_settles_total,outcome=accepted,status=acked":                2,
@@ -70,6 +50,27 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got[name], want)
 		}
 	}
+}
+
+// series gathers reg as name,label=value,… → the counter's or gauge's
+// value, or the histogram's sample count.
+func series(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range mt.GetLabel() {
+				name += "," + l.GetName() + "=" + l.GetValue()
+			}
+			got[name] = mt.GetCounter().GetValue() + mt.GetGauge().GetValue() + float64(mt.GetHistogram().GetSampleCount())
+		}
+	}
+	return got
 }
 
 // metricValue reads one counter of reg by name and label pairs, 0 when it
@@ -211,24 +212,7 @@ func TestOldestUnackedAgeGauge(t *testing.T) {
 func TestQueueGaugesKeepTheirLastValuesWhenTheStoreFails(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	gather := func(reg *prometheus.Registry) map[string]float64 {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatalf("gather: %v", err)
-		}
-		got := map[string]float64{}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				name := mf.GetName()
-				for _, l := range m.GetLabel() {
-					name += "," + l.GetName() + "=" + l.GetValue()
-				}
-				got[name] = m.GetGauge().GetValue()
-			}
-		}
-		return got
-	}
+	gather := func(reg *prometheus.Registry) map[string]float64 { t.Helper(); return series(t, reg) }
 	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
 	if err != nil {
 		t.Fatal(err)
@@ -281,5 +265,48 @@ func TestQueueGaugesKeepTheirLastValuesWhenTheStoreFails(t *testing.T) {
 	}
 	if d := cmp.Diff(map[string]float64{"fairrelay_queue_gauges_up": 0}, gather(reg2)); d != "" {
 		t.Errorf("a first scrape whose read failed (-want +got):\n%s", d)
+	}
+}
+
+// The series whose labels are known in advance exist at zero before the
+// first delivery, so that increase() over an alert's window sees the first
+// quarantine; the settles' series are the statuses each outcome can have.
+func TestMetricsStartAtZero(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	if _, err := relay.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	got := series(t, reg)
+	for name, v := range got {
+		if v != 0 {
+			t.Errorf("%s = %v before any delivery", name, v)
+		}
+	}
+	for _, name := range []string{
+		"fairrelay_settles_total,outcome=accepted,status=acked",
+		"fairrelay_settles_total,outcome=duplicate,status=expired",
+		"fairrelay_settles_total,outcome=unsupported_delta,status=quarantined",
+		"fairrelay_settles_total,outcome=retry,status=ready",
+		"fairrelay_settles_total,outcome=retry,status=quarantined",
+		"fairrelay_settles_total,outcome=gap,status=stale",
+		"fairrelay_delivery_seconds,class=ack",
+		"fairrelay_delivery_seconds,class=transient",
+		"fairrelay_delivery_seconds,class=permanent",
+		"fairrelay_transactions_total,kind=claim",
+		"fairrelay_transactions_total,kind=settle",
+		"fairrelay_transactions_total,kind=settle_and_claim",
+	} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no series %s before any delivery", name)
+		}
+	}
+	for _, name := range []string{
+		"fairrelay_settles_total,outcome=accepted,status=quarantined",
+		"fairrelay_settles_total,outcome=rejected,status=ready",
+	} {
+		if _, ok := got[name]; ok {
+			t.Errorf("series %s exists: no settle can answer it", name)
+		}
 	}
 }

@@ -328,14 +328,20 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, l serv
 // instrumentReceiver registers on reg the receiver's request metrics and
 // wraps h to count them: fairrelay_receive_requests_total{code} (requests
 // answered, by HTTP status: 200 accepted or duplicate, 401 refused
-// signature, 409 gap, 422 permanent, 503 retry or busy) and
+// signature, 409 gap, 422 permanent, 503 retry or busy; 400 a request
+// that is not a delivery, 500 the inbox's database failed) and
 // fairrelay_receive_request_seconds{code} (from the request's headers to
-// its answer, the inbox transaction included).
+// its answer, the inbox transaction included). The series of those codes
+// start at zero, so that an alert's increase() sees the first 500 or 422.
 func instrumentReceiver(reg *prometheus.Registry, h http.Handler) (http.Handler, error) {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairrelay_receive_requests_total",
-		Help: "Requests the receiver answered, by HTTP status (200 accepted or duplicate, 401 bad signature, 409 gap, 422 permanent, 503 retry)."}, []string{"code"})
+		Help: "Requests the receiver answered, by HTTP status (200 accepted or duplicate, 400 not a delivery, 401 bad signature, 409 gap, 422 permanent, 500 the inbox's database failed, 503 retry or busy)."}, []string{"code"})
 	seconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fairrelay_receive_request_seconds",
 		Help: "Time from a request's headers to its answer, the inbox transaction included, by HTTP status.", Buckets: prometheus.DefBuckets}, []string{"code"})
+	for _, code := range []string{"200", "400", "401", "409", "422", "500", "503"} {
+		requests.WithLabelValues(code)
+		seconds.WithLabelValues(code)
+	}
 	for _, c := range []prometheus.Collector{requests, seconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
