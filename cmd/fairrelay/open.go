@@ -51,7 +51,7 @@ func (p *policyFlags) register(cmd *cobra.Command, def fairrelay.Policy, ticks b
 	p.ticks = ticks
 	p.set = func() bool { return f.Changed("policy") }
 	p.changed = f.Changed
-	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule: seed (the article's) or fair (SPEC §7); an existing store keeps the rule it records unless this is given")
+	f.StringVar(&p.entry, "policy", string(def.Entry), "entry and tie rule of a new store: seed (the article's) or fair (SPEC §7); an existing store opens under the rule it records, and naming the other rule is refused (invalid_input naming policy)")
 	f.Int64Var(&p.budget, "budget", def.Budget, "claims per round before a transient failure quarantines")
 	f.Float64Var(&p.jitter, "jitter", def.Jitter, "jitter j in [0,1): each delay d becomes a value in [d*(1-j), d]")
 	if p.ticks {
