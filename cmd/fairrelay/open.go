@@ -472,11 +472,13 @@ func isPostgresURL(dsn string) bool {
 
 // openInboxCreating opens receive's inbox, creating it when missing (a
 // SQLite file or a PostgreSQL schema: the receiver's own store), and
-// says how in created ("" when it existed).
-func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options) (in *inbox.Inbox, created string, err error) {
+// says how in created ("" when it existed). With mustExist (receive
+// --must-exist) a missing inbox is refused instead: invalid_input naming
+// inbox.
+func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options, mustExist bool) (in *inbox.Inbox, created string, err error) {
 	opts.MustExist = true
 	in, err = openInbox(ctx, dsn, opts)
-	if err == nil || !missingStore(err, "inbox") {
+	if err == nil || mustExist || !missingStore(err, "inbox") {
 		return in, "", err
 	}
 	created = createdNew

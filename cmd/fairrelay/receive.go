@@ -32,6 +32,7 @@ func newReceiveCmd() *cobra.Command {
 		maxDelta                                  int64
 		tolerance                                 time.Duration
 		limits                                    serverLimits
+		mustExist                                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "receive --inbox I (--addr HOST:PORT [--secret S] | --from URL) [--max-delta N]",
@@ -97,7 +98,7 @@ Broker ` + brokerEnvHelp + `.`,
 				if !isBroker(from) {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: fmt.Sprintf("must be a nats:// or amqp:// URL, got %q", redactDSN(from))}
 				}
-				return receiveFromBroker(cmd, inboxDSN, from, metricsAddr, maxDelta, log)
+				return receiveFromBroker(cmd, inboxDSN, from, metricsAddr, maxDelta, mustExist, log)
 			}
 			if err := limits.check(); err != nil {
 				return err
@@ -161,7 +162,7 @@ Broker ` + brokerEnvHelp + `.`,
 				}
 				defer metricsLn.Close()
 			}
-			in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
+			in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist)
 			if err != nil {
 				return err
 			}
@@ -194,6 +195,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.StringVar(&from, "from", "", "consume from a broker instead: a nats:// or amqp:// URL (see above)")
 	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps; set but empty, it is refused)")
 	f.StringArrayVar(&previous, "previous-secret", nil, "a secret also accepted while relays switch to --secret (repeatable): rotate by adding the new one as --secret and the old one here, switch the relays, then drop this")
+	f.BoolVar(&mustExist, "must-exist", false, "refuse to start when --inbox holds no inbox, instead of creating one: for a service whose inbox `fairrelay migrate --inbox` makes, so a misspelt path fails at start")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
 	logs.register(f)
@@ -229,7 +231,7 @@ func (l serverLimits) check() error {
 }
 
 // receiveFromBroker runs receive --from: the inbox as a broker consumer.
-func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, maxDelta int64, log *slog.Logger) error {
+func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, maxDelta int64, mustExist bool, log *slog.Logger) error {
 	ctx := cmd.Context()
 	// Before the inbox is opened: a refused URL or a taken port creates
 	// nothing.
@@ -245,7 +247,7 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		}
 		defer metricsLn.Close() // for a return before it serves
 	}
-	in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta})
+	in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist)
 	if err != nil {
 		return err
 	}

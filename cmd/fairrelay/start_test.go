@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/harness/brokertest"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
 
@@ -63,6 +64,38 @@ func TestDaemonsNameTheirStoresAndSayWhenCreated(t *testing.T) {
 			t.Errorf("receive run: said created=%v:\n%s", created, logs)
 		}
 	}
+}
+
+// With --must-exist, relay and receive refuse a path that holds no store,
+// naming the flag's field and the command that makes one, and create
+// nothing: a service's misspelt --queue or --inbox fails at start instead
+// of idling on a new empty store with one WARN line (a fresh user's
+// report). Without it, they create the store (above).
+func TestDaemonsWithMustExistRefuseAMissingStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	refused := func(t *testing.T, path, want string, args ...string) {
+		args = append(args, path, "--must-exist")
+		_, stderr, code := cli(t, "", args...)
+		if code != 2 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "migrate") {
+			t.Errorf("%v: exit %d, want 2 and %q naming migrate: %s", args, code, want, stderr)
+		}
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%v: the store's path exists afterwards (%v): a refused start created it", args, err)
+		}
+	}
+	t.Run("relay", func(t *testing.T) {
+		refused(t, filepath.Join(dir, "queeu.db"), "invalid_input: queue: no queue store there", "relay", "--sink", "http://127.0.0.1:1/", "--queue")
+	})
+	t.Run("receive", func(t *testing.T) {
+		refused(t, filepath.Join(dir, "inbx.db"), "invalid_input: inbox: ", "receive", "--addr", "127.0.0.1:0", "--inbox")
+	})
+	t.Run("receive --from", func(t *testing.T) {
+		// The inbox is opened before the stream is looked up: no stream
+		// of this name is needed.
+		from := brokertest.NATS(t) + "?stream=" + brokertest.Name("FRMUSTEXIST_") + "&durable=ledger"
+		refused(t, filepath.Join(dir, "inbx2.db"), "invalid_input: inbox: ", "receive", "--from", from, "--inbox")
+	})
 }
 
 // Secrets stay out of logs and output: a URL's password and its secret
