@@ -150,17 +150,25 @@ the header H, set by an authenticating proxy, to name the user.`,
 				return err
 			}
 			defer ln.Close() // for a return before it serves
-			q, err := openExistingQueue(ctx, queue, fairrelay.DaemonPolicy(), nil)
-			if err != nil {
+			// A store that does not answer yet is waited for, as relay and
+			// receive wait for theirs.
+			var q *fairrelay.Queue
+			if err := untilStoreAnswers(ctx, log, "console", func() (err error) {
+				q, err = openExistingQueue(ctx, queue, fairrelay.DaemonPolicy(), nil)
 				return err
+			}); err != nil {
+				return err // a signal: stoppedBeforeStart
 			}
 			defer q.Close()
 			var in *inbox.Inbox
 			if inboxDSN != "" {
 				// The console only reads the inbox: opened read-only, a
 				// newer console does not migrate it under older receivers.
-				if in, err = openInbox(ctx, inboxDSN, inbox.Options{ReadOnly: true}); err != nil {
+				if err := untilStoreAnswers(ctx, log, "console", func() (err error) {
+					in, err = openInbox(ctx, inboxDSN, inbox.Options{ReadOnly: true})
 					return err
+				}); err != nil {
+					return err // a signal: stoppedBeforeStart
 				}
 				defer in.Close()
 			}

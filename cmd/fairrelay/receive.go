@@ -155,14 +155,12 @@ Broker ` + brokerEnvHelp + `.`,
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: err.Error()}
 			}
 			defer ln.Close() // for a return before it serves
-			var metricsLn net.Listener
-			if metricsAddr != "" {
-				if metricsLn, err = listenOn("metrics-addr", metricsAddr); err != nil {
-					return err
-				}
-				defer metricsLn.Close()
+			reg, ready, err := serveProbesEarly(metricsAddr, log)
+			if err != nil {
+				return err
 			}
-			in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist)
+			defer ready.stop()
+			in, created, err := openInboxWaiting(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist, log)
 			if err != nil {
 				return err
 			}
@@ -174,13 +172,11 @@ Broker ` + brokerEnvHelp + `.`,
 			if opts.Verify == nil {
 				h = loopbackOnly(h)
 			}
-			if metricsLn != nil {
-				reg := newMetricsRegistry()
+			if reg != nil {
 				if h, err = instrumentReceiver(reg, h); err != nil {
 					return err
 				}
-				stop := serveMetrics(metricsLn, reg, inboxReady(in), log)
-				defer stop()
+				ready.set(inboxReady(in))
 			}
 			if err := printJSON(cmd.OutOrStdout(), map[string]string{"status": "listening", "addr": ln.Addr().String()}); err != nil {
 				return err
@@ -240,14 +236,12 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		return err
 	}
 	defer release()
-	var metricsLn net.Listener
-	if metricsAddr != "" {
-		if metricsLn, err = listenOn("metrics-addr", metricsAddr); err != nil {
-			return err
-		}
-		defer metricsLn.Close() // for a return before it serves
+	reg, ready, err := serveProbesEarly(metricsAddr, log)
+	if err != nil {
+		return err
 	}
-	in, created, err := openInboxCreating(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist)
+	defer ready.stop()
+	in, created, err := openInboxWaiting(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist, log)
 	if err != nil {
 		return err
 	}
@@ -256,13 +250,11 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		log.Warn("receive: the inbox "+logCreated(created)+"; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
 	}
 	opts := consume.Options{Inbox: in, Logger: log}
-	if metricsLn != nil {
-		reg := newMetricsRegistry()
+	if reg != nil {
 		if opts.Metrics, err = consume.NewMetrics(reg, in); err != nil {
 			return err
 		}
-		stop := serveMetrics(metricsLn, reg, inboxReady(in), log)
-		defer stop()
+		ready.set(inboxReady(in))
 	}
 	var printErr error
 	err = run(ctx, opts, func() {

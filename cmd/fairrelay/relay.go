@@ -220,17 +220,31 @@ charged least; --max-group-slots caps any group's slots (configure
 				}
 				defer consoleLn.Close() // for a return before it serves
 			}
+			// The probes answer from here on (/readyz: starting), so that a
+			// liveness probe does not kill a relay that waits for its store.
+			var (
+				reg   *prometheus.Registry
+				ready lateReady
+			)
+			if metricsAddr != "" {
+				reg = newMetricsRegistry()
+				stop := serveMetrics(metricsLn, reg, ready.ready, log)
+				defer stop()
+			}
 			var (
 				q       *fairrelay.Queue
 				created string
 			)
-			if mustExist {
-				q, err = openExistingQueue(ctx, queue, pol, &pf)
-			} else {
-				q, created, err = openQueueCreating(ctx, queue, pol, &pf, nil)
-			}
-			if err != nil {
+			err = untilStoreAnswers(ctx, log, "relay", func() (err error) {
+				if mustExist {
+					q, err = openExistingQueue(ctx, queue, pol, &pf)
+				} else {
+					q, created, err = openQueueCreating(ctx, queue, pol, &pf, nil)
+				}
 				return err
+			})
+			if err != nil {
+				return err // a signal during the start: stoppedBeforeStart
 			}
 			defer q.Close()
 			// Name what it works on, so a typo shows at once.
@@ -240,9 +254,7 @@ charged least; --max-group-slots caps any group's slots (configure
 			}
 			cfg := settings
 			cfg.Queue, cfg.Sink, cfg.Logger = q, s, log
-			var reg *prometheus.Registry
-			if metricsAddr != "" {
-				reg = newMetricsRegistry()
+			if reg != nil {
 				if cfg.Metrics, err = relay.NewMetrics(reg); err != nil {
 					return err
 				}
@@ -250,19 +262,15 @@ charged least; --max-group-slots caps any group's slots (configure
 					return err
 				}
 			}
-			r, err := relay.New(ctx, cfg)
-			if err != nil {
-				if ctx.Err() != nil {
-					// A signal during start-up: a stop, not a failure.
-					log.Info("relay: stopped before it started")
-					return nil
-				}
+			var r *relay.Relay
+			err = untilStoreAnswers(ctx, log, "relay", func() (err error) {
+				r, err = relay.New(ctx, cfg)
 				return err
+			})
+			if err != nil {
+				return err // a signal: stoppedBeforeStart
 			}
-			if reg != nil {
-				stop := serveMetrics(metricsLn, reg, r.Ready, log)
-				defer stop()
-			}
+			ready.set(r.Ready)
 			if consoleAddr != "" {
 				ccfg, err := cf.config("console-addr", consoleAddr, q, nil, log)
 				if err != nil {

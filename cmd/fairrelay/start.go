@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/store"
+)
+
+// startBackoff bounds the pause between a daemon's tries to reach its
+// store at start: from startBackoffMin, doubling, up to startBackoffMax.
+const (
+	startBackoffMin = 250 * time.Millisecond
+	startBackoffMax = 5 * time.Second
+)
+
+// untilStoreAnswers runs step (a daemon's open of its store, or its first
+// read) until it succeeds, or fails for a reason waiting cannot cure, or
+// ctx ends (a stop signal): a store that is busy (a lock held past the lock
+// timeout: a migration, a VACUUM FULL) or a database server that cannot be
+// reached or is restarting is waited for, as a running daemon waits for
+// it, instead of exiting 2 into a supervisor's crash loop (an SRE's
+// report). It logs at WARN when it starts waiting and again once a minute,
+// and at INFO when the store answers. Any other error (bad input, refused
+// credentials, a schema with no store, a file that is not a database) is
+// returned at once, as is ctx's error when a signal stops the wait.
+func untilStoreAnswers(ctx context.Context, log *slog.Logger, what string, step func() error) error {
+	delay := startBackoffMin
+	var since, told time.Time
+	for {
+		err := step()
+		if err == nil {
+			if !since.IsZero() {
+				log.Info(what+": the store answers", "waited", time.Since(since).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !waitable(err) {
+			return err
+		}
+		now := time.Now()
+		if since.IsZero() {
+			since = now
+		}
+		if told.IsZero() || now.Sub(told) >= time.Minute {
+			told = now
+			log.Warn(what+": the store does not answer yet; trying again until it does (a signal stops)", "err", err, "waiting", now.Sub(since).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, startBackoffMax)
+	}
+}
+
+// waitable reports whether err, from opening or first reading a store,
+// is one that passes by itself: busy (SPEC §2: nothing changed, try again),
+// the server unreachable or refusing connections for now (starting, shutting
+// down, too many connections), or a connection lost on the way.
+func waitable(err error) bool {
+	switch {
+	case errors.Is(err, fairrelay.ErrBusy), errors.Is(err, store.ErrServer):
+		return true
+	case !errors.Is(err, fairrelay.ErrDatabase):
+		return false
+	}
+	var (
+		ne net.Error
+		ce *pgconn.ConnectError
+		pe *pgconn.PgError
+	)
+	return errors.As(err, &ne) || errors.As(err, &ce) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) ||
+		(errors.As(err, &pe) && strings.HasPrefix(pe.Code, "57P")) // admin_shutdown, crash_shutdown, cannot_connect_now
+}
+
+// errStarting is /readyz's answer while a daemon has not started yet.
+var errStarting = errors.New("starting: the store is not open yet (see the log)")
+
+// lateReady is /readyz's check for a daemon that serves its probes from the
+// moment its ports are bound, before its store is open: errStarting until
+// set gives the daemon's own check. /healthz answers from the start, so a
+// liveness probe does not kill a daemon that waits for its store.
+type lateReady struct {
+	f atomic.Pointer[func(context.Context) error]
+}
+
+func (l *lateReady) set(f func(context.Context) error) { l.f.Store(&f) }
+
+func (l *lateReady) ready(ctx context.Context) error {
+	if f := l.f.Load(); f != nil {
+		return (*f)(ctx)
+	}
+	return errStarting
+}
+
+// earlyProbes are receive's probes, served from before its inbox is open.
+type earlyProbes struct {
+	lateReady
+	stopServing func()
+}
+
+func (p *earlyProbes) stop() {
+	if p.stopServing != nil {
+		p.stopServing()
+	}
+}
+
+// serveProbesEarly serves /metrics, /healthz and /readyz (starting, until
+// set) on --metrics-addr, when given, before the daemon opens its store;
+// reg is nil without it. Errors: the address's (invalid_input naming
+// metrics-addr).
+func serveProbesEarly(metricsAddr string, log *slog.Logger) (*prometheus.Registry, *earlyProbes, error) {
+	p := &earlyProbes{}
+	if metricsAddr == "" {
+		return nil, p, nil
+	}
+	ln, err := listenOn("metrics-addr", metricsAddr)
+	if err != nil {
+		return nil, p, err
+	}
+	reg := newMetricsRegistry()
+	p.stopServing = serveMetrics(ln, reg, p.ready, log)
+	return reg, p, nil
+}
+
+// openInboxWaiting is openInboxCreating, waiting while the inbox's
+// database does not answer (untilStoreAnswers); a signal during the wait
+// ends it with context.Canceled (stoppedBeforeStart: a stop, exit 0).
+func openInboxWaiting(ctx context.Context, dsn string, opts inbox.Options, mustExist bool, log *slog.Logger) (in *inbox.Inbox, created string, err error) {
+	err = untilStoreAnswers(ctx, log, "receive", func() (err error) {
+		in, created, err = openInboxCreating(ctx, dsn, opts, mustExist)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return in, created, nil
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+)
+
+// probe GETs http://addr/path and returns the status and body.
+func probe(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// relay, receive and console whose store's database server cannot be
+// reached at start wait for it, as a running daemon does, instead of exiting 2 into a
+// supervisor's crash loop; meanwhile /healthz answers 200 and /readyz 503
+// "starting" (both hung until the start ended: an SRE's report), and a
+// signal stops the wait with exit 0.
+func TestDaemonsWaitForAnUnreachableStoreAtStart(t *testing.T) {
+	t.Parallel()
+	const unreachable = "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2&schema=fr_nowhere"
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"relay", []string{"relay", "--queue", unreachable, "--sink", "http://127.0.0.1:1/"}},
+		{"receive", []string{"receive", "--inbox", unreachable, "--addr", "127.0.0.1:0"}},
+		{"console", []string{"console", "--queue", unreachable, "--addr", "127.0.0.1:0"}}, // it serves no probes
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			metrics := ""
+			if c.name != "console" {
+				metrics = freeAddr(t)
+				c.args = append(c.args, "--metrics-addr", metrics)
+			}
+			cmd, stderr, exited := startDaemon(t, c.args...)
+			waitStderr(t, stderr, c.name+": the store does not answer yet; trying again until it does")
+			if metrics != "" {
+				if code, body := probe(t, metrics, "/healthz"); code != http.StatusOK {
+					t.Errorf("/healthz while waiting for the store: %d %s, want 200", code, body)
+				}
+				if code, body := probe(t, metrics, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
+					t.Errorf("/readyz while waiting for the store: %d %s, want 503 starting", code, body)
+				}
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := <-exited; code != 0 || !strings.Contains(stderr.String(), `msg="stopped before it started" command=`+c.name) {
+				t.Errorf("SIGTERM while waiting for the store: exit %d, want 0 and a stop before the start:\n%s", code, stderr.String())
+			}
+		})
+	}
+}
+
+// A relay that starts while its PostgreSQL store is locked (a migration or
+// a VACUUM FULL holding the flow table) waits for the lock and starts once
+// it is gone; it exited 2 on the lock timeout's busy (an SRE's report).
+func TestRelayWaitsForALockedStoreAtStart(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "frstartlock")
+	if out, errOut, code := cli(t, "", "migrate", "--queue", dsn); code != 0 {
+		t.Fatalf("migrate: exit %d: %s%s", code, out, errOut)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), "LOCK TABLE "+pgx.Identifier{u.Query().Get("schema"), "flow"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	cmd, stderr, exited := startDaemon(t, "relay", "--queue", dsn, "--sink", "http://127.0.0.1:1/")
+	waitStderr(t, stderr, "relay: the store does not answer yet; trying again until it does")
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitStderr(t, stderr, "relay: started")
+	if !strings.Contains(stderr.String(), "relay: the store answers") {
+		t.Errorf("the relay did not say the store answers after its wait:\n%s", stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-exited; code != 0 {
+		t.Errorf("SIGTERM: exit %d:\n%s", code, stderr.String())
+	}
+}
