@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -285,7 +286,8 @@ type queueCollector struct {
 	up      *prometheus.Desc
 	age     *prometheus.Desc
 
-	log *slog.Logger // nil: the reads' failures are not logged
+	log     *slog.Logger  // nil: the reads' failures are not logged
+	timeout time.Duration // a scrape's read of the store at most
 
 	mu      sync.Mutex
 	last    []prometheus.Metric // the values of the last read that succeeded
@@ -300,7 +302,16 @@ type QueueGaugesOptions struct {
 	// connection) and at INFO when a read succeeds again; nothing per
 	// scrape in between.
 	Logger *slog.Logger
+	// ReadTimeout bounds each scrape's read of the store; a read that takes
+	// longer fails (the last values, up 0). Default DefaultQueueGaugesReadTimeout,
+	// below Prometheus' common scrape timeouts, so that a store locked past
+	// the lock timeout (5 s) shows as up 0 rather than as a scrape that
+	// timed out with every other metric of the page (an SRE's report).
+	ReadTimeout time.Duration
 }
+
+// DefaultQueueGaugesReadTimeout is QueueGaugesOptions.ReadTimeout's default.
+const DefaultQueueGaugesReadTimeout = 3 * time.Second
 
 // RegisterQueueGauges registers gauges read from the queue store at each
 // scrape, in two read transactions: one Queue.Overview (its exact counts,
@@ -338,7 +349,7 @@ type QueueGaugesOptions struct {
 // gauges went missing). Alert on up == 0 too. Before any read succeeded
 // only up (0) is reported. Of scrapes that overlap, the values of the read
 // that began last are kept. opts (at most one) may name a Logger for the
-// failed reads' errors.
+// failed reads' errors and a ReadTimeout (3 s by default).
 //
 // A scrape's cost: the backlog is a counter on SQLite and a sum over the
 // flow table on PostgreSQL, the flow count one count of the flow table on
@@ -348,17 +359,22 @@ type QueueGaugesOptions struct {
 // gauges").
 func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue, opts ...QueueGaugesOptions) error {
 	var log *slog.Logger
+	timeout := DefaultQueueGaugesReadTimeout
 	for _, o := range opts {
 		if o.Logger != nil {
 			log = o.Logger
 		}
+		if o.ReadTimeout > 0 {
+			timeout = o.ReadTimeout
+		}
 	}
 	return reg.Register(&queueCollector{
-		q:      q,
-		log:    log,
-		events: prometheus.NewDesc("fairrelay_events", "Events not acked, by state.", []string{"state"}, nil),
-		flows:  prometheus.NewDesc("fairrelay_flows", "Flows in the queue store.", nil, nil),
-		paused: prometheus.NewDesc("fairrelay_flows_paused", "Flows paused by an operator (SPEC §9): their heads are not claimed until resumed.", nil, nil),
+		q:       q,
+		log:     log,
+		timeout: timeout,
+		events:  prometheus.NewDesc("fairrelay_events", "Events not acked, by state.", []string{"state"}, nil),
+		flows:   prometheus.NewDesc("fairrelay_flows", "Flows in the queue store.", nil, nil),
+		paused:  prometheus.NewDesc("fairrelay_flows_paused", "Flows paused by an operator (SPEC §9): their heads are not claimed until resumed.", nil, nil),
 		backlog: prometheus.NewDesc("fairrelay_group_backlog", "Events not acked in a group (SPEC §8), for the groups that have a row.",
 			[]string{"group"}, nil),
 		limit: prometheus.NewDesc("fairrelay_group_max_backlog", "A group's backlog limit (0: none).", []string{"group"}, nil),
@@ -416,10 +432,16 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read reads the gauges' values from the store.
-func (c *queueCollector) read() ([]prometheus.Metric, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// read reads the gauges' values from the store, within c.timeout; its
+// error says when the store took longer.
+func (c *queueCollector) read() (ms []prometheus.Metric, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("the read took longer than its %s (QueueGaugesOptions.ReadTimeout): %w", c.timeout, err)
+		}
+	}()
 	// One read transaction: the counts agree with each other. Exact
 	// counts (no MaxCount bound): each reads its index of inflight or
 	// quarantined heads, which a relay keeps small.
@@ -434,7 +456,7 @@ func (c *queueCollector) read() ([]prometheus.Metric, error) {
 	// Every event not acked is a ready, inflight or quarantined head, or
 	// behind a head, where it is ready (untouched since its enqueue).
 	ready := max(0, o.Backlog-o.Inflight-o.Quarantined)
-	ms := []prometheus.Metric{
+	ms = []prometheus.Metric{
 		prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age),
 		prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(ready), string(fairrelay.StateReady)),
 		prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(o.Inflight), string(fairrelay.StateInflight)),

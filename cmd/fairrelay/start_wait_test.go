@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
@@ -78,28 +74,10 @@ func TestRelayWaitsForALockedStoreAtStart(t *testing.T) {
 	if out, errOut, code := cli(t, "", "migrate", "--queue", dsn); code != 0 {
 		t.Fatalf("migrate: exit %d: %s%s", code, out, errOut)
 	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	tx, err := conn.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(t.Context(), "LOCK TABLE "+pgx.Identifier{u.Query().Get("schema"), "flow"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	release := pgtest.LockTable(t, dsn, "flow")
 	cmd, stderr, exited := startDaemon(t, "relay", "--queue", dsn, "--sink", "http://127.0.0.1:1/")
 	waitStderr(t, stderr, "relay: the store does not answer yet; trying again until it does")
-	if err := tx.Rollback(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	waitStderr(t, stderr, "relay: started")
 	if !strings.Contains(stderr.String(), "relay: the store answers") {
 		t.Errorf("the relay did not say the store answers after its wait:\n%s", stderr.String())

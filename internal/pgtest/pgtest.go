@@ -214,3 +214,30 @@ func WaitForWriters(t testing.TB, dsn string) {
 		t.Fatalf("wait for writers: %v", err)
 	}
 }
+
+// LockTable locks table of dsn's schema IN ACCESS EXCLUSIVE MODE (as a
+// migration or a VACUUM FULL does: every other read and write of it waits)
+// in a transaction of its own connection, and returns release, which rolls
+// it back; the test's cleanup releases it too.
+func LockTable(t testing.TB, dsn, table string) (release func()) {
+	t.Helper()
+	conn := Connect(t, dsn) // dsn's schema is on search_path
+	tx, err := conn.Begin(context.Background())
+	if err != nil {
+		conn.Close(context.Background())
+		t.Fatal(err)
+	}
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			tx.Rollback(context.Background())
+			conn.Close(context.Background())
+		}
+	}
+	t.Cleanup(release)
+	if _, err := tx.Exec(context.Background(), "LOCK TABLE "+pgx.Identifier{table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatalf("lock %s: %v", table, err)
+	}
+	return release
+}
