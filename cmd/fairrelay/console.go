@@ -154,7 +154,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 			// receive wait for theirs.
 			var q *fairrelay.Queue
 			if err := untilStoreAnswers(ctx, log, "console", func() (err error) {
-				q, err = openExistingQueue(ctx, queue, fairrelay.DaemonPolicy(), nil)
+				q, err = openExistingQueue(ctx, namedFor(queue, "console"), fairrelay.DaemonPolicy(), nil)
 				return err
 			}); err != nil {
 				return err // a signal: stoppedBeforeStart
@@ -165,7 +165,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 				// The console only reads the inbox: opened read-only, a
 				// newer console does not migrate it under older receivers.
 				if err := untilStoreAnswers(ctx, log, "console", func() (err error) {
-					in, err = openInbox(ctx, inboxDSN, inbox.Options{ReadOnly: true})
+					in, err = openInbox(ctx, namedFor(inboxDSN, "console"), inbox.Options{ReadOnly: true})
 					return err
 				}); err != nil {
 					return err // a signal: stoppedBeforeStart

@@ -237,9 +237,9 @@ charged least; --max-group-slots caps any group's slots (configure
 			)
 			err = untilStoreAnswers(ctx, log, "relay", func() (err error) {
 				if mustExist {
-					q, err = openExistingQueue(ctx, queue, pol, &pf)
+					q, err = openExistingQueue(ctx, namedFor(queue, "relay"), pol, &pf)
 				} else {
-					q, created, err = openQueueCreating(ctx, queue, pol, &pf, nil)
+					q, created, err = openQueueCreating(ctx, namedFor(queue, "relay"), pol, &pf, nil)
 				}
 				return err
 			})

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -144,11 +145,38 @@ func serveProbesEarly(metricsAddr string, log *slog.Logger) (*prometheus.Registr
 // ends it with context.Canceled (stoppedBeforeStart: a stop, exit 0).
 func openInboxWaiting(ctx context.Context, dsn string, opts inbox.Options, mustExist bool, log *slog.Logger) (in *inbox.Inbox, created string, err error) {
 	err = untilStoreAnswers(ctx, log, "receive", func() (err error) {
-		in, created, err = openInboxCreating(ctx, dsn, opts, mustExist)
+		in, created, err = openInboxCreating(ctx, namedFor(dsn, "receive"), opts, mustExist)
 		return err
 	})
 	if err != nil {
 		return nil, "", err
 	}
 	return in, created, nil
+}
+
+// namedFor is dsn with application_name set to "fairrelay " + command (a
+// daemon's connections named apart in pg_stat_activity: relays, receivers
+// and consoles all showed as "fairrelay", so a query that terminated one
+// kind's connections hit the others too: an SRE's report), when dsn is a
+// PostgreSQL URL that names none (in any case of the key); dsn as it is
+// otherwise. The URL's own name wins.
+func namedFor(dsn, command string) string {
+	if !isPostgresURL(dsn) {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn // the open refuses it, saying why
+	}
+	for k := range u.Query() {
+		if strings.EqualFold(k, "application_name") {
+			return dsn
+		}
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	// %20, not QueryEscape's +: pgx reads a + in the URL as itself.
+	return dsn + sep + "application_name=" + url.PathEscape("fairrelay "+command)
 }

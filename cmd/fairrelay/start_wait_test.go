@@ -89,3 +89,38 @@ func TestRelayWaitsForALockedStoreAtStart(t *testing.T) {
 		t.Errorf("SIGTERM: exit %d:\n%s", code, stderr.String())
 	}
 }
+
+// The daemons name their PostgreSQL connections by command unless the URL
+// names them: relays, receivers and consoles all showed as "fairrelay" in
+// pg_stat_activity, so an operator's query that terminated one kind's
+// connections hit the others' too (an SRE's report).
+func TestDaemonsNameTheirConnections(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"queue.db":                              "queue.db",
+		"postgres://h/db":                       "postgres://h/db?application_name=fairrelay%20relay",
+		"postgres://h/db?schema=s":              "postgres://h/db?schema=s&application_name=fairrelay%20relay",
+		"postgres://h/db?Application_Name=mine": "postgres://h/db?Application_Name=mine",
+	} {
+		if got := namedFor(in, "relay"); got != want {
+			t.Errorf("namedFor(%q) = %q, want %q", in, got, want)
+		}
+	}
+	dsn := pgtest.Schema(t, "frappname")
+	if out, errOut, code := cli(t, "", "migrate", "--queue", dsn); code != 0 {
+		t.Fatalf("migrate: exit %d: %s%s", code, out, errOut)
+	}
+	cmd, stderr, exited := startDaemon(t, "relay", "--queue", dsn, "--sink", "http://127.0.0.1:1/")
+	waitStderr(t, stderr, "relay: started")
+	var n int
+	pgtest.QueryRow(t, pgtest.URL(t), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fairrelay relay'`, &n)
+	if n == 0 {
+		t.Errorf("no connection named 'fairrelay relay' while a relay runs")
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-exited; code != 0 {
+		t.Errorf("SIGTERM: exit %d:\n%s", code, stderr.String())
+	}
+}
