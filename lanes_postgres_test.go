@@ -514,7 +514,7 @@ func TestPostgresBusyEnqueueSaysWhatHeldIt(t *testing.T) {
 	}
 	holdFlowA(t, q, pool)
 	_, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A3", Flow: "A", Body: []byte(`{"delta":3}`), At: fairrelay.AtStored})
-	if fairrelay.CodeOf(err) != fairrelay.CodeBusy || !strings.Contains(err.Error(), "another transaction held a row this call needs") ||
+	if fairrelay.CodeOf(err) != fairrelay.CodeBusy || !strings.Contains(err.Error(), "another transaction held a row or table this call needs") ||
 		!strings.Contains(err.Error(), "nothing was changed, try again") {
 		t.Fatalf("enqueue onto a held flow: %v (code %s), want busy saying another transaction held it", err, fairrelay.CodeOf(err))
 	}

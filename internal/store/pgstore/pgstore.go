@@ -708,7 +708,7 @@ func Translate(err error) error {
 		case pe.Code == "FR002": // enqueue_many: invalid input, the field in DETAIL
 			return &store.InvalidError{Field: pe.Detail, Message: pe.Message}
 		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
-			return fmt.Errorf("%w: another transaction held a row this call needs (a flow, an event id or a group's limit) past the lock timeout; nothing was changed, try again: %w", store.ErrBusy, err)
+			return fmt.Errorf("%w: another transaction held a row or table this call needs past the lock timeout (in a queue store: a flow, an event id or a group's limit; in an inbox: a flow's projection or a receipt); nothing was changed, try again: %w", store.ErrBusy, err)
 		case pe.Code == "40P01": // deadlock_detected
 			return fmt.Errorf("%w: a deadlock with another transaction; nothing was changed, try again (in a transaction of your own, roll it back and run it again): %w", store.ErrBusy, deadlockError{err})
 		case busyCodes[pe.Code]:

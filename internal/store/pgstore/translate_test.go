@@ -18,7 +18,7 @@ import (
 // server's own words reached the CLI).
 func TestTranslateBusySaysWhatToDo(t *testing.T) {
 	for code, want := range map[string]string{
-		"55P03": "another transaction held a row this call needs",
+		"55P03": "another transaction held a row or table this call needs",
 		"40P01": "try again (in a transaction of your own, roll it back and run it again)",
 	} {
 		err := pgstore.Translate(fmt.Errorf("enqueue_many: %w", &pgconn.PgError{Code: code, Message: "server words"}))
