@@ -77,6 +77,13 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code && t.Field == "" && t.Message == "" && t.Hint == ""
 }
 
+// ErrCommitUnknown is in the chain of an ErrDatabase error (errors.Is) when
+// the connection to PostgreSQL failed after the write's COMMIT was sent and
+// before its answer: the write may have committed or not. A claim that
+// did leaves its heads leased until their leases end; a settle that did
+// answers stale when sent again.
+var ErrCommitUnknown = store.ErrCommitUnknown
+
 // Sentinels for errors.Is.
 var (
 	ErrClockRegressed = &Error{Code: CodeClockRegressed}

@@ -78,6 +78,12 @@ func (h *health) failed(op string, err error) {
 	n, lasted := h.failures, now-h.since
 	h.mu.Unlock()
 	h.metrics.storeError()
+	if op == "claim" && errors.Is(err, fairrelay.ErrCommitUnknown) {
+		// Every time, streak or not: the heads such a claim took, if it
+		// committed, hold their flows for a lease with nothing else
+		// naming them (an SRE's report: a flow waited 30 s in silence).
+		h.log.Warn("relay: a claim's commit went unanswered; if it committed, the heads it took stay leased until their leases end (up to the lease) and are then claimed again: `fairrelay inspect heads` shows them inflight", "err", err)
+	}
 	switch {
 	case first:
 		h.log.Warn("relay: store round trip failed; retrying with backoff until a write succeeds (logged at the start of a streak, then once a minute)",

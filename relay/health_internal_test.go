@@ -3,10 +3,13 @@ package relay
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairrelay/fairrelay"
 )
 
 // A streak starts at a failed round trip and ends at the next write that
@@ -80,5 +83,25 @@ func TestRetryWaitIsBoundedWithJitter(t *testing.T) {
 		if len(seen) < 2 {
 			t.Fatalf("after %d failures: always %v: no jitter", n, seen)
 		}
+	}
+}
+
+// A claim whose commit went unanswered is logged each time, in a streak or
+// not, saying that the heads it may have taken wait out their leases: a
+// flow waited a lease in silence after one (an SRE's report). Other
+// failures, and a settle's unknown commit (sent again, it answers stale),
+// keep to the streak's lines.
+func TestHealthNamesAClaimWhoseCommitWentUnanswered(t *testing.T) {
+	t.Parallel()
+	var logged bytes.Buffer
+	h := newHealth(&stepTime{}, slog.New(slog.NewTextHandler(&logged, nil)), nil)
+	unknown := fmt.Errorf("claim: %w", fmt.Errorf("may have committed: %w", fairrelay.ErrCommitUnknown))
+	h.failed("claim", errors.New("connection refused"))
+	h.failed("claim", unknown)
+	h.failed("claim", unknown)
+	h.failed("settle", unknown)
+	const line = "relay: a claim's commit went unanswered; if it committed, the heads it took stay leased"
+	if n := strings.Count(logged.String(), line); n != 2 {
+		t.Errorf("%d lines for 2 claims whose commits went unanswered in one streak, want 2:\n%s", n, logged.String())
 	}
 }

@@ -80,6 +80,11 @@ func (e missingError) Is(target error) bool { return target == ErrMissing }
 // error, not the caller's input.
 var ErrServer = errors.New("database server unavailable")
 
+// ErrCommitUnknown is in the chain of an error when the connection failed
+// after the commit was sent, before its answer: the write may or may not
+// have committed.
+var ErrCommitUnknown = errors.New("the commit's outcome is unknown")
+
 // ErrDeadlock is in the chain of an ErrBusy error (errors.Is) when the
 // transaction was ended by the server's deadlock detector: nothing it did
 // was kept, so the whole transaction may run again at once.

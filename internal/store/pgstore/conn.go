@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fairrelay/fairrelay/internal/store"
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -177,10 +179,17 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn func(t
 // when the server answered (the connection stays open).
 func mayHaveCommitted(conn interface{ IsClosed() bool }, err error) error {
 	if conn.IsClosed() {
-		return fmt.Errorf("the connection failed after the commit was sent, so it may have committed: %w", err)
+		return fmt.Errorf("the connection failed after the commit was sent, so it may have committed: %w", commitUnknownError{err})
 	}
 	return err
 }
+
+// commitUnknownError marks an error as store.ErrCommitUnknown without
+// changing its text.
+type commitUnknownError struct{ error }
+
+func (e commitUnknownError) Is(target error) bool { return target == store.ErrCommitUnknown }
+func (e commitUnknownError) Unwrap() error        { return e.error }
 
 // commit sends the queued writes and COMMIT in one round trip, so that the
 // clock lock is released one round trip sooner than with a separate COMMIT.
