@@ -50,7 +50,7 @@ func (r *Relay) report(s Settled) {
 		// flows gave 223 lines, and 10 000 flows would give hundreds of
 		// thousands (an operator's drill): at most failLogBurst at once and
 		// failLogRate after that at WARN, the rest at DEBUG, counted in the
-		// next WARN line (debug_only) and always in the metrics.
+		// next WARN line (failures_at_debug_only) and always in the metrics.
 		level, msg = slog.LevelWarn, "relay: delivery failed; will retry"
 		if r.failLog != nil && !r.failLog.AllowN(time.Unix(0, 0).Add(r.cfg.Source.Elapsed()), 1) {
 			level = slog.LevelDebug
@@ -71,7 +71,7 @@ func (r *Relay) report(s Settled) {
 			attrs = append(attrs, "next_at", s.Result.NextAt)
 			if level == slog.LevelWarn {
 				if n := r.failQuiet.Swap(0); n > 0 {
-					attrs = append(attrs, "debug_only", n)
+					attrs = append(attrs, "failures_at_debug_only", n)
 				}
 			}
 		default:

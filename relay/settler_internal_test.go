@@ -144,7 +144,7 @@ func TestRetentionAsLogged(t *testing.T) {
 }
 
 // Failed deliveries are logged at WARN 20 at once and then one a second,
-// the rest at DEBUG and counted in the next WARN line (debug_only): a
+// the rest at DEBUG and counted in the next WARN line (failures_at_debug_only): a
 // receiver down for 8 s behind 100 waiting flows gave 223 WARN lines, and
 // 10 000 flows would give hundreds of thousands (an operator's drill).
 // Quarantines are all logged.
@@ -165,8 +165,8 @@ func TestFailedDeliveriesAreLoggedAtABoundedRate(t *testing.T) {
 	}
 	src.d += time.Second
 	r.report(failed)
-	if n := warns(); n != failLogBurst+1 || !strings.Contains(logged.String(), "debug_only=80") {
-		t.Fatalf("a second later: %d WARN lines, want %d, the last saying debug_only=80:\n%s", n, failLogBurst+1, logged.String())
+	if n := warns(); n != failLogBurst+1 || !strings.Contains(logged.String(), "failures_at_debug_only=80") {
+		t.Fatalf("a second later: %d WARN lines, want %d, the last saying failures_at_debug_only=80:\n%s", n, failLogBurst+1, logged.String())
 	}
 	for range 30 {
 		r.report(Settled{Claim: fairrelay.Claim{Flow: "A"}, Outcome: fairrelay.OutcomeRetry, Result: fairrelay.SettleResult{Status: fairrelay.SettleQuarantined}})
