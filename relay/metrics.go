@@ -408,7 +408,13 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	case err != nil:
 		up, ms = 0, c.last
 		if !c.failing && c.log != nil {
-			c.log.Warn("relay: the queue gauges could not read the store; /metrics reports their last values with fairrelay_queue_gauges_up 0", "err", err)
+			if c.lastAt.IsZero() {
+				// Nothing read yet: the page has up 0 alone (an SRE's
+				// report: the line promised last values there were none of).
+				c.log.Warn("relay: the queue gauges could not read the store, and have no values yet; /metrics reports fairrelay_queue_gauges_up 0 alone", "err", err)
+			} else {
+				c.log.Warn("relay: the queue gauges could not read the store; /metrics reports their last values with fairrelay_queue_gauges_up 0", "err", err)
+			}
 		}
 		c.failing = true
 	case began.Before(c.lastAt):

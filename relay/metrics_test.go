@@ -258,13 +258,21 @@ func TestQueueGaugesKeepTheirLastValuesWhenTheStoreFails(t *testing.T) {
 	if d := cmp.Diff(read, failed); d != "" {
 		t.Errorf("a scrape whose read failed: want the last values read (-want +got):\n%s", d)
 	}
-	// A collector whose first read fails has no values: only up.
+	if strings.Contains(logged.String(), "no values yet") {
+		t.Errorf("the collector that had read values logged that it had none:\n%s", logged.String())
+	}
+	// A collector whose first read fails has no values: only up; its line
+	// says so rather than promising last values.
+	var logged2 bytes.Buffer
 	reg2 := prometheus.NewRegistry()
-	if err := relay.RegisterQueueGauges(reg2, q); err != nil {
+	if err := relay.RegisterQueueGauges(reg2, q, relay.QueueGaugesOptions{Logger: slog.New(slog.NewTextHandler(&logged2, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	if d := cmp.Diff(map[string]float64{"fairrelay_queue_gauges_up": 0}, gather(reg2)); d != "" {
 		t.Errorf("a first scrape whose read failed (-want +got):\n%s", d)
+	}
+	if !strings.Contains(logged2.String(), "have no values yet") || strings.Contains(logged2.String(), "last values") {
+		t.Errorf("a first read that failed: the line does not say there are no values yet:\n%s", logged2.String())
 	}
 }
 
