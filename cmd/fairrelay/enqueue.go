@@ -127,7 +127,7 @@ func enqueueBody(delta, body json.RawMessage) ([]byte, error) {
 // store when the store would be created (openQueueCreating): a refused
 // enqueue then creates nothing.
 func openEnqueueQueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags, rehearse func(*fairrelay.Queue) error) (*fairrelay.Queue, error) {
-	q, created, err := openQueueCreating(cmd.Context(), queue, pol, pf, rehearse)
+	q, created, err := openQueueCreating(cmd.Context(), queue, pol, pf, rehearse, false)
 	if err != nil {
 		return nil, err
 	}

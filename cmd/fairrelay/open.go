@@ -375,9 +375,12 @@ func pgStoreKey(dsn string) (string, error) {
 // directory, and its error is returned with nothing created (bad input
 // changes nothing: an enqueue whose --at, id or body the store refuses
 // left a new, empty store behind).
-func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags, rehearse func(*fairrelay.Queue) error) (q *fairrelay.Queue, created string, err error) {
+//
+// With mustExist (relay --must-exist) a missing store is refused instead:
+// invalid_input naming queue, nothing created.
+func openQueueCreating(ctx context.Context, dsn string, pol fairrelay.Policy, pf *policyFlags, rehearse func(*fairrelay.Queue) error, mustExist bool) (q *fairrelay.Queue, created string, err error) {
 	q, err = openExistingQueue(ctx, dsn, pol, pf)
-	if err == nil || !missingStore(err, "queue") || isPostgresURL(dsn) {
+	if err == nil || mustExist || !missingStore(err, "queue") || isPostgresURL(dsn) {
 		return q, "", err
 	}
 	// Missing (or refused for another reason about the path, which the

@@ -204,13 +204,13 @@ charged least; --max-group-slots caps any group's slots (configure
 				}
 				return err
 			}
-			var metricsLn net.Listener
-			if metricsAddr != "" {
-				if metricsLn, err = listenOn("metrics-addr", metricsAddr); err != nil {
-					return err
-				}
-				defer metricsLn.Close() // for a return before it serves
+			// The probes answer from here on (/readyz: starting), so that a
+			// liveness probe does not kill a relay that waits for its store.
+			reg, ready, err := serveProbesEarly(metricsAddr, log)
+			if err != nil {
+				return err
 			}
+			defer ready.stop()
 			// The console's address too (its flags were checked above),
 			// before the store is opened (or created, or migrated).
 			var consoleLn net.Listener
@@ -220,27 +220,12 @@ charged least; --max-group-slots caps any group's slots (configure
 				}
 				defer consoleLn.Close() // for a return before it serves
 			}
-			// The probes answer from here on (/readyz: starting), so that a
-			// liveness probe does not kill a relay that waits for its store.
-			var (
-				reg   *prometheus.Registry
-				ready lateReady
-			)
-			if metricsAddr != "" {
-				reg = newMetricsRegistry()
-				stop := serveMetrics(metricsLn, reg, ready.ready, log)
-				defer stop()
-			}
 			var (
 				q       *fairrelay.Queue
 				created string
 			)
 			err = untilStoreAnswers(ctx, log, "relay", func() (err error) {
-				if mustExist {
-					q, err = openExistingQueue(ctx, namedFor(queue, "relay"), pol, &pf)
-				} else {
-					q, created, err = openQueueCreating(ctx, namedFor(queue, "relay"), pol, &pf, nil)
-				}
+				q, created, err = openQueueCreating(ctx, namedFor(queue, "relay"), pol, &pf, nil, mustExist)
 				return err
 			})
 			if err != nil {

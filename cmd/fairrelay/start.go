@@ -93,27 +93,23 @@ func waitable(err error) bool {
 // errStarting is /readyz's answer while a daemon has not started yet.
 var errStarting = errors.New("starting: the store is not open yet (see the log)")
 
-// lateReady is /readyz's check for a daemon that serves its probes from the
-// moment its ports are bound, before its store is open: errStarting until
-// set gives the daemon's own check. /healthz answers from the start, so a
-// liveness probe does not kill a daemon that waits for its store.
-type lateReady struct {
-	f atomic.Pointer[func(context.Context) error]
+// earlyProbes are a daemon's /metrics, /healthz and /readyz, served from
+// the moment its ports are bound, before its store is open: /readyz answers
+// errStarting until set gives the daemon's own check, and /healthz answers
+// from the start, so a liveness probe does not kill a daemon that waits
+// for its store.
+type earlyProbes struct {
+	check       atomic.Pointer[func(context.Context) error]
+	stopServing func() // nil without --metrics-addr
 }
 
-func (l *lateReady) set(f func(context.Context) error) { l.f.Store(&f) }
+func (p *earlyProbes) set(f func(context.Context) error) { p.check.Store(&f) }
 
-func (l *lateReady) ready(ctx context.Context) error {
-	if f := l.f.Load(); f != nil {
+func (p *earlyProbes) ready(ctx context.Context) error {
+	if f := p.check.Load(); f != nil {
 		return (*f)(ctx)
 	}
 	return errStarting
-}
-
-// earlyProbes are receive's probes, served from before its inbox is open.
-type earlyProbes struct {
-	lateReady
-	stopServing func()
 }
 
 func (p *earlyProbes) stop() {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"syscall"
@@ -9,18 +8,6 @@ import (
 
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
-
-// probe GETs http://addr/path and returns the status and body.
-func probe(t *testing.T, addr, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
 
 // relay, receive and console whose store's database server cannot be
 // reached at start wait for it, as a running daemon does, instead of exiting 2 into a
@@ -48,10 +35,10 @@ func TestDaemonsWaitForAnUnreachableStoreAtStart(t *testing.T) {
 			cmd, stderr, exited := startDaemon(t, c.args...)
 			waitStderr(t, stderr, c.name+": the store does not answer yet; trying again until it does")
 			if metrics != "" {
-				if code, body := probe(t, metrics, "/healthz"); code != http.StatusOK {
+				if code, body := get(t, "http://"+metrics+"/healthz"); code != http.StatusOK {
 					t.Errorf("/healthz while waiting for the store: %d %s, want 200", code, body)
 				}
-				if code, body := probe(t, metrics, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
+				if code, body := get(t, "http://"+metrics+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
 					t.Errorf("/readyz while waiting for the store: %d %s, want 503 starting", code, body)
 				}
 			}
