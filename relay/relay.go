@@ -637,7 +637,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.log.Warn("relay: answers not settled; their events wait out their leases", "count", n)
 	}
 	p.mu.Unlock()
-	r.log.Info("relay: stopped", "tick", r.clock.Now())
+	// The relay's own clock, not the store's: the store keeps the tick of
+	// its last write, which an idle relay makes only every heartbeat, so a
+	// restart starts from there (a fresh user read tick= as saved).
+	r.log.Info("relay: stopped", "clock_tick", r.clock.Now())
 	return fatal
 }
 

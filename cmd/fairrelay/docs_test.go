@@ -59,7 +59,7 @@ var docVarying = []struct {
 }{
 	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`), "TIME"},
 	{regexp.MustCompile(`name=\S+`), "name=NAME"},
-	{regexp.MustCompile(`\b(tick|acked_before)=\d+`), "$1=TICK"},
+	{regexp.MustCompile(`\b(tick|clock_tick|acked_before)=\d+`), "$1=TICK"},
 	{regexp.MustCompile(`\s+`), " "},
 }
 

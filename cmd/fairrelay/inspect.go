@@ -151,7 +151,13 @@ can forge lines or drive the terminal.`,
 				// Open only after the view is known to be valid.
 			case "events", "quarantined", "groups", "settings", "audit", "attempts", "clock":
 			default:
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: fmt.Sprintf("unknown view %q: flows, heads, events, quarantined, groups, settings, audit, attempts or clock", view)}
+				msg := fmt.Sprintf("unknown view %q: flows, heads, events, quarantined, groups, settings, audit, attempts or clock", view)
+				if queue == "" {
+					// `inspect q.db`: the store taken for a view (a fresh
+					// user's report).
+					msg += "; the store is given with --queue Q (or --inbox I, whose views are receipts, projection, held and waivers)"
+				}
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: msg}
 			}
 			q, err := openReadOnlyQueue(ctx, queue)
 			if err != nil {

@@ -304,6 +304,10 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"claim", "--queue", q, "--at", "5", "--backoff-base", "10m"}, "invalid_input: backoff-base: must be at most --backoff-cap (5m0s), got 10m0s"},
 		{[]string{"script", "--queue", filepath.Join(dir, "s.db"), "--inbox", filepath.Join(dir, "si.db"), "--backoff-base", "9"}, "invalid_input: backoff-base: must be at most --backoff-cap (8), got 9"},
 		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},
+		// The store given as the view: the message says where it goes.
+		{[]string{"inspect", q}, "the store is given with --queue Q (or --inbox I, whose views are receipts, projection, held and waivers)"},
+		// A waive missing its flow and seq names --queue, the usual way.
+		{[]string{"waive", "--inbox", filepath.Join(dir, "never.db"), "--id", "A1", "--reason", "x"}, "invalid_input: flow: missing: give --flow and --seq (or --queue Q, where the event's flow and seq are read)"},
 		{[]string{"inspect", "--queue", filepath.Join(dir, "typo.db")}, "typo.db does not exist"},
 		{[]string{"settle", "--queue", filepath.Join(dir, "typo.db"), "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "5"}, "typo.db does not exist"},
 		{[]string{"script", "--queue", q, "--inbox", q}, "inbox: names the same store as --queue"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -205,6 +206,23 @@ func secretFlag(cmd *cobra.Command, secret string) (string, error) {
 		return "", fairrelay.InvalidInput(secretEnv, "is set but empty, which would turn signing off: unset it, or set it to the secret")
 	}
 	return v, nil
+}
+
+// minSecretBytes is the shortest HMAC key relay and receive take without a
+// warning: 16 bytes (128 bits); the Standard Webhooks libraries make keys
+// of 24 to 64 random bytes.
+const minSecretBytes = 16
+
+// warnShortSecret logs a warning when key, the decoded webhook secret, is
+// shorter than minSecretBytes: any non-empty string is a valid secret
+// (sink/webhook.ParseSecret), so "secret" signed deliveries without a word
+// while a malformed whsec_ value was refused (a fresh user's report). It
+// warns rather than refuses, since both ends must change together.
+func warnShortSecret(log *slog.Logger, command string, key []byte) {
+	if len(key) < minSecretBytes {
+		log.Warn(command+": the webhook secret is short: anyone who guesses it can forge deliveries; use at least 16 random bytes, e.g. whsec_ followed by the output of `openssl rand -base64 32`",
+			"key_bytes", len(key), "want_at_least", minSecretBytes)
+	}
 }
 
 // atUsage is the help of every one-shot command's --at flag.

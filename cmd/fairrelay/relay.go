@@ -182,6 +182,7 @@ charged least; --max-group-slots caps any group's slots (configure
 					if opts.Key, err = webhook.ParseSecret(secret); err != nil {
 						return err
 					}
+					warnShortSecret(log, "relay", opts.Key)
 				}
 				ws, err := webhook.New(opts)
 				if err != nil {
@@ -298,7 +299,7 @@ charged least; --max-group-slots caps any group's slots (configure
 	f.DurationVar(&retainIDs, "retain-ids", 30*24*time.Hour, "keep a pruned event's id idempotent (its tombstone) this long after its ack; 0 keeps tombstones forever; at least --retain-acked, and used only with it (with --retain-acked 0 the relay prunes nothing)")
 	f.StringVar(&permanent, "permanent-status", "", "webhook sink: comma-separated HTTP statuses (3xx/4xx) that mean a permanent rejection, e.g. 400,404,410")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9090)")
-	f.BoolVar(&mustExist, "must-exist", false, "refuse to start when --queue holds no queue store, instead of creating one (a SQLite file; a PostgreSQL store always must exist): for a service whose store `fairrelay migrate` makes, so a misspelt path fails at start")
+	f.BoolVar(&mustExist, "must-exist", false, "refuse to start when --queue holds no queue store, instead of creating one (a SQLite file; a PostgreSQL store always must exist): for a service whose store 'fairrelay migrate' makes, so a misspelt path fails at start")
 	f.StringVar(&name, "name", "", "this relay's name in the attempt history of what it delivers (default HOST:PID)")
 	logs.register(f)
 	f.StringVar(&consoleAddr, "console-addr", "", "serve the operator console on this address, sharing the relay's queue (docs/console.md)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"io/fs"
 	"net/http"
@@ -192,5 +193,39 @@ func TestInspectInbox(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A short webhook secret is taken (both ends must change together) but
+// warned of at start, by relay and receive alike; a whsec_ key of 32
+// random bytes is not (a fresh user's report: "short" signed deliveries
+// without a word, while a malformed whsec_ value was refused).
+func TestDaemonsWarnOfAShortSecret(t *testing.T) {
+	t.Parallel()
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(sink.Close)
+	dir := t.TempDir()
+	run := func(args ...string) string {
+		cmd, stderr, exited := startDaemon(t, args...)
+		waitStderr(t, stderr, map[bool]string{true: "relay: started", false: "receive: listening"}[args[0] == "relay"])
+		cmd.Process.Signal(syscall.SIGTERM)
+		if code := <-exited; code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+		}
+		return stderr.String()
+	}
+	const warning = "the webhook secret is short"
+	long := "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	for _, c := range []struct {
+		secret string
+		warn   bool
+	}{{"short", true}, {"whsec_" + base64.StdEncoding.EncodeToString([]byte("fifteen bytes..")), true}, {"sixteen bytes...", false}, {long, false}} {
+		relayLogs := run("relay", "--queue", filepath.Join(dir, "q.db"), "--sink", sink.URL, "--secret", c.secret)
+		receiveLogs := run("receive", "--inbox", filepath.Join(dir, "in.db"), "--addr", "127.0.0.1:0", "--secret", c.secret)
+		for name, logs := range map[string]string{"relay": relayLogs, "receive": receiveLogs} {
+			if got := strings.Contains(logs, warning); got != c.warn {
+				t.Errorf("%s --secret %q: warned of a short secret: %v, want %v:\n%s", name, c.secret, got, c.warn, logs)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -48,6 +49,12 @@ otherwise, nothing written).`,
 				need = append(need, "flow", "seq")
 			}
 			if err := requireFlags(cmd, need...); err != nil {
+				var fe *fairrelay.Error
+				if queue == "" && errors.As(err, &fe) && (fe.Field == "flow" || fe.Field == "seq") {
+					// The usual way is --queue, which reads both (a fresh
+					// user's report: the message named only the fallback).
+					fe.Message += " (or --queue Q, where the event's flow and seq are read)"
+				}
 				return err
 			}
 			if operator == "" {
