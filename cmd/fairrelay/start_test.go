@@ -30,15 +30,7 @@ func TestDaemonsNameTheirStoresAndSayWhenCreated(t *testing.T) {
 	dir := t.TempDir()
 	queue := filepath.Join(dir, "queeu.db")
 	sinkURL := strings.Replace(sink.URL, "http://", "http://relay:hunter2@", 1) + "/?token=s3cret"
-	run := func(args ...string) string {
-		cmd, stderr, exited := startDaemon(t, args...)
-		waitStderr(t, stderr, map[bool]string{true: "relay: started", false: "receive: listening"}[args[0] == "relay"])
-		cmd.Process.Signal(syscall.SIGTERM)
-		if code := <-exited; code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
-		}
-		return stderr.String()
-	}
+	run := func(args ...string) string { return startedLogs(t, args...) }
 	for _, first := range []bool{true, false} {
 		logs := run("relay", "--queue", queue, "--sink", sinkURL, "--budget", "7", "--backoff-base", "2s", "--retain-acked", "48h")
 		for _, want := range []string{"budget=7", "backoff_base_ms=2000", "backoff_cap_ms=300000", "retain_acked=48h0m0s", "retain_ids=720h0m0s"} {
@@ -205,15 +197,7 @@ func TestDaemonsWarnOfAShortSecret(t *testing.T) {
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(sink.Close)
 	dir := t.TempDir()
-	run := func(args ...string) string {
-		cmd, stderr, exited := startDaemon(t, args...)
-		waitStderr(t, stderr, map[bool]string{true: "relay: started", false: "receive: listening"}[args[0] == "relay"])
-		cmd.Process.Signal(syscall.SIGTERM)
-		if code := <-exited; code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
-		}
-		return stderr.String()
-	}
+	run := func(args ...string) string { return startedLogs(t, args...) }
 	const warning = "the webhook secret is short"
 	long := "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
 	for _, c := range []struct {
@@ -228,4 +212,17 @@ func TestDaemonsWarnOfAShortSecret(t *testing.T) {
 			}
 		}
 	}
+}
+
+// startedLogs runs relay or receive (args) until it has started, stops it
+// with SIGTERM, and returns its stderr; an exit other than 0 fails t.
+func startedLogs(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd, stderr, exited := startDaemon(t, args...)
+	waitStderr(t, stderr, map[bool]string{true: "relay: started", false: "receive: listening"}[args[0] == "relay"])
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := <-exited; code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+	}
+	return stderr.String()
 }
