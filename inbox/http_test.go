@@ -115,7 +115,7 @@ func TestHandlerRejectsBadSignatures(t *testing.T) {
 // requests answer an error and write nothing.
 func TestHandlerAnswers(t *testing.T) {
 	t.Parallel()
-	in, srv := newServer(t, inbox.HandlerOptions{MaxBodyBytes: 64})
+	in, srv := newServer(t, inbox.HandlerOptions{MaxBodyBytes: 20100})
 	for _, tc := range []struct {
 		name, method, id, flow string
 		seq                    int
@@ -129,10 +129,13 @@ func TestHandlerAnswers(t *testing.T) {
 		{"id conflict", "POST", "A1", "A", 1, `{"delta":2}`, 422, "id_conflict", ""},
 		{"unsupported delta", "POST", "B1", "B", 1, `{"delta":9}`, 422, "unsupported_delta", ""},
 		{"invalid body", "POST", "C1", "C", 1, `[1]`, 422, "invalid_body", ""},
+		// SPEC §3: other keys are ignored, however deep their values nest
+		// (past encoding/json's 10 000 levels, which an enqueue takes).
+		{"deep ignored key", "POST", "F1", "F", 1, `{"delta":1,"x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`, 200, "accepted", ""},
 		{"not POST", "PUT", "D1", "D", 1, `{"delta":1}`, 405, "", "method"},
 		{"no flow", "POST", "D1", "", 1, `{"delta":1}`, 400, "", "invalid_input"},
 		{"bad seq", "POST", "D1", "D", 0, `{"delta":1}`, 400, "", "invalid_input"},
-		{"too large", "POST", "D1", "D", 1, `{"delta":1,"pad":"` + strings.Repeat("x", 100) + `"}`, 413, "", "body"},
+		{"too large", "POST", "D1", "D", 1, `{"delta":1,"pad":"` + strings.Repeat("x", 20100) + `"}`, 413, "", "body"},
 	} {
 		code, m := post(t, srv.URL, tc.method, tc.id, tc.flow, tc.seq, tc.body, "")
 		if code != tc.code || m["status"] != tc.status || m["error"] != tc.err {
@@ -143,8 +146,8 @@ func TestHandlerAnswers(t *testing.T) {
 	if code, m := post(t, srv.URL, "POST", "E1", "E", 1, `{"delta":1}`, ""); code != 503 || m["status"] != "retry" {
 		t.Errorf("unavailable: %d %v", code, m)
 	}
-	if n := receipts(t, in); n != 1 {
-		t.Fatalf("%d receipts, want only A1's", n)
+	if n := receipts(t, in); n != 2 {
+		t.Fatalf("%d receipts, want only A1's and F1's", n)
 	}
 }
 

@@ -173,6 +173,8 @@ func startConsumerCLI(t *testing.T, inboxPath, from string, args ...string) *dae
 	if err := json.Unmarshal(line, &l); err != nil || l.Status != "consuming" {
 		t.Fatalf("receive --from printed %q; stderr: %s", line, d.stderr())
 	}
+	// The consumer checks no signature: it says so at every start.
+	d.waitLine(t, "broker messages are not signed")
 	// The URL as a user reads it: & is not written \u0026.
 	if !strings.Contains(l.From, "&") || strings.Contains(string(line), `\u0026`) {
 		t.Errorf("receive --from printed %s; want the URL's & as it is", line)

@@ -237,6 +237,9 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		return err
 	}
 	defer release()
+	// Every start, since nothing else tells the operator (a breaker forged
+	// a message with plain NATS and its effect was applied).
+	log.Warn("receive: broker messages are not signed: whoever may publish to the stream's subjects or the exchange's routing keys writes to the inbox; give that right to the relay's credentials alone (docs/receiver.md)", "from", shown)
 	reg, ready, err := serveProbesEarly(metricsAddr, log)
 	if err != nil {
 		return err

@@ -108,8 +108,8 @@ func Object(raw []byte) ([]Member, error) {
 			return nil, err
 		}
 		k := kt.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
+		v, err := skipValue(dec, raw)
+		if err != nil {
 			return nil, err
 		}
 		if seen[k] {
@@ -125,6 +125,38 @@ func Object(raw []byte) ([]Member, error) {
 		return nil, errors.New("more than one JSON value")
 	}
 	return out, nil
+}
+
+// skipValue reads the next value of dec, which reads raw, token by token,
+// and returns its text as written. Decoding it (Decoder.Decode) would
+// refuse a value nested deeper than encoding/json's limit of 10 000
+// levels, which Canonical, and so an enqueue, takes: a ledger body whose
+// ignored key held such a value was enqueued and then refused by the
+// receiver as invalid_body (a breaker's report). Tokens carry no such
+// limit, and this loop no recursion.
+func skipValue(dec *json.Decoder, raw []byte) (json.RawMessage, error) {
+	start := dec.InputOffset()
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		if d, ok := tok.(json.Delim); ok {
+			if d == '[' || d == '{' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+		if depth == 0 {
+			break
+		}
+	}
+	// The text from the end of the key holds the colon and any space
+	// before the value.
+	v := bytes.TrimLeft(raw[start:dec.InputOffset()], " \t\r\n:")
+	return json.RawMessage(v), nil
 }
 
 // Canonical re-encodes one JSON value compactly with object keys sorted

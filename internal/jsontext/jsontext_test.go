@@ -1,6 +1,7 @@
 package jsontext
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -69,6 +70,43 @@ func TestPositiveInt(t *testing.T) {
 		n, ok, tl := PositiveInt([]byte(raw))
 		if (r{n, ok, tl}) != want {
 			t.Errorf("PositiveInt(%s) = %d %v %v, want %+v", raw, n, ok, tl, want)
+		}
+	}
+}
+
+// Object takes what Canonical takes: a member nested deeper than
+// encoding/json's 10 000 levels (a ledger body's ignored key) is split
+// out as written, where decoding it refused the whole object, so the
+// receiver answered invalid_body to a body the enqueue had taken (a
+// breaker's report). Each value is its text as written, space inside kept
+// and space around trimmed, as json.RawMessage's decoding gave it.
+func TestObjectTakesWhatCanonicalTakes(t *testing.T) {
+	t.Parallel()
+	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+	body := `{"delta":1,"x":` + deep + `}`
+	if _, err := Canonical([]byte(body)); err != nil {
+		t.Fatalf("Canonical of the deep body: %v", err)
+	}
+	ms, err := Object([]byte(body))
+	if err != nil {
+		t.Fatalf("Object of the deep body: %v", err)
+	}
+	if len(ms) != 2 || ms[0].Key != "delta" || string(ms[0].Value) != "1" || ms[1].Key != "x" || string(ms[1].Value) != deep {
+		t.Fatalf("Object of the deep body: %d members, first %q", len(ms), ms[0].Key)
+	}
+	ms, err = Object([]byte(" {\n \"a\" :\t[1, {\"b\" : 2}] ,\"c\":\"s:\" , \"d\" : -1.5e3 , \"e\":{}}\n"))
+	want := []Member{{"a", []byte(`[1, {"b" : 2}]`)}, {"c", []byte(`"s:"`)}, {"d", []byte(`-1.5e3`)}, {"e", []byte(`{}`)}}
+	if err != nil || len(ms) != len(want) {
+		t.Fatalf("Object: %+v %v", ms, err)
+	}
+	for i := range want {
+		if ms[i].Key != want[i].Key || string(ms[i].Value) != string(want[i].Value) {
+			t.Errorf("member %d: %q = %s, want %q = %s", i, ms[i].Key, ms[i].Value, want[i].Key, want[i].Value)
+		}
+	}
+	for _, bad := range []string{`{"a":[1,}`, `{"a":` + strings.Repeat("[", 20000) + `}`, `{"a":tru}`} {
+		if _, err := Object([]byte(bad)); err == nil {
+			t.Errorf("Object(%.40s…): want an error", bad)
 		}
 	}
 }
