@@ -122,6 +122,7 @@ func AddToken(path, name string, readOnly bool) (string, error) {
 	if strings.HasPrefix(name, "#") {
 		return "", fairrelay.InvalidInput("name", "%q starts with #, which makes a token file's line a comment", name)
 	}
+	sep := "" // what goes before the new line
 	if _, err := os.Stat(path); err == nil {
 		if _, err := LoadTokens(path); err != nil {
 			return "", err
@@ -129,6 +130,12 @@ func AddToken(path, name string, readOnly bool) (string, error) {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return "", fmt.Errorf("tokens: %w", err)
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			// A file written by hand without a last newline: appended
+			// to, its last entry and the new one became one line that
+			// no load takes (a breaker's report).
+			sep = "\n"
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if fs := strings.Fields(line); len(fs) > 0 && fs[0] == name {
@@ -146,7 +153,7 @@ func AddToken(path, name string, readOnly bool) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("tokens: %w", err)
 	}
-	if _, err := fmt.Fprintln(f, line); err != nil {
+	if _, err := fmt.Fprint(f, sep+line+"\n"); err != nil {
 		f.Close()
 		return "", fmt.Errorf("tokens: %w", err)
 	}

@@ -602,3 +602,32 @@ func TestNewRefusesAnAuthHeaderThatIsNotAName(t *testing.T) {
 		t.Errorf("X-Forwarded-User: %v", err)
 	}
 }
+
+// A token file written by hand without a newline after its last entry is
+// appended to on a line of its own: AddToken wrote the new entry onto the
+// last one's line, so neither loaded, every later add and the console's
+// start failed, and the printed token never worked (a breaker's report).
+func TestAddTokenAfterALastLineWithoutNewline(t *testing.T) {
+	t.Parallel()
+	tk := tokenFile(t)
+	b, err := os.ReadFile(tk.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tk.path, []byte(strings.TrimRight(string(b), "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	carol, err := console.AddToken(tk.path, "carol", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := console.LoadTokens(tk.path)
+	if err != nil {
+		t.Fatalf("load after the add: %v", err)
+	}
+	for name, token := range map[string]string{"alice": tk.alice, "bob": tk.bob, "carol": carol} {
+		if u, ok := ts.Lookup(token); !ok || u.Name != name {
+			t.Errorf("%s's token: %+v %v", name, u, ok)
+		}
+	}
+}

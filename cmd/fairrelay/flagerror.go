@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -70,6 +71,10 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 	var num *strconv.NumError
 	if errors.As(cause, &num) {
 		want := "an integer"
+		if otherBase.MatchString(value) {
+			// 0x10, 0b1, 1_000: Go's syntax, refused (strictFlags).
+			want = "a decimal integer"
+		}
 		switch t := f.Value.Type(); {
 		case t == "bool":
 			return fmt.Sprintf("%q is not true or false", value)
@@ -99,6 +104,10 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 	}
 	return cause.Error()
 }
+
+// otherBase matches an integer written in Go's syntax for another base or
+// with digit separators, which strictFlags refuses.
+var otherBase = regexp.MustCompile(`^[+-]?0[xXoObB]|_`)
 
 // tickFlags are the integer flags whose value is a tick of the store's
 // clock (SPEC §1): badValue says so, since a duration ("5m") is the usual

@@ -76,6 +76,7 @@ func main() {
 	// argsAsInput covers it too (completion bogus: an unknown command).
 	rootCmd.InitDefaultCompletionCmd()
 	argsAsInput(rootCmd)
+	strictFlags(rootCmd)
 	cmd, err := rootCmd.ExecuteContextC(ctx)
 	if err == nil {
 		return

@@ -396,6 +396,18 @@ func TestFlagParseErrorsNameTheFlag(t *testing.T) {
 		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--console-addr", "127.0.0.1:0", "--auth-header", "X User"}, `auth-header: "X User" is not an HTTP header name`},
 		{[]string{"console", "--queue", q, "--auth-header", "X-User:"}, `auth-header: "X-User:" is not an HTTP header name`},
 		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--max-tick-jump", "-5s"}, "max-tick-jump: must not be negative, got -5s"},
+		// Integers are decimal: pflag read Go's syntax for any base, so
+		// --at 0x10 wrote at tick 16 (a breaker's report).
+		{[]string{"pause", "--queue", q, "--flow", "A", "--reason", "r", "--at", "0x10"}, `at: "0x10" is not a decimal integer: a tick`},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "0b1", "--outcome", "accepted", "--at", "5"}, `generation: "0b1" is not a decimal integer`},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "1_000"}, `at: "1_000" is not a decimal integer`},
+		{[]string{"configure", "--queue", q, "--group", "g", "--weight", "0o7"}, `weight: "0o7" is not a decimal integer`},
+		// A flag given twice: pflag kept the last (a breaker's report:
+		// the second --queue was paused, the second --outcome settled).
+		{[]string{"pause", "--queue", q, "--queue", q + "2", "--flow", "A", "--reason", "r"}, "queue: given twice: give it once"},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "retry", "--outcome", "accepted", "--at", "5"}, "outcome: given twice: give it once"},
+		{[]string{"enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "5", "--delta", "500"}, "delta: given twice: give it once"},
+		{[]string{"relay", "--queue", q + "-none", "--sink", "http://127.0.0.1:1/", "--must-exist", "--must-exist"}, "must-exist: given twice: give it once"},
 	} {
 		out, errOut, code := cli(t, "", c.args...)
 		want := "fairrelay: invalid_input: " + c.want
@@ -403,8 +415,15 @@ func TestFlagParseErrorsNameTheFlag(t *testing.T) {
 			t.Errorf("%v: exit %d stdout %q stderr %q; want exit %d and one stderr line starting %q", c.args, code, out, errOut, exitFailed, want)
 		}
 	}
-	if _, err := os.Stat(q); err == nil {
-		t.Error("a command refused for its flags created the store")
+	if m, _ := filepath.Glob(q + "*"); len(m) != 0 {
+		t.Errorf("a command refused for its flags created %v", m)
+	}
+	// A leading 0 is decimal too: --at 0100 is tick 100, not octal 64.
+	if out, errOut, code := cli(t, "", "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "0100"); code != 0 {
+		t.Fatalf("enqueue --at 0100: exit %d %q %q", code, out, errOut)
+	}
+	if out, _, _ := cli(t, "", "inspect", "--queue", q, "clock", "--json"); !strings.Contains(out, `"tick":100`) {
+		t.Errorf("after enqueue --at 0100 the store's clock is %s, want tick 100", out)
 	}
 }
 
@@ -996,5 +1015,37 @@ func TestAStoreThisProcessMayNotWriteIsRefusedAtOpen(t *testing.T) {
 	}
 	if errOut, code := run("inspect", "--queue", q, "heads"); code != 0 {
 		t.Errorf("inspect of a store it may only read: exit %d: %s", code, errOut)
+	}
+}
+
+// migrate and script check both store arguments before either store is
+// made: a queue created and then an inbox refused left the new queue
+// behind with exit 2, "nothing changed" (a breaker's report): an inbox in a
+// directory that does not exist, a symbolic link to the queue's file not
+// made yet, a PostgreSQL schema name that is refused.
+func TestTwoStoreCommandsMakeNeitherWhenOneIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q.db")
+	link := filepath.Join(dir, "link.db")
+	if err := os.Symlink("q.db", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		inbox, want string
+	}{
+		{filepath.Join(dir, "nodir", "i.db"), "invalid_input: inbox: directory " + filepath.Join(dir, "nodir") + " does not exist"},
+		{link, "invalid_input: inbox: names the same store as --queue"},
+		{"postgres://postgres@127.0.0.1:5432/test?schema=information_schema", "invalid_input: inbox: schema \"information_schema\" is one of PostgreSQL's own"},
+	} {
+		for _, args := range [][]string{{"migrate", "--queue", q, "--inbox", c.inbox}, {"script", "--queue", q, "--inbox", c.inbox}} {
+			out, errOut, code := cli(t, `{"op":"snapshot"}`+"\n", args...)
+			if code != exitFailed || !strings.Contains(errOut, c.want) {
+				t.Errorf("%v: exit %d %q %q, want exit 2 and %q", args, code, out, errOut, c.want)
+			}
+			if _, err := os.Stat(q); err == nil {
+				t.Fatalf("%v: made the queue store", args)
+			}
+		}
 	}
 }

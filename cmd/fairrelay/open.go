@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -315,7 +316,40 @@ func sameStore(a, b string) bool {
 	}
 	sa, err1 := os.Stat(a)
 	sb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+	if err1 == nil && err2 == nil && os.SameFile(sa, sb) {
+		return true
+	}
+	// A symbolic link to a file not made yet (migrate --queue q.db --inbox
+	// link-to-q.db made q.db, then failed on the link: a breaker's report).
+	ra, rb := linkTarget(a), linkTarget(b)
+	return ra != "" && ra == rb
+}
+
+// linkTarget returns p's absolute path with its last element's symbolic
+// links followed, even to a file that does not exist yet; "" when that
+// cannot be told.
+func linkTarget(p string) string {
+	for range 40 { // the kernel's own limit on links in a row
+		t, err := os.Readlink(p)
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(p), t)
+		}
+		p = t
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return ""
+	}
+	return abs
+}
+
+// isDir reports whether p is a directory.
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 // pgStoreKey names the store a PostgreSQL URL reaches as the server sees
@@ -565,18 +599,36 @@ func redactDSN(dsn string) string {
 }
 
 // checkStorePaths refuses, before a command that opens both a queue and
-// an inbox creates either, a SQLite path that cannot become a store: a
-// directory, or a file with data that is not a SQLite database
-// (not_a_database naming the flag). What else the open refuses — another
-// kind of store, a database of another version — it refuses as before.
+// an inbox creates either, a store argument that cannot become a store: a
+// PostgreSQL URL that does not parse (a schema name it refuses), a SQLite
+// path whose directory does not exist, a directory, or a file with data
+// that is not a SQLite database (not_a_database naming the flag). What
+// else the open refuses — another kind of store, a database of another
+// version, a server that does not answer — it refuses as before, after
+// the first store may have been made.
 func checkStorePaths(queue, inboxDSN string) error {
 	for _, s := range []struct{ field, path string }{{"queue", queue}, {"inbox", inboxDSN}} {
-		if s.path == "" || isPostgresURL(s.path) {
+		if s.path == "" {
+			continue
+		}
+		if isPostgresURL(s.path) {
+			if _, _, err := pgstore.ParseDSN(s.path); err != nil {
+				return fairrelay.InvalidInput(s.field, "%v", err)
+			}
 			continue
 		}
 		st, err := os.Stat(s.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The open would create the file, but not its directory (a
+			// breaker's report: the queue was made, then the inbox's
+			// missing directory refused).
+			if dir := filepath.Dir(s.path); !isDir(dir) {
+				return fairrelay.InvalidInput(s.field, "directory %s does not exist", dir)
+			}
+			continue
+		}
 		if err != nil {
-			continue // missing: the open creates it or says why not
+			continue // the open says why
 		}
 		if st.IsDir() {
 			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: s.field, Message: s.path + " is a directory, not a store's file"}

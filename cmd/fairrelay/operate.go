@@ -22,7 +22,7 @@ func newConfigureCmd() *cobra.Command {
 	var pf policyFlags
 	cmd := &cobra.Command{
 		Use:   "configure --queue Q ([--max-backlog N] [--max-flow-backlog N] | --group G [--weight W] [--max-backlog N] [--max-slots N]) [--at TICK]",
-		Short: "Set the store's backlog limits, or a group's weight and backlog limit (SPEC §8)",
+		Short: "Set the store's backlog limits, or a group's weight, backlog limit and slot cap (SPEC §8, §11)",
 		Long: `Settings live in the store: every process sees them at its next transaction.
 
 Without --group: --max-backlog bounds the events not acked in the whole store,

@@ -182,6 +182,12 @@ func ParseDSN(dsn string) (conn string, schema string, err error) {
 	if v.Has("schema") && !schemaName.MatchString(schema) {
 		return "", "", fmt.Errorf("schema %q: want letters, digits and underscores, at most 63 bytes, not starting with a digit", schema)
 	}
+	if l := strings.ToLower(schema); l == "information_schema" || strings.HasPrefix(l, "pg_") {
+		// The server's own: a store made in information_schema worked,
+		// and pg_dump leaves that schema out of every backup (a
+		// breaker's report); pg_* is refused by the server, less clearly.
+		return "", "", fmt.Errorf("schema %q is one of PostgreSQL's own (information_schema, pg_*), which backups leave out: name a schema of your own", schema)
+	}
 	// The other pairs go to pgx as they were written: encoding them anew
 	// turned a space into "+", which pgx (as libpq) keeps, so that
 	// options=-c%20statement_timeout%3D5s reached the server as

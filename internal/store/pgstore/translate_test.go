@@ -52,6 +52,11 @@ func TestParseDSN(t *testing.T) {
 		{"postgres://h/db?schema=relay;x", "semicolon"},
 		{"postgres://u:s3cret@h:54x2/db", "not a URL"},
 		{"postgres://h/db?schema=a-b", "letters, digits and underscores"},
+		// PostgreSQL's own schemas: a store in information_schema was made
+		// and left out of pg_dump's backups (a breaker's report).
+		{"postgres://h/db?schema=information_schema", "one of PostgreSQL's own"},
+		{"postgres://h/db?schema=pg_catalog", "one of PostgreSQL's own"},
+		{"postgres://h/db?schema=pg_mine", "one of PostgreSQL's own"},
 	} {
 		_, _, err := pgstore.ParseDSN(tc.dsn)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cret") {
