@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1047,5 +1048,48 @@ func TestTwoStoreCommandsMakeNeitherWhenOneIsRefused(t *testing.T) {
 				t.Fatalf("%v: made the queue store", args)
 			}
 		}
+	}
+}
+
+// script refuses another application's SQLite database, as queue or as
+// inbox, before it makes either store, as enqueue and receive refuse it;
+// before, it added its tables beside the application's (a breaker's
+// report). migrate alone makes a store in such a database, on purpose.
+func TestScriptRefusesAnotherApplicationsDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	app := filepath.Join(dir, "app.db")
+	db, err := sql.Open("sqlite", app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE users (id INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	fresh := filepath.Join(dir, "fresh.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"script", "--queue", fresh, "--inbox", app}, "invalid_input: inbox: " + app + " is a database that holds no inbox store"},
+		{[]string{"script", "--queue", app, "--inbox", fresh}, "invalid_input: queue: " + app + " is a database that holds no queue store"},
+	} {
+		out, errOut, code := cli(t, `{"op":"snapshot"}`+"\n", c.args...)
+		if code != exitFailed || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d %q %q, want exit 2 and %q", c.args, code, out, errOut, c.want)
+		}
+		if _, err := os.Stat(fresh); err == nil {
+			t.Fatalf("%v: made %s", c.args, fresh)
+		}
+	}
+	db, err = sql.Open("sqlite", app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'table'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("the application's database holds %d tables (%v), want its own 1", n, err)
 	}
 }

@@ -519,6 +519,33 @@ func creatingIn(ctx context.Context, path, field, migrate string) (string, error
 		Message: fmt.Sprintf("%s is a database that holds no %s store (another application's? a misspelt path?); to make one in it on purpose, run %s %s first", path, field, migrate, path)}
 }
 
+// refuseForeign refuses, as creatingIn does, a SQLite file at dsn that is
+// a database with tables of its own and no store of field's kind ("queue"
+// or "inbox"), without writing to it; nil for a PostgreSQL URL, a file
+// that holds the store or none at all, or one the open refuses anyway.
+func refuseForeign(ctx context.Context, field, dsn string) error {
+	if dsn == "" || isPostgresURL(dsn) {
+		return nil
+	}
+	var err error
+	if field == "queue" {
+		var q *fairrelay.Queue
+		if q, err = fairrelay.Open(ctx, dsn, fairrelay.Config{MustExist: true, ReadOnly: true, AdoptStoredEntry: true}); err == nil {
+			q.Close()
+		}
+	} else {
+		var in *inbox.Inbox
+		if in, err = inbox.Open(ctx, dsn, inbox.Options{MustExist: true, ReadOnly: true}); err == nil {
+			in.Close()
+		}
+	}
+	if !missingStore(err, field) {
+		return nil
+	}
+	_, err = creatingIn(ctx, dsn, field, "fairrelay migrate --"+field)
+	return err
+}
+
 // isPostgresURL reports whether dsn names a PostgreSQL store (as
 // fairrelay.Open reads it).
 func isPostgresURL(dsn string) bool {

@@ -39,6 +39,15 @@ the exit code is non-zero only when the script cannot be read.`,
 			if err := checkStorePaths(queue, inboxDSN); err != nil {
 				return err
 			}
+			// Another application's SQLite database, refused as enqueue
+			// and receive refuse it, for both stores before either is
+			// made (a breaker's report: script added its tables to it).
+			if err := refuseForeign(ctx, "queue", queue); err != nil {
+				return err
+			}
+			if err := refuseForeign(ctx, "inbox", inboxDSN); err != nil {
+				return err
+			}
 			q, err := openQueue(ctx, queue, pol, &pf)
 			if err != nil {
 				return err
