@@ -33,11 +33,25 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *
 	if err := checkStdin(cmd.InOrStdin()); err != nil {
 		return err
 	}
-	q, err := openEnqueueQueue(cmd, queue, pol, pf, nil)
+	// --at is the command's tick, checked once before any line, as a
+	// single enqueue checks it: one the store refuses (behind it, or
+	// further ahead than --max-tick-jump) is exit 2 with nothing made or
+	// read, not a refusal of every line with exit 1 and a new store left
+	// behind (a breaker's report).
+	var checkAt func(*fairrelay.Queue) error
+	if at != fairrelay.AtStored {
+		checkAt = func(s *fairrelay.Queue) error { return s.CheckTick(cmd.Context(), "enqueue", at, false) }
+	}
+	q, err := openEnqueueQueue(cmd, queue, pol, pf, checkAt)
 	if err != nil {
 		return err
 	}
 	defer q.Close()
+	if checkAt != nil {
+		if err := checkAt(q); err != nil {
+			return err
+		}
+	}
 	rep, err := bulkEnqueue(cmd.Context(), q, cmd.InOrStdin(), cmd.OutOrStdout(), at)
 	if err != nil {
 		return err

@@ -290,11 +290,13 @@ func startBulkEnqueue(t *testing.T, queue string) (*exec.Cmd, io.WriteCloser, io
 	return cmd, stdin, stdout, stderr
 }
 
-// A bad line at an --at behind the store's tick answers clock_regressed,
-// as a valid one does: the clock comes before the fields of the input
-// (SPEC §2 order). It answered invalid_input before the clock was read, so
-// the answer of a line depended on whether another line reached the store.
-// Without --at (the stored tick) the field's error stands.
+// A bulk enqueue at an --at behind the store's tick answers
+// clock_regressed before any line, bad or good (exit 2, as a single
+// enqueue): the clock comes before the fields of the input (SPEC §2
+// order). Lines once answered invalid_input before the clock was read, so
+// the answer of a line depended on whether another line reached the store;
+// then each line answered clock_regressed, exit 1. Without --at (the
+// stored tick) the field's error stands.
 func TestBulkEnqueueBadLineAtARegressedTickAnswersTheClock(t *testing.T) {
 	t.Parallel()
 	queue := filepath.Join(t.TempDir(), "queue.db")
@@ -304,9 +306,9 @@ func TestBulkEnqueueBadLineAtARegressedTickAnswersTheClock(t *testing.T) {
 	bad := `{"id":5,"flow":"f","delta":1}
 {"id":"b","flow":"g","delta":1,"zz":1}
 `
-	out, _, code := cli(t, bad, "enqueue", "--queue", queue, "--at", "3")
-	if code != exitNotApplied || strings.Count(out, `"error":"clock_regressed"`) != 2 {
-		t.Errorf("bad lines at tick 3 (store at 10): exit %d:\n%s\nwant clock_regressed for each", code, out)
+	out, errOut, code := cli(t, bad, "enqueue", "--queue", queue, "--at", "3")
+	if code != exitFailed || out != "" || !strings.HasPrefix(errOut, "fairrelay: clock_regressed: enqueue at tick 3: the store is at tick 10") {
+		t.Errorf("bad lines at tick 3 (store at 10): exit %d, %q %q: want exit 2 and clock_regressed, no line answered", code, out, errOut)
 	}
 	out, _, code = cli(t, bad, "enqueue", "--queue", queue)
 	if code != exitNotApplied || !strings.Contains(out, `"field":"id","line":1`) || !strings.Contains(out, `"field":"zz","id":"b","line":2`) {
@@ -390,6 +392,23 @@ func TestRefusedEnqueueCreatesNoStore(t *testing.T) {
 		if st, err := os.Stat(empty); err != nil || st.Size() != 0 {
 			t.Errorf("%s: the empty file is now %v (%v): want it left empty", c.name, st, err)
 		}
+	}
+	// Lines on stdin at a tick past max-tick-jump: refused once, exit 2,
+	// before any line and with no store made, as one event is (a
+	// breaker's report: each line was refused, exit 1, and the new store
+	// stayed).
+	line := `{"id":"a","flow":"f","body":{"delta":1}}` + "\n"
+	for _, queue := range []string{filepath.Join(dir, "new.db"), empty} {
+		out, errOut, code := cli(t, line, "enqueue", "--queue", queue, "--at", "99999999999")
+		if code != exitFailed || out != "" || !strings.Contains(errOut, "invalid_input: at: tick 99999999999 is 99999999999 ticks ahead") || strings.Contains(errOut, "was created") {
+			t.Errorf("bulk at a tick past max-tick-jump into %s: exit %d, %q %q: want exit 2, no line answered, no store made", filepath.Base(queue), code, out, errOut)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "new.db*")); len(left) != 0 {
+		t.Errorf("bulk at a tick past max-tick-jump: left %v behind", left)
+	}
+	if st, err := os.Stat(empty); err != nil || st.Size() != 0 {
+		t.Errorf("bulk at a tick past max-tick-jump: the empty file is now %v (%v): want it left empty", st, err)
 	}
 	// With no temporary directory to check in (a read-only container), a
 	// good enqueue still makes its store; a bad one is refused by the store.
