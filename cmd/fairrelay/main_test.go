@@ -8,6 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fairrelay/fairrelay/internal/harness/outboxbench"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 	"net"
 	"os"
 	"os/exec"
@@ -1091,5 +1094,47 @@ func TestScriptRefusesAnotherApplicationsDatabase(t *testing.T) {
 	var n int
 	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'table'").Scan(&n); err != nil || n != 1 {
 		t.Errorf("the application's database holds %d tables (%v), want its own 1", n, err)
+	}
+}
+
+// The same for a PostgreSQL store that cannot be made: a server that does
+// not answer, and a new schema whose name is not lower case; and a
+// PostgreSQL queue store is not made when the inbox is refused.
+func TestTwoStoreCommandsCheckPostgresFirst(t *testing.T) {
+	t.Parallel()
+	base := pgtest.URL(t)
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q.db")
+	pgQueue := pgtest.Schema(t, "twostore")
+	_, schema, err := pgstore.ParseDSN(pgQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upper, err := outboxbench.WithParams(base, "schema", "TWOSTORE_UPPER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		queue, inbox, want string
+	}{
+		{q, "postgres://postgres@127.0.0.1:1/test?schema=x", "database: open inbox:"},
+		{q, upper, `invalid_input: inbox: schema "TWOSTORE_UPPER" holds no store, and a new store's schema is lower case: use schema=twostore_upper`},
+		{pgQueue, "postgres://postgres@127.0.0.1:1/test?schema=x", "database: open inbox:"},
+	} {
+		for _, cmd := range []string{"migrate", "script"} {
+			args := []string{cmd, "--queue", c.queue, "--inbox", c.inbox}
+			out, errOut, code := cli(t, `{"op":"snapshot"}`+"\n", args...)
+			if code != exitFailed || !strings.Contains(errOut, c.want) {
+				t.Errorf("%v: exit %d %q %q, want exit 2 and %q", args, code, out, errOut, c.want)
+			}
+			if _, err := os.Stat(q); err == nil {
+				t.Fatalf("%v: made the queue store %s", args, q)
+			}
+			var made bool
+			pgtest.QueryRow(t, base, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = '"+schema+"')", &made)
+			if made {
+				t.Fatalf("%v: made the queue store's schema %s", args, schema)
+			}
+		}
 	}
 }

@@ -33,6 +33,11 @@ func newMigrateCmd() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
+			for _, s := range [][2]string{{"queue", queue}, {"inbox", inboxDSN}} {
+				if err := preflightPostgres(ctx, s[0], s[1]); err != nil {
+					return err
+				}
+			}
 			if queue != "" {
 				// Open applies the migrations the store lacks.
 				q, err := openQueue(ctx, queue, fairrelay.Policy{}, nil)

@@ -527,22 +527,53 @@ func refuseForeign(ctx context.Context, field, dsn string) error {
 	if dsn == "" || isPostgresURL(dsn) {
 		return nil
 	}
-	var err error
-	if field == "queue" {
-		var q *fairrelay.Queue
-		if q, err = fairrelay.Open(ctx, dsn, fairrelay.Config{MustExist: true, ReadOnly: true, AdoptStoredEntry: true}); err == nil {
-			q.Close()
-		}
-	} else {
-		var in *inbox.Inbox
-		if in, err = inbox.Open(ctx, dsn, inbox.Options{MustExist: true, ReadOnly: true}); err == nil {
-			in.Close()
-		}
-	}
-	if !missingStore(err, field) {
+	if err := openWritingNothing(ctx, field, dsn); !missingStore(err, field) {
 		return nil
 	}
-	_, err = creatingIn(ctx, dsn, field, "fairrelay migrate --"+field)
+	_, err := creatingIn(ctx, dsn, field, "fairrelay migrate --"+field)
+	return err
+}
+
+// preflightPostgres checks, for a command that makes two stores (migrate,
+// script), a PostgreSQL store argument before either store is made,
+// writing nothing: a server that does not answer (or refuses the user) is
+// its error now, and a store that does not exist yet in a schema whose
+// name is not lower case is refused as making it would be. Before, the
+// other store was made first (a breaker's report). nil for a SQLite path,
+// a store that exists, or one the open decides on (a migration to apply).
+func preflightPostgres(ctx context.Context, field, dsn string) error {
+	if !isPostgresURL(dsn) {
+		return nil
+	}
+	err := openWritingNothing(ctx, field, dsn)
+	switch {
+	case err == nil:
+		return nil
+	case missingStore(err, field):
+		if _, schema, perr := pgstore.ParseDSN(dsn); perr == nil && schema != strings.ToLower(schema) {
+			return fairrelay.InvalidInput(field, "schema %q holds no store, and a new store's schema is lower case: use schema=%s", schema, strings.ToLower(schema))
+		}
+		return nil
+	case errors.Is(err, fairrelay.ErrDatabase), errors.Is(err, fairrelay.ErrBusy):
+		return err
+	}
+	return nil
+}
+
+// openWritingNothing opens the store of field ("queue" or "inbox") at dsn
+// read-only, as it must exist, closes it, and returns the open's error.
+func openWritingNothing(ctx context.Context, field, dsn string) error {
+	if field == "queue" {
+		q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{MustExist: true, ReadOnly: true, AdoptStoredEntry: true})
+		if err == nil {
+			q.Close()
+		}
+		return err
+	}
+	in, err := inbox.Open(ctx, dsn, inbox.Options{MustExist: true, ReadOnly: true})
+	if err == nil {
+		in.Close()
+	}
 	return err
 }
 

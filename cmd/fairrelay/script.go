@@ -42,6 +42,11 @@ the exit code is non-zero only when the script cannot be read.`,
 			// Another application's SQLite database, refused as enqueue
 			// and receive refuse it, for both stores before either is
 			// made (a breaker's report: script added its tables to it).
+			for _, s := range [][2]string{{"queue", queue}, {"inbox", inboxDSN}} {
+				if err := preflightPostgres(ctx, s[0], s[1]); err != nil {
+					return err
+				}
+			}
 			if err := refuseForeign(ctx, "queue", queue); err != nil {
 				return err
 			}
