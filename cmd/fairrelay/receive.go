@@ -29,7 +29,7 @@ func newReceiveCmd() *cobra.Command {
 		inboxDSN, addr, from, secret, metricsAddr string
 		logs                                      logFlags
 		previous                                  []string
-		maxDelta                                  int64
+		maxDelta, maxBody                         int64
 		tolerance                                 time.Duration
 		limits                                    serverLimits
 		mustExist                                 bool
@@ -88,9 +88,12 @@ Broker ` + brokerEnvHelp + `.`,
 					return err
 				}
 			}
+			if maxBody < 1 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-body-bytes", Message: fmt.Sprintf("must be a positive number of bytes, got %d", maxBody)}
+			}
 			if from != "" {
-				if cmd.Flags().Changed("addr") || cmd.Flags().Changed("secret") || cmd.Flags().Changed("previous-secret") {
-					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "consumes from a broker: --addr, --secret and --previous-secret are for HTTP"}
+				if cmd.Flags().Changed("addr") || cmd.Flags().Changed("secret") || cmd.Flags().Changed("previous-secret") || cmd.Flags().Changed("max-body-bytes") {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "consumes from a broker: --addr, --secret, --previous-secret and --max-body-bytes are for HTTP"}
 				}
 				if bad := sink.BadSpace(from); bad != "" {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: bad}
@@ -107,7 +110,7 @@ Broker ` + brokerEnvHelp + `.`,
 			if tolerance <= 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tolerance", Message: fmt.Sprintf("must be a positive duration such as 5m, got %s", tolerance)}
 			}
-			opts := inbox.HandlerOptions{Logger: log, MaxConcurrent: limits.maxRequests}
+			opts := inbox.HandlerOptions{Logger: log, MaxConcurrent: limits.maxRequests, MaxBodyBytes: maxBody}
 			if len(previous) > 0 && secret == "" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "previous-secret", Message: "needs --secret (the new secret): it is what a rotation keeps accepting beside it"}
 			}
@@ -194,6 +197,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.StringArrayVar(&previous, "previous-secret", nil, "a secret also accepted while relays switch to --secret (repeatable): rotate by adding the new one as --secret and the old one here, switch the relays, then drop this")
 	f.BoolVar(&mustExist, "must-exist", false, "refuse to start when --inbox holds no inbox, instead of creating one: for a service whose inbox 'fairrelay migrate --inbox' makes, so a misspelt path fails at start")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
+	f.Int64Var(&maxBody, "max-body-bytes", 1<<20, "HTTP: the largest request body read, in bytes; a larger one answers 413 (the queue's default limit on a body, Policy.MaxBodyBytes, is the same 1 MiB: raise both together)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
 	logs.register(f)
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (requests by HTTP status, their durations; with --from, messages by action and outcome, and the deliveries held), and /healthz and /readyz (the inbox answers) (e.g. 127.0.0.1:9091)")

@@ -226,3 +226,22 @@ func startedLogs(t *testing.T, args ...string) string {
 	}
 	return stderr.String()
 }
+
+// receive --max-body-bytes bounds the request body it reads (413 past
+// it); it was fixed at 1 MiB, while a library or SQL producer may raise
+// the queue's limit (a breaker's report).
+func TestReceiveMaxBodyBytes(t *testing.T) {
+	t.Parallel()
+	d, addr := startReceiver(t, filepath.Join(t.TempDir(), "in.db"), "--max-body-bytes", "100")
+	defer d.signal(t, syscall.SIGTERM)
+	for size, want413 := range map[int]bool{90: false, 150: true} {
+		resp, err := http.Post("http://"+addr+"/", "application/json", strings.NewReader(`{"delta":1,"pad":"`+strings.Repeat("x", size-20)+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.StatusCode == http.StatusRequestEntityTooLarge; got != want413 {
+			t.Errorf("a body of about %d bytes under --max-body-bytes 100: status %d", size, resp.StatusCode)
+		}
+	}
+}
