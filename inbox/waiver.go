@@ -55,15 +55,16 @@ type Waiver struct {
 // seq answers duplicate, so the sender acks it (after a redrive, for a
 // quarantined head) and the flow goes on; a broker consumer's held events
 // after it apply at its next retry (its held copies of the event itself
-// are deleted). Any other delivery answers as before.
+// are deleted). Any other delivery answers as before. The same waiver
+// again (this id, flow and seq waived already) is already so: nil, nothing
+// written, the first waiver's reason and operator kept.
 // The body is not compared: the queue never changes an event's body, so
 // the id, flow and seq name the event. The waived id is not a receipt: a
 // delivery of the same id in another flow answers as Receive says.
 // Errors (nothing written): ErrInvalidInput naming id or flow (CheckID's
 // rule), seq (below 1, or not the seq the flow waits for: its projected
 // seq + 1; a flow applied up to seq P can only waive P+1; a seq waived
-// already, the same waiver again included, is refused naming the event it
-// is waived for), id (the held events contradict it: heldContradicts),
+// already for another event is refused naming that event), id (the held events contradict it: heldContradicts),
 // reason (empty,
 // or breaking fairrelay.CheckReason's rule: one line of at most
 // MaxReasonBytes of printable UTF-8) or operator (CheckID's rule);
@@ -110,8 +111,10 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 		err := tx.QueryRowContext(ctx, q["WaiverGet"], d.Flow, d.Seq).Scan(&id)
 		switch {
 		case err == nil && id == d.EventID:
-			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",
-				Message: fmt.Sprintf("seq %d of flow %q is waived already, for this event %q: nothing to do", d.Seq, d.Flow, id)}
+			// Already so: nothing to write, and nothing went wrong (two
+			// fresh users' reports: a script that retried waive, then
+			// redrive, stopped at the exit 2 of the harmless repeat).
+			return nil
 		case err == nil:
 			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",
 				Message: fmt.Sprintf("seq %d of flow %q is waived already, for event %q, not %q; the flow waits for seq %d", d.Seq, d.Flow, id, d.EventID, pseq+1)}

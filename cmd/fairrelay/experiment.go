@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/fairrelay/fairrelay"
 	"io"
 	"os"
 
@@ -135,7 +136,9 @@ the crash matrix; exits 1 on any broken claim or difference.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := os.ReadFile(frozenPath)
 			if err != nil {
-				return fmt.Errorf("read the frozen results (run from the repository root, or give --frozen): %w", err)
+				// The answers' format: a code and the flag (a fresh user's
+				// report: this one line had neither).
+				return fairrelay.InvalidInput("frozen", "cannot read the frozen results (run from the repository root, or give --frozen FILE): %v", err)
 			}
 			frozen, err := experiment.ParseDocument(b)
 			if err != nil {

@@ -72,8 +72,9 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 	if errors.As(cause, &num) {
 		want := "an integer"
 		if otherBase.MatchString(value) {
-			// 0x10, 0b1, 1_000: Go's syntax, refused (strictFlags).
-			want = "a decimal integer"
+			// 0x10, 0b1, 1_000, 0100, +3: Go's syntax, refused
+			// (strictFlags).
+			want = "an integer as JSON writes one (decimal, no leading 0 or +)"
 		}
 		switch t := f.Value.Type(); {
 		case t == "bool":
@@ -105,9 +106,10 @@ func badValue(f *pflag.Flag, value string, cause error) string {
 	return cause.Error()
 }
 
-// otherBase matches an integer written in Go's syntax for another base or
-// with digit separators, which strictFlags refuses.
-var otherBase = regexp.MustCompile(`^[+-]?0[xXoObB]|_`)
+// otherBase matches an integer written in Go's syntax for another base,
+// with digit separators, a leading 0 or a plus sign, which strictFlags
+// refuses.
+var otherBase = regexp.MustCompile(`^[+-]?0[0-9xXoObB_]|_|^\+[0-9]`)
 
 // tickFlags are the integer flags whose value is a tick of the store's
 // clock (SPEC §1): badValue says so, since a duration ("5m") is the usual

@@ -369,9 +369,9 @@ can forge lines or drive the terminal.`,
 	f.StringVar(&inboxDSN, "inbox", "", "inbox store (instead of --queue): a SQLite file path or a postgres:// URL")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per line instead of a table")
 	f.IntVar(&limit, "limit", 1000, "at most this many rows")
-	f.StringVar(&after, "after", "", "flows, heads, quarantined and projection: start after this flow id; events and receipts: start at this flow, after its --after-seq (0: all of the flow's) (paging)")
+	f.StringVar(&after, "after", "", "flows, heads, quarantined and projection: start after this flow id; events, receipts, held and waivers: start at this flow, after its --after-seq (0: all of the flow's) (paging)")
 	f.Int64Var(&afterNo, "after-no", 0, "audit: start after the row numbered this (the NO column; paging)")
-	f.Int64Var(&afterSeq, "after-seq", 0, "events and receipts, with --after (events also with --flow): start after this seq of that flow (paging)")
+	f.Int64Var(&afterSeq, "after-seq", 0, "events, receipts, held and waivers, with --after (events also with --flow): start after this seq of that flow (paging)")
 	f.StringVar(&flow, "flow", "", "events: this flow's only; heads, flows: this flow alone")
 	f.StringVar(&eventID, "id", "", "attempts: the event whose attempt history to print")
 	return cmd
@@ -383,7 +383,7 @@ can forge lines or drive the terminal.`,
 func printView(cmd *cobra.Command, rows []any, table func(w io.Writer), asJSON bool, limit int, next string) error {
 	if len(rows) >= limit && next != "" {
 		// A full page: say so, on stderr (stdout stays the rows).
-		fmt.Fprintf(cmd.ErrOrStderr(), "inspect: a full page (--limit %d); more may follow: ask again with %s\n", limit, next)
+		fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: inspect: a full page (--limit %d); more may follow: ask again with %s\n", limit, next)
 	}
 	out := cmd.OutOrStdout()
 	if asJSON {

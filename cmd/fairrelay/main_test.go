@@ -308,6 +308,10 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"claim", "--queue", q, "--at", "5", "--backoff-base", "10m"}, "invalid_input: backoff-base: must be at most --backoff-cap (5m0s), got 10m0s"},
 		{[]string{"script", "--queue", filepath.Join(dir, "s.db"), "--inbox", filepath.Join(dir, "si.db"), "--backoff-base", "9"}, "invalid_input: backoff-base: must be at most --backoff-cap (8), got 9"},
 		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},
+		// A rotation's old secrets given as one comma-separated value were
+		// taken as one key matching neither (a fresh user's report).
+		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--addr", "127.0.0.1:0", "--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "--previous-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "invalid_input: previous-secret: holds a comma-separated list of secrets: give --previous-secret once per secret"},
+		{[]string{"experiment", "check", "--frozen", filepath.Join(dir, "none.json")}, "invalid_input: frozen: cannot read the frozen results"},
 		// The store given as the view: the message says where it goes.
 		{[]string{"inspect", q}, "the store is given with --queue Q (or --inbox I, whose views are receipts, projection, held and waivers)"},
 		// A waive missing its flow and seq names --queue, the usual way.
@@ -402,10 +406,12 @@ func TestFlagParseErrorsNameTheFlag(t *testing.T) {
 		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--max-tick-jump", "-5s"}, "max-tick-jump: must not be negative, got -5s"},
 		// Integers are decimal: pflag read Go's syntax for any base, so
 		// --at 0x10 wrote at tick 16 (a breaker's report).
-		{[]string{"pause", "--queue", q, "--flow", "A", "--reason", "r", "--at", "0x10"}, `at: "0x10" is not a decimal integer: a tick`},
-		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "0b1", "--outcome", "accepted", "--at", "5"}, `generation: "0b1" is not a decimal integer`},
-		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "1_000"}, `at: "1_000" is not a decimal integer`},
-		{[]string{"configure", "--queue", q, "--group", "g", "--weight", "0o7"}, `weight: "0o7" is not a decimal integer`},
+		{[]string{"pause", "--queue", q, "--flow", "A", "--reason", "r", "--at", "0x10"}, `at: "0x10" is not an integer as JSON writes one (decimal, no leading 0 or +): a tick`},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "0b1", "--outcome", "accepted", "--at", "5"}, `generation: "0b1" is not an integer as JSON writes one`},
+		{[]string{"settle", "--queue", q, "--id", "A1", "--generation", "1", "--outcome", "accepted", "--at", "1_000"}, `at: "1_000" is not an integer as JSON writes one`},
+		{[]string{"configure", "--queue", q, "--group", "g", "--weight", "0o7"}, `weight: "0o7" is not an integer as JSON writes one`},
+		{[]string{"pause", "--queue", q, "--flow", "A", "--reason", "r", "--at", "0100"}, `at: "0100" is not an integer as JSON writes one`},
+		{[]string{"pause", "--queue", q, "--flow", "A", "--reason", "r", "--at", "+200"}, `at: "+200" is not an integer as JSON writes one`},
 		// A flag given twice: pflag kept the last (a breaker's report:
 		// the second --queue was paused, the second --outcome settled).
 		{[]string{"pause", "--queue", q, "--queue", q + "2", "--flow", "A", "--reason", "r"}, "queue: given twice: give it once"},
@@ -422,12 +428,12 @@ func TestFlagParseErrorsNameTheFlag(t *testing.T) {
 	if m, _ := filepath.Glob(q + "*"); len(m) != 0 {
 		t.Errorf("a command refused for its flags created %v", m)
 	}
-	// A leading 0 is decimal too: --at 0100 is tick 100, not octal 64.
-	if out, errOut, code := cli(t, "", "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "0100"); code != 0 {
-		t.Fatalf("enqueue --at 0100: exit %d %q %q", code, out, errOut)
+	// A plain decimal is the tick it says.
+	if out, errOut, code := cli(t, "", "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "100"); code != 0 {
+		t.Fatalf("enqueue --at 100: exit %d %q %q", code, out, errOut)
 	}
 	if out, _, _ := cli(t, "", "inspect", "--queue", q, "clock", "--json"); !strings.Contains(out, `"tick":100`) {
-		t.Errorf("after enqueue --at 0100 the store's clock is %s, want tick 100", out)
+		t.Errorf("after enqueue --at 100 the store's clock is %s, want tick 100", out)
 	}
 }
 

@@ -226,6 +226,22 @@ func warnShortSecret(log *slog.Logger, command string, key []byte) {
 	}
 }
 
+// checkSecretList refuses a secret flag's value that is a comma-separated
+// list of whsec_ secrets ("whsec_a,whsec_b"), which would be taken as one
+// secret matching neither, and warns of any other comma in it: list flags
+// elsewhere take commas (--permanent-status 400,404), so a rotation's
+// --previous-secret old1,old2 was taken as one key and the relays still on
+// either got 401 until their budget ran out (a fresh user's report).
+func checkSecretList(log *slog.Logger, field, v string) error {
+	if strings.Contains(v, ",whsec_") {
+		return fairrelay.InvalidInput(field, "holds a comma-separated list of secrets: give --%s once per secret", field)
+	}
+	if strings.Contains(v, ",") {
+		log.Warn("the secret holds a comma and is taken whole, as one secret; to give several, repeat --previous-secret", "flag", field)
+	}
+	return nil
+}
+
 // atUsage is the help of every one-shot command's --at flag.
 const atUsage = "tick of the write; default: the store's current tick, read in the same transaction (safe while a relay runs)"
 

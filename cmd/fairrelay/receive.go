@@ -119,9 +119,15 @@ Broker ` + brokerEnvHelp + `.`,
 				if err != nil {
 					return err
 				}
+				if err := checkSecretList(log, "secret", secret); err != nil {
+					return err
+				}
 				warnShortSecret(log, "receive", key)
 				var old [][]byte
 				for _, p := range previous {
+					if err := checkSecretList(log, "previous-secret", p); err != nil {
+						return err
+					}
 					k, err := webhook.ParseSecret(p)
 					if err != nil {
 						var fe *fairrelay.Error

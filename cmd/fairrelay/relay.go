@@ -182,6 +182,9 @@ charged least; --max-group-slots caps any group's slots (configure
 					if opts.Key, err = webhook.ParseSecret(secret); err != nil {
 						return err
 					}
+					if err := checkSecretList(log, "secret", secret); err != nil {
+						return err
+					}
 					warnShortSecret(log, "relay", opts.Key)
 				}
 				ws, err := webhook.New(opts)

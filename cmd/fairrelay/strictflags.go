@@ -13,9 +13,11 @@ import (
 // strictFlags makes every flag of c and its commands strict in two ways
 // pflag is not (a breaker's report):
 //
-//   - A number is read in decimal only. pflag reads an integer in any base
-//     Go's syntax names, so --at 0100 wrote at tick 64, and 0x10, 0b1 and
-//     1_000 were ticks, generations and limits too.
+//   - An integer is written as JSON writes one: decimal digits, no leading
+//     0, a minus sign only. pflag reads an integer in any base Go's syntax
+//     names, so --at 0100 wrote at tick 64, and 0x10, 0b1 and 1_000 were
+//     ticks, generations and limits too; --delta and the JSON lines' numbers
+//     already refused 05 and +3.
 //   - A flag is given at most once. pflag keeps the last value, so
 //     "pause --queue a.db --queue b.db" paused a flow of b.db and "settle
 //     --outcome retry --outcome accepted" acked the event, without a word;
@@ -44,14 +46,15 @@ func strictFlags(c *cobra.Command) {
 }
 
 // strictValue is a flag's value that refuses a second Set and, for an
-// integer, any text but decimal digits (with an optional sign).
+// integer, any text but a JSON integer (decimal digits, no leading 0, an
+// optional minus sign).
 type strictValue struct {
 	pflag.Value
 	integer bool
 	set     bool
 }
 
-var decimalInteger = regexp.MustCompile(`^[+-]?[0-9]+$`)
+var decimalInteger = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
 
 func (v *strictValue) Set(s string) error {
 	if v.set {
@@ -67,7 +70,7 @@ func (v *strictValue) Set(s string) error {
 			return err
 		}
 		// The wrapped value parses in any base: give it the number in its
-		// plainest form, so a leading 0 is not read as octal.
+		// plainest form ("-0" is 0).
 		s = strconv.FormatInt(n, 10)
 	}
 	if err := v.Value.Set(s); err != nil {

@@ -85,6 +85,11 @@ func TestWaiveCommand(t *testing.T) {
 	if got, _ := run(0, "waive", "--inbox", dsn, "--queue", q, "--id", "A1", "--reason", "credited by hand", "--operator", "ana"); got != `{"status":"waived"}` {
 		t.Fatalf("waive: %s", got)
 	}
+	// The same waive again (a retried script) is already so: exit 0, and
+	// the first waiver's reason and operator stay.
+	if got, _ := run(0, "waive", "--inbox", dsn, "--queue", q, "--id", "A1", "--reason", "retried", "--operator", "bo"); got != `{"status":"waived"}` {
+		t.Fatalf("waive again: %s", got)
+	}
 	got, _ := run(0, "inspect", "--inbox", dsn, "waivers", "--json")
 	if !strings.Contains(got, `"flow":"A","seq":1,"id":"A1","reason":"credited by hand","operator":"ana"`) {
 		t.Fatalf("inspect waivers: %s", got)
