@@ -27,16 +27,11 @@ func newMigrateCmd() *cobra.Command {
 			if err := distinctStores(queue, inboxDSN); err != nil {
 				return err
 			}
-			// Both paths before either store is made: a queue created and
-			// then an inbox refused left the new queue behind.
-			if err := checkStorePaths(queue, inboxDSN); err != nil {
-				return err
-			}
+			// Both stores before either is made: a queue created and then
+			// an inbox refused left the new queue behind.
 			ctx := cmd.Context()
-			for _, s := range [][2]string{{"queue", queue}, {"inbox", inboxDSN}} {
-				if err := preflightPostgres(ctx, s[0], s[1]); err != nil {
-					return err
-				}
+			if err := checkBothStores(ctx, queue, inboxDSN, false); err != nil {
+				return err
 			}
 			if queue != "" {
 				// Open applies the migrations the store lacks.

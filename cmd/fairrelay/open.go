@@ -22,6 +22,7 @@ import (
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
+	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
 // policyFlags are the protocol numbers every queue command accepts. Times
@@ -207,6 +208,21 @@ func secretFlag(cmd *cobra.Command, secret string) (string, error) {
 		return "", fairrelay.InvalidInput(secretEnv, "is set but empty, which would turn signing off: unset it, or set it to the secret")
 	}
 	return v, nil
+}
+
+// webhookKey is the HMAC key of --secret for command (relay, receive):
+// webhook.ParseSecret's, refused when it is a list of secrets
+// (checkSecretList), and warned of when short (warnShortSecret).
+func webhookKey(log *slog.Logger, command, secret string) ([]byte, error) {
+	key, err := webhook.ParseSecret(secret)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSecretList(log, "secret", secret); err != nil {
+		return nil, err
+	}
+	warnShortSecret(log, command, key)
+	return key, nil
 }
 
 // minSecretBytes is the shortest HMAC key relay and receive take without a
@@ -535,43 +551,45 @@ func creatingIn(ctx context.Context, path, field, migrate string) (string, error
 		Message: fmt.Sprintf("%s is a database that holds no %s store (another application's? a misspelt path?); to make one in it on purpose, run %s %s first", path, field, migrate, path)}
 }
 
-// refuseForeign refuses, as creatingIn does, a SQLite file at dsn that is
-// a database with tables of its own and no store of field's kind ("queue"
-// or "inbox"), without writing to it; nil for a PostgreSQL URL, a file
-// that holds the store or none at all, or one the open refuses anyway.
-func refuseForeign(ctx context.Context, field, dsn string) error {
-	if dsn == "" || isPostgresURL(dsn) {
-		return nil
-	}
-	if err := openWritingNothing(ctx, field, dsn); !missingStore(err, field) {
-		return nil
-	}
-	_, err := creatingIn(ctx, dsn, field, "fairrelay migrate --"+field)
-	return err
-}
-
-// preflightPostgres checks, for a command that makes two stores (migrate,
-// script), a PostgreSQL store argument before either store is made,
-// writing nothing: a server that does not answer (or refuses the user) is
-// its error now, and a store that does not exist yet in a schema whose
-// name is not lower case is refused as making it would be. Before, the
-// other store was made first (a breaker's report). nil for a SQLite path,
-// a store that exists, or one the open decides on (a migration to apply).
-func preflightPostgres(ctx context.Context, field, dsn string) error {
-	if !isPostgresURL(dsn) {
-		return nil
-	}
-	err := openWritingNothing(ctx, field, dsn)
-	switch {
-	case err == nil:
-		return nil
-	case missingStore(err, field):
-		if _, schema, perr := pgstore.ParseDSN(dsn); perr == nil && schema != strings.ToLower(schema) {
-			return fairrelay.InvalidInput(field, "schema %q holds no store, and a new store's schema is lower case: use schema=%s", schema, strings.ToLower(schema))
-		}
-		return nil
-	case errors.Is(err, fairrelay.ErrDatabase), errors.Is(err, fairrelay.ErrBusy):
+// checkBothStores is what migrate and script check of their two store
+// arguments before either store is made (a breaker's report: the queue
+// store was made, then the inbox refused, with exit 2, "nothing
+// changed"). First checkStorePaths; then each store is opened read-only,
+// writing nothing:
+//   - PostgreSQL: a server that does not answer (or refuses the user) is
+//     the command's error now, and a store that does not exist yet in a
+//     schema whose name is not lower case is refused as making it would be;
+//   - SQLite, with foreign (script, not migrate, which makes a store in an
+//     existing database on purpose): a database with tables of its own and
+//     no store of the argument's kind is refused, as creatingIn refuses it
+//     for enqueue, relay and receive (script added its tables to it).
+//
+// A store that exists, or one the open decides on (a migration to apply,
+// another kind of store), passes.
+func checkBothStores(ctx context.Context, queue, inboxDSN string, foreign bool) error {
+	if err := checkStorePaths(queue, inboxDSN); err != nil {
 		return err
+	}
+	for _, s := range []struct{ field, dsn string }{{"queue", queue}, {"inbox", inboxDSN}} {
+		if s.dsn == "" || (!foreign && !isPostgresURL(s.dsn)) {
+			continue
+		}
+		err := openWritingNothing(ctx, s.field, s.dsn)
+		switch {
+		case err == nil:
+		case !isPostgresURL(s.dsn):
+			if missingStore(err, s.field) {
+				if _, err := creatingIn(ctx, s.dsn, s.field, "fairrelay migrate --"+s.field); err != nil {
+					return err
+				}
+			}
+		case missingStore(err, s.field):
+			if _, schema, perr := pgstore.ParseDSN(s.dsn); perr == nil && schema != strings.ToLower(schema) {
+				return fairrelay.InvalidInput(s.field, "schema %q holds no store, and a new store's schema is lower case: use schema=%s", schema, strings.ToLower(schema))
+			}
+		case errors.Is(err, fairrelay.ErrDatabase), errors.Is(err, fairrelay.ErrBusy):
+			return err
+		}
 	}
 	return nil
 }

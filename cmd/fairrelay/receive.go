@@ -115,14 +115,10 @@ Broker ` + brokerEnvHelp + `.`,
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "previous-secret", Message: "needs --secret (the new secret): it is what a rotation keeps accepting beside it"}
 			}
 			if secret != "" {
-				key, err := webhook.ParseSecret(secret)
+				key, err := webhookKey(log, "receive", secret)
 				if err != nil {
 					return err
 				}
-				if err := checkSecretList(log, "secret", secret); err != nil {
-					return err
-				}
-				warnShortSecret(log, "receive", key)
 				var old [][]byte
 				for _, p := range previous {
 					if err := checkSecretList(log, "previous-secret", p); err != nil {

@@ -179,13 +179,9 @@ charged least; --max-group-slots caps any group's slots (configure
 				}
 				opts := webhook.Options{URL: target, Timeout: timeout, Permanent: codes, MaxConnsPerHost: workers}
 				if secret != "" {
-					if opts.Key, err = webhook.ParseSecret(secret); err != nil {
+					if opts.Key, err = webhookKey(log, "relay", secret); err != nil {
 						return err
 					}
-					if err := checkSecretList(log, "secret", secret); err != nil {
-						return err
-					}
-					warnShortSecret(log, "relay", opts.Key)
 				}
 				ws, err := webhook.New(opts)
 				if err != nil {

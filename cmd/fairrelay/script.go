@@ -36,21 +36,7 @@ the exit code is non-zero only when the script cannot be read.`,
 			if err := checkStdin(cmd.InOrStdin()); err != nil {
 				return err
 			}
-			if err := checkStorePaths(queue, inboxDSN); err != nil {
-				return err
-			}
-			// Another application's SQLite database, refused as enqueue
-			// and receive refuse it, for both stores before either is
-			// made (a breaker's report: script added its tables to it).
-			for _, s := range [][2]string{{"queue", queue}, {"inbox", inboxDSN}} {
-				if err := preflightPostgres(ctx, s[0], s[1]); err != nil {
-					return err
-				}
-			}
-			if err := refuseForeign(ctx, "queue", queue); err != nil {
-				return err
-			}
-			if err := refuseForeign(ctx, "inbox", inboxDSN); err != nil {
+			if err := checkBothStores(ctx, queue, inboxDSN, true); err != nil {
 				return err
 			}
 			q, err := openQueue(ctx, queue, pol, &pf)
