@@ -240,6 +240,7 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 	}{
 		{[]string{"enqueue", "--queue", q, "--id", "", "--flow", "A", "--delta", "1", "--at", "5"}, "id: empty"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "0", "--at", "5"}, "delta: must be a positive integer"},
+		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--delta", "010", "--at", "5"}, "delta: must be a positive integer as JSON writes one (decimal, no leading 0, + or fraction), got 010"},
 		{[]string{"enqueue", "--queue", q, "--id", "A2", "--flow", "A", "--at", "5"}, "invalid_input: body: missing: give --body or --delta"},
 		// Every required flag left out is named at once, the first as the field.
 		{[]string{"redrive", "--queue", q, "--id", "A1", "--at", "5"}, "invalid_input: expected-generation: missing: give --expected-generation and --reason"},

@@ -490,7 +490,7 @@ func Body(delta, body json.RawMessage) ([]byte, error) {
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "delta", Message: fmt.Sprintf("%s is larger than %d, the largest delta a body can carry here", delta, int64(math.MaxInt64))}
 		}
 		if !ok {
-			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "delta", Message: fmt.Sprintf("must be a positive integer, got %s", delta)}
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "delta", Message: fmt.Sprintf("must be a positive integer as JSON writes one (decimal, no leading 0, + or fraction), got %s", delta)}
 		}
 		return []byte(fmt.Sprintf(`{"delta":%d}`, n)), nil
 	case body != nil:
