@@ -71,7 +71,7 @@ func main() {
 	flag.IntVar(&o.relayWorkers, "relay-workers", 100, "fairrelay: the relay's deliveries at once")
 	flag.DurationVar(&o.poll, "poll", 10*time.Millisecond, "Watermill: the subscriber's PollInterval (its wait after finding nothing; its default is 1s)")
 	flag.IntVar(&o.batch, "batch", 0, "Watermill: SubscribeBatchSize (0: its default, 100)")
-	flag.StringVar(&o.only, "only", "", "run only these workloads, comma-separated: watermill, fairrelay (default: both)")
+	flag.StringVar(&o.only, "only", "", "run only these workloads, comma-separated: watermill, fairrelay (the default: both), and the ceilings with no consumer (ceiling.go): watermill-publish, fairrelay-publish, bare-publish, plain-publish")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a workload whose events have not all arrived by then")
 	flag.Parse()
 	if !strings.HasPrefix(o.url, "postgres://") && !strings.HasPrefix(o.url, "postgresql://") {
@@ -91,9 +91,17 @@ type options struct {
 	only                                              string
 }
 
+// workload is one system's run of the application, by its -only key.
+type workload struct {
+	key, name string
+	run       func() (measure, error)
+	ceiling   bool // no consumer: nothing received, no order to check
+}
+
 // summary is one workload's medians over the rounds.
 type summary struct {
 	key, name             string
+	ceiling               bool
 	elapsed, publish      time.Duration // end to end; until the last commit
 	violations, dups      int           // of the median round (by elapsed)
 	perS, publishPerS     float64
@@ -106,21 +114,22 @@ func run(ctx context.Context, o options, w io.Writer) ([]summary, error) {
 	if o.n < 1 || o.publishers < 1 || o.flows < 1 || o.rounds < 1 || o.relayWorkers < 1 {
 		return nil, errors.New("-n, -publishers, -flows, -rounds and -relay-workers must be positive")
 	}
-	type workload struct {
-		key, name string
-		run       func() (measure, error)
-	}
 	all := []workload{
-		{"watermill", "Watermill SQL (DefaultPostgreSQLSchema + DefaultPostgreSQLOffsetsAdapter)", func() (measure, error) { return benchWatermill(ctx, o) }},
-		{"fairrelay", "fairrelay (EnqueueTx + the relay)", func() (measure, error) { return benchFairrelay(ctx, o) }},
+		{"watermill", "Watermill SQL (DefaultPostgreSQLSchema + DefaultPostgreSQLOffsetsAdapter)", func() (measure, error) { return benchWatermill(ctx, o) }, false},
+		{"fairrelay", "fairrelay (EnqueueTx + the relay)", func() (measure, error) { return benchFairrelay(ctx, o) }, false},
 	}
 	workloads := all
+	all = append(all, ceilingWorkloads(ctx, o)...)
 	if o.only != "" {
 		workloads = nil
 		for _, k := range strings.Split(o.only, ",") {
 			i := slices.IndexFunc(all, func(w workload) bool { return w.key == strings.TrimSpace(k) })
 			if i < 0 {
-				return nil, fmt.Errorf("-only: unknown workload %q (want watermill or fairrelay)", k)
+				keys := make([]string, len(all))
+				for j, w := range all {
+					keys[j] = w.key
+				}
+				return nil, fmt.Errorf("-only: unknown workload %q (want one of %s)", k, strings.Join(keys, ", "))
 			}
 			workloads = append(workloads, all[i])
 		}
@@ -149,7 +158,12 @@ func run(ctx context.Context, o options, w io.Writer) ([]summary, error) {
 				return nil, fmt.Errorf("%s: %w", workloads[i].key, err)
 			}
 			ms[i] = append(ms[i], m)
-			fmt.Fprintf(w, "round %d: %-9s %7.2f s end to end (%6.0f events/s), commits done at %6.2f s; %d order violations, %d duplicates\n",
+			if workloads[i].ceiling {
+				fmt.Fprintf(w, "round %d: %-17s %7.2f s to the last commit (%6.0f commits/s), no consumer\n",
+					r+1, workloads[i].key, m.publish.Seconds(), float64(o.n)/m.publish.Seconds())
+				continue
+			}
+			fmt.Fprintf(w, "round %d: %-17s %7.2f s end to end (%6.0f events/s), commits done at %6.2f s; %d order violations, %d duplicates\n",
 				r+1, workloads[i].key, m.elapsed.Seconds(), float64(o.n)/m.elapsed.Seconds(), m.publish.Seconds(), m.violations, m.dups)
 		}
 	}
@@ -159,7 +173,7 @@ func run(ctx context.Context, o options, w io.Writer) ([]summary, error) {
 		sorted := slices.SortedFunc(slices.Values(ms[i]), func(a, b measure) int { return cmp.Compare(a.elapsed, b.elapsed) })
 		med := sorted[len(sorted)/2]
 		pubs := slices.SortedFunc(slices.Values(ms[i]), func(a, b measure) int { return cmp.Compare(a.publish, b.publish) })
-		s := summary{key: wl.key, name: wl.name, elapsed: med.elapsed, publish: pubs[len(pubs)/2].publish,
+		s := summary{key: wl.key, name: wl.name, ceiling: wl.ceiling, elapsed: med.elapsed, publish: pubs[len(pubs)/2].publish,
 			violations: med.violations, dups: med.dups}
 		s.perS = float64(o.n) / s.elapsed.Seconds()
 		s.publishPerS = float64(o.n) / s.publish.Seconds()
@@ -182,8 +196,12 @@ func run(ctx context.Context, o options, w io.Writer) ([]summary, error) {
 			s.ratio = s.perS / wm
 			ratio = fmt.Sprintf("%.2f", s.ratio)
 		}
-		fmt.Fprintf(w, "| %s | %d | %.2f | %.0f | %s | %.0f | %.1f; %.1f | %d |\n",
-			s.name, o.n, s.elapsed.Seconds(), s.perS, ratio, s.publishPerS, s.violationsPer10k, s.worstViolationsPer10k, s.dups)
+		order, dups := fmt.Sprintf("%.1f; %.1f", s.violationsPer10k, s.worstViolationsPer10k), fmt.Sprint(s.dups)
+		if s.ceiling {
+			order, dups = "–", "–"
+		}
+		fmt.Fprintf(w, "| %s | %d | %.2f | %.0f | %s | %.0f | %s | %s |\n",
+			s.name, o.n, s.elapsed.Seconds(), s.perS, ratio, s.publishPerS, order, dups)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Target (issue 14, after the store's rewrite): fairrelay ≥ 1 × Watermill's events/s, with 0 order violations.")
@@ -370,14 +388,7 @@ func benchWatermill(ctx context.Context, o options) (measure, error) {
 		return measure{}, err
 	}
 	defer cleanup()
-	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: o.batch}
-	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), wsql.SubscriberConfig{
-		ConsumerGroup:    "bench",
-		SchemaAdapter:    schema,
-		OffsetsAdapter:   wsql.DefaultPostgreSQLOffsetsAdapter{},
-		InitializeSchema: true,
-		PollInterval:     o.poll,
-	}, watermill.NopLogger{})
+	sub, err := watermillSubscriber(pool, o)
 	if err != nil {
 		return measure{}, err
 	}
@@ -403,9 +414,32 @@ func benchWatermill(ctx context.Context, o options) (measure, error) {
 	}()
 
 	start := time.Now()
-	published := publishing(ctx, o, pool, start, failed, func(ctx context.Context, tx pgx.Tx, flow string, _ int64, body []byte) error {
-		// A publisher per transaction: watermill-sql's way of
-		// publishing inside the caller's transaction.
+	published := publishing(ctx, o, pool, start, failed, watermillPublish(o))
+	last, err := check.wait(ctx, o.timeout, failed)
+	if err != nil {
+		return measure{}, err
+	}
+	return check.measure(start, last, <-published), nil
+}
+
+// watermillSubscriber is the subscriber of the "exactly once, guaranteed
+// order" setup, its tables made on first use.
+func watermillSubscriber(pool *pgxpool.Pool, o options) (*wsql.Subscriber, error) {
+	return wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), wsql.SubscriberConfig{
+		ConsumerGroup:    "bench",
+		SchemaAdapter:    wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: o.batch},
+		OffsetsAdapter:   wsql.DefaultPostgreSQLOffsetsAdapter{},
+		InitializeSchema: true,
+		PollInterval:     o.poll,
+	}, watermill.NopLogger{})
+}
+
+// watermillPublish publishes one event inside the business transaction:
+// a publisher per transaction, watermill-sql's way of publishing inside
+// the caller's transaction, the flow in the metadata.
+func watermillPublish(o options) func(ctx context.Context, tx pgx.Tx, flow string, _ int64, body []byte) error {
+	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: o.batch}
+	return func(ctx context.Context, tx pgx.Tx, flow string, _ int64, body []byte) error {
 		pub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{SchemaAdapter: schema}, watermill.NopLogger{})
 		if err != nil {
 			return err
@@ -414,31 +448,35 @@ func benchWatermill(ctx context.Context, o options) (measure, error) {
 		msg.Metadata.Set("flow", flow)
 		msg.SetContext(ctx)
 		return pub.Publish(topic, msg)
-	})
-	last, err := check.wait(ctx, o.timeout, failed)
-	if err != nil {
-		return measure{}, err
 	}
-	return check.measure(start, last, <-published), nil
+}
+
+// businessAndQueue is business and a fairrelay store in a fresh schema of
+// its own; cleanup closes both and drops their schemas.
+func businessAndQueue(ctx context.Context, o options) (pool *pgxpool.Pool, ob *outboxbench.Outbox, schema string, cleanup func(), err error) {
+	pool, dropBusiness, err := business(ctx, o)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	schema = outboxbench.RandomName("bench_wmq")
+	dsn, err := outboxbench.WithParams(o.url, "schema", schema)
+	if err == nil {
+		ob, err = outboxbench.OpenOutbox(ctx, dsn)
+	}
+	if err != nil {
+		outboxbench.DropSchema(ctx, o.url, schema)
+		dropBusiness()
+		return nil, nil, "", nil, err
+	}
+	return pool, ob, schema, func() { ob.Close(); outboxbench.DropSchema(ctx, o.url, schema); dropBusiness() }, nil
 }
 
 func benchFairrelay(ctx context.Context, o options) (measure, error) {
-	pool, cleanup, err := business(ctx, o)
+	pool, ob, _, cleanup, err := businessAndQueue(ctx, o)
 	if err != nil {
 		return measure{}, err
 	}
 	defer cleanup()
-	queueSchema := outboxbench.RandomName("bench_wmq")
-	dsn, err := outboxbench.WithParams(o.url, "schema", queueSchema)
-	if err != nil {
-		return measure{}, err
-	}
-	defer outboxbench.DropSchema(ctx, o.url, queueSchema)
-	ob, err := outboxbench.OpenOutbox(ctx, dsn)
-	if err != nil {
-		return measure{}, err
-	}
-	defer ob.Close()
 	check := newChecker(o.n)
 	failed := make(chan error, 2)
 	stop, err := ob.StartRelay(ctx, outboxbench.RelayOptions{Workers: o.relayWorkers, Deliver: func(d outboxbench.Delivered) {

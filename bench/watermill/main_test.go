@@ -40,3 +40,29 @@ func TestSmoke(t *testing.T) {
 		t.Error("-only kafka: no error")
 	}
 }
+
+// TestCeilingsSmoke runs the four workloads with no consumer once on 200
+// transactions: each commits them all (the bare statement fails loudly if
+// it wrote no row) and gets its table row.
+func TestCeilingsSmoke(t *testing.T) {
+	o := options{url: pgtest.URL(t), n: 200, publishers: 8, flows: 100, rounds: 1, relayWorkers: 1,
+		poll: 10 * time.Millisecond, timeout: 2 * time.Minute,
+		only: "watermill-publish,fairrelay-publish,bare-publish,plain-publish"}
+	var out bytes.Buffer
+	sums, err := run(context.Background(), o, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sums) != 4 {
+		t.Fatalf("summaries %+v", sums)
+	}
+	for _, s := range sums {
+		if s.perS <= 0 || s.publish <= 0 {
+			t.Errorf("%s: %.0f events/s, publish %v", s.key, s.perS, s.publish)
+		}
+		if !strings.Contains(out.String(), "| "+s.name+" | 200 |") {
+			t.Errorf("no table row for %s", s.key)
+		}
+	}
+}
