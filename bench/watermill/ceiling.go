@@ -25,6 +25,13 @@ import (
 //     event at the next seq, advance the flow), prepared, in the store's
 //     own tables — the least that orders a flow's events by commit with no
 //     hole (SPEC §10) in this data model. No tick, no checks, no limits.
+//   - lock-insert-publish: what an enqueue could cost in another data model
+//     (a probe of one, not fairrelay's): a per-flow transaction-scoped
+//     advisory lock (held in memory, no row written) and an insert into an
+//     events table at the flow's largest seq + 1, read after the lock under
+//     a new snapshot. It orders a flow's events by commit with no hole, as
+//     SPEC §10 asks, and writes one row; the head, the turn and the
+//     claim's state would live elsewhere, written by the relay alone.
 //   - plain-publish: one row into a plain outbox table (a BIGSERIAL key, the
 //     flow, the body, a timestamp), the outbox a team would write by hand.
 func ceilingWorkloads(ctx context.Context, o options) []workload {
@@ -32,6 +39,7 @@ func ceilingWorkloads(ctx context.Context, o options) []workload {
 		{"watermill-publish", "Watermill SQL's publisher alone (no subscriber)", func() (measure, error) { return benchWatermillPublish(ctx, o) }, true},
 		{"fairrelay-publish", "fairrelay's EnqueueTx alone (no relay)", func() (measure, error) { return benchFairrelayPublish(ctx, o, false) }, true},
 		{"bare-publish", "fairrelay's bare enqueue statement alone (no function, no relay)", func() (measure, error) { return benchFairrelayPublish(ctx, o, true) }, true},
+		{"lock-insert-publish", "a per-flow advisory lock and an insert at the next seq (another data model's least, no consumer)", func() (measure, error) { return benchLockInsertPublish(ctx, o) }, true},
 		{"plain-publish", "a plain outbox row alone (no consumer)", func() (measure, error) { return benchPlainPublish(ctx, o) }, true},
 	}
 }
@@ -120,6 +128,29 @@ func benchPlainPublish(ctx context.Context, o options) (measure, error) {
 	err = publishAll(ctx, o, pool, func(ctx context.Context, tx pgx.Tx, flow string, _ int64, body []byte) error {
 		_, err := tx.Exec(ctx, `INSERT INTO outbox (flow, body) VALUES ($1, $2)`, flow, body)
 		return err
+	})
+	d := time.Since(start)
+	return measure{elapsed: d, publish: d}, err
+}
+
+func benchLockInsertPublish(ctx context.Context, o options) (measure, error) {
+	pool, cleanup, err := business(ctx, o)
+	if err != nil {
+		return measure{}, err
+	}
+	defer cleanup()
+	if _, err := pool.Exec(ctx, `CREATE TABLE events (event_id TEXT PRIMARY KEY, flow_id TEXT NOT NULL, seq BIGINT NOT NULL, body BYTEA NOT NULL, UNIQUE (flow_id, seq))`); err != nil {
+		return measure{}, err
+	}
+	start := time.Now()
+	err = publishAll(ctx, o, pool, func(ctx context.Context, tx pgx.Tx, flow string, version int64, body []byte) error {
+		// One round trip: the lock, then the insert, whose statement
+		// starts after the lock is held and so sees the flow's last
+		// committed seq (READ COMMITTED).
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, flow)
+		b.Queue(`INSERT INTO events SELECT $1, $2, coalesce(max(seq), 0) + 1, $3 FROM events WHERE flow_id = $2`, fmt.Sprintf("%s-%d", flow, version), flow, body)
+		return tx.SendBatch(ctx, b).Close()
 	})
 	d := time.Since(start)
 	return measure{elapsed: d, publish: d}, err

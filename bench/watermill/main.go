@@ -71,7 +71,7 @@ func main() {
 	flag.IntVar(&o.relayWorkers, "relay-workers", 100, "fairrelay: the relay's deliveries at once")
 	flag.DurationVar(&o.poll, "poll", 10*time.Millisecond, "Watermill: the subscriber's PollInterval (its wait after finding nothing; its default is 1s)")
 	flag.IntVar(&o.batch, "batch", 0, "Watermill: SubscribeBatchSize (0: its default, 100)")
-	flag.StringVar(&o.only, "only", "", "run only these workloads, comma-separated: watermill, fairrelay (the default: both), and the ceilings with no consumer (ceiling.go): watermill-publish, fairrelay-publish, bare-publish, plain-publish")
+	flag.StringVar(&o.only, "only", "", "run only these workloads, comma-separated: watermill, fairrelay (the default: both), and the ceilings with no consumer (ceiling.go): watermill-publish, fairrelay-publish, bare-publish, lock-insert-publish, plain-publish")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a workload whose events have not all arrived by then")
 	flag.Parse()
 	if !strings.HasPrefix(o.url, "postgres://") && !strings.HasPrefix(o.url, "postgresql://") {
@@ -159,11 +159,11 @@ func run(ctx context.Context, o options, w io.Writer) ([]summary, error) {
 			}
 			ms[i] = append(ms[i], m)
 			if workloads[i].ceiling {
-				fmt.Fprintf(w, "round %d: %-17s %7.2f s to the last commit (%6.0f commits/s), no consumer\n",
+				fmt.Fprintf(w, "round %d: %-19s %7.2f s to the last commit (%6.0f commits/s), no consumer\n",
 					r+1, workloads[i].key, m.publish.Seconds(), float64(o.n)/m.publish.Seconds())
 				continue
 			}
-			fmt.Fprintf(w, "round %d: %-17s %7.2f s end to end (%6.0f events/s), commits done at %6.2f s; %d order violations, %d duplicates\n",
+			fmt.Fprintf(w, "round %d: %-19s %7.2f s end to end (%6.0f events/s), commits done at %6.2f s; %d order violations, %d duplicates\n",
 				r+1, workloads[i].key, m.elapsed.Seconds(), float64(o.n)/m.elapsed.Seconds(), m.publish.Seconds(), m.violations, m.dups)
 		}
 	}

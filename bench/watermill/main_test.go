@@ -41,20 +41,20 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
-// TestCeilingsSmoke runs the four workloads with no consumer once on 200
+// TestCeilingsSmoke runs the five workloads with no consumer once on 200
 // transactions: each commits them all (the bare statement fails loudly if
 // it wrote no row) and gets its table row.
 func TestCeilingsSmoke(t *testing.T) {
 	o := options{url: pgtest.URL(t), n: 200, publishers: 8, flows: 100, rounds: 1, relayWorkers: 1,
 		poll: 10 * time.Millisecond, timeout: 2 * time.Minute,
-		only: "watermill-publish,fairrelay-publish,bare-publish,plain-publish"}
+		only: "watermill-publish,fairrelay-publish,bare-publish,lock-insert-publish,plain-publish"}
 	var out bytes.Buffer
 	sums, err := run(context.Background(), o, &out)
 	t.Log(out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sums) != 4 {
+	if len(sums) != 5 {
 		t.Fatalf("summaries %+v", sums)
 	}
 	for _, s := range sums {
