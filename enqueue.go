@@ -107,7 +107,10 @@ type EnqueueResult struct {
 // conflict; a new id that would go over a backlog limit answers full
 // (SPEC §8). Errors (SPEC §2 order): ErrClockRegressed; ErrInvalidInput
 // naming at, id, flow, group or body; ErrBusy; ErrDatabase. On error
-// nothing changed.
+// nothing changed (but for ErrCommitUnknown on PostgreSQL). A ctx that ends
+// while the call waits — for a flow an open outbox transaction holds, say —
+// ends it then, with ctx's error in the chain (errors.Is) and nothing
+// written.
 func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
 	rs, err := q.EnqueueMany(ctx, EnqueueManyParams{At: p.At, Floor: p.Floor, Events: []NewEvent{p.event()}})
 	if err != nil {

@@ -81,7 +81,9 @@ func (e *Error) Is(target error) bool {
 // the connection to PostgreSQL failed after the write's COMMIT was sent and
 // before its answer: the write may have committed or not. A claim that
 // did leaves its heads leased until their leases end; a settle that did
-// answers stale when sent again.
+// answers stale when sent again. An error the server answered — a
+// statement's, or BEGIN's on a connection an administrator ended — is
+// never ErrCommitUnknown: the COMMIT did not run.
 var ErrCommitUnknown = store.ErrCommitUnknown
 
 // Sentinels for errors.Is.

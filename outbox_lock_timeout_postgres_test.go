@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fairrelay/fairrelay"
@@ -22,14 +24,7 @@ func TestPostgresEnqueueTxWaitsUnderTheCallersLockTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, pool := postgresQueue(t, "frltmo", 0)
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if r, err := q.EnqueuePgxTx(ctx, holder, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
-		t.Fatalf("holder's enqueue: %+v %v", r, err)
-	}
+	holder := holdNewFlowA(t, q, pool)
 	pgxCall := func(tx pgx.Tx) error {
 		_, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored})
 		return err
@@ -71,4 +66,63 @@ func TestPostgresEnqueueTxWaitsUnderTheCallersLockTimeout(t *testing.T) {
 	if es, err := q.Events(ctx, "", 0, 10); err != nil || len(es) != 1 || es[0].ID != "A1" {
 		t.Fatalf("events: %+v %v, want A1 alone", es, err)
 	}
+}
+
+// TestPostgresEnqueueEndsWithItsContextBehindAHeldFlow: Enqueue and
+// EnqueueMany run in a transaction of their own, sent with its COMMIT in
+// one round trip. Waiting for a flow an open outbox transaction holds,
+// they end when the caller's ctx does, with ctx's error, and say nothing
+// was written (a breaker's report: with a 1 s ctx and a 20 s BusyTimeout
+// the call returned after 11 s marked ErrCommitUnknown, "may have
+// committed", though its statement had been waiting for a row lock). The
+// flow keeps no hole: the holder's event is its only one, and the next
+// enqueue takes seq 2.
+func TestPostgresEnqueueEndsWithItsContextBehindAHeldFlow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool := postgresQueue(t, "frctxend", time.Minute)
+	holder := holdNewFlowA(t, q, pool)
+	a2 := fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}
+	for name, call := range map[string]func(ctx context.Context) error{
+		"Enqueue": func(ctx context.Context) error {
+			_, err := q.Enqueue(ctx, a2)
+			return err
+		},
+		"EnqueueMany": func(ctx context.Context) error {
+			_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{Events: []fairrelay.NewEvent{{ID: a2.ID, Flow: a2.Flow, Body: a2.Body}}, At: fairrelay.AtStored})
+			return err
+		},
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		err := call(cctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, fairrelay.ErrCommitUnknown) {
+			t.Errorf("%s behind a held flow, its ctx ended: %v, want ctx's error, not ErrCommitUnknown", name, err)
+		}
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := q.Events(ctx, "", 0, 10); err != nil || len(es) != 1 || es[0].ID != "A1" {
+		t.Fatalf("events: %+v %v, want A1 alone", es, err)
+	}
+	if r, err := q.Enqueue(ctx, a2); err != nil || r.Status != fairrelay.EnqueueCreated || r.Seq != 2 {
+		t.Fatalf("A2 after the holder's commit: %+v %v, want created at seq 2", r, err)
+	}
+}
+
+// holdNewFlowA opens a transaction on pool that enqueues A1 onto flow A and
+// stays open, holding the flow, until the test commits it or ends.
+func holdNewFlowA(t *testing.T, q *fairrelay.Queue, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Rollback(ctx) })
+	if r, err := q.EnqueuePgxTx(ctx, holder, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("holder's enqueue: %+v %v", r, err)
+	}
+	return holder
 }

@@ -1,9 +1,13 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -25,4 +29,15 @@ func TestMayHaveCommittedMarksTheUnknownCommit(t *testing.T) {
 	if err := mayHaveCommitted(connState(false), cause); errors.Is(err, store.ErrCommitUnknown) || err != cause {
 		t.Errorf("open connection: %v, want the error as it is", err)
 	}
+}
+
+// CommitOn sends stmts and COMMIT on conn in one round trip, as the store's
+// own transactions commit (pgxConn.commit), for the tests of package
+// pgstore_test, which may reach PostgreSQL (pgtest imports this package).
+func CommitOn(ctx context.Context, conn *pgx.Conn, stmts ...string) error {
+	pc := &pgxConn{tx: conn}
+	for i, st := range stmts {
+		pc.queue(fmt.Sprintf("statement %d", i+1), st)
+	}
+	return pc.commit(ctx)
 }

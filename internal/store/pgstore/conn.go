@@ -3,8 +3,10 @@ package pgstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -200,23 +202,55 @@ func (e commitUnknownError) Unwrap() error        { return e.error }
 // caller was told the write failed although it had committed (a breaker's
 // report: an enqueue stored, a claim leased, a settle acked, a redrive
 // done, each answered with an error). A ctx already done sends nothing.
-// The server's lock_timeout bounds the writes' waits for rows, and
-// commitGrace past ctx's end a server that stops answering; an error then
-// (or a lost connection) leaves the outcome unknown, which the error says.
+//
+// The writes queued before the COMMIT may still wait, though — an enqueue
+// for its flow's row, which an open outbox transaction holds. When ctx
+// ends during the round trip, commit asks the server to cancel what it is
+// running (a cancel request, cancelOnEnd): a write still waiting fails,
+// nothing commits, and the caller hears ctx's error at once rather than
+// after lock_timeout or commitGrace (then "may have committed", though
+// nothing had been; a breaker's report). A COMMIT under way is not cut
+// short: the server holds a cancel off while it commits. A connection a
+// cancel request was sent on is closed afterwards, so that a late cancel
+// cannot reach a later statement.
+//
+// An error the server answered for a statement before the COMMIT means
+// the COMMIT was not run (the server skips the rest of a failed round
+// trip), so nothing committed, even when the connection then closed (a
+// FATAL answer to BEGIN from a connection an administrator ended). Only a
+// round trip that got no answer at all, or none for the COMMIT, leaves the
+// outcome unknown, which the error says.
 func (c *pgxConn) commit(ctx context.Context) error {
 	b, names, reads := c.takePending()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("commit: not sent: %w", err)
 	}
-	ctx, cancel := commitContext(ctx)
+	end, cancel := commitContext(ctx)
 	defer cancel()
+	cancelled, stopCancel := cancelOnEnd(ctx, c.tx)
+	defer func() {
+		if stopCancel() {
+			// A cancel request went out: the connection is not used
+			// again (the pool drops a closed one on release).
+			if pc, ok := c.tx.(*pgx.Conn); ok {
+				pc.Close(context.WithoutCancel(ctx))
+			}
+		}
+	}()
 	b.Queue("COMMIT")
-	br := c.tx.SendBatch(ctx, &b)
+	br := c.tx.SendBatch(end, &b)
 	defer br.Close()
 	// An answer of the server's (a PgError) fails the transaction, which
 	// then answers COMMIT with ROLLBACK; no answer at all (the connection
 	// lost, commitGrace) leaves the COMMIT sent and its outcome unknown.
 	unknown := func(err error) error {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			if cancelled() && pe.Code == "57014" { // query_canceled: ours
+				return fmt.Errorf("%w (the call's context ended before the commit; nothing was written): %w", ctx.Err(), err)
+			}
+			return err
+		}
 		if cc, ok := c.tx.(interface{ IsClosed() bool }); ok {
 			return mayHaveCommitted(cc, err)
 		}
@@ -235,8 +269,59 @@ func (c *pgxConn) commit(ctx context.Context) error {
 	if tag.String() != "COMMIT" {
 		return fmt.Errorf("commit: the server answered %s", tag)
 	}
-	return Translate(br.Close())
+	if err := br.Close(); err != nil {
+		var pe *pgconn.PgError
+		if cancelled() && errors.As(err, &pe) && pe.Code == "57014" {
+			// Our cancel, come after the COMMIT had run: committed.
+			return nil
+		}
+		return Translate(err)
+	}
+	return nil
 }
+
+// cancelOnEnd sends a cancel request for what the server runs on conn's
+// connection as soon as ctx ends (when conn is a *pgx.Conn; a caller's
+// transaction is left alone), and again every cancelAgain until stop: a
+// request that reaches the server between two statements of a round trip
+// is ignored there, and the next statement would run on. cancelled reports
+// whether one was sent; stop ends the watch and reports the same, once no
+// request can still be in flight from here.
+func cancelOnEnd(ctx context.Context, conn pgxQuerier) (cancelled func() bool, stop func() bool) {
+	pc, ok := conn.(*pgx.Conn)
+	if !ok || ctx.Done() == nil {
+		return func() bool { return false }, func() bool { return false }
+	}
+	var sent atomic.Bool
+	finished, done := make(chan struct{}), make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		defer close(done)
+		sent.Store(true)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitGrace)
+		defer cancel()
+		for {
+			pc.PgConn().CancelRequest(rctx)
+			select {
+			case <-finished:
+				return
+			case <-rctx.Done():
+				return
+			case <-time.After(cancelAgain):
+			}
+		}
+	})
+	return sent.Load, func() bool {
+		close(finished)
+		if !stopWatch() {
+			<-done // the requests were started: let them end
+		}
+		return sent.Load()
+	}
+}
+
+// cancelAgain is how often cancelOnEnd repeats its cancel request while the
+// round trip has not ended.
+const cancelAgain = 50 * time.Millisecond
 
 func (c *pgxConn) query(ctx context.Context, name, sql string, args []any, each func(scanner) error) error {
 	var rows pgx.Rows
