@@ -107,6 +107,12 @@ func TestBatchErrorsNameTheItem(t *testing.T) {
 			if w := got(err); w.Item != 0 || w.Field != "detail" || strings.HasPrefix(w.Lead, "settlement") {
 				t.Errorf("Settle: %+v (%v), want field detail, no item", w, err)
 			}
+			// A retry due after MaxTick could never be claimed: its flow
+			// would stay blocked, neither due nor quarantined.
+			_, err = q.Settle(ctx, fairrelay.SettleParams{At: 11, Token: cr.Claims[1].Token, Outcome: fairrelay.OutcomeRetry, NotBefore: fairrelay.MaxTick + 1})
+			if w := got(err); w.Field != "not_before" {
+				t.Errorf("Settle with NotBefore MaxTick+1: %+v (%v), want field not_before", w, err)
+			}
 			after, err = q.Snapshot(ctx)
 			if err != nil {
 				t.Fatal(err)

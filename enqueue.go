@@ -167,12 +167,19 @@ func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]Enqueue
 // another database, whether or not it holds a store in a schema of the same
 // name (checked in the same statement, before anything is written), or the
 // store's schema made again since Open, or (SQLite) a transaction SQLite
-// has already rolled back; an error leaves the caller's transaction to be
-// rolled back by the caller. Nothing of the call stays in the caller's
-// transaction after an error (on SQLite a savepoint of its own), but on
-// SQLite a ctx that ends while one of its writes runs interrupts it, and
-// SQLite then rolls back the caller's whole transaction (the error says
-// so): the caller's later statements would run outside any transaction.
+// has already rolled back, or a transaction of another driver (a SQLite
+// one to a PostgreSQL queue, a PostgreSQL one to a SQLite queue); an error
+// leaves the caller's transaction to be rolled back by the caller. Nothing
+// of the call stays in the caller's transaction after an error (on SQLite
+// a savepoint of its own). On PostgreSQL the transaction is then unusable
+// whenever the server raised the error (ErrClockRegressed, a refused
+// field, ErrBusy, ErrDatabase): every later statement fails with "current
+// transaction is aborted" until the caller rolls back; only the errors
+// found before anything is sent (an empty id, a bad tick) leave it usable.
+// On SQLite it stays usable, but a ctx that ends while one of its writes
+// runs interrupts it, and SQLite then rolls back the caller's whole
+// transaction (the error says so): the caller's later statements would run
+// outside any transaction.
 func (q *Queue) EnqueueTx(ctx context.Context, tx *sql.Tx, p EnqueueParams) (EnqueueResult, error) {
 	if tx == nil {
 		return EnqueueResult{}, invalid("tx", "nil *sql.Tx")

@@ -25,6 +25,10 @@ const (
 	// CodeNotDatabase: the file or server does not hold a usable database.
 	CodeNotDatabase Code = "not_a_database"
 	// CodeDatabase: any other database error; the wrapped error says more.
+	// A ctx that ends during a call (after Open) is answered with this
+	// code too, ctx's error in the chain: test errors.Is(err,
+	// context.Canceled) or context.DeadlineExceeded first to tell the
+	// caller's own cancellation from a fault of the database.
 	CodeDatabase Code = "database"
 )
 

@@ -425,3 +425,60 @@ func TestEnqueueTxPostgresIgnoresTemporaryTables(t *testing.T) {
 		t.Fatalf("%d functions, %v", n, err)
 	}
 }
+
+// EnqueueTx given a transaction of the other backend's driver — a SQLite
+// *sql.Tx to a PostgreSQL queue, a PostgreSQL one (pgx's stdlib) to a
+// SQLite queue — is invalid_input naming tx, as its doc says of any
+// transaction not on the Queue's store, and writes nothing (a Go API
+// breaker's report: the PostgreSQL queue answered a database error, "sql:
+// converting argument $1 type: unsupported type []string", which a
+// monitoring rule takes for a sick database).
+func TestEnqueueTxRefusesATransactionOfTheOtherBackend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pq, err := fairrelay.Open(ctx, pgtest.Schema(t, "frox_drv"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pq.Close()
+	path := filepath.Join(t.TempDir(), "q.db")
+	sq, err := fairrelay.Open(ctx, path, fairrelay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	sdb, err := sql.Open("sqlite", fairrelay.SQLiteDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdb.Close()
+	pdb, err := sql.Open("pgx", pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pdb.Close()
+	p := fairrelay.EnqueueParams{ID: "x1", Flow: "X", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}
+	for name, c := range map[string]struct {
+		q  *fairrelay.Queue
+		db *sql.DB
+	}{
+		"a SQLite *sql.Tx to a PostgreSQL queue": {pq, sdb},
+		"a PostgreSQL *sql.Tx to a SQLite queue": {sq, pdb},
+	} {
+		tx, err := c.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.q.EnqueueTx(ctx, tx, p)
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "tx" {
+			t.Errorf("%s: %v, want invalid_input naming tx", name, err)
+		}
+		tx.Rollback()
+	}
+	for name, q := range map[string]*fairrelay.Queue{"PostgreSQL": pq, "SQLite": sq} {
+		if snap, err := q.Snapshot(ctx); err != nil || len(snap.Events) != 0 {
+			t.Errorf("the %s queue after the refused calls: %+v %v, want no events", name, snap.Events, err)
+		}
+	}
+}

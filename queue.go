@@ -46,7 +46,8 @@ type Config struct {
 	Logger *slog.Logger
 	// BusyTimeout is how long a write waits for another process's lock
 	// before failing with ErrBusy (SQLite's busy timeout, PostgreSQL's
-	// lock_timeout). Defaults to 5s.
+	// lock_timeout), rounded up to whole milliseconds. Defaults (when 0)
+	// to 5s; a negative one is ErrInvalidInput naming busy_timeout.
 	BusyTimeout time.Duration
 	// MustExist makes Open fail with ErrInvalidInput (field "queue") when
 	// the store does not exist yet — a missing SQLite file, a PostgreSQL
@@ -94,7 +95,8 @@ type Queue struct {
 // fairrelay recorded it takes the rule of its first Open. Errors:
 // ErrInvalidInput (field "queue" or a policy field) for a bad path, URL or
 // policy (a URL of another scheme, postgress:// or mysql://, and SQLite URL
-// forms, sqlite:x.db or file:x.db, are refused, not taken for paths), a store migrated by a newer fairrelay (it records a migration
+// forms, sqlite:x.db or file:x.db, are refused, not taken for paths), a
+// PostgreSQL database the server does not hold, a store migrated by a newer fairrelay (it records a migration
 // this build does not know), a missing store under MustExist, or a store
 // not migrated to this version under ReadOnly;
 // ErrInvalidInput (field "policy") for a store created under the other
@@ -108,6 +110,10 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	pol := cfg.Policy.withDefaults()
+	if cfg.BusyTimeout < 0 {
+		return nil, invalid("busy_timeout", "must not be negative (0: the default, %s), got %s", store.DefaultBusyTimeout, cfg.BusyTimeout)
+	}
+	cfg.BusyTimeout = store.BusyTimeout(cfg.BusyTimeout)
 	if strings.TrimSpace(dsn) == "" {
 		return nil, invalid("queue", "empty path")
 	}
@@ -118,9 +124,11 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Queue, error) {
 	var err error
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		// A URL or schema name that does not parse is the caller's input;
-		// anything after that (server unreachable, no such database) is a
-		// database error, never invalid input.
+		// A URL or schema name that does not parse is the caller's input,
+		// and so is a database the server does not hold (ErrMissing: what
+		// the URL names is not there, as a SQLite file's missing
+		// directory); anything else after that (the server unreachable,
+		// refusing the user) is a database error.
 		if _, _, perr := pgstore.PoolConfig(dsn, 0); perr != nil {
 			return nil, invalid("queue", "%s", perr.Error())
 		}

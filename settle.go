@@ -55,7 +55,8 @@ type SettleParams struct {
 	Outcome Outcome
 	// NotBefore, when above the backoff's next_at, raises next_at to it for a
 	// transient outcome within the budget (a receiver's Retry-After, as a
-	// tick). Zero leaves the SPEC's backoff unchanged.
+	// tick). Zero leaves the SPEC's backoff unchanged. At most MaxTick:
+	// above it is ErrInvalidInput naming not_before.
 	NotBefore int64
 	// Detail and Duration describe the delivery for the attempt history
 	// (as Settlement's).
@@ -103,7 +104,8 @@ type SettleManyParams struct {
 	// flow is ever held.
 	SkipHeld bool
 	// Settles are the tokens to settle, in order; each gets the answer a
-	// Settle in that order would give. May be empty when ClaimLimit > 0.
+	// Settle in that order would give. May be empty when ClaimLimit > 0;
+	// empty with ClaimLimit 0 is ErrInvalidInput naming settles.
 	Settles []Settlement
 	// ClaimLimit, when positive, claims up to that many heads after the
 	// settles, in the same transaction: exactly the answers of the settles
@@ -178,6 +180,11 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 			if k < 0 || k > MaxLimit {
 				return invalid("claim_limit", "must be 0 to %d, got %d", MaxLimit, k)
 			}
+			if len(p.Settles) == 0 && k == 0 {
+				// Nothing to do would still have written the tick (a
+				// breaker's report).
+				return invalid("settles", "empty, with claim_limit 0: nothing to settle or claim")
+			}
 			if err := checkExclude(p.Exclude); err != nil {
 				return err
 			}
@@ -238,8 +245,11 @@ func checkSettle(p Settlement) error {
 	if err := checkGeneration("generation", p.Token.Generation); err != nil {
 		return err
 	}
-	if p.NotBefore < 0 || p.NotBefore > 2*MaxTick {
-		return invalid("not_before", "must be a tick in [0, %d], got %d", int64(2*MaxTick), p.NotBefore)
+	// Not above MaxTick: a head due later could never be claimed (no
+	// operation's tick goes past MaxTick), and its flow would stay blocked
+	// without being quarantined (a breaker's report).
+	if p.NotBefore < 0 || p.NotBefore > MaxTick {
+		return invalid("not_before", "must be a tick in [0, %d] (MaxTick; a head due later could never be claimed), got %d", int64(MaxTick), p.NotBefore)
 	}
 	if len(p.Detail) > MaxDetailBytes || !utf8.ValidString(p.Detail) || strings.IndexByte(p.Detail, 0) >= 0 {
 		return invalid("detail", "must be valid UTF-8 without NUL of at most %d bytes, got %d bytes", MaxDetailBytes, len(p.Detail))

@@ -80,7 +80,9 @@ type Options struct {
 	// one answers unsupported_delta. Defaults (when 0) to NoDeltaLimit.
 	MaxDelta int64
 	// BusyTimeout is how long a receive waits for another process's write
-	// lock (SQLite). Defaults to 5s.
+	// lock (SQLite), or a row lock (PostgreSQL's lock_timeout), rounded up
+	// to whole milliseconds. Defaults (when 0) to 5s; a negative one is
+	// ErrInvalidInput naming busy_timeout.
 	BusyTimeout time.Duration
 	// MustExist makes Open fail with ErrInvalidInput (field "inbox"),
 	// creating nothing, when there is no inbox yet — a missing SQLite file,
@@ -112,7 +114,9 @@ type Options struct {
 	// database, a deadlock or a serialization failure (ErrBusy too) —
 	// which the relay retries, and package
 	// consume redelivers, also when it wraps ErrInvalidInput); any other
-	// outcome is such an error, and so is a tx Apply ended itself.
+	// outcome is such an error, and so is a tx Apply ended itself — but
+	// what Apply committed itself stays committed, without a receipt, and a
+	// redelivery applies it again: Apply must leave tx to Receive.
 	// A redelivery of an accepted event answers duplicate without calling
 	// Apply: it runs again for an event only when an earlier call's
 	// transaction did not commit. With Apply set, MaxDelta does not apply
@@ -194,9 +198,11 @@ type Inbox struct {
 // such as sqlite:x.db, is refused, not taken for a path); database errors
 // wrap the driver's.
 func Open(ctx context.Context, dsn string, opts Options) (*Inbox, error) {
-	if opts.BusyTimeout <= 0 {
-		opts.BusyTimeout = 5 * time.Second
+	if opts.BusyTimeout < 0 {
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "busy_timeout",
+			Message: fmt.Sprintf("must not be negative (0: the default, %s), got %s", store.DefaultBusyTimeout, opts.BusyTimeout)}
 	}
+	opts.BusyTimeout = store.BusyTimeout(opts.BusyTimeout)
 	opts.MustExist = opts.MustExist || opts.ReadOnly
 	if strings.TrimSpace(dsn) == "" {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "empty path"}
@@ -256,7 +262,14 @@ func openSQLite(ctx context.Context, path string, opts Options, applied *[]int) 
 			return nil, "", nil, openSQLiteError(abs, err)
 		}
 	}
-	dsn := sqlitestore.DSN(abs, opts.BusyTimeout, true)
+	if !opts.MustExist {
+		if err := sqlitestore.CreateFile(abs); err != nil {
+			return nil, "", nil, openSQLiteError(abs, err)
+		}
+	}
+	// Only the file as it is now: a connection the pool opens again later
+	// must not make a new one where the inbox was removed.
+	dsn := sqlitestore.ExistingOnly(sqlitestore.DSN(abs, opts.BusyTimeout, true))
 	if opts.ReadOnly {
 		dsn = sqlitestore.ReadOnlyDSN(abs, opts.BusyTimeout)
 	}

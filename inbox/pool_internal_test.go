@@ -1,7 +1,11 @@
 package inbox
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -44,5 +48,28 @@ func TestPostgresPoolKeepsItsConnections(t *testing.T) {
 	}
 	if st.MaxIdleClosed != 0 {
 		t.Errorf("%d connections closed for want of idle room after %d concurrent receivers (open at most %d)", st.MaxIdleClosed, conns, st.MaxOpenConnections)
+	}
+}
+
+// A connection the SQLite inbox opens after its file was removed fails and
+// makes no new file where the inbox was (a breaker's report on the queue
+// store's watch; the inbox's pool opens connections again the same way).
+func TestSQLiteInboxDoesNotMakeARemovedFileAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.db")
+	in, err := Open(t.Context(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	in.db.SetMaxIdleConns(0) // its connection closes; the next is new
+	var n int
+	in.db.QueryRowContext(t.Context(), "SELECT count(*) FROM sqlite_master").Scan(&n) // fails once the file is gone
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a new connection made the removed inbox's file again (stat: %v)", err)
 	}
 }

@@ -8,6 +8,7 @@ package fsfault
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -27,7 +28,9 @@ var ErrNotWritable = errors.New("not writable")
 
 // Explain returns err with its cause named when err is SQLite's failure to
 // open or write the store at path (SQLITE_CANTOPEN, SQLITE_READONLY,
-// SQLITE_PERM or SQLITE_IOERR) and the file system explains it: the
+// SQLITE_PERM or SQLITE_IOERR), or the store's failure to create its file
+// (an *fs.PathError of EROFS, EACCES or EPERM), and the file system
+// explains it: the
 // directory, the file or its -wal or -shm companion is on a read-only file
 // system or not writable by this process. The result wraps ErrNotWritable,
 // the access(2) errno (syscall.EROFS, syscall.EACCES) and err. SQLite in
@@ -36,11 +39,20 @@ var ErrNotWritable = errors.New("not writable")
 // other err is returned as it is.
 func Explain(path string, err error) error {
 	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return err
-	}
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR:
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &se):
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR:
+		default:
+			return err
+		}
+	case errors.As(err, &pe):
+		// The store's own creation of the file (sqlitestore.CreateFile),
+		// before SQLite opens it.
+		if !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.EPERM) {
+			return err
+		}
 	default:
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -83,6 +84,13 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 			}
 		}
 		var pe *pgconn.PgError
+		if _, ok := caller.(*sql.Tx); ok && !errors.As(err, &pe) && strings.Contains(err.Error(), "sql: converting argument") {
+			// database/sql could not hand the arrays to the driver: the
+			// transaction is not pgx's (stdlib), so not on PostgreSQL
+			// through it (a SQLite one, say; a breaker's report).
+			return store.EnqueueResult{}, &store.InvalidError{Field: "tx", Message: fmt.Sprintf(
+				"the transaction is not on PostgreSQL through pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib), which the store needs to pass its arrays: %v", err)}
+		}
 		if caller != nil && errors.As(err, &pe) && (pe.Code == "42883" || pe.Code == "3F000") {
 			// undefined_function, invalid_schema_name: a transaction on
 			// another database.

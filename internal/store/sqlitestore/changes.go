@@ -35,7 +35,9 @@ const (
 // connection and the watch opens another, with backoff. Close ends it.
 func (s *Store) Changes(ctx context.Context, status func(error)) <-chan struct{} {
 	return s.watches.Start(ctx, status, func(ctx context.Context, changed func()) error {
-		db, err := sql.Open("sqlite", DSN(s.path, time.Second, false))
+		// Only the store's file as it is: a watch opening again after
+		// the file was removed must fail, not make a new one.
+		db, err := sql.Open("sqlite", ExistingOnly(DSN(s.path, time.Second, false)))
 		if err != nil {
 			return fmt.Errorf("watch: %w", err)
 		}

@@ -5,10 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+
+	"modernc.org/sqlite"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -39,6 +42,12 @@ func (s *Store) checkCaller(ctx context.Context, tx *sql.Tx) error {
 	if err := tx.QueryRowContext(ctx, `SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'),
 	(SELECT group_concat(name, ', ') FROM temp.sqlite_master WHERE type IN ('table', 'view')
 	   AND name IN (SELECT name FROM main.sqlite_master WHERE type IN ('table', 'view')))`).Scan(&file, &shadow); err != nil {
+		var se *sqlite.Error
+		if !errors.As(err, &se) && !errors.Is(err, sql.ErrTxDone) && ctx.Err() == nil && !errors.Is(err, driver.ErrBadConn) {
+			// Not SQLite's answer: another driver's transaction (a
+			// PostgreSQL one, say; a breaker's report).
+			return &store.InvalidError{Field: "tx", Message: fmt.Sprintf("the transaction is not on a SQLite database (is it a transaction on %s?): its driver answered: %v", s.path, err)}
+		}
 		return Translate(fmt.Errorf("the transaction's database file: %w", err))
 	}
 	if shadow.Valid {

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -140,6 +141,32 @@ func fileURI(path, query string) string {
 	return u.String()
 }
 
+// CreateFile makes path an empty file when nothing is there (SQLite takes an
+// empty file for an empty database), so that a store's connections can all
+// open it with ExistingOnly: none of them, opened later as a pool or a
+// watch opens them, can make the file again once it was removed or
+// renamed underneath the process (a breaker's report: the watch of
+// Changes re-created a removed store as an empty database and then
+// reported itself healthy).
+func CreateFile(path string) error {
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		return nil // there (a file this process may not write, too): left as it is
+	}
+	// Not O_EXCL: a symbolic link to a file not made yet is followed, as
+	// SQLite follows it, and a file another process made meanwhile is
+	// opened, not truncated.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// ExistingOnly is dsn (a file: URI of DSN or writeDSN) opening the file
+// only if it exists, for reading and writing (mode=rw): SQLITE_CANTOPEN
+// when it does not, where the default mode would create it.
+func ExistingOnly(dsn string) string { return dsn + "&mode=rw" }
+
 // ReadOnlyDSN is the data source name of a read-only connection to path
 // that sets no pragma but the busy timeout: it changes nothing in the file
 // (not its journal mode, not an empty file's size, and it does not
@@ -235,7 +262,12 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	wdsn, rdsn := writeDSN(abs, opts.BusyTimeout), DSN(abs, opts.BusyTimeout, false)
+	if !opts.MustExist {
+		if err := CreateFile(abs); err != nil {
+			return nil, err
+		}
+	}
+	wdsn, rdsn := ExistingOnly(writeDSN(abs, opts.BusyTimeout)), ExistingOnly(DSN(abs, opts.BusyTimeout, false))
 	if opts.ReadOnly {
 		wdsn, rdsn = ReadOnlyDSN(abs, opts.BusyTimeout), ReadOnlyDSN(abs, opts.BusyTimeout)
 	}

@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -131,5 +132,34 @@ func TestLockWaitSchedule(t *testing.T) {
 	}
 	if lockMaxWait >= time.Millisecond {
 		t.Errorf("lockMaxWait %v, want under SQLite's first 1 ms wait", lockMaxWait)
+	}
+}
+
+// A write transaction that database/sql rolled back when its context ended
+// answers Commit with that context's error in the chain, not only "sql:
+// transaction has already been committed or rolled back", which no
+// caller could tell from a fault (a Go API breaker's report).
+func TestCommitAfterTheContextEndedCarriesItsError(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	tx, err := BeginImmediate(ctx, s.write, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	// database/sql rolls the transaction back in a goroutine of its own:
+	// until it has, the transaction answers ctx's error itself.
+	for {
+		if _, err := tx.ExecContext(context.Background(), "SELECT 1"); errors.Is(err, sql.ErrTxDone) {
+			break
+		}
+	}
+	err = tx.Commit()
+	if !errors.Is(err, sql.ErrTxDone) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Commit after ctx ended and the rollback: %v, want sql.ErrTxDone and context.Canceled", err)
 	}
 }
