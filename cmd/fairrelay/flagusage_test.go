@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -35,10 +36,16 @@ func TestFlagHelpNamesValuesOnly(t *testing.T) {
 		}
 		c.LocalFlags().VisitAll(check)
 		c.InheritedFlags().VisitAll(check)
+		// A zero default is not printed (a fresh user: --shutdown-timeout
+		// showed "(default: --timeout) (default 0s)").
+		if u := c.LocalFlags().FlagUsages(); strings.Contains(u, "(default 0s)") {
+			t.Errorf("%s: its help prints a zero duration's default:\n%s", c.CommandPath(), u)
+		}
 		for _, s := range c.Commands() {
 			walk(s)
 		}
 	}
+	strictFlags(rootCmd) // as main wraps them
 	walk(rootCmd)
 	if seen < 100 {
 		t.Fatalf("walked %d flags; want every command's (more than 100)", seen)

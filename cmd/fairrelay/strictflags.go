@@ -37,6 +37,12 @@ func strictFlags(c *cobra.Command) {
 			return
 		}
 		f.Value = &strictValue{Value: f.Value, integer: strings.HasPrefix(t, "int")}
+		if t == "duration" && f.DefValue == "0s" {
+			// pflag knows "0s" for zero only on its own duration type:
+			// wrapped, the help said "(default 0s)" after every zero
+			// duration, beside texts such as "(default: --timeout)".
+			f.DefValue = "0"
+		}
 	}
 	c.PersistentFlags().VisitAll(wrap)
 	c.Flags().VisitAll(wrap)
