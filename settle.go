@@ -104,8 +104,10 @@ type SettleManyParams struct {
 	// flow is ever held.
 	SkipHeld bool
 	// Settles are the tokens to settle, in order; each gets the answer a
-	// Settle in that order would give. May be empty when ClaimLimit > 0;
-	// empty with ClaimLimit 0 is ErrInvalidInput naming settles.
+	// Settle in that order would give. May be empty; with ClaimLimit 0 as
+	// well, the call settles and claims nothing but still writes its tick
+	// (the store's clock moves to At), as every write at a tick does —
+	// unlike an empty EnqueueMany, which writes nothing.
 	Settles []Settlement
 	// ClaimLimit, when positive, claims up to that many heads after the
 	// settles, in the same transaction: exactly the answers of the settles
@@ -179,11 +181,6 @@ func (q *Queue) SettleMany(ctx context.Context, p SettleManyParams) (SettleManyR
 			}
 			if k < 0 || k > MaxLimit {
 				return invalid("claim_limit", "must be 0 to %d, got %d", MaxLimit, k)
-			}
-			if len(p.Settles) == 0 && k == 0 {
-				// Nothing to do would still have written the tick (a
-				// breaker's report).
-				return invalid("settles", "empty, with claim_limit 0: nothing to settle or claim")
 			}
 			if err := checkExclude(p.Exclude); err != nil {
 				return err

@@ -87,10 +87,6 @@ func runBadInput(t *testing.T, b Backend) {
 			_, err := x.Queue.SettleMany(bg, fairrelay.SettleManyParams{At: 3, ClaimLimit: -1})
 			return err
 		}},
-		{"nothing to settle or claim", "settles", func() error {
-			_, err := x.Queue.SettleMany(bg, fairrelay.SettleManyParams{At: 3})
-			return err
-		}},
 		{"empty outcome", "outcome", func() error {
 			_, err := x.Queue.Settle(bg, fairrelay.SettleParams{Token: c.Token, Outcome: "", At: 3})
 			return err
