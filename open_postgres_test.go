@@ -14,6 +14,7 @@ import (
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
 
 // TestOpenPostgresRefusesWhatIsNotAQueue checks the PostgreSQL side of the
@@ -187,5 +188,50 @@ func TestOpenPostgresNamesRefusedSettings(t *testing.T) {
 	_, err = fairrelay.Open(ctx, dsn, fairrelay.Config{MustExist: true})
 	if fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || !strings.Contains(err.Error(), "holds no queue store") {
 		t.Fatalf("after the refused opens, the schema: %v, want no queue store in it", err)
+	}
+}
+
+// Opening a queue store or an inbox that exists and is migrated takes no
+// lock that other stores' migrations hold: the migration lock is one key
+// for every schema of the database, so an open waiting on it waited for any
+// other store's migrations, and with a short busy timeout failed busy (CI:
+// a 1 ms busy timeout beside parallel tests' migrations).
+func TestOpeningAMigratedStoreWaitsForNoOtherMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	queueDSN, inboxDSN := pgtest.Schema(t, "frt_nolockq"), pgtest.Schema(t, "frt_nolocki")
+	q, err := fairrelay.Open(ctx, queueDSN, fairrelay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	in, err := inbox.Open(ctx, inboxDSN, inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+
+	// Another store's migration under way: its transaction holds the lock.
+	conn := pgtest.Connect(t, pgtest.URL(t))
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, pgstore.MigrationLock); err != nil {
+		t.Fatal(err)
+	}
+	q, err = fairrelay.Open(ctx, queueDSN, fairrelay.Config{BusyTimeout: time.Millisecond})
+	if err != nil {
+		t.Errorf("open a migrated queue store while another store migrates, BusyTimeout 1ms: %v", err)
+	} else {
+		q.Close()
+	}
+	in, err = inbox.Open(ctx, inboxDSN, inbox.Options{BusyTimeout: time.Millisecond})
+	if err != nil {
+		t.Errorf("open a migrated inbox while another store migrates, BusyTimeout 1ms: %v", err)
+	} else {
+		in.Close()
 	}
 }

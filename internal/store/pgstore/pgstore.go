@@ -281,7 +281,8 @@ func refuseOwnSettings(params map[string]string, schema bool) error {
 }
 
 // CreateSchema creates schema if it does not exist, under MigrationLock so
-// that concurrent first users do not collide. schema must come from
+// that concurrent first users do not collide; an existing schema is found
+// without taking the lock. schema must come from
 // ParseDSN (a checked identifier). A schema named with upper case is used
 // when it exists but never created (store.ErrMissing, naming the lower-case
 // spelling): PostgreSQL folds an unquoted name to lower case, so SQL written
@@ -292,14 +293,20 @@ func CreateSchema(ctx context.Context, db *sql.DB, schema string) error {
 	if schema == "" {
 		return nil
 	}
+	// The lookup first, under no lock: MigrationLock is one key for every
+	// schema of the database, so an open of an existing store that took
+	// it waited for any other store's migrations, and with a short busy
+	// timeout failed busy (CI: a 1 ms lock_timeout beside parallel tests'
+	// migrations).
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
+		return Translate(err)
+	}
+	if exists {
+		return nil
+	}
 	if lower := strings.ToLower(schema); lower != schema {
-		var exists bool
-		if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
-			return Translate(err)
-		}
-		if !exists {
-			return store.Missing("schema %q does not exist, and a new store's schema is lower case (schema=%s): PostgreSQL folds unquoted names to lower case, so SQL that calls the store's functions by hand would name another schema", schema, lower)
-		}
+		return store.Missing("schema %q does not exist, and a new store's schema is lower case (schema=%s): PostgreSQL folds unquoted names to lower case, so SQL that calls the store's functions by hand would name another schema", schema, lower)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
