@@ -244,5 +244,5 @@ func (q *Queue) pickOrder() store.Order {
 // own transactions on the same file; with a deferred BEGIN, the first write
 // of a transaction could fail busy instead of waiting for the lock.
 func SQLiteDSN(path string) string {
-	return sqlitestore.DSN(path, 5*time.Second, true)
+	return sqlitestore.DSN(path, store.DefaultBusyTimeout, true)
 }

@@ -252,7 +252,7 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName
 	}
 	if lockTimeout > 0 {
-		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockTimeout.Milliseconds(), 10)
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(store.BusyMillis(lockTimeout), 10)
 	}
 	return cfg, schema, nil
 }
@@ -367,7 +367,7 @@ func Migrate(ctx context.Context, db *sql.DB, schema string, fsys embed.FS, dir,
 // waits over the timeout (wraps store.ErrBusy).
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
-		opts.LockTimeout = 5 * time.Second
+		opts.LockTimeout = store.DefaultBusyTimeout
 	}
 	cfg, schema, err := PoolConfig(dsn, opts.LockTimeout)
 	if err != nil {

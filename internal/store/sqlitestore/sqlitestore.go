@@ -119,7 +119,7 @@ var _ store.Store = (*Store)(nil)
 // EnqueueTx inside your transaction.
 func DSN(path string, busy time.Duration, immediate bool) string {
 	v := url.Values{}
-	v.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
+	v.Add("_pragma", "busy_timeout("+strconv.FormatInt(store.BusyMillis(busy), 10)+")")
 	v.Add("_pragma", "journal_mode(WAL)")
 	v.Add("_pragma", "synchronous(FULL)")
 	v.Add("_pragma", "foreign_keys(ON)")
@@ -174,7 +174,7 @@ func ExistingOnly(dsn string) string { return dsn + "&mode=rw" }
 func ReadOnlyDSN(path string, busy time.Duration) string {
 	v := url.Values{}
 	v.Add("mode", "ro")
-	v.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
+	v.Add("_pragma", "busy_timeout("+strconv.FormatInt(store.BusyMillis(busy), 10)+")")
 	return fileURI(path, v.Encode())
 }
 
@@ -225,7 +225,7 @@ func Probe(ctx context.Context, path string, busy time.Duration, table, foreign,
 // a store of the other entry rule (*store.EntryMismatchError).
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.BusyTimeout <= 0 {
-		opts.BusyTimeout = 5 * time.Second
+		opts.BusyTimeout = store.DefaultBusyTimeout
 	}
 	if opts.Entry == "" {
 		opts.Entry = "fair"

@@ -11,6 +11,8 @@ import (
 
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/fairrelay/fairrelay/internal/store"
 )
 
 // How this process waits for another process's writer when it begins a
@@ -131,7 +133,7 @@ func beginImmediate(wait, life context.Context, db *sql.DB, busy time.Duration, 
 // (closed) so that no statement runs without it. Writers of this process
 // do not race each other here: the write pool has one connection.
 func beginOn(ctx, life context.Context, c *sql.Conn, busy time.Duration, lockBusy func()) (*sql.Tx, error) {
-	restore := fmt.Sprintf("PRAGMA busy_timeout = %d", busy.Milliseconds())
+	restore := fmt.Sprintf("PRAGMA busy_timeout = %d", store.BusyMillis(busy))
 	if _, err := c.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
 		return nil, restoreBusy(c, restore, err)
 	}
