@@ -48,7 +48,7 @@ func TestSubMillisecondBusyTimeoutStillBounds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, pool := postgresQueue(t, "frbusyus", 500*time.Microsecond)
-	holdNewFlowA(t, q, pool)
+	holdFlowA(t, q, pool, "A1")
 	done := make(chan error, 1)
 	go func() {
 		_, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored})

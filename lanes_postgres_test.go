@@ -140,7 +140,7 @@ func TestPostgresSettleWaitingForAFlowHoldsUpNoOtherSettle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, pool, first := outboxFixture(t, "frlane3", time.Minute)
-	tx := holdFlowA(t, q, pool)
+	tx := holdFlowA(t, q, pool, "A2")
 
 	// The settle of A1 waits for A's row.
 	settledA := make(chan error, 1)
@@ -171,7 +171,7 @@ func TestPostgresSettleSkipsHeldFlows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, pool, first := outboxFixture(t, "frlane5", time.Minute)
-	tx := holdFlowA(t, q, pool)
+	tx := holdFlowA(t, q, pool, "A2")
 	// A deadline well past what a skip takes: a settle that waited for the
 	// open transaction would miss it.
 	skip, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -353,10 +353,10 @@ func settlesGoOnWhile(t *testing.T, q *fairrelay.Queue, first []fairrelay.Claim,
 	}
 }
 
-// holdFlowA opens an outbox transaction on pool that appends A2 to flow A
-// and stays open (it is rolled back when the test ends, unless the test
-// commits it): it holds A's row and the enqueue lane.
-func holdFlowA(t *testing.T, q *fairrelay.Queue, pool *pgxpool.Pool) pgx.Tx {
+// holdFlowA opens an outbox transaction on pool that enqueues id onto flow
+// A and stays open, holding A's row, until the test commits it or ends
+// (then it is rolled back).
+func holdFlowA(t *testing.T, q *fairrelay.Queue, pool *pgxpool.Pool, id string) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -364,8 +364,8 @@ func holdFlowA(t *testing.T, q *fairrelay.Queue, pool *pgxpool.Pool) pgx.Tx {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tx.Rollback(ctx) })
-	if _, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}); err != nil {
-		t.Fatal(err)
+	if r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: id, Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
+		t.Fatalf("the holder's enqueue of %s: %+v %v", id, r, err)
 	}
 	return tx
 }
@@ -442,7 +442,7 @@ func TestPostgresPauseWaitingForAFlowHoldsUpNoSettle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, pool, first := outboxFixture(t, "frlane6", time.Minute)
-	tx := holdFlowA(t, q, pool)
+	tx := holdFlowA(t, q, pool, "A2")
 
 	paused := make(chan error, 1)
 	go func() {
@@ -479,7 +479,7 @@ func TestPostgresResumeSeesTheHeadAnOutboxAppended(t *testing.T) {
 	if r, err := q.Pause(ctx, fairrelay.FlowActionParams{Flow: "A", Reason: "hold", Operator: "test", At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.ActionPaused {
 		t.Fatalf("pause A: %+v %v", r, err)
 	}
-	tx := holdFlowA(t, q, pool)
+	tx := holdFlowA(t, q, pool, "A2")
 	resumed := make(chan error, 1)
 	go func() {
 		r, err := q.Resume(ctx, fairrelay.FlowActionParams{Flow: "A", Reason: "go", Operator: "test", At: fairrelay.AtStored})
@@ -512,7 +512,7 @@ func TestPostgresBusyEnqueueSaysWhatHeldIt(t *testing.T) {
 	if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	holdFlowA(t, q, pool)
+	holdFlowA(t, q, pool, "A2")
 	_, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A3", Flow: "A", Body: []byte(`{"delta":3}`), At: fairrelay.AtStored})
 	if fairrelay.CodeOf(err) != fairrelay.CodeBusy || !strings.Contains(err.Error(), "another transaction held a row or table this call needs") ||
 		!strings.Contains(err.Error(), "nothing was changed, try again") {

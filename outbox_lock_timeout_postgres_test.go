@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fairrelay/fairrelay"
@@ -24,7 +23,7 @@ func TestPostgresEnqueueTxWaitsUnderTheCallersLockTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, pool := postgresQueue(t, "frltmo", 0)
-	holder := holdNewFlowA(t, q, pool)
+	holder := holdFlowA(t, q, pool, "A1")
 	pgxCall := func(tx pgx.Tx) error {
 		_, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored})
 		return err
@@ -81,7 +80,7 @@ func TestPostgresEnqueueEndsWithItsContextBehindAHeldFlow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, pool := postgresQueue(t, "frctxend", time.Minute)
-	holder := holdNewFlowA(t, q, pool)
+	holder := holdFlowA(t, q, pool, "A1")
 	a2 := fairrelay.EnqueueParams{ID: "A2", Flow: "A", Body: []byte(`{"delta":2}`), At: fairrelay.AtStored}
 	for name, call := range map[string]func(ctx context.Context) error{
 		"Enqueue": func(ctx context.Context) error {
@@ -109,20 +108,4 @@ func TestPostgresEnqueueEndsWithItsContextBehindAHeldFlow(t *testing.T) {
 	if r, err := q.Enqueue(ctx, a2); err != nil || r.Status != fairrelay.EnqueueCreated || r.Seq != 2 {
 		t.Fatalf("A2 after the holder's commit: %+v %v, want created at seq 2", r, err)
 	}
-}
-
-// holdNewFlowA opens a transaction on pool that enqueues A1 onto flow A and
-// stays open, holding the flow, until the test commits it or ends.
-func holdNewFlowA(t *testing.T, q *fairrelay.Queue, pool *pgxpool.Pool) pgx.Tx {
-	t.Helper()
-	ctx := context.Background()
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { holder.Rollback(ctx) })
-	if r, err := q.EnqueuePgxTx(ctx, holder, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.EnqueueCreated {
-		t.Fatalf("holder's enqueue: %+v %v", r, err)
-	}
-	return holder
 }
