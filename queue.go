@@ -194,7 +194,7 @@ func openError(err error) error {
 	case errors.Is(err, store.ErrNotDatabase):
 		// The place the caller gave holds something else: name it.
 		return &Error{Code: CodeNotDatabase, Field: "queue", Message: "open", Err: err}
-	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrServer):
+	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrServer), errors.Is(err, store.ErrStorage):
 		return dbError("open", err)
 	}
 	return &Error{Code: CodeInvalidInput, Field: "queue", Message: "cannot open", Err: err}

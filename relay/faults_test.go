@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/disktest"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 	"github.com/fairrelay/fairrelay/relay"
 )
@@ -208,7 +209,7 @@ func (f *faultRun) finish(t *testing.T, check *fairrelay.Queue) []relay.Settled 
 // saying so.
 func TestRidesOutAFullDisk(t *testing.T) {
 	t.Parallel()
-	disk := smallDisk(t, 16<<20)
+	disk := disktest.SmallDisk(t, 16<<20)
 	queue := filepath.Join(disk, "queue.db")
 	h := newHarnessOn(t, patientPolicy(), queue, filepath.Join(t.TempDir(), "inbox.db"))
 	check, err := fairrelay.Open(t.Context(), queue, fairrelay.Config{Policy: patientPolicy()})
@@ -219,7 +220,7 @@ func TestRidesOutAFullDisk(t *testing.T) {
 	const flows, perFlow = 20, 20
 	f := startFaultRun(t, h, flows, perFlow, nil)
 	<-f.delivered(100)
-	free := fillDisk(t, disk, queue)
+	free := disktest.FillDisk(t, disk, queue)
 	f.waitReady(t, false)
 	f.waitFailures(t, 3)
 	free()

@@ -72,11 +72,12 @@ func untilStoreAnswers(ctx context.Context, log *slog.Logger, what string, step 
 
 // waitable reports whether err, from opening or first reading a store,
 // is one that passes by itself: busy (SPEC §2: nothing changed, try again),
+// the store's disk full (store.ErrStorage: freeing space cures it),
 // the server unreachable or refusing connections for now (starting, shutting
 // down, too many connections), or a connection lost on the way.
 func waitable(err error) bool {
 	switch {
-	case errors.Is(err, fairrelay.ErrBusy), errors.Is(err, store.ErrServer):
+	case errors.Is(err, fairrelay.ErrBusy), errors.Is(err, store.ErrServer), errors.Is(err, store.ErrStorage):
 		return true
 	case !errors.Is(err, fairrelay.ErrDatabase):
 		return false

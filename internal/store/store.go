@@ -80,6 +80,13 @@ func (e missingError) Is(target error) bool { return target == ErrMissing }
 // error, not the caller's input.
 var ErrServer = errors.New("database server unavailable")
 
+// ErrStorage is in the chain of an error when SQLite could not read or
+// write the store's files: the disk full (SQLITE_FULL) or an I/O error
+// (SQLITE_IOERR, which is what a full disk gives when the shared-memory
+// file cannot grow). A database error that freeing space or mending the
+// disk cures, not the caller's input.
+var ErrStorage = errors.New("the store's disk failed a read or write (is it full?)")
+
 // ErrCommitUnknown is in the chain of an error when the connection failed
 // after the commit was sent, before its answer: the write may or may not
 // have committed.

@@ -595,6 +595,11 @@ func Translate(err error) error {
 			return fmt.Errorf("%w: %w", store.ErrBusy, err)
 		case sqlite3.SQLITE_NOTADB:
 			return fmt.Errorf("%w: %w", store.ErrNotDatabase, err)
+		case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR:
+			// Not the caller's input: an open on a full disk was
+			// invalid_input and a daemon exited at start (an SRE's
+			// drill).
+			return fmt.Errorf("%w: %w", store.ErrStorage, err)
 		}
 	}
 	return err
