@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,7 +55,7 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *
 	}
 	rep, err := bulkEnqueue(cmd.Context(), q, cmd.InOrStdin(), cmd.OutOrStdout(), at)
 	if err != nil {
-		return err
+		return stoppedAfter(err, rep)
 	}
 	if rep.failed > 0 {
 		return notApplied("enqueue: %d of %d lines failed, conflicted or were refused (see their answers)", rep.failed, rep.total)
@@ -170,6 +171,26 @@ type bulkReport struct {
 	total        int // non-blank lines read
 	failed       int // lines that failed, conflicted or were refused
 	transactions int // EnqueueMany calls
+	answered     int // lines answered on stdout (their batches committed)
+}
+
+// stoppedAfter is err, which stopped a bulk enqueue, saying what the run
+// had done by then: the batches answered on stdout are committed, so the
+// error's own "nothing was changed" holds for the batch it stopped only (an
+// SRE's report: a bulk run stopped by a busy store after hundreds of
+// created answers said nothing had changed). The code stays err's (exit 2).
+func stoppedAfter(err error, rep bulkReport) error {
+	if rep.answered == 0 {
+		return err
+	}
+	done := fmt.Sprintf("enqueue stopped after %d lines, answered above and kept as answered; the lines after them were not enqueued: run the whole input again (the stored lines answer existing)", rep.answered)
+	var fe *fairrelay.Error
+	if !errors.As(err, &fe) {
+		return fmt.Errorf("%s: %w", done, err)
+	}
+	named := *fe
+	named.Message = done + "; " + cmp.Or(fe.Message, "error")
+	return &named
 }
 
 // bulk is the state of one bulk enqueue.
@@ -350,6 +371,7 @@ func (b *bulk) flush(ctx context.Context) error {
 			// existing after a failed line: stored before, nothing written
 			// now, nothing overtaken.
 		}
+		b.answered++
 		a.answer["line"] = a.line
 		if a.id != "" {
 			a.answer["id"] = a.id

@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -460,5 +462,53 @@ func TestCommandsThatCreateAStoreRefuseAnotherDatabase(t *testing.T) {
 	}
 	if _, errOut, code := cli(t, "", "enqueue", "--queue", other, "--id", "a", "--flow", "f", "--delta", "1"); code != exitApplied || errOut != "" {
 		t.Errorf("enqueue after migrate: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// A bulk enqueue stopped by a database error after some batches were
+// committed says so: the lines answered are kept, the rest were not
+// enqueued, and the whole input can run again. The error's own "nothing was
+// changed" is true of the stopped batch only (an SRE's report: a run
+// stopped busy after hundreds of created answers said nothing changed).
+func TestBulkEnqueueStoppedMidwaySaysWhatItKept(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "queue.db")
+	q, err := fairrelay.Open(t.Context(), path, fairrelay.Config{Policy: fairrelay.DaemonPolicy(), BusyTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	type result struct {
+		rep bulkReport
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := bulkEnqueue(t.Context(), q, inR, outW, fairrelay.AtStored)
+		outW.Close()
+		done <- result{rep, err}
+	}()
+	answers := bufio.NewScanner(outR)
+	fmt.Fprintln(inW, `{"id":"E1","flow":"F","delta":1}`)
+	if !answers.Scan() || !strings.Contains(answers.Text(), `"created"`) {
+		t.Fatalf("line 1's answer: %q", answers.Text())
+	}
+	release := sqlitetest.HoldWriter(t, path)
+	fmt.Fprintln(inW, `{"id":"E2","flow":"F","delta":1}`)
+	inW.Close()
+	go io.Copy(io.Discard, outR)
+	r := <-done
+	release()
+	if !errors.Is(r.err, fairrelay.ErrBusy) {
+		t.Fatalf("bulk enqueue behind a held writer: %+v %v, want busy", r.rep, r.err)
+	}
+	msg := errorLine(stoppedAfter(r.err, r.rep))
+	if !strings.HasPrefix(msg, "busy: enqueue stopped after 1 lines, answered above and kept as answered; the lines after them were not enqueued: run the whole input again") {
+		t.Errorf("the error of a bulk run stopped after line 1: %s", msg)
+	}
+	if got := flowOrder(t, path, "F"); !slices.Equal(got, []string{"E1"}) {
+		t.Errorf("flow F holds %v, want [E1]", got)
 	}
 }
