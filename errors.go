@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fairrelay/fairrelay/internal/store"
+	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
 )
 
 // Code is the stable, machine-readable name of an error; the script command
@@ -89,6 +90,15 @@ func (e *Error) Is(target error) bool {
 // statement's, or BEGIN's on a connection an administrator ended — is
 // never ErrCommitUnknown: the COMMIT did not run.
 var ErrCommitUnknown = store.ErrCommitUnknown
+
+// ErrFileReplaced is in the chain of an ErrDatabase error (errors.Is) from
+// a write to a SQLite store or inbox whose file was removed or replaced
+// since it was opened (moved away, restored from a backup, deleted and
+// made again by another process): the write would go to a file no other
+// process sees, and be lost at the next start, so nothing is written.
+// Waiting does not cure it; restart the process. A relay stops on it
+// (relay.Run returns it).
+var ErrFileReplaced = sqlitestore.ErrFileReplaced
 
 // Sentinels for errors.Is.
 var (

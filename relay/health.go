@@ -182,9 +182,14 @@ const (
 // retryable reports whether the relay rides out err, the error of a store
 // round trip — the database unreachable, restarting, busy, out of space —
 // by trying again after a pause, rather than stopping: every error but
-// ErrInvalidInput, which waiting does not cure (a configuration the store
-// refuses, or a stored tick beyond the range of ticks).
-func retryable(err error) bool { return !errors.Is(err, fairrelay.ErrInvalidInput) }
+// those waiting does not cure: ErrInvalidInput (a configuration the store
+// refuses, or a stored tick beyond the range of ticks) and ErrFileReplaced
+// (a SQLite store's file removed or replaced under the relay, which kept
+// retrying its writes to the old file for ever while /healthz answered 200,
+// so no supervisor restarted it: an SRE's drill).
+func retryable(err error) bool {
+	return !errors.Is(err, fairrelay.ErrInvalidInput) && !errors.Is(err, fairrelay.ErrFileReplaced)
+}
 
 // retryWait returns the pause before the next try after n failed round
 // trips in a row (n >= 1): Config.RetryWait doubled n-1 times, at most
