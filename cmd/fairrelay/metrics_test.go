@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -80,5 +82,45 @@ func TestReceiverMetricsStartAtZero(t *testing.T) {
 				t.Errorf("no series %s{code=%q} at zero before the first request", name, code)
 			}
 		}
+	}
+}
+
+// /readyz gives its check a deadline within Kubernetes' default probe
+// timeout (1 s), and a check that runs out answers 503 with why: with 5 s,
+// a relay whose PostgreSQL store was locked answered after 5 s (an SRE's
+// drill), which a probe takes as a timeout that says nothing.
+func TestReadyzAnswersWithinAProbeTimeout(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := make(chan time.Duration, 1)
+	stop := serveMetrics(ln, prometheus.NewRegistry(), func(ctx context.Context) error {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			return nil
+		}
+		given <- time.Until(dl)
+		<-ctx.Done() // a store that does not answer
+		return fmt.Errorf("read the store's clock: %w", ctx.Err())
+	}, slog.New(slog.DiscardHandler))
+	defer stop()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "context deadline exceeded") {
+		t.Errorf("/readyz with a store that does not answer: %s %s, want 503 saying the read ran out", resp.Status, body)
+	}
+	select {
+	case d := <-given:
+		if d <= 0 || d > time.Second {
+			t.Errorf("/readyz gave its check %v, want a deadline within 1 s", d)
+		}
+	default:
+		t.Error("/readyz gave its check no deadline")
 	}
 }

@@ -363,11 +363,17 @@ func newMetricsRegistry() *prometheus.Registry {
 	return reg
 }
 
+// readyWithin bounds /readyz's own read of the store: a probe answers
+// within Kubernetes' default probe timeout (1 s). With 5 s, a relay whose
+// store was locked answered after 5 s, a probe failure of its own kind
+// rather than the 503 that says why (an SRE's drill).
+const readyWithin = 900 * time.Millisecond
+
 // serveMetrics serves, on ln (listenOn's) until stop is called, reg at
 // /metrics (a metric whose collection fails is left out and logged at warn
 // level, the rest served) and two probes: /healthz answers 200 while the process serves
 // HTTP at all, /readyz 200 when ready returns nil, else 503 with its error
-// (within 5 s). stop closes ln.
+// (within readyWithin). stop closes ln.
 func serveMetrics(ln net.Listener, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (stop func()) {
 	mux := http.NewServeMux()
 	// A metric that cannot be read now (the inbox's held count while its
@@ -380,7 +386,7 @@ func serveMetrics(ln net.Listener, reg *prometheus.Registry, ready func(context.
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
-		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(req.Context(), readyWithin)
 		defer cancel()
 		if err := ready(ctx); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
