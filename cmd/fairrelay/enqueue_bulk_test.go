@@ -512,3 +512,33 @@ func TestBulkEnqueueStoppedMidwaySaysWhatItKept(t *testing.T) {
 		t.Errorf("flow F holds %v, want [E1]", got)
 	}
 }
+
+// A store another process is making, its first migrations committed and
+// the rest not yet, is that process's store, not another application's
+// database. Two processes starting on a new file: the loser's first open
+// found no store (nothing committed yet), and by the time it looked at the
+// file again (creatingIn) the winner's first migration had committed, so
+// it was refused "a database that holds no queue store" (a breaker's
+// report, 1 run in 20-40). creatingIn is where it looks again.
+func TestAStoreBeingMadeIsNotAForeignDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	begun := func(name, table string) string {
+		path := filepath.Join(dir, name)
+		sqlitetest.Exec(t, path, `CREATE TABLE `+table+` (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`)
+		return path
+	}
+	for _, c := range []struct{ field, table string }{{"queue", "fairrelay_migration"}, {"inbox", "fairrelay_inbox_migration"}} {
+		path := begun(c.field+".db", c.table)
+		if created, err := creatingIn(t.Context(), path, c.field, "fairrelay migrate --"+c.field); err != nil || created != "" {
+			t.Errorf("creatingIn(%s being made): %q %v, want an existing store (\"\", nil)", c.field, created, err)
+		}
+	}
+	// The other kind's mark, or another application's table, is no
+	// store of this kind.
+	for name, table := range map[string]string{"other.db": "fairrelay_inbox_migration", "app.db": "orders"} {
+		if _, err := creatingIn(t.Context(), begun(name, table), "queue", "fairrelay migrate --queue"); !errors.Is(err, fairrelay.ErrInvalidInput) {
+			t.Errorf("creatingIn(queue) on a database holding only %s: %v, want invalid_input", table, err)
+		}
+	}
+}

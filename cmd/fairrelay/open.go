@@ -525,6 +525,10 @@ func logCreated(created string) string {
 
 const createdNew = "did not exist and was created"
 
+// migrationTable is the table that records a SQLite store's migrations,
+// by creatingIn's field: the mark of a store of that kind.
+var migrationTable = map[string]string{"queue": "fairrelay_migration", "inbox": inbox.MigrationTable}
+
 // creatingIn says what creating the SQLite store of field ("queue" or
 // "inbox") at path does: "did not exist and was created" for a new file,
 // "was an empty database; a store was created in it" for one of 0 bytes
@@ -543,9 +547,18 @@ func creatingIn(ctx context.Context, path, field, migrate string) (string, error
 	case st.Size() == 0:
 		return "was an empty database; a store was created in it", nil
 	}
-	if tables, err := sqlitestore.HasTables(ctx, path, 5*time.Second); err != nil || !tables {
+	tables, marked, err := sqlitestore.HasTables(ctx, path, 5*time.Second, migrationTable[field])
+	switch {
+	case err != nil || !tables:
 		// Not a database (the open says so), or an empty one.
 		return "was an empty database; a store was created in it", nil
+	case marked:
+		// A store of this kind, or one another process is making now:
+		// its migrations commit one by one, and one that saw the first
+		// few was refused as another application's database (a
+		// breaker's report: two processes starting on a new file). The
+		// open applies the rest after that process's, in turn.
+		return "", nil
 	}
 	return "", &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field,
 		Message: fmt.Sprintf("%s is a database that holds no %s store (another application's? a misspelt path?); to make one in it on purpose, run %s %s first", path, field, migrate, path)}

@@ -180,21 +180,24 @@ func ReadOnlyDSN(path string, busy time.Duration) string {
 
 // HasTables reports, on a read-only connection (ReadOnlyDSN), whether the
 // SQLite database at path holds any table of its own (sqlite_ internals
-// aside): another application's data, where an empty database (or one a
-// process is making a store in, its first migration not yet committed)
-// holds none. Errors: the database's, translated (a file that is not a
-// database among them).
-func HasTables(ctx context.Context, path string, busy time.Duration) (bool, error) {
+// aside), and whether mark is among them: a database with tables and no
+// mark is another application's data; one with mark is a fairrelay store of
+// mark's kind (mark is its migration table), complete or still being made
+// by another process, its migrations committing one by one; an empty
+// database (or one a process has begun a store in, its first migration not
+// yet committed) holds none. Errors: the database's, translated (a file
+// that is not a database among them).
+func HasTables(ctx context.Context, path string, busy time.Duration, mark string) (tables, marked bool, err error) {
 	db, err := sql.Open("sqlite", ReadOnlyDSN(path, busy))
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer db.Close()
-	var n int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`).Scan(&n); err != nil {
-		return false, Translate(fmt.Errorf("read schema: %w", err))
+	var n, m int
+	if err := db.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE name = $1) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`, mark).Scan(&n, &m); err != nil {
+		return false, false, Translate(fmt.Errorf("read schema: %w", err))
 	}
-	return n > 0, nil
+	return n > 0, m > 0, nil
 }
 
 // Probe checks, on a read-only connection (ReadOnlyDSN), that the existing
