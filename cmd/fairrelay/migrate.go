@@ -15,9 +15,9 @@ import (
 func init() { rootCmd.AddCommand(newMigrateCmd()) }
 
 func newMigrateCmd() *cobra.Command {
-	var queue, inboxDSN string
+	var queue, inboxDSN, entry string
 	cmd := &cobra.Command{
-		Use:   "migrate --queue Q [--inbox I]",
+		Use:   "migrate --queue Q [--inbox I] [--policy seed|fair]",
 		Short: "Create or upgrade the queue store (and an inbox) to the current schema",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -27,6 +27,22 @@ func newMigrateCmd() *cobra.Command {
 			if err := distinctStores(queue, inboxDSN); err != nil {
 				return err
 			}
+			// The entry rule a new store records (SPEC §7): fair unless
+			// --policy names seed; an existing store keeps its own, and
+			// naming the other is refused. migrate could make only fair
+			// stores, so a PostgreSQL store, which only migrate makes,
+			// could not run the article's rule (a breaker's report).
+			pol, adopt := fairrelay.Policy{}, true
+			if cmd.Flags().Changed("policy") {
+				e, err := fairrelay.ParseEntry(entry)
+				if err != nil {
+					return err
+				}
+				if queue == "" {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "policy", Message: "is the queue store's rule: give --queue too"}
+				}
+				pol.Entry, adopt = e, false
+			}
 			// Both stores before either is made: a queue created and then
 			// an inbox refused left the new queue behind.
 			ctx := cmd.Context()
@@ -35,7 +51,7 @@ func newMigrateCmd() *cobra.Command {
 			}
 			if queue != "" {
 				// Open applies the migrations the store lacks.
-				q, err := openQueue(ctx, queue, fairrelay.Policy{}, nil)
+				q, err := openQueueConfig(ctx, queue, fairrelay.Config{Policy: pol, AdoptStoredEntry: adopt})
 				if err != nil {
 					return err
 				}
@@ -57,6 +73,7 @@ func newMigrateCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	cmd.Flags().StringVar(&inboxDSN, "inbox", "", "inbox store: a SQLite file path or a postgres:// URL")
+	cmd.Flags().StringVar(&entry, "policy", "", "entry and tie rule a new queue store records: seed (the article's) or fair (SPEC §7; the default); an existing store keeps its rule, and naming the other is refused (invalid_input naming policy)")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/sqlitetest"
 )
@@ -52,5 +53,43 @@ func TestVersionList(t *testing.T) {
 		if got := versionList(c.in); got != c.want {
 			t.Errorf("versionList(%v) = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// migrate --policy makes a store of the rule it names (SPEC §7): migrate
+// could make only fair stores, and on PostgreSQL only migrate makes one,
+// so the article's seed rule was out of reach there (a breaker's report).
+// An existing store keeps its rule: naming the other is invalid_input
+// naming policy, as a bad rule or --policy without --queue is, and none of
+// them creates anything.
+func TestMigratePolicyMakesAStoreOfThatRule(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q := filepath.Join(dir, "seed.db")
+	if out, errOut, code := cli(t, "", "migrate", "--queue", q, "--policy", "seed"); code != 0 {
+		t.Fatalf("migrate --policy seed: exit %d: %s%s", code, out, errOut)
+	}
+	s, err := fairrelay.Open(t.Context(), q, fairrelay.Config{MustExist: true, AdoptStoredEntry: true, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Policy().Entry; got != fairrelay.EntrySeed {
+		t.Errorf("the store migrate --policy seed made records %q, want seed", got)
+	}
+	s.Close()
+	for _, args := range [][]string{
+		{"migrate", "--queue", q, "--policy", "fair"},
+		{"migrate", "--queue", filepath.Join(dir, "bad.db"), "--policy", "sed"},
+		{"migrate", "--inbox", filepath.Join(dir, "in.db"), "--policy", "seed"},
+	} {
+		if _, errOut, code := cli(t, "", args...); code != exitFailed || !strings.Contains(errOut, "invalid_input: policy: ") {
+			t.Errorf("%v: exit %d, stderr %q: want invalid_input naming policy", args, code, errOut)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*")); len(m) != 1 {
+		t.Errorf("refused migrates left %v, want only seed.db", m)
+	}
+	if out, errOut, code := cli(t, "", "migrate", "--queue", q); code != 0 || !strings.Contains(out, "up to date") {
+		t.Errorf("migrate without --policy of a seed store: exit %d: %s%s", code, out, errOut)
 	}
 }
