@@ -41,6 +41,10 @@ func TestBatchErrorsNameTheItem(t *testing.T) {
 				lead, _, _ := strings.Cut(e.Message, ":")
 				return want{Field: e.Field, Lead: lead, Item: e.Item}
 			}
+			// A flow of group G1, for the refusal only the store can make.
+			if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 1, Events: []fairrelay.NewEvent{{ID: "o1", Flow: "owned", Group: "G1", Body: []byte("{}")}}}); err != nil {
+				t.Fatal(err)
+			}
 			before, err := q.Snapshot(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -58,6 +62,10 @@ func TestBatchErrorsNameTheItem(t *testing.T) {
 					want{Field: "id", Lead: "event 2 of 2", Item: 2}},
 				{"a bad group first of two", []fairrelay.NewEvent{{ID: "e1", Flow: "f1", Group: "\tg", Body: []byte("{}")}, ev("e2", "f2", "{}")},
 					want{Field: "group", Lead: "event 1 of 2", Item: 1}},
+				{"another group for an existing flow second of three", []fairrelay.NewEvent{ev("e1", "f1", "{}"), {ID: "e2", Flow: "owned", Group: "G2", Body: []byte("{}")}, ev("e3", "f3", "{}")},
+					want{Field: "group", Lead: "event 2 of 3", Item: 2}},
+				{"another group for a flow the call made", []fairrelay.NewEvent{{ID: "e1", Flow: "fresh", Group: "G1", Body: []byte("{}")}, {ID: "e2", Flow: "fresh", Group: "G2", Body: []byte("{}")}},
+					want{Field: "group", Lead: "event 2 of 2", Item: 2}},
 			} {
 				_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 5, Events: c.events})
 				if diff := cmp.Diff(c.want, got(err)); diff != "" {

@@ -719,7 +719,13 @@ func Translate(err error) error {
 			fmt.Sscanf(pe.Detail, "%d %d", &at, &stored)
 			return &store.ClockRegressedError{At: at, Stored: stored}
 		case pe.Code == "FR002": // enqueue_many: invalid input, the field in DETAIL
-			return &store.InvalidError{Field: pe.Detail, Message: pe.Message}
+			// In a call of many events the message leads with "event
+			// <i> of <n>: " (migrations 026, 028): the item.
+			var item, n int
+			if _, err := fmt.Sscanf(pe.Message, "event %d of %d:", &item, &n); err != nil {
+				item = 0
+			}
+			return &store.InvalidError{Field: pe.Detail, Message: pe.Message, Item: item}
 		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
 			return fmt.Errorf("%w: another transaction held a row or table this call needs past the lock timeout (in a queue store: a flow, an event id or a group's limit; in an inbox: a flow's projection or a receipt); nothing was changed, try again: %w", store.ErrBusy, err)
 		case pe.Code == "40P01": // deadlock_detected
