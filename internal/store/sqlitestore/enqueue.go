@@ -180,15 +180,15 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 		written: map[*store.FlowRow]bool{}, writtenG: map[*groupCols]bool{}}
 	for i, e := range p.Events {
 		a, err := b.enqueue(ctx, e)
-		var ie *store.InvalidError
-		if errors.As(err, &ie) && len(p.Events) > 1 && ie.Item == 0 {
-			// A refusal only the store can make (a flow's group): which
-			// event of the call, as for the fields the caller checks
-			// (a breaker's report).
-			return store.EnqueueResult{}, &store.InvalidError{Field: ie.Field, Item: i + 1,
-				Message: fmt.Sprintf("event %d of %d: %s", i+1, len(p.Events), ie.Message)}
-		}
 		if err != nil {
+			var ie *store.InvalidError
+			if errors.As(err, &ie) && len(p.Events) > 1 && ie.Item == 0 {
+				// A refusal only the store can make (a flow's group):
+				// which event of the call, as for the fields the caller
+				// checks (a breaker's report).
+				return store.EnqueueResult{}, &store.InvalidError{Field: ie.Field, Item: i + 1,
+					Message: fmt.Sprintf("event %d of %d: %s", i+1, len(p.Events), ie.Message)}
+			}
 			return store.EnqueueResult{}, err
 		}
 		out.Answers = append(out.Answers, a)
