@@ -215,10 +215,13 @@ func TestASlowLinkStillDelivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newBlackhole(t, u.Host, 100*time.Millisecond) // a round trip of 200 ms
+	// A round trip of 300 ms and a Timeout of 520 ms: the opening (600 ms)
+	// runs past the Timeout, and a delivery has 220 ms to spare (150 ms,
+	// with 200 and 350, was too little on a loaded CI machine).
+	p := newBlackhole(t, u.Host, 150*time.Millisecond)
 	exch := boundExchange(t, "slow")
 	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("slow-link", guest),
-		Exchange: exch, RoutingKey: "slow.{flow}", Timeout: 350 * time.Millisecond, Channels: 2})
+		Exchange: exch, RoutingKey: "slow.{flow}", Timeout: 520 * time.Millisecond, Channels: 2})
 	accepted := 0
 	for i := range 10 {
 		res, err := s.Deliver(t.Context(), sink.Delivery{EventID: fmt.Sprintf("S%d", i), Flow: "A", Seq: int64(i + 1), Body: []byte(`{}`)})
@@ -227,7 +230,7 @@ func TestASlowLinkStillDelivers(t *testing.T) {
 		}
 	}
 	if accepted < 5 {
-		t.Fatalf("%d of 10 deliveries accepted over a link of a 200 ms round trip with a Timeout of 350 ms; want most", accepted)
+		t.Fatalf("%d of 10 deliveries accepted over a link of a 300 ms round trip with a Timeout of 520 ms; want most", accepted)
 	}
 }
 
