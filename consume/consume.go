@@ -218,7 +218,12 @@ const receiveTimeout = 30 * time.Second
 // opts.Inbox (see the package doc), then returns nil; messages still waiting
 // in a lane then are handed back for redelivery at once. Errors:
 // fairrelay.ErrInvalidInput for bad options (naming inbox, lanes,
-// redeliver_base or redeliver_cap); src's error otherwise.
+// redeliver_base or redeliver_cap); an ErrDatabase error with
+// fairrelay.ErrFileReplaced in its chain once a receive finds the inbox's
+// SQLite file removed or replaced since it was opened (the message is
+// handed back for redelivery, and Run stops as for ctx: no redelivery
+// cures that, and a consumer that went on nacked every message for ever;
+// restart the process); src's error otherwise.
 func Run(ctx context.Context, src Source, opts Options) error {
 	if opts.Inbox == nil {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "required"}
@@ -248,7 +253,9 @@ func Run(ctx context.Context, src Source, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{opts: opts, stop: ctx.Done(), held: map[string]*heldFlow{}, wake: make(chan struct{}, 1)}
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	r := &runner{opts: opts, stop: ctx.Done(), fail: fail, held: map[string]*heldFlow{}, wake: make(chan struct{}, 1)}
 	lanes := make([]chan item, opts.Lanes)
 	var wg sync.WaitGroup
 	for i := range lanes {
@@ -274,7 +281,7 @@ func Run(ctx context.Context, src Source, opts Options) error {
 			if env != nil {
 				env.Redeliver(0)
 			}
-			return nil
+			return fatal(ctx)
 		}
 		if err != nil {
 			return err
@@ -288,14 +295,24 @@ func Run(ctx context.Context, src Source, opts Options) error {
 		case lanes[laneOf(m.Delivery.Flow, len(lanes))] <- item{env: env, m: m}:
 		case <-ctx.Done():
 			env.Redeliver(0)
-			return nil
+			return fatal(ctx)
 		}
 	}
+}
+
+// fatal is what Run returns once its ctx is done: the error that stopped it
+// (runner.stopOn), or nil when the caller's ctx ended.
+func fatal(ctx context.Context) error {
+	if err := context.Cause(ctx); errors.Is(err, fairrelay.ErrFileReplaced) {
+		return err
+	}
+	return nil
 }
 
 type runner struct {
 	opts Options
 	stop <-chan struct{}
+	fail context.CancelCauseFunc // stops Run with its cause (stopOn)
 
 	// held are the flows known to have held messages (this consumer held
 	// them, or retryHeld listed them): an accepted message of one of them
@@ -541,6 +558,7 @@ func (r *runner) drain(flow string, limit int) {
 			Outcome: fairrelay.OutcomeAccepted, Action: ActionApplied})
 	}
 	if err != nil {
+		r.stopOn(err)
 		r.opts.Metrics.drainFailed()
 	}
 	logRefusal, recovered := r.noteDrain(flow, len(res.Applied), res.Stopped)
@@ -590,6 +608,7 @@ func (r *runner) apply(env Envelope, m Message) {
 		cancel()
 		switch {
 		case herr != nil:
+			r.stopOn(herr)
 			a.Action, a.Delay = ActionRedeliver, r.backoff(m.Delivered)
 			a.Err = errors.Join(herr, env.Redeliver(a.Delay))
 		case !held:
@@ -626,10 +645,20 @@ func (r *runner) apply(env Envelope, m Message) {
 		a.Action = ActionReject
 		a.Err = errors.Join(err, env.Reject())
 	default:
+		r.stopOn(err)
 		a.Action, a.Delay = ActionRedeliver, r.backoff(m.Delivered)
 		a.Err = errors.Join(err, env.Redeliver(a.Delay))
 	}
 	r.report(a)
+}
+
+// stopOn stops Run with err when no redelivery cures it: the inbox's SQLite
+// file was removed or replaced (fairrelay.ErrFileReplaced), so every receive
+// fails alike until the process opens the new file.
+func (r *runner) stopOn(err error) {
+	if errors.Is(err, fairrelay.ErrFileReplaced) {
+		r.fail(err)
+	}
 }
 
 // backoff is min(base·2^(n-1), cap) for the n-th delivery.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -730,5 +731,60 @@ func TestRunRedeliversAnApplyError(t *testing.T) {
 	}
 	if a := f.done["A1"]; fmt.Sprint(a) != "[redeliver 1s]" {
 		t.Errorf("A1: %v, want [redeliver 1s]", a)
+	}
+}
+
+// A consumer whose SQLite inbox's file is moved away under it stops with
+// fairrelay.ErrFileReplaced at its next message, which it hands back for
+// redelivery: no redelivery cures it, and a consumer that went on (an SRE's
+// drill) nacked every message for ever while the new file waited, with no
+// exit for a supervisor to restart on. A message applied before the move is
+// acked as usual.
+func TestRunStopsWhenItsInboxFileIsReplaced(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "inbox.db")
+	in, err := inbox.Open(t.Context(), path, inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1)}
+	replaced := make(chan struct{})
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, RedeliverBase: time.Second, RedeliverCap: time.Second,
+			OnApplied: func(a consume.Applied) {
+				if a.Message.Delivery.EventID != "A1" {
+					return
+				}
+				for _, suffix := range []string{"", "-wal", "-shm"} {
+					if err := os.Rename(path+suffix, filepath.Join(dir, "old.db"+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+						t.Error(err)
+					}
+				}
+				close(replaced)
+			}})
+	}()
+	<-replaced
+	f.mu.Lock()
+	f.queue = append(f.queue, ledger(f, "A2", "A", 2, 1, 1))
+	f.mu.Unlock()
+	select {
+	case err := <-done:
+		if !errors.Is(err, fairrelay.ErrFileReplaced) || !errors.Is(err, fairrelay.ErrDatabase) {
+			t.Errorf("Run after its inbox's file was moved away: %v, want an ErrDatabase with ErrFileReplaced", err)
+		}
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatalf("the consumer still ran a minute after its inbox's file was moved away (Run after cancel: %v)", <-done)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fmt.Sprint(f.done["A1"]) != "[ack]" || len(f.done["A2"]) != 1 || !strings.HasPrefix(f.done["A2"][0], "redeliver") {
+		t.Errorf("actions %v, want A1 acked and A2 handed back", f.done)
 	}
 }

@@ -377,6 +377,20 @@ func (in *Inbox) Ping(ctx context.Context) error {
 	return in.db.PingContext(ctx)
 }
 
+// CheckFile returns nil unless the inbox is a SQLite file that was removed
+// or replaced since Open; then an ErrDatabase error with
+// fairrelay.ErrFileReplaced in its chain (errors.Is), naming the path. Every
+// write of such an inbox answers that error, and no wait cures it: whatever
+// the process wrote would go to a file no other process sees. It is one
+// stat(2), no database round trip, so a receiver may call it every second
+// to stop while idle (fairrelay receive does). Always nil for PostgreSQL.
+func (in *Inbox) CheckFile() error {
+	if err := sqlitestore.CheckFile(in.path, in.file); err != nil {
+		return dbError("check the inbox's file", err)
+	}
+	return nil
+}
+
 // Migrated returns the versions of the inbox's migrations that Open
 // applied, in order: all of them for an inbox Open created, none (nil) for
 // one that was up to date or opened with Options.ReadOnly.

@@ -188,7 +188,12 @@ Broker ` + brokerEnvHelp + `.`,
 				return err
 			}
 			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", deltaLimit(maxDelta))
-			return serveUntilDone(ctx, ln, h, limits, log)
+			ctx, stopWatch := watchInboxFile(ctx, in, log)
+			defer stopWatch()
+			if err := serveUntilDone(ctx, ln, h, limits, log); err != nil {
+				return err
+			}
+			return inboxReplaced(ctx)
 		},
 	}
 	f := cmd.Flags()
@@ -266,6 +271,8 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		}
 		ready.set(inboxReady(in))
 	}
+	ctx, stopWatch := watchInboxFile(ctx, in, log)
+	defer stopWatch()
 	var printErr error
 	err = run(ctx, opts, func() {
 		// Once the stream or queue exists: a relay started after this line
@@ -276,7 +283,59 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 	if err = errors.Join(err, printErr); err != nil {
 		return err
 	}
+	if err := inboxReplaced(ctx); err != nil {
+		return err
+	}
 	log.Info("receive: stopped")
+	return nil
+}
+
+// inboxFileWatch is how often receive checks that its SQLite inbox's file
+// is the one it opened: one stat(2) each time.
+const inboxFileWatch = time.Second
+
+// watchInboxFile returns ctx, cancelled with the error as its cause once
+// in's SQLite file is found removed or replaced (inbox.Inbox.CheckFile;
+// within inboxFileWatch, idle or not), and a func that stops the watch.
+// Every write of such an inbox fails and no wait cures it: a receiver that
+// went on answered 500 (or nacked every message) for ever, ready to no
+// probe and exited by no supervisor (an SRE's drill). receive stops
+// instead, as the relay does, and exits 2 (inboxReplaced); restarted, it
+// opens the new file.
+func watchInboxFile(ctx context.Context, in *inbox.Inbox, log *slog.Logger) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(inboxFileWatch)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			// Another stat error (a directory made unreadable) is not
+			// this: the inbox's own writes report it.
+			if err := in.CheckFile(); errors.Is(err, fairrelay.ErrFileReplaced) {
+				log.Error("receive: the inbox's file was removed or replaced; stopping (restart to open the new file)", "err", err)
+				cancel(err)
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		cancel(nil)
+		<-done
+	}
+}
+
+// inboxReplaced is the error that stopped ctx of watchInboxFile (or
+// consume.Run's own, wrapped the same), or nil when it was a signal.
+func inboxReplaced(ctx context.Context) error {
+	if err := context.Cause(ctx); errors.Is(err, fairrelay.ErrFileReplaced) {
+		return err
+	}
 	return nil
 }
 
