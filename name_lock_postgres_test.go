@@ -731,3 +731,96 @@ func sessionWaits(pool *pgxpool.Pool) string {
 	}
 	return b.String()
 }
+
+// A flow's name and a group's name claim different things (SPEC §8: a
+// flow without a group joins the group named like it, so only such a flow
+// makes both): a transaction making or enqueueing to flow N of group G1, and
+// another making flow M of a group named N, or configuring group N, touch
+// different flows and groups and must not wait for each other (SPEC §10). They did:
+// both claimed the one name N (name_claim), and a grouped enqueue locked
+// the flow row named like its group even when that flow is another group's
+// (a breaker's report). The second commits while the first is open, and
+// both answer as alone.
+func TestPostgresFlowAndGroupNamesDoNotWait(t *testing.T) {
+	t.Parallel()
+	i64 := func(v int64) *int64 { return &v }
+	enq := func(id, flow, group string) func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx) (string, error) {
+		return func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx) (string, error) {
+			r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: id, Flow: flow, Group: group, Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+			return fmt.Sprintf("%s %d", r.Status, r.Seq), err
+		}
+	}
+	configure := func(p fairrelay.ConfigureParams) func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx) (string, error) {
+		return func(ctx context.Context, q *fairrelay.Queue, _ pgx.Tx) (string, error) {
+			p.At = fairrelay.AtStored
+			_, err := q.Configure(ctx, p)
+			return "configured", err
+		}
+	}
+	type step = func(ctx context.Context, q *fairrelay.Queue, tx pgx.Tx) (string, error)
+	cases := []struct {
+		name          string
+		before        []fairrelay.NewEvent
+		first, second step
+		wantFirst     string
+		wantSecond    string
+	}{
+		{"a new flow N of group G1, a new flow of a new group N", nil,
+			enq("a1", "N", "G1"), enq("b1", "M", "N"), "created 1", "created 1"},
+		{"a new flow of a new group N, a new flow N of group G1", nil,
+			enq("b1", "M", "N"), enq("a1", "N", "G1"), "created 1", "created 1"},
+		{"a new flow N of group G1, group N configured", nil,
+			enq("a1", "N", "G1"), configure(fairrelay.ConfigureParams{Group: "N", Weight: i64(3)}), "created 1", "configured"},
+		{"flow N of group G1 held, a new flow of a new group N", []fairrelay.NewEvent{{ID: "a0", Flow: "N", Group: "G1", Body: []byte("0")}},
+			enq("a1", "N", "G1"), enq("b1", "M", "N"), "created 2", "created 1"},
+		{"flow N of group G1 held, a new flow of group N", []fairrelay.NewEvent{{ID: "a0", Flow: "N", Group: "G1", Body: []byte("0")}, {ID: "b0", Flow: "M0", Group: "N", Body: []byte("0")}},
+			enq("a1", "N", "G1"), enq("b1", "M", "N"), "created 2", "created 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q, pool, _ := outboxStore(t, "frnamespace_", fairrelay.DaemonPolicy())
+			if len(c.before) > 0 {
+				if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: fairrelay.AtStored, Events: c.before}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Rollback(ctx)
+			if got, err := c.first(ctx, q, first); err != nil || got != c.wantFirst {
+				t.Fatalf("first: %q %v, want %q", got, err, c.wantFirst)
+			}
+			done := make(chan string, 1)
+			go func() {
+				var got string
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					var err error
+					got, err = c.second(ctx, q, tx)
+					return err
+				})
+				if err != nil {
+					got = err.Error()
+				}
+				done <- got
+			}()
+			select {
+			case got := <-done:
+				if got != c.wantSecond {
+					t.Errorf("second: %q, want %q", got, c.wantSecond)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("the second waited 10 s for the first's open transaction on another flow and group:\n%s", sessionWaits(pool))
+				first.Rollback(ctx)
+				<-done
+				return
+			}
+			if err := first.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

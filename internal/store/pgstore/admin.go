@@ -123,16 +123,21 @@ func configureStore(ctx context.Context, tx pgx.Tx, p store.ConfigureParams) err
 
 func configureGroup(ctx context.Context, tx pgx.Tx, p store.ConfigureParams, at int64, entry string) error {
 	g := p.Group
-	// The name's claim (lock_name, migrations 011 and 012: a row of
-	// name_claim, inserted or row-locked, held to commit): an enqueue
-	// making a flow or a group of this name holds it until it commits, so
-	// the group read next sees what it made, and one that starts later sees
-	// this configure. A flow of the name is locked first, as an enqueue
-	// locks its flows before any name: the same order, no deadlock.
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE flow_id = $1 FOR NO KEY UPDATE`, g); err != nil {
+	// The group name's claim (lock_name, migrations 011, 012 and 029: a
+	// row of name_claim keyed 'g:' || name, inserted or row-locked, held to
+	// commit): an enqueue making a group of this name, or a flow of no
+	// group of this name (which makes the group), holds it until it
+	// commits, so the group read next sees what it made, and one that
+	// starts later sees this configure. A flow of the name that has no
+	// group, which is the group's own state until the group has a row, is
+	// locked first, as an enqueue locks its flows before any name: the same
+	// order, no deadlock. A flow of the name in another group is not this
+	// group's: locked too, an enqueue holding it made this configure wait
+	// (SPEC §10; migration 029).
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM flow WHERE flow_id = $1 AND group_id IS NULL FOR NO KEY UPDATE`, g); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `SELECT lock_name($1)`, g); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT lock_name('g:' || $1::text)`, g); err != nil {
 		return err
 	}
 	var exists bool
