@@ -111,3 +111,40 @@ func TestGroupSettingsListsTheGroupsSetApart(t *testing.T) {
 		})
 	}
 }
+
+// A group's slot cap goes no higher than a relay's most workers
+// (MaxGroupSlots = relay.MaxWorkers): a larger one caps nothing and was a
+// typo, which configure answered ok and stored (an SRE's report). It is
+// refused naming max_slots, and nothing changes, not even the tick.
+func TestConfigureRefusesASlotCapNoRelayHas(t *testing.T) {
+	for _, b := range conformance.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			q := referenceQueue(t, b)
+			if _, err := q.Configure(ctx, fairrelay.ConfigureParams{At: 1, Group: "g", MaxSlots: ptr(int64(fairrelay.MaxGroupSlots))}); err != nil {
+				t.Fatalf("a cap of MaxGroupSlots: %v", err)
+			}
+			before, err := q.Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int64{fairrelay.MaxGroupSlots + 1, 99999999999, -1} {
+				_, err := q.Configure(ctx, fairrelay.ConfigureParams{At: 2, Group: "g", MaxSlots: ptr(n)})
+				if fieldOf(err) != "max_slots" {
+					t.Errorf("max_slots %d: %v, want invalid_input naming max_slots", n, err)
+				}
+			}
+			after, err := q.Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(before, after); d != "" {
+				t.Errorf("a refused configure changed the store (-before +after):\n%s", d)
+			}
+			gs, err := q.GroupSettings(ctx, "", 10)
+			if err != nil || len(gs) != 1 || gs[0].MaxSlots != fairrelay.MaxGroupSlots {
+				t.Errorf("group settings %+v (%v), want g's cap of %d kept", gs, err, fairrelay.MaxGroupSlots)
+			}
+		})
+	}
+}

@@ -10,6 +10,11 @@ import (
 // MaxWeight is the largest group weight (SPEC §8).
 const MaxWeight = 1000
 
+// MaxGroupSlots is the largest ConfigureParams.MaxSlots: the most delivery
+// slots (workers) a relay has (relay.MaxWorkers), so a larger cap would
+// cap nothing, and was most likely a typo.
+const MaxGroupSlots = 1024
+
 // ConfigureParams changes the settings of SPEC §8, a write at a tick like
 // any other: with Group, that group's Weight and MaxBacklog (the group is
 // created when it does not exist, with no place in the rotation until its
@@ -34,8 +39,9 @@ type ConfigureParams struct {
 	// MaxFlowBacklog is every flow's limit; only without Group.
 	MaxFlowBacklog *int64
 	// MaxSlots caps the relay slots the group's deliveries may hold at
-	// once (SPEC §11; 0: none); only with Group. The store keeps it for
-	// the relays (package relay), which read it; claims ignore it.
+	// once (SPEC §11; 0: none, else 1 to MaxGroupSlots); only with Group.
+	// The store keeps it for the relays (package relay), which read it;
+	// claims ignore it.
 	MaxSlots *int64
 }
 
@@ -46,7 +52,8 @@ type ConfigureParams struct {
 // limit does not. Errors (SPEC §2 order): ErrClockRegressed;
 // ErrInvalidInput naming at, group, weight (not an integer in 1 to
 // MaxWeight, or without group), max_backlog (negative) or
-// max_flow_backlog (negative, or with group); ErrBusy; ErrDatabase.
+// max_flow_backlog (negative, or with group) or max_slots (negative, above
+// MaxGroupSlots, or without group); ErrBusy; ErrDatabase.
 func (q *Queue) Configure(ctx context.Context, p ConfigureParams) (int64, error) {
 	check := func() error {
 		if p.Group != "" {
@@ -67,8 +74,8 @@ func (q *Queue) Configure(ctx context.Context, p ConfigureParams) (int64, error)
 			return invalid("max_flow_backlog", "must not be negative, got %d", *p.MaxFlowBacklog)
 		case p.MaxSlots != nil && p.Group == "":
 			return invalid("max_slots", "is a group's: give group")
-		case p.MaxSlots != nil && *p.MaxSlots < 0:
-			return invalid("max_slots", "must not be negative, got %d", *p.MaxSlots)
+		case p.MaxSlots != nil && (*p.MaxSlots < 0 || *p.MaxSlots > MaxGroupSlots):
+			return invalid("max_slots", "must be 0 (no cap) to %d (a relay's most workers), got %d", MaxGroupSlots, *p.MaxSlots)
 		}
 		return nil
 	}

@@ -217,8 +217,9 @@ type Config struct {
 	GroupsRefresh time.Duration
 }
 
-// MaxWorkers is the largest Config.Workers accepted.
-const MaxWorkers = 1024
+// MaxWorkers is the largest Config.Workers accepted; a group's slot cap
+// (fairrelay.ConfigureParams.MaxSlots) goes no higher.
+const MaxWorkers = fairrelay.MaxGroupSlots
 
 func (c Config) withDefaults() Config {
 	if c.Workers == 0 {

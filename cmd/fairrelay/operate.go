@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,9 +30,11 @@ Without --group: --max-backlog bounds the events not acked in the whole store,
 --max-flow-backlog those of every flow. With --group: --weight (1 to 1000) is
 the group's share of claims (a saturated group of weight w gets w claims for
 every claim of a saturated group of weight 1) and of the relay's slot time,
---max-backlog bounds its events not acked, --max-slots caps the relay slots
-its deliveries hold at once; a group that does not exist is created (weight 1,
-no limits). A flag left out leaves its setting as it is. A limit of 0 is none. An
+--max-backlog bounds its events not acked, --max-slots (up to 1024, a
+relay's most workers) caps the relay slots its deliveries hold at once; a
+group that does not exist is created (weight 1, no limits), but only with
+something to set: --group alone is refused, so a misspelt name makes nothing
+(no command deletes a group). A flag left out leaves its setting as it is. A limit of 0 is none. An
 enqueue of a new event that would go over a limit answers full (exit 1 of
 fairrelay enqueue) and changes nothing; lowering a limit below the current
 backlog drops nothing. Prints {"status":"ok"}; 'fairrelay inspect groups' and
@@ -62,10 +65,16 @@ store's limit): a pause of dispatch as long as that count.`,
 			if cmd.Flags().Changed("max-slots") {
 				p.MaxSlots = &maxSlots
 			}
-			if p.Weight == nil && p.MaxBacklog == nil && p.MaxFlowBacklog == nil && p.MaxSlots == nil && group == "" {
-				// No one flag is wrong: the field is what is missing.
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "settings",
-					Message: "missing: nothing to set: give --max-backlog, --max-flow-backlog, or --group with --weight, --max-backlog or --max-slots"}
+			if p.Weight == nil && p.MaxBacklog == nil && p.MaxFlowBacklog == nil && p.MaxSlots == nil {
+				// No one flag is wrong: the field is what is missing. With
+				// --group alone too: it would make the group, empty and for
+				// good (no command deletes one), from a misspelt name as
+				// readily (an SRE's report); --weight 1 makes one on purpose.
+				msg := "missing: nothing to set: give --max-backlog, --max-flow-backlog, or --group with --weight, --max-backlog or --max-slots"
+				if group != "" {
+					msg = "missing: nothing to set for group " + strconv.Quote(group) + ": give --weight, --max-backlog or --max-slots (a group to make ahead of its first flow: --weight 1, its default)"
+				}
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "settings", Message: msg}
 			}
 			q, err := openExistingQueue(cmd.Context(), queue, pol, &pf)
 			if err != nil {
@@ -86,7 +95,7 @@ store's limit): a pause of dispatch as long as that count.`,
 	f.Int64Var(&weight, "weight", 0, "the group's weight, 1 to 1000 (with --group); left out: unchanged (a new group starts at 1)")
 	f.Int64Var(&maxBacklog, "max-backlog", 0, "limit on events not acked, of the group (with --group) or the store; 0 is none; left out: unchanged (none at first)")
 	f.Int64Var(&maxFlowBacklog, "max-flow-backlog", 0, "limit on events not acked in every flow (without --group); 0 is none; left out: unchanged (none at first)")
-	f.Int64Var(&maxSlots, "max-slots", 0, "with --group: the most relay slots the group's deliveries hold at once, in each relay (SPEC §11); 0 is none; left out: unchanged (none at first)")
+	f.Int64Var(&maxSlots, "max-slots", 0, "with --group: the most relay slots the group's deliveries hold at once, in each relay (SPEC §11), at most 1024; 0 is none; left out: unchanged (none at first)")
 	f.Int64Var(&at, "at", 0, atUsage)
 	pf.registerAdmin(cmd)
 	return cmd

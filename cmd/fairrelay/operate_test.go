@@ -447,3 +447,38 @@ func TestPruneWarnsWhenIDsGoWithTheEvents(t *testing.T) {
 		t.Errorf("prune that deleted no event: stderr %q, want none", errOut)
 	}
 }
+
+// configure --group G with nothing to set is refused, as configure with
+// nothing at all is, and so is a --max-slots above a relay's most workers:
+// both were answered ok, the first making an empty group for good (no
+// command deletes one) from a misspelt name (an SRE's report). Neither
+// changes the store.
+func TestConfigureRefusesAGroupWithNothingToSet(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	if _, errOut, code := cli(t, "", "migrate", "--queue", q); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := cli(t, "", "configure", "--queue", q, "--group", "acme", "--max-slots", "2", "--at", "0"); code != 0 {
+		t.Fatalf("configure: exit %d: %s", code, errOut)
+	}
+	before, _, _ := cli(t, "", "inspect", "--queue", q, "groups", "--json")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--group", "acme-typo"}, `invalid_input: settings: missing: nothing to set for group "acme-typo": give --weight`},
+		{[]string{"--group", "acme", "--max-slots", "1025"}, "invalid_input: max-slots: must be 0 (no cap) to 1024"},
+	} {
+		_, errOut, code := cli(t, "", append([]string{"configure", "--queue", q, "--at", "1"}, c.args...)...)
+		if code != exitFailed || !strings.Contains(errOut, c.want) {
+			t.Errorf("configure %v: exit %d, %q; want exit %d and %q", c.args, code, errOut, exitFailed, c.want)
+		}
+	}
+	if after, _, _ := cli(t, "", "inspect", "--queue", q, "groups", "--json"); after != before {
+		t.Errorf("inspect groups after the refusals:\n%s\nbefore:\n%s", after, before)
+	}
+	if clock, _, _ := cli(t, "", "inspect", "--queue", q, "clock", "--json"); !strings.Contains(clock, `"tick":0`) {
+		t.Errorf("the clock after the refusals: %s; want tick 0", clock)
+	}
+}
