@@ -366,15 +366,24 @@ func (in *Inbox) begin(ctx context.Context) (*sqlitestore.WriteTx, error) {
 	return sqlitestore.BeginImmediateWaiting(ctx, context.WithoutCancel(ctx), in.db, in.busy)
 }
 
-// Ping reports whether the inbox can take deliveries: its database
-// answers and, for SQLite, its file is the one opened (not removed or
-// replaced since; sqlitestore.ErrFileReplaced, wrapped). For readiness
-// probes. Errors: the database's, or that one.
+// Ping reports whether the inbox can take deliveries: for SQLite its file
+// is the one opened (not removed or replaced since;
+// sqlitestore.ErrFileReplaced, wrapped), and a read of its receipts
+// answers — so a database that answers but no longer holds the inbox (a
+// PostgreSQL schema dropped, restored elsewhere, or a failover target
+// without it), where every delivery fails, is not ready: a connection
+// check alone called it ready (an SRE's drill). One indexed read. For
+// readiness probes. Errors: ErrDatabase, ErrNotDatabase (the inbox's
+// tables are gone) or ErrBusy, wrapping the database's.
 func (in *Inbox) Ping(ctx context.Context) error {
 	if err := sqlitestore.CheckFile(in.path, in.file); err != nil {
-		return err
+		return dbError("ping", err)
 	}
-	return in.db.PingContext(ctx)
+	var n int
+	if err := in.db.QueryRowContext(ctx, q["Ready"]).Scan(&n); err != nil {
+		return dbError("ping: read the receipts", in.translate(err))
+	}
+	return nil
 }
 
 // CheckFile returns nil unless the inbox is a SQLite file that was removed

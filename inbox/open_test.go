@@ -185,3 +185,40 @@ func TestOpenRefusesAForeignScheme(t *testing.T) {
 		t.Errorf("refused opens left %v", left)
 	}
 }
+
+// Ping, the receiver's readiness, fails once the database answers but no
+// longer holds the inbox (its tables dropped: a PostgreSQL schema dropped or
+// restored elsewhere, a failover target without it), where every delivery
+// fails with not_a_database. A connection check alone answered ready while
+// the receiver answered every request 500 (an SRE's drill).
+func TestPingFailsWithoutTheInboxTables(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			dsn := filepath.Join(t.TempDir(), "inbox.db")
+			if backend == "postgres" {
+				dsn = pgtest.Schema(t, "frinping")
+			}
+			in, err := inbox.Open(ctx, dsn, inbox.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			if err := in.Ping(ctx); err != nil {
+				t.Fatalf("Ping of a new inbox: %v", err)
+			}
+			if _, err := in.DB().ExecContext(ctx, "DROP TABLE receipt"); err != nil {
+				t.Fatal(err)
+			}
+			err = in.Ping(ctx)
+			if !errors.Is(err, fairrelay.ErrNotDatabase) {
+				t.Errorf("Ping with the receipts gone: %v, want not_a_database", err)
+			}
+			_, rerr := in.Receive(ctx, inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":1}`)})
+			if !errors.Is(rerr, fairrelay.ErrNotDatabase) {
+				t.Errorf("Receive with the receipts gone: %v, want not_a_database as Ping", rerr)
+			}
+		})
+	}
+}

@@ -4,6 +4,9 @@
 -- name: ReceiptGet
 SELECT flow_id, seq, body, body_sha256 FROM receipt WHERE event_id = $1;
 
+-- name: Ready
+SELECT count(*) FROM receipt WHERE event_id = '';
+
 -- name: ProjectionGet
 SELECT seq, total FROM projection WHERE flow_id = $1;
 

@@ -64,8 +64,8 @@ exists.
 
 With --metrics-addr it serves /metrics (requests by HTTP status and their
 durations; with --from, messages by action and outcome, errors, and the
-deliveries held in the inbox), /healthz and /readyz (the inbox's database
-answers).
+deliveries held in the inbox), /healthz and /readyz (a read of the inbox
+answers: its database is reachable and still holds it).
 
 Broker ` + brokerEnvHelp + `.`,
 		Args: cobra.NoArgs,
@@ -413,8 +413,9 @@ func instrumentReceiver(reg *prometheus.Registry, h http.Handler) (http.Handler,
 	return promhttp.InstrumentHandlerCounter(requests, promhttp.InstrumentHandlerDuration(seconds, h)), nil
 }
 
-// inboxReady is /readyz of receive: the inbox's database answers within
-// the probe's time, and a SQLite inbox's file is the one receive opened
+// inboxReady is /readyz of receive: a read of the inbox's receipts answers
+// within the probe's time (the database reachable and still holding the
+// inbox), and a SQLite inbox's file is the one receive opened
 // (inbox.Inbox.Ping).
 func inboxReady(in *inbox.Inbox) func(context.Context) error {
 	return in.Ping

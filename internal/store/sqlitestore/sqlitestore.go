@@ -603,6 +603,15 @@ func Translate(err error) error {
 			// invalid_input and a daemon exited at start (an SRE's
 			// drill).
 			return fmt.Errorf("%w: %w", store.ErrStorage, err)
+		case sqlite3.SQLITE_ERROR:
+			// A table of the store gone since it was opened (dropped by
+			// hand): the database no longer holds the store, as
+			// PostgreSQL's undefined_table says (pgstore.Translate), so
+			// that a receiver's readiness and answers say not_a_database
+			// on both backends.
+			if strings.Contains(se.Error(), "no such table") {
+				return fmt.Errorf("%w: %w", store.ErrNotDatabase, err)
+			}
 		}
 	}
 	return err
