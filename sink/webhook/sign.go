@@ -93,8 +93,9 @@ func mac(key []byte, id string, unix int64, body []byte) []byte {
 var (
 	// ErrUnsigned: a Standard Webhooks header is missing.
 	ErrUnsigned = errors.New("webhook: missing webhook-id, webhook-timestamp or webhook-signature")
-	// ErrTimestamp: the timestamp is malformed or outside the tolerance.
-	ErrTimestamp = errors.New("webhook: timestamp outside the tolerance")
+	// ErrTimestamp: the timestamp is malformed or outside the tolerance;
+	// the error's text says which, and by how many seconds.
+	ErrTimestamp = errors.New("webhook: webhook-timestamp refused")
 	// ErrSignature: no v1 signature matches.
 	ErrSignature = errors.New("webhook: no matching signature")
 	// ErrMetadata: a Fairrelay-Event-Id, Fairrelay-Flow or Fairrelay-Seq
@@ -183,8 +184,8 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if tol <= 0 {
 		tol = DefaultTolerance
 	}
-	if d := now().Sub(time.Unix(unix, 0)); d > tol || d < -tol {
-		return fmt.Errorf("%w: %s away from now", ErrTimestamp, d.Round(time.Second))
+	if err := checkSkew(unix, now(), tol); err != nil {
+		return err
 	}
 	for _, key := range v.keys {
 		want := mac(key, id, unix, body)
@@ -200,4 +201,29 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 		}
 	}
 	return ErrSignature
+}
+
+// checkSkew returns ErrTimestamp, saying by how many seconds and which
+// way, when unix (seconds) is further than tol from now. The seconds are
+// counted in integers: a time.Duration saturates at about 292 years, and a
+// sender's milliseconds (a common mistake, about 55 000 years ahead) read
+// as "-2562047h47m16s away" (an SRE's report).
+func checkSkew(unix int64, now time.Time, tol time.Duration) error {
+	// Saturated or not, a Duration past ±tol compares as past it.
+	if d := now.Sub(time.Unix(unix, 0)); d <= tol && d >= -tol {
+		return nil
+	}
+	at := now.Unix()
+	switch {
+	case unix < 0:
+		return fmt.Errorf("%w: %d is before 1970, not a time a relay sends", ErrTimestamp, unix)
+	case unix > at:
+		hint := ""
+		if ms := unix / 1000; ms >= at-int64(tol/time.Second)-1 && ms <= at+int64(tol/time.Second)+1 {
+			hint = " (milliseconds? it wants Unix seconds)"
+		}
+		return fmt.Errorf("%w: %d is %d s ahead of this machine's clock, past the tolerance of %s%s", ErrTimestamp, unix, unix-at, tol, hint)
+	default:
+		return fmt.Errorf("%w: %d is %d s behind this machine's clock, past the tolerance of %s", ErrTimestamp, unix, at-unix, tol)
+	}
 }

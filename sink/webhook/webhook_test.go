@@ -145,6 +145,40 @@ func TestVerifier(t *testing.T) {
 	}
 }
 
+// A refused timestamp says how far it is, in seconds, and which way, with
+// a hint for a sender's milliseconds: a time.Duration saturates at about
+// 292 years, and milliseconds (about 55 000 years ahead) read as
+// "-2562047h47m16s away from now"; a malformed one says so, not "outside
+// the tolerance" (an SRE's report).
+func TestVerifierSaysHowFarTheTimestampIs(t *testing.T) {
+	t.Parallel()
+	k := key(t)
+	now := time.Unix(1_700_000_000, 0)
+	v := webhook.NewVerifier(k)
+	v.Now = func() time.Time { return now }
+	body := []byte(`{"delta":1}`)
+	for _, tc := range []struct {
+		ts        string
+		want, not string
+	}{
+		{"1700000000000", "1700000000000 is 1698300000000 s ahead of this machine's clock, past the tolerance of 5m0s (milliseconds? it wants Unix seconds)", "2562047h"},
+		{"1699999400", "1699999400 is 600 s behind this machine's clock, past the tolerance of 5m0s", "milliseconds"},
+		{"1700000600", "1700000600 is 600 s ahead of this machine's clock, past the tolerance of 5m0s", "milliseconds"},
+		{"9223372036854775807", "9223372036854775807 is 9223372035154775807 s ahead", "-"},
+		{"-5", "-5 is before 1970", "tolerance"},
+		{"+1700000000", "is not Unix seconds in canonical decimal", "tolerance"},
+	} {
+		h := http.Header{}
+		h.Set(webhook.HeaderID, "e1")
+		h.Set(webhook.HeaderTimestamp, tc.ts)
+		h.Set(webhook.HeaderSignature, webhook.Sign(k, "e1", now, body))
+		err := v.Verify(h, body)
+		if !errors.Is(err, webhook.ErrTimestamp) || !strings.Contains(err.Error(), tc.want) || strings.Contains(strings.TrimPrefix(err.Error(), "webhook: webhook-timestamp refused: "+tc.ts), tc.not) {
+			t.Errorf("timestamp %s: %v; want ErrTimestamp saying %q, not %q", tc.ts, err, tc.want, tc.not)
+		}
+	}
+}
+
 // Rotating a secret: a verifier given the new key and the old one as
 // previous accepts requests signed with either (relays not yet switched,
 // and switched ones), and still refuses a third key; without the old one
