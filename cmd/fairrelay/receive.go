@@ -211,23 +211,25 @@ Broker ` + brokerEnvHelp + `.`,
 	f.DurationVar(&limits.read, "read-timeout", defaultLimits.read, "longest time to read one request, headers and body: a client sending slower is cut off (408)")
 	f.DurationVar(&limits.write, "write-timeout", defaultLimits.write, "longest time from a request's headers to the end of its answer, the inbox transaction included")
 	f.DurationVar(&limits.idle, "idle-timeout", defaultLimits.idle, "how long a kept-alive connection may wait for its next request (longer than the relay's 90 s, so the relay closes first)")
+	f.DurationVar(&limits.grace, "shutdown-timeout", defaultLimits.grace, "how long requests in flight may finish after a signal; those still open then are cut off (their senders send them again), and receive exits 0")
 	f.IntVar(&limits.maxRequests, "max-requests", defaultLimits.maxRequests, "requests handled at once; one more is answered 503 with Retry-After: 1 (the relay retries it)")
 	return cmd
 }
 
-// serverLimits are receive's defences against slow and numerous clients.
+// serverLimits are receive's defences against slow and numerous clients,
+// and how long its requests may run once it is stopped (grace).
 type serverLimits struct {
-	read, write, idle time.Duration
-	maxRequests       int
+	read, write, idle, grace time.Duration
+	maxRequests              int
 }
 
 // defaultLimits are receive's defaults: a relay sends a body at once and
 // gives up on an answer after its --timeout (10s), so a request that takes
 // longer to arrive is not a relay's.
-var defaultLimits = serverLimits{read: 10 * time.Second, write: 30 * time.Second, idle: 2 * time.Minute, maxRequests: inbox.DefaultMaxConcurrent}
+var defaultLimits = serverLimits{read: 10 * time.Second, write: 30 * time.Second, idle: 2 * time.Minute, grace: 10 * time.Second, maxRequests: inbox.DefaultMaxConcurrent}
 
 func (l serverLimits) check() error {
-	for name, d := range map[string]time.Duration{"read-timeout": l.read, "write-timeout": l.write, "idle-timeout": l.idle} {
+	for name, d := range map[string]time.Duration{"read-timeout": l.read, "write-timeout": l.write, "idle-timeout": l.idle, "shutdown-timeout": l.grace} {
 		if d <= 0 {
 			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: fmt.Sprintf("must be a positive duration such as 10s, got %s", d)}
 		}
@@ -363,7 +365,7 @@ func loopbackOnly(h http.Handler) http.Handler {
 }
 
 // serveUntilDone serves h on ln until ctx is done, then lets in-flight
-// requests finish (up to 10s) and returns nil. The limits bound how long a
+// requests finish (up to l.grace, then cuts them off) and returns nil. The limits bound how long a
 // client may take to send a request (headers within the read timeout too),
 // how long an answer may take, and how long an idle connection is kept.
 func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, l serverLimits, log *slog.Logger) error {
@@ -376,10 +378,17 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, l serv
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), l.grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		// A client still sending (or reading) after the grace: a stop by
+		// signal all the same, exit 0 (docs/cli.md). It exited 2 with a
+		// bare "context deadline exceeded", a failed stop to a supervisor
+		// for whatever any client that reaches the port does (an SRE's
+		// report). A request cut off here wrote nothing that was not
+		// committed; its sender (a relay) sends it again.
+		log.Warn("receive: requests still open after the grace were cut off; their senders send them again", "shutdown_timeout", l.grace, "err", err)
+		srv.Close()
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
