@@ -73,6 +73,17 @@ otherwise, nothing written).`,
 			if err := in.Waive(cmd.Context(), inbox.WaiveParams{EventID: id, Flow: flow, Seq: seq, Reason: reason, Operator: operator}); err != nil {
 				return err
 			}
+			// The same waiver again is already so, and keeps the first
+			// one's operator and reason: say so when they are not these,
+			// which an operator would otherwise think recorded (an SRE's
+			// report: a second operator's decision left no trace).
+			if ws, err := in.Waivers(cmd.Context(), flow, seq-1, 1); err == nil && len(ws) == 1 && ws[0].Flow == flow && ws[0].Seq == seq &&
+				(ws[0].Reason != reason || ws[0].Operator != operator) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: flow %s seq %d was waived already for %s, by %s at %s (reason %q); this --operator and --reason are not recorded\n",
+					flow, seq, id, ws[0].Operator, ws[0].WaivedAt.UTC().Format("2006-01-02T15:04:05Z"), ws[0].Reason)
+			} else if err != nil {
+				return err
+			}
 			return printJSON(cmd.OutOrStdout(), script.Result{"status": "waived"})
 		},
 	}

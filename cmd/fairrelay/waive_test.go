@@ -101,3 +101,43 @@ func TestWaiveCommand(t *testing.T) {
 		t.Fatalf("A1 after the waiver: %q %v, want duplicate", out, err)
 	}
 }
+
+// The same waiver again answers waived (already so) and keeps the first
+// one's operator and reason; when the second names another operator or
+// reason, stderr says who waived it and that this one was not recorded: a
+// second operator's decision left no trace and looked recorded (an SRE's
+// report). The same operator and reason again say nothing more.
+func TestWaiveAgainSaysWhoWaivedFirst(t *testing.T) {
+	t.Parallel()
+	dsn := filepath.Join(t.TempDir(), "inbox.db")
+	in, err := inbox.Open(t.Context(), dsn, inbox.Options{MaxDelta: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if out, err := in.Receive(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":100}`)}); err != nil || out != fairrelay.OutcomeUnsupportedDelta {
+		t.Fatalf("A1: %q %v", out, err)
+	}
+	waive := func(operator, reason string) string {
+		t.Helper()
+		out, errOut, code := cli(t, "", "waive", "--inbox", dsn, "--flow", "A", "--seq", "1", "--id", "A1", "--operator", operator, "--reason", reason)
+		if code != 0 || strings.TrimSpace(out) != `{"status":"waived"}` {
+			t.Fatalf("waive by %s: exit %d, %s%s", operator, code, out, errOut)
+		}
+		return errOut
+	}
+	if errOut := waive("ana", "credited by hand"); errOut != "" {
+		t.Errorf("the first waiver: stderr %q, want nothing", errOut)
+	}
+	if errOut := waive("ana", "credited by hand"); errOut != "" {
+		t.Errorf("the same waiver again: stderr %q, want nothing", errOut)
+	}
+	errOut := waive("bob", "refund instead")
+	if !strings.Contains(errOut, `waived already for A1, by ana at `) || !strings.Contains(errOut, `(reason "credited by hand"); this --operator and --reason are not recorded`) {
+		t.Errorf("another operator's waiver again: stderr %q, want who waived it first and that this one is not recorded", errOut)
+	}
+	ws, err := in.Waivers(t.Context(), "", 0, 10)
+	if err != nil || len(ws) != 1 || ws[0].Operator != "ana" || ws[0].Reason != "credited by hand" {
+		t.Errorf("waivers %+v (%v), want ana's alone", ws, err)
+	}
+}
