@@ -372,7 +372,20 @@ type HeldDelivery struct {
 	// Reason is the inbox's last answer to it: gap (its predecessor was
 	// not applied) or the permanent outcome that refuses it.
 	Reason fairrelay.Outcome `json:"reason"`
+	// State is HeldWaiting or HeldSuperseded, as HeldCounts counts them.
+	State string `json:"state"`
 }
+
+// The states of a held delivery (HeldDelivery.State).
+const (
+	// HeldWaiting: past its flow's last applied seq; it applies in order
+	// once its predecessor is, or holds its flow up while refused.
+	HeldWaiting = "waiting"
+	// HeldSuperseded: a copy of a seq its flow has applied (under another
+	// id or body): it never applies and holds nothing up; prune
+	// --superseded-held drops it (DropSuperseded).
+	HeldSuperseded = "superseded"
+)
 
 // Held lists held deliveries (Hold) as Receipts lists receipts: in (flow,
 // seq, id) order, after afterFlow's afterSeq, up to limit and then the rest
@@ -405,7 +418,7 @@ func (in *Inbox) heldRows(ctx context.Context, query string, args ...any) ([]Hel
 	out := []HeldDelivery{}
 	for rows.Next() {
 		var h HeldDelivery
-		if err := rows.Scan(&h.ID, &h.Flow, &h.Seq, &h.Reason); err != nil {
+		if err := rows.Scan(&h.ID, &h.Flow, &h.Seq, &h.Reason, &h.State); err != nil {
 			return nil, dbError("inbox held", in.translate(err))
 		}
 		out = append(out, h)

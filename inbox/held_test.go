@@ -91,8 +91,8 @@ func TestHoldAndReceiveHeld(t *testing.T) {
 		// Held says what holds each: B1 was held for a gap, and is
 		// refused now.
 		hs, err := in.Held(ctx, "", 0, 10)
-		wantHeld := []inbox.HeldDelivery{{ID: "B1", Flow: "B", Seq: 1, Reason: fairrelay.OutcomeUnsupportedDelta},
-			{ID: "B2", Flow: "B", Seq: 2, Reason: fairrelay.OutcomeGap}}
+		wantHeld := []inbox.HeldDelivery{{ID: "B1", Flow: "B", Seq: 1, Reason: fairrelay.OutcomeUnsupportedDelta, State: inbox.HeldWaiting},
+			{ID: "B2", Flow: "B", Seq: 2, Reason: fairrelay.OutcomeGap, State: inbox.HeldWaiting}}
 		if err != nil || !cmp.Equal(hs, wantHeld) {
 			t.Fatalf("held %+v %v, want %+v", hs, err, wantHeld)
 		}
@@ -295,6 +295,19 @@ func TestDropSuperseded(t *testing.T) {
 		}
 		if w, s, err := in.HeldCounts(ctx); err != nil || w != 2 || s != 1 {
 			t.Fatalf("HeldCounts: %d waiting, %d superseded, %v; want 2 and 1", w, s, err)
+		}
+		// Held says which is which, as HeldCounts counts them: a
+		// superseded copy looked like a stuck flow (an SRE's report).
+		states := map[string]string{}
+		all, err := in.Held(ctx, "", 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range all {
+			states[r.ID] = r.State
+		}
+		if diff := cmp.Diff(map[string]string{"X1": inbox.HeldSuperseded, "A3": inbox.HeldWaiting, "B2": inbox.HeldWaiting}, states); diff != "" {
+			t.Errorf("held states (-want +got):\n%s", diff)
 		}
 		if n, err := in.DropSuperseded(ctx); err != nil || n != 1 {
 			t.Fatalf("DropSuperseded: %d, %v; want 1", n, err)

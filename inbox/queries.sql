@@ -70,16 +70,20 @@ SELECT coalesce(sum(CASE WHEN h.seq > coalesce(p.seq, 0) THEN 1 ELSE 0 END), 0),
 FROM held h LEFT JOIN projection p ON p.flow_id = h.flow_id;
 
 -- name: HeldPage
-SELECT event_id, flow_id, seq, min(reason) FROM held
-WHERE flow_id > $1 OR (flow_id = $1 AND seq > $2)
-GROUP BY flow_id, seq, event_id
-ORDER BY flow_id, seq, event_id LIMIT $3;
+SELECT h.event_id, h.flow_id, h.seq, min(h.reason),
+       CASE WHEN h.seq > coalesce(max(p.seq), 0) THEN 'waiting' ELSE 'superseded' END
+FROM held h LEFT JOIN projection p ON p.flow_id = h.flow_id
+WHERE h.flow_id > $1 OR (h.flow_id = $1 AND h.seq > $2)
+GROUP BY h.flow_id, h.seq, h.event_id
+ORDER BY h.flow_id, h.seq, h.event_id LIMIT $3;
 
 -- name: HeldPageRest
-SELECT event_id, flow_id, seq, min(reason) FROM held
-WHERE flow_id = $1 AND seq = $2 AND event_id > $3
-GROUP BY flow_id, seq, event_id
-ORDER BY event_id;
+SELECT h.event_id, h.flow_id, h.seq, min(h.reason),
+       CASE WHEN h.seq > coalesce(max(p.seq), 0) THEN 'waiting' ELSE 'superseded' END
+FROM held h LEFT JOIN projection p ON p.flow_id = h.flow_id
+WHERE h.flow_id = $1 AND h.seq = $2 AND h.event_id > $3
+GROUP BY h.flow_id, h.seq, h.event_id
+ORDER BY h.event_id;
 
 -- name: WaiverGet
 SELECT event_id FROM waiver WHERE flow_id = $1 AND seq = $2;

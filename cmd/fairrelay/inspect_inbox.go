@@ -56,9 +56,9 @@ func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage
 			next = "--after " + shellQuote(last.Flow) + " --after-seq " + strconv.FormatInt(last.Seq, 10)
 		}
 		table := func(w io.Writer) {
-			fmt.Fprintln(w, "ID\tFLOW\tSEQ\tREASON")
+			fmt.Fprintln(w, "ID\tFLOW\tSEQ\tREASON\tSTATE")
 			for _, h := range hs {
-				fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", cell(h.ID), cell(h.Flow), h.Seq, cell(string(h.Reason)))
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cell(h.ID), cell(h.Flow), h.Seq, cell(string(h.Reason)), h.State)
 			}
 		}
 		return printView(cmd, anyRows(hs), table, asJSON, p.limit, next)

@@ -156,7 +156,7 @@ func TestInspectInbox(t *testing.T) {
 				t.Fatalf("second page: %q", out)
 			}
 			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "held", "--json")
-			if out != `{"id":"B3","flow":"B","seq":3,"reason":"gap"}`+"\n" {
+			if out != `{"id":"B3","flow":"B","seq":3,"reason":"gap","state":"waiting"}`+"\n" {
 				t.Fatalf("held: %q", out)
 			}
 			out, _, _ = cli(t, "", "inspect", "--inbox", dsn, "projection", "--json", "--after", "A")
