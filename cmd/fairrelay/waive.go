@@ -16,6 +16,7 @@ func init() { rootCmd.AddCommand(newWaiveCmd()) }
 func newWaiveCmd() *cobra.Command {
 	var inboxDSN, queue, id, flow, reason, operator string
 	var seq int64
+	var unchecked bool
 	cmd := &cobra.Command{
 		Use:   "waive --inbox I --id ID (--queue Q | --flow F --seq N) --reason TEXT [--operator NAME]",
 		Short: "Let an inbox take a flow's next event with no effect, an operator's decision kept with its reason",
@@ -31,8 +32,11 @@ no effect. With --queue, the event's flow and seq are read from the queue
 store (it must hold the event, not acked), so a mistyped id that names
 another event of the flow is refused rather than waived (its seq is not the
 one the flow waits for), and so is one that is not quarantined there; give
---flow and --seq instead when the queue cannot be reached, or behind a
-broker, where the queue acked the event and the inbox holds it. A waiver cannot be undone by a command. Then: the flow's projection moves to --seq with its total
+--flow and --seq instead behind a broker, where the queue acked the event and
+the inbox holds it (the held delivery is checked against --id). Without
+--queue and with nothing held at --seq, nothing checks --id, and a wrong one
+leaves the flow stuck for good: that needs --unchecked (the queue cannot be
+reached). A waiver cannot be undone by a command. Then: the flow's projection moves to --seq with its total
 unchanged, and from then on a delivery of that event answers duplicate. Then
 redrive the quarantined head at the queue ('fairrelay redrive --queue Q --id
 ID ...'): the relay delivers it, the inbox answers duplicate, the relay acks
@@ -57,6 +61,9 @@ otherwise, nothing written).`,
 				}
 				return err
 			}
+			if unchecked && queue != "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "unchecked", Message: "with --queue the event is checked there: leave --unchecked out"}
+			}
 			if operator == "" {
 				operator = osUser()
 			}
@@ -70,6 +77,11 @@ otherwise, nothing written).`,
 				return err
 			}
 			defer in.Close()
+			if queue == "" && !unchecked {
+				if err := vouched(cmd, in, id, flow, seq); err != nil {
+					return err
+				}
+			}
 			if err := in.Waive(cmd.Context(), inbox.WaiveParams{EventID: id, Flow: flow, Seq: seq, Reason: reason, Operator: operator}); err != nil {
 				return err
 			}
@@ -95,7 +107,34 @@ otherwise, nothing written).`,
 	f.StringVar(&id, "id", "", "the event that takes that seq with no effect")
 	f.StringVar(&reason, "reason", "", "why the event may go without its effect; kept with the waiver")
 	f.StringVar(&operator, "operator", "", "who decided; kept with the waiver (default: the OS user running the command)")
+	f.BoolVar(&unchecked, "unchecked", false, "without --queue, waive though nothing in the inbox vouches for --id at --seq (nothing held there): when the queue cannot be reached")
 	return cmd
+}
+
+// vouched returns nil when the inbox itself vouches for event id at seq of
+// flow, so that a waive without --queue is checked: a delivery held there
+// (Waive refuses an id the held ones contradict), or this very waiver
+// recorded already. Otherwise an invalid_input naming queue: with nothing
+// held, a wrong --id was waived unchecked, and the flow was left stuck for
+// good (the right event then answered id_conflict, the next one
+// sequence_conflict; an SRE's report).
+func vouched(cmd *cobra.Command, in *inbox.Inbox, id, flow string, seq int64) error {
+	hs, err := in.Held(cmd.Context(), flow, seq-1, 1)
+	if err != nil {
+		return err
+	}
+	if len(hs) > 0 && hs[0].Flow == flow && hs[0].Seq == seq {
+		return nil
+	}
+	ws, err := in.Waivers(cmd.Context(), flow, seq-1, 1)
+	if err != nil {
+		return err
+	}
+	if len(ws) > 0 && ws[0].Flow == flow && ws[0].Seq == seq && ws[0].EventID == id {
+		return nil
+	}
+	return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "queue", Message: fmt.Sprintf(
+		"missing: the inbox holds no delivery at seq %d of flow %q, so nothing checks that %q is the event there, and a wrong one cannot be undone: give --queue Q, where the event's flow and seq are read, or --unchecked when the queue cannot be reached", seq, flow, id)}
 }
 
 // waivedEvent reads event id from the queue store at dsn (read-only) and

@@ -9,6 +9,23 @@ import (
 	"github.com/fairrelay/fairrelay/inbox"
 )
 
+// refusedA1 opens a SQLite inbox (max delta 5), closed when the test
+// ends, where event A1, seq 1 of flow A, was refused for good
+// (unsupported_delta) and is not held: an HTTP receiver's.
+func refusedA1(t *testing.T) (*inbox.Inbox, string) {
+	t.Helper()
+	dsn := filepath.Join(t.TempDir(), "inbox.db")
+	in, err := inbox.Open(t.Context(), dsn, inbox.Options{MaxDelta: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	if out, err := in.Receive(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":100}`)}); err != nil || out != fairrelay.OutcomeUnsupportedDelta {
+		t.Fatalf("A1: %q %v", out, err)
+	}
+	return in, dsn
+}
+
 // waive records a waiver of the flow's next seq (exit 0,
 // {"status":"waived"}), refuses another seq or a missing reason (exit 2,
 // nothing written) and an inbox that does not exist (creating nothing);
@@ -16,16 +33,7 @@ import (
 // then answers duplicate.
 func TestWaiveCommand(t *testing.T) {
 	t.Parallel()
-	dsn := filepath.Join(t.TempDir(), "inbox.db")
-	in, err := inbox.Open(t.Context(), dsn, inbox.Options{MaxDelta: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	poison := inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":100}`)}
-	if out, err := in.Receive(t.Context(), poison); err != nil || out != fairrelay.OutcomeUnsupportedDelta {
-		t.Fatalf("A1: %q %v", out, err)
-	}
+	in, dsn := refusedA1(t)
 	run := func(want int, args ...string) (string, string) {
 		t.Helper()
 		out, errOut, code := cli(t, "", args...)
@@ -34,7 +42,7 @@ func TestWaiveCommand(t *testing.T) {
 		}
 		return strings.TrimSpace(out), errOut
 	}
-	_, errOut := run(2, "waive", "--inbox", dsn, "--flow", "A", "--seq", "2", "--id", "A1", "--reason", "x")
+	_, errOut := run(2, "waive", "--inbox", dsn, "--flow", "A", "--seq", "2", "--id", "A1", "--reason", "x", "--unchecked")
 	if !strings.Contains(errOut, "only seq 1") {
 		t.Errorf("waive of seq 2: stderr %q, want it to name seq 1", errOut)
 	}
@@ -97,7 +105,7 @@ func TestWaiveCommand(t *testing.T) {
 	if table, _ := run(0, "inspect", "--inbox", dsn, "waivers"); !strings.Contains(table, "credited by hand") || !strings.Contains(table, "ana") {
 		t.Fatalf("inspect waivers table:\n%s", table)
 	}
-	if out, err := in.Receive(t.Context(), poison); err != nil || out != fairrelay.OutcomeDuplicate {
+	if out, err := in.Receive(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":100}`)}); err != nil || out != fairrelay.OutcomeDuplicate {
 		t.Fatalf("A1 after the waiver: %q %v, want duplicate", out, err)
 	}
 }
@@ -109,24 +117,16 @@ func TestWaiveCommand(t *testing.T) {
 // report). The same operator and reason again say nothing more.
 func TestWaiveAgainSaysWhoWaivedFirst(t *testing.T) {
 	t.Parallel()
-	dsn := filepath.Join(t.TempDir(), "inbox.db")
-	in, err := inbox.Open(t.Context(), dsn, inbox.Options{MaxDelta: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	if out, err := in.Receive(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":100}`)}); err != nil || out != fairrelay.OutcomeUnsupportedDelta {
-		t.Fatalf("A1: %q %v", out, err)
-	}
-	waive := func(operator, reason string) string {
+	in, dsn := refusedA1(t)
+	waive := func(operator, reason string, more ...string) string {
 		t.Helper()
-		out, errOut, code := cli(t, "", "waive", "--inbox", dsn, "--flow", "A", "--seq", "1", "--id", "A1", "--operator", operator, "--reason", reason)
+		out, errOut, code := cli(t, "", append([]string{"waive", "--inbox", dsn, "--flow", "A", "--seq", "1", "--id", "A1", "--operator", operator, "--reason", reason}, more...)...)
 		if code != 0 || strings.TrimSpace(out) != `{"status":"waived"}` {
 			t.Fatalf("waive by %s: exit %d, %s%s", operator, code, out, errOut)
 		}
 		return errOut
 	}
-	if errOut := waive("ana", "credited by hand"); errOut != "" {
+	if errOut := waive("ana", "credited by hand", "--unchecked"); errOut != "" {
 		t.Errorf("the first waiver: stderr %q, want nothing", errOut)
 	}
 	if errOut := waive("ana", "credited by hand"); errOut != "" {
@@ -139,5 +139,52 @@ func TestWaiveAgainSaysWhoWaivedFirst(t *testing.T) {
 	ws, err := in.Waivers(t.Context(), "", 0, 10)
 	if err != nil || len(ws) != 1 || ws[0].Operator != "ana" || ws[0].Reason != "credited by hand" {
 		t.Errorf("waivers %+v (%v), want ana's alone", ws, err)
+	}
+}
+
+// Without --queue, waive needs the inbox to vouch for --id at --seq: a
+// delivery held there (behind a broker), or this waiver already. With
+// nothing held (an HTTP receiver) a mistyped --id was waived unchecked, and
+// the flow was stuck for good: the right event then answered id_conflict
+// and the next sequence_conflict, and no command undoes a waiver (an SRE's
+// report). That is refused naming queue, nothing written, unless
+// --unchecked says the queue cannot be reached; --unchecked with --queue is
+// refused.
+func TestWaiveWithoutTheQueueNeedsTheInboxToVouch(t *testing.T) {
+	t.Parallel()
+	in, dsn := refusedA1(t)
+	body := []byte(`{"delta":100}`)
+	// Behind a broker: B1 refused and held in the inbox.
+	if held, err := in.Hold(t.Context(), inbox.Delivery{EventID: "B1", Flow: "B", Seq: 1, Body: body}, fairrelay.OutcomeUnsupportedDelta); err != nil || !held {
+		t.Fatalf("hold B1: %v %v", held, err)
+	}
+	q := filepath.Join(t.TempDir(), "q.db")
+	if _, errOut, code := cli(t, "", "migrate", "--queue", q); code != 0 {
+		t.Fatal(errOut)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--flow", "A", "--seq", "1", "--id", "A1-typo"}, `invalid_input: queue: missing: the inbox holds no delivery at seq 1 of flow "A", so nothing checks that "A1-typo" is the event there`},
+		{[]string{"--flow", "B", "--seq", "1", "--id", "B1-typo"}, `invalid_input: id:`}, // the held B1 contradicts it
+		{[]string{"--queue", q, "--id", "A1", "--unchecked"}, "invalid_input: unchecked: with --queue the event is checked there"},
+	} {
+		_, errOut, code := cli(t, "", append([]string{"waive", "--inbox", dsn, "--reason", "x"}, c.args...)...)
+		if code != exitFailed || !strings.Contains(errOut, c.want) {
+			t.Errorf("waive %v: exit %d, %q; want exit %d and %q", c.args, code, errOut, exitFailed, c.want)
+		}
+	}
+	if ws, err := in.Waivers(t.Context(), "", 0, 10); err != nil || len(ws) != 0 {
+		t.Fatalf("waivers after the refusals: %+v %v, want none", ws, err)
+	}
+	for _, args := range [][]string{
+		{"--flow", "B", "--seq", "1", "--id", "B1"},                    // vouched for by the held delivery
+		{"--flow", "A", "--seq", "1", "--id", "A1", "--unchecked"},     // the operator's word
+		{"--flow", "A", "--seq", "1", "--id", "A1", "--operator", "x"}, // the same waiver again
+	} {
+		if out, errOut, code := cli(t, "", append([]string{"waive", "--inbox", dsn, "--reason", "x"}, args...)...); code != 0 || strings.TrimSpace(out) != `{"status":"waived"}` {
+			t.Errorf("waive %v: exit %d, %s%s", args, code, out, errOut)
+		}
 	}
 }
