@@ -85,6 +85,9 @@ WHERE h.flow_id = $1 AND h.seq = $2 AND h.event_id > $3
 GROUP BY h.flow_id, h.seq, h.event_id
 ORDER BY h.event_id;
 
+-- name: ReceiptIDAt
+SELECT event_id FROM receipt WHERE flow_id = $1 AND seq = $2;
+
 -- name: WaiverGet
 SELECT event_id FROM waiver WHERE flow_id = $1 AND seq = $2;
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
 )
 
 // A flow whose next event the receiver can never take — its id is another
@@ -57,14 +58,19 @@ type Waiver struct {
 // after it apply at its next retry (its held copies of the event itself
 // are deleted). Any other delivery answers as before. The same waiver
 // again (this id, flow and seq waived already) is already so: nil, nothing
-// written, the first waiver's reason and operator kept.
+// written, the first waiver's reason and operator kept. A seq the flow
+// applied already under another event's receipt (that event's delivery
+// answered sequence_conflict, for good) can be waived for it too: it then
+// answers duplicate, and the projection stays as the receipt left it.
 // The body is not compared: the queue never changes an event's body, so
 // the id, flow and seq name the event. The waived id is not a receipt: a
 // delivery of the same id in another flow answers as Receive says.
 // Errors (nothing written): ErrInvalidInput naming id or flow (CheckID's
 // rule), seq (below 1, or not the seq the flow waits for: its projected
-// seq + 1; a flow applied up to seq P can only waive P+1; a seq waived
-// already for another event is refused naming that event), id (the held events contradict it: heldContradicts),
+// seq + 1; a flow applied up to seq P can only waive P+1, or a seq at most P
+// that another event's receipt took; a seq waived already for another
+// event is refused naming that event), id (the held events contradict it:
+// heldContradicts),
 // reason (empty,
 // or breaking fairrelay.CheckReason's rule: one line of at most
 // MaxReasonBytes of printable UTF-8) or operator (CheckID's rule);
@@ -121,6 +127,21 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 		case !errors.Is(err, sql.ErrNoRows):
 			return dbError("waive", in.translate(fmt.Errorf("WaiverGet: %w", err)))
 		}
+		// A seq another event's receipt took: this event answers
+		// sequence_conflict for good, and its flow waits behind it in the
+		// queue. Waived, it answers duplicate, and the flow goes on; the
+		// projection stays as the receipt left it (an SRE's report: such a
+		// head had no way out but hand SQL).
+		err = tx.QueryRowContext(ctx, q["ReceiptIDAt"], d.Flow, d.Seq).Scan(&id)
+		switch {
+		case err == nil && id != d.EventID:
+			if err := in.heldContradicts(ctx, tx.Tx, d); err != nil {
+				return err
+			}
+			return in.recordWaiver(ctx, tx, d, p, -1, 0)
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return dbError("waive", in.translate(fmt.Errorf("ReceiptIDAt: %w", err)))
+		}
 	}
 	if d.Seq != pseq+1 {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "seq",
@@ -129,6 +150,13 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 	if err := in.heldContradicts(ctx, tx.Tx, d); err != nil {
 		return err
 	}
+	return in.recordWaiver(ctx, tx, d, p, d.Seq, total)
+}
+
+// recordWaiver writes p's waiver of d in tx and commits: the waiver, the
+// flow's projection moved to seq with total (seq -1: left as it is, for a
+// seq applied already), and the event's held copies gone.
+func (in *Inbox) recordWaiver(ctx context.Context, tx *sqlitestore.WriteTx, d Delivery, p WaiveParams, seq, total int64) error {
 	var op any
 	if p.Operator != "" {
 		op = p.Operator
@@ -137,8 +165,10 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 		time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
 		return dbError("waive", in.translate(fmt.Errorf("WaiverInsert: %w", err)))
 	}
-	if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, d.Seq, total); err != nil {
-		return dbError("waive", in.translate(fmt.Errorf("ProjectionUpsert: %w", err)))
+	if seq >= 0 {
+		if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, seq, total); err != nil {
+			return dbError("waive", in.translate(fmt.Errorf("ProjectionUpsert: %w", err)))
+		}
 	}
 	// A broker consumer's held copies of the event go with it: they would
 	// never apply.

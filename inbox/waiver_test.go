@@ -228,3 +228,49 @@ func TestWaivedIDIsHeld(t *testing.T) {
 		receive(d("U4", "U", 4, 2), fairrelay.OutcomeAccepted)
 	})
 }
+
+// A seq another event's receipt took (a delivery under another id got
+// there first): the real event answers sequence_conflict for good and
+// holds its flow up in the queue, and waive refused every seq but the next
+// (an SRE's report: no way out but hand SQL). It can now be waived at its
+// own seq: it answers duplicate, the projection stays as the receipt left
+// it, the flow's next event applies, and no other id can take that waiver's
+// place. Both backends.
+func TestWaiveASeqAnotherEventTook(t *testing.T) {
+	eachBackend(t, "frinwaivesc", inbox.Options{}, func(t *testing.T, in *inbox.Inbox) {
+		ctx := t.Context()
+		d, receive := deliveryOf, receiver(t, in)
+		receive(d("forged-1", "S", 1, 7), fairrelay.OutcomeAccepted)
+		receive(d("S1", "S", 1, 1), fairrelay.OutcomeSequenceConflict)
+		if err := in.Waive(ctx, inbox.WaiveParams{EventID: "S1", Flow: "S", Seq: 1, Reason: "seq 1 taken by forged-1"}); err != nil {
+			t.Fatalf("waive S1 at the seq forged-1 took: %v", err)
+		}
+		receive(d("S1", "S", 1, 1), fairrelay.OutcomeDuplicate)
+		receive(d("S2", "S", 2, 1), fairrelay.OutcomeAccepted)
+		ps, err := in.Projections(ctx, "", 10)
+		if err != nil || len(ps) != 1 || ps[0].Seq != 2 || ps[0].Total != 8 {
+			t.Errorf("projections %+v %v, want S at seq 2 with total 8 (forged-1's 7 and S2's 1)", ps, err)
+		}
+		for _, bad := range []inbox.WaiveParams{
+			{EventID: "Y1", Flow: "S", Seq: 1, Reason: "x"},       // waived already, for S1
+			{EventID: "forged-1", Flow: "S", Seq: 1, Reason: "x"}, // its own receipt
+		} {
+			if err := in.Waive(ctx, bad); fieldOf(err) != "seq" {
+				t.Errorf("waive %+v: %v, want invalid_input naming seq", bad, err)
+			}
+		}
+		ws, err := in.Waivers(ctx, "", 0, 10)
+		if err != nil || len(ws) != 1 || ws[0].EventID != "S1" || ws[0].Seq != 1 {
+			t.Errorf("waivers %+v %v, want S1's alone", ws, err)
+		}
+	})
+}
+
+// fieldOf is the field an invalid_input error names, or "".
+func fieldOf(err error) string {
+	var fe *fairrelay.Error
+	if errors.As(err, &fe) && fe.Code == fairrelay.CodeInvalidInput {
+		return fe.Field
+	}
+	return ""
+}

@@ -28,7 +28,8 @@ answer.
 
 waive records, in the inbox, that the flow's next seq (its applied seq + 1, as
 'fairrelay inspect --inbox I projection' shows) is taken by event --id with
-no effect. With --queue, the event's flow and seq are read from the queue
+no effect; or, for an event whose own seq a delivery under another id took
+(it answers sequence_conflict), that it goes at that seq with no effect. With --queue, the event's flow and seq are read from the queue
 store (it must hold the event, not acked), so a mistyped id that names
 another event of the flow is refused rather than waived (its seq is not the
 one the flow waits for), and so is one that is not quarantined there; give

@@ -188,3 +188,38 @@ func TestWaiveWithoutTheQueueNeedsTheInboxToVouch(t *testing.T) {
 		}
 	}
 }
+
+// A head quarantined with sequence_conflict (a delivery under another id
+// took its seq in the inbox) is freed by waive --queue and a redrive, as
+// docs/operations.md shows: the waiver is at the event's own seq, read from
+// the queue, and the event then answers duplicate (an SRE's report: only
+// hand SQL freed it).
+func TestWaiveFreesASequenceConflict(t *testing.T) {
+	t.Parallel()
+	dsn := filepath.Join(t.TempDir(), "inbox.db")
+	in, err := inbox.Open(t.Context(), dsn, inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	receive := func(id string, want fairrelay.Outcome) {
+		t.Helper()
+		if out, err := in.Receive(t.Context(), inbox.Delivery{EventID: id, Flow: "sc", Seq: 1, Body: []byte(`{"delta":1}`)}); err != nil || out != want {
+			t.Fatalf("receive %s: %q %v, want %q", id, out, err, want)
+		}
+	}
+	receive("forged-1", fairrelay.OutcomeAccepted)
+	receive("sc-1", fairrelay.OutcomeSequenceConflict)
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, args := range [][]string{
+		{"enqueue", "--queue", q, "--id", "sc-1", "--flow", "sc", "--delta", "1", "--at", "0"},
+		{"claim", "--queue", q, "--at", "0"},
+		{"settle", "--queue", q, "--id", "sc-1", "--generation", "1", "--outcome", "sequence_conflict", "--at", "0"},
+		{"waive", "--inbox", dsn, "--queue", q, "--id", "sc-1", "--reason", "seq 1 taken by forged-1"},
+	} {
+		if out, errOut, code := cli(t, "", args...); code != 0 {
+			t.Fatalf("%v: exit %d, %s%s", args, code, out, errOut)
+		}
+	}
+	receive("sc-1", fairrelay.OutcomeDuplicate)
+}
