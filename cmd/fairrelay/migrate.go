@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
@@ -79,9 +81,13 @@ func newMigrateCmd() *cobra.Command {
 
 // noteSchemaless says on stderr, when migrate has just created a
 // PostgreSQL store whose URL names no schema=, where it went: into the
-// connection's current schema (public by default), its tables (event,
-// flow, …) among the application's. A fresh user's migrate filled public
-// in silence; it is allowed (docs/cli.md), so it is said, not refused.
+// connection's current schema (public by default, or the first existing
+// schema of a search_path the URL or the role sets), its tables (event,
+// flow, …) among whatever else lives there. A fresh user's migrate filled
+// public in silence; it is allowed (docs/cli.md), so it is said, not
+// refused, and the schema is named (a fresh user read "public unless the
+// server's search_path says otherwise" and could not tell which). When the
+// name cannot be read, the note says "the connection's current schema".
 func noteSchemaless(cmd *cobra.Command, what, dsn string, applied []int) {
 	if !isPostgresURL(dsn) || len(applied) == 0 || applied[0] != 1 {
 		return
@@ -89,7 +95,27 @@ func noteSchemaless(cmd *cobra.Command, what, dsn string, applied []int) {
 	if _, schema, err := pgstore.ParseDSN(dsn); err != nil || schema != "" {
 		return
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: the %s store was made in the connection's current schema (public unless the server's search_path says otherwise), among the application's own tables; to keep it apart, drop its tables and give schema=NAME in the URL\n", what)
+	where := "the connection's current schema"
+	if cur, err := currentSchema(cmd.Context(), dsn); err == nil && cur != "" {
+		where = fmt.Sprintf("schema %s, the connection's current schema", pgx.Identifier{cur}.Sanitize())
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: the %s store was made in %s (the URL names no schema=), among any other tables there; to keep it apart, drop its tables and give schema=NAME in the URL\n", what, where)
+}
+
+// currentSchema reads the current schema of a new connection to dsn, a
+// PostgreSQL URL without schema=: "" when its search_path names no schema
+// that exists.
+func currentSchema(ctx context.Context, dsn string) (string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var cur *string
+	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&cur); err != nil || cur == nil {
+		return "", err
+	}
+	return *cur, nil
 }
 
 // migrateStatus says what migrate did to a store, from the versions of the
