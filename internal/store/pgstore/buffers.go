@@ -85,7 +85,6 @@ type arrays struct {
 	bools    []bool
 	int64Ps  []*int64
 	stringPs []*string
-	bytes    [][]byte
 }
 
 func (a *arrays) reset() {
@@ -94,7 +93,6 @@ func (a *arrays) reset() {
 	a.bools = resetBuf(a.bools)
 	a.int64Ps = resetBuf(a.int64Ps)
 	a.stringPs = resetBuf(a.stringPs)
-	a.bytes = resetBuf(a.bytes)
 }
 
 // resetBuf empties buf, dropping the references its elements held.
@@ -128,8 +126,6 @@ func (a *arrays) int64Ptr(v int64) *int64 {
 	*p = v
 	return p
 }
-
-func (a *arrays) bytesArray(n int) [][]byte { return take(&a.bytes, n) }
 
 // rowSlab hands out row pointers from chunks reused across transactions:
 // one allocation per 128 rows instead of one per row.

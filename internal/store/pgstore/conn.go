@@ -26,6 +26,12 @@ type conn interface {
 	query(ctx context.Context, name, sql string, args []any, each func(scanner) error) error
 }
 
+// Both transactions' runners are conns.
+var (
+	_ conn = (*pgxConn)(nil)
+	_ conn = sqlConn{}
+)
+
 // pgxConn runs statements on a pgx.Tx. Statements queued with queue are
 // sent in one round trip together with the next query or at flush (commit):
 // every read still sees every earlier write, and an error of a queued write
