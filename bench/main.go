@@ -345,7 +345,7 @@ func benchRiver(ctx context.Context, o options) (measure, error) {
 	case err := <-errc:
 		return measure{}, err
 	case <-time.After(10 * time.Minute):
-		return measure{}, errors.New("River did not work the jobs within 10 minutes")
+		return measure{}, errors.New("the jobs were not worked by River within 10 minutes")
 	}
 	// Stop waits for the completer to record every job as completed: the
 	// clock stops when the work is durable, as fairrelay's stops at the ack.
