@@ -103,8 +103,9 @@ func noteSchemaless(cmd *cobra.Command, what, dsn string, applied []int) {
 }
 
 // currentSchema reads the current schema of a new connection to dsn, a
-// PostgreSQL URL without schema=: "" when its search_path names no schema
-// that exists.
+// PostgreSQL URL without schema=, with the stores' own query
+// (pgstore.NoSchemaQuery): "" when its search_path names no schema that
+// exists.
 func currentSchema(ctx context.Context, dsn string) (string, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -112,7 +113,8 @@ func currentSchema(ctx context.Context, dsn string) (string, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var cur *string
-	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&cur); err != nil || cur == nil {
+	var path string
+	if err := conn.QueryRow(ctx, pgstore.NoSchemaQuery).Scan(&cur, &path); err != nil || cur == nil {
 		return "", err
 	}
 	return *cur, nil
