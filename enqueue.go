@@ -136,7 +136,13 @@ func (p EnqueueParams) event() NewEvent {
 }
 
 // EnqueueMany stores p.Events in one transaction at one tick, each with the
-// answer Enqueue would give in that order. A bad event fails the whole batch
+// answer Enqueue would give in that order, but for one rule: a flow refused
+// as full (SPEC §8) is refused again, with a limit that applies then or
+// else the one it met, for its later events of the batch that join the
+// same group, so a flow's later event never overtakes a refused one even
+// when acks commit while the batch waits for a lock (PostgreSQL). A later
+// event naming the flow in another group, when the refused one made no
+// flow, is weighed as Enqueue would. A bad event fails the whole batch
 // and nothing is written (the error names the field). An empty batch writes
 // nothing, not even the tick, and answers only the clock's checks. The
 // caller's slices are not changed. Errors as Enqueue; an ErrInvalidInput

@@ -222,6 +222,50 @@ func TestFullInABatchNamesTheLimitInOrder(t *testing.T) {
 	})
 }
 
+// In one batch, an event that would have made a flow in a full group is
+// refused, and a later event that names the same flow in another group
+// (or in none, so its own) is weighed by that group's limits, as if the
+// two had been enqueued one after the other: the refused event made no
+// flow, so nothing of the flow is overtaken. A later event naming the full
+// group again is refused with it. PostgreSQL kept every flow refused in
+// the call, made or not, and answered full for the second event too
+// (SPEC §8; a breaker's report).
+func TestFullInABatchHoldsOnlyTheGroupItWasRefusedIn(t *testing.T) {
+	eachReferenceQueue(t, func(t *testing.T, q *fairrelay.Queue) {
+		ctx := context.Background()
+		body := []byte(`{"delta":1}`)
+		one := int64(1)
+		if _, err := q.Configure(ctx, fairrelay.ConfigureParams{At: 1, Group: "g1", MaxBacklog: &one}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "a", Flow: "F1", Group: "g1", Body: body, At: 1}); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range []struct {
+			later string // the group of the flow's later event
+			want  string
+		}{
+			{"A", "full:group created:"},
+			{"", "full:group created:"},
+			{"g1", "full:group full:group"},
+		} {
+			flow := fmt.Sprintf("D%d", i)
+			rs, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: int64(2 + i), Events: []fairrelay.NewEvent{
+				{ID: flow + "b", Flow: flow, Group: "g1", Body: body}, {ID: flow + "c", Flow: flow, Group: c.later, Body: body}}})
+			if err != nil {
+				t.Fatalf("later event in group %q: %v", c.later, err)
+			}
+			var got []string
+			for _, r := range rs {
+				got = append(got, string(r.Status)+":"+r.Limit)
+			}
+			if strings.Join(got, " ") != c.want {
+				t.Errorf("later event in group %q: answers %v, want %s", c.later, got, c.want)
+			}
+		}
+	})
+}
+
 // eachReferenceQueue runs test, in parallel, on a fresh store of every
 // backend under the reference policy (referenceQueue), each a subtest
 // named by its backend.
