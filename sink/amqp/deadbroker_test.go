@@ -215,13 +215,14 @@ func TestASlowLinkStillDelivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A round trip of 300 ms and a Timeout of 520 ms: the opening (600 ms)
-	// runs past the Timeout, and a delivery has 220 ms to spare (150 ms,
-	// with 200 and 350, was too little on a loaded CI machine).
-	p := newBlackhole(t, u.Host, 150*time.Millisecond)
+	// A round trip of 500 ms and a Timeout of 870 ms: the opening (1 000
+	// ms) runs past the Timeout, and a delivery has 370 ms to spare (150
+	// ms, with 200 and 350, was too little on a loaded CI machine, and 220
+	// ms, with 300 and 520, under the whole suite on two cores).
+	p := newBlackhole(t, u.Host, 250*time.Millisecond)
 	exch := boundExchange(t, "slow")
 	s := newSink(t, amqp.Options{Dial: amqp.Endpoint{Server: "amqp://" + p.ln.Addr().String() + "/"}.Dialer("slow-link", guest),
-		Exchange: exch, RoutingKey: "slow.{flow}", Timeout: 520 * time.Millisecond, Channels: 2})
+		Exchange: exch, RoutingKey: "slow.{flow}", Timeout: 870 * time.Millisecond, Channels: 2})
 	accepted := 0
 	for i := range 10 {
 		res, err := s.Deliver(t.Context(), sink.Delivery{EventID: fmt.Sprintf("S%d", i), Flow: "A", Seq: int64(i + 1), Body: []byte(`{}`)})
@@ -230,7 +231,7 @@ func TestASlowLinkStillDelivers(t *testing.T) {
 		}
 	}
 	if accepted < 5 {
-		t.Fatalf("%d of 10 deliveries accepted over a link of a 300 ms round trip with a Timeout of 520 ms; want most", accepted)
+		t.Fatalf("%d of 10 deliveries accepted over a link of a 500 ms round trip with a Timeout of 870 ms; want most", accepted)
 	}
 }
 
