@@ -167,8 +167,11 @@ func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]Enqueue
 // the caller's session allows (its lock_timeout; PostgreSQL's default: no
 // limit), not Config.BusyTimeout, which bounds fairrelay's own
 // transactions: set it in the transaction (SET LOCAL lock_timeout = '5s')
-// and a longer wait fails with ErrBusy. Answers and
-// errors as Enqueue, plus ErrInvalidInput (field "tx") for a transaction
+// and a longer wait fails with ErrBusy. A new flow takes its place in the
+// fair rotation (SPEC §7: the claim ticket) when the caller commits, on
+// PostgreSQL from the ticket committed then under READ COMMITTED, or the
+// one of the transaction's snapshot under REPEATABLE READ (docs/outbox.md).
+// Answers and errors as Enqueue, plus ErrInvalidInput (field "tx") for a transaction
 // that is not on the Queue's store — on SQLite another file; on PostgreSQL
 // another database, whether or not it holds a store in a schema of the same
 // name (checked in the same statement, before anything is written), or the
