@@ -14,59 +14,53 @@
 --
 -- A new flow's and a new group's served is now -1 under the fair rule, a
 -- mark no committed row carries: a constraint trigger, deferred to the
--- commit, sets it to the ticket then, and its creation order (ord, which
--- breaks ties on served) to the next of the sequence then, so a flow made
--- and committed meanwhile, tying on the ticket, comes first. Only the transaction that made the
+-- commit, sets it to the ticket then. Only the transaction that made the
 -- row ever reads the mark (claims and snapshots see committed rows).
 -- Nothing is shared by the enqueues: the trigger writes the rows its
--- transaction made and locks already, reads the claim lane's ticket
--- without a lock, and takes a number of a sequence (SPEC §10). What is left is the commit itself: a claim
+-- transaction made and locks already, and reads the claim lane's ticket
+-- without a lock (SPEC §10). What is left is the commit itself: a claim
 -- that commits between the trigger and the commit is not seen, as
 -- docs/operations.md says of a flow created while a claim commits. The
 -- trigger reads the latest committed ticket under READ COMMITTED (the
 -- default); a caller's REPEATABLE READ or SERIALIZABLE transaction reads
 -- the one of its snapshot (docs/outbox.md). A caller that runs SET
 -- CONSTRAINTS ALL IMMEDIATE fires it at the end of each statement instead.
--- Under the seed rule served is 0 and nothing fires. Run again, nothing
+-- The creation order (ord), which breaks ties on served, stays the one the
+-- enqueue drew: a flow made and committed meanwhile, tying on the ticket,
+-- comes after (docs/outbox.md). Under the seed rule served is 0 and
+-- nothing fires. Run again, nothing
 -- changes (a constraint trigger has no CREATE OR REPLACE: dropped and made).
--- One function for both triggers: the first to fire places every flow
--- and group the transaction made (the rows marked -1 it sees are its own;
--- a partial index finds them), in the order of their ords as the enqueues
--- gave them, so a batch keeps its creation order and a group keeps its
--- place against the flows beside it; later firings find nothing left.
-CREATE INDEX IF NOT EXISTS flow_unplaced ON flow (ord) WHERE served < 0;
-CREATE INDEX IF NOT EXISTS grp_unplaced ON grp (ord) WHERE served < 0;
-CREATE OR REPLACE FUNCTION take_places() RETURNS trigger LANGUAGE plpgsql
-SET search_path FROM CURRENT SET enable_seqscan = off SET jit = off AS $$
-DECLARE
-    v_ticket BIGINT;
+CREATE OR REPLACE FUNCTION flow_take_place() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
 BEGIN
-    SELECT c.ticket INTO v_ticket FROM clock c WHERE c.id = 1;
-    WITH unplaced AS (
-        SELECT false AS is_grp, f.flow_id AS id, f.ord FROM flow f WHERE f.served < 0
-        UNION ALL
-        SELECT true, g.group_id, g.ord FROM grp g WHERE g.served < 0
-    ), numbered AS MATERIALIZED (
-        SELECT u.is_grp, u.id, nextval('flow_ord') AS ord FROM (SELECT * FROM unplaced ORDER BY ord, is_grp, id) AS u
-    ), flows AS (
-        UPDATE flow f SET served = v_ticket, ord = n.ord FROM numbered n WHERE NOT n.is_grp AND f.flow_id = n.id
-    )
-    UPDATE grp g SET served = v_ticket, ord = n.ord FROM numbered n WHERE n.is_grp AND g.group_id = n.id;
+    UPDATE flow f SET served = (SELECT c.ticket FROM clock c WHERE c.id = 1)
+    WHERE f.flow_id = NEW.flow_id AND f.served < 0;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION take_places() IS
-    'fairrelay internal: the triggers flow_takes_its_place''s and grp_takes_its_place''s; at commit, gives the flows and groups the transaction made under the fair entry rule the ticket as their served, and their creation order (ord) then (SPEC §7, §8; migration 031).';
+COMMENT ON FUNCTION flow_take_place() IS
+    'fairrelay internal: the trigger flow_takes_its_place''s; at commit, gives a flow made under the fair entry rule the ticket as its served (SPEC §7; migration 031).';
 DROP TRIGGER IF EXISTS flow_takes_its_place ON flow;
 CREATE CONSTRAINT TRIGGER flow_takes_its_place AFTER INSERT ON flow
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.served < 0)
-    EXECUTE FUNCTION take_places();
+    EXECUTE FUNCTION flow_take_place();
+
+CREATE OR REPLACE FUNCTION grp_take_place() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    UPDATE grp g SET served = (SELECT c.ticket FROM clock c WHERE c.id = 1)
+    WHERE g.group_id = NEW.group_id AND g.served < 0;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION grp_take_place() IS
+    'fairrelay internal: the trigger grp_takes_its_place''s; at commit, gives a group placed under the fair entry rule the ticket as its served (SPEC §7, §8; migration 031).';
 -- A group is placed when its row is made, or when its first flow comes
 -- after a configure made the row (ord 0, no place yet): an update.
 DROP TRIGGER IF EXISTS grp_takes_its_place ON grp;
 CREATE CONSTRAINT TRIGGER grp_takes_its_place AFTER INSERT OR UPDATE ON grp
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.served < 0)
-    EXECUTE FUNCTION take_places();
+    EXECUTE FUNCTION grp_take_place();
 
 -- enqueue_many gives its new flows and groups the mark instead of the
 -- ticket it read. Restated from its own definition with an anchor that
@@ -77,7 +71,7 @@ DECLARE
     anchor CONSTANT TEXT := $a$    v_new_served := CASE WHEN v_entry = 'fair' THEN v_ticket ELSE 0 END;
 $a$;
     patched CONSTANT TEXT := $a$    -- Migration 031: under the fair rule, the mark the commit's trigger
-    -- replaces with the ticket then (take_places).
+    -- replaces with the ticket then (flow_take_place, grp_take_place).
     v_new_served := CASE WHEN v_entry = 'fair' THEN -1 ELSE 0 END;
 $a$;
 BEGIN
