@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
@@ -119,6 +121,10 @@ func brokerSink(raw string, workers int, timeout time.Duration, log *slog.Logger
 			nc.Close()
 			return nil, "", nil, err
 		}
+		if err := checkDestination(js, e.Subject == "" || strings.Contains(e.Subject, topic.Placeholder), e.String(), log); err != nil {
+			nc.Close()
+			return nil, "", nil, err
+		}
 		return js, e.String(), nc.Close, nil
 	}
 	e, err := amqp.ParseEndpoint("sink", raw)
@@ -130,7 +136,40 @@ func brokerSink(raw string, workers int, timeout time.Duration, log *slog.Logger
 	if err != nil {
 		return nil, "", nil, err
 	}
+	if err := checkDestination(as, strings.Contains(e.Exchange, topic.Placeholder), e.String(), log); err != nil {
+		as.Close()
+		return nil, "", nil, err
+	}
 	return as, e.String(), func() { as.Close() }, nil
+}
+
+// checkTimeout bounds the broker's answer to a sink's Check at start.
+const checkTimeout = 5 * time.Second
+
+// checkDestination asks the broker for the sink's destination before the
+// relay starts (amqp.Sink.Check, jetstream.Sink.Check): a missing one
+// would reject every delivery and quarantine each head (a fresh user's
+// typo of an exchange did). One that does not name the flow refuses the
+// start, invalid_input naming sink; one that does was asked for by a
+// sample flow, so the relay starts and warns. A broker that does not
+// answer is an outage: the relay starts, warns, and retries deliveries.
+func checkDestination(c interface{ Check(context.Context) error }, byFlow bool, shown string, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	err := c.Check(ctx)
+	var fe *fairrelay.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &fe) && fe.Code == fairrelay.CodeInvalidInput && !byFlow:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: fmt.Sprintf("%s: %s", fe.Field, fe.Message)}
+	case fe != nil && fe.Code == fairrelay.CodeInvalidInput:
+		log.Warn("relay: the broker has no destination for a sample flow; deliveries of flows without one will be rejected and their heads quarantined",
+			"sink", shown, "check", fmt.Sprintf("%s: %s", fe.Field, fe.Message))
+	default:
+		log.Warn("relay: could not ask the broker for the sink's destination; starting, and retrying deliveries until it answers", "sink", shown, "error", err)
+	}
+	return nil
 }
 
 // brokerConsumer parses a nats:// or amqp(s):// --from URL and, for NATS,

@@ -455,3 +455,23 @@ func TestConsumerReadsOnlyItsSubjects(t *testing.T) {
 		t.Errorf("receive --from on a stream that captures none of its subjects: exit %d, stdout %q, stderr %q; want a refusal naming the consumer", code, out, errOut)
 	}
 }
+
+// A relay whose broker has no destination for its sink — an exchange or a
+// subject that does not name the flow, missing — refuses to start, naming
+// the sink and what is missing: started, it rejected every delivery and
+// quarantined each head (a fresh user's typo of an exchange did).
+func TestRelayRefusesABrokerDestinationThatDoesNotExist(t *testing.T) {
+	t.Parallel()
+	amqpURL, natsURL := brokertest.AMQP(t), brokertest.NATS(t)
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	exch, subj := brokertest.Name("frmissing-"), brokertest.Name("frmissing")+".orders"
+	for _, tc := range []struct{ sink, want string }{
+		{strings.TrimSuffix(amqpURL, "/") + "/?exchange=" + exch, "invalid_input: sink: exchange: the broker has no exchange \"" + exch + "\""},
+		{natsURL + "?subject=" + subj, "invalid_input: sink: subject: no JetStream stream captures subject \"" + subj + "\""},
+	} {
+		_, errOut, code := cli(t, "", "relay", "--queue", queue, "--sink", tc.sink)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("relay --sink %s: exit %d, %s; want exit 2 and %q", tc.sink, code, errOut, tc.want)
+		}
+	}
+}

@@ -57,7 +57,10 @@ is chosen by the URL's scheme:
 {flow} is the flow's token: the flow id, with every byte but A-Z a-z 0-9 - _
 written %XX. Broker ` + brokerEnvHelp + `. A broker
 that is down, when the relay starts or later, is an outage: deliveries are
-retried with backoff and the sink connects once the broker is back.
+retried with backoff and the sink connects once the broker is back. At start
+the relay asks the broker for the exchange or the stream of the subject: a
+missing one refuses the start (invalid_input naming sink), and warns instead
+when the template names {flow} (it asks for a sample flow's).
 
 Time is the daemon clock of SPEC §7: 1 tick = 1 ms; --lease and the backoff
 flags are durations (30s, 5m), whole milliseconds.

@@ -188,6 +188,61 @@ func ParseExchange(s string) (topic.Template, error) {
 	return tpl, nil
 }
 
+// CheckFlow is the sample flow whose exchange Check asks for when the
+// exchange's template names the flow.
+const CheckFlow = "fairrelay-check"
+
+// Check asks the broker whether the exchange deliveries go to exists, on a
+// connection of its own that it closes: the one exchange, or, for a
+// template that names the flow, the exchange of the flow CheckFlow (a
+// sample: other flows' exchanges are not asked for). A missing exchange
+// would reject every delivery to it, quarantining each head, so a relay
+// checks before it starts (fairrelay relay refuses a missing exchange that
+// does not name the flow, and warns of one that does). Errors:
+// fairrelay.ErrInvalidInput naming "exchange" when the broker answers that
+// the exchange does not exist (404); any other failure (no connection, a
+// broker that does not answer within Timeout) is returned as it is, and
+// says nothing of the exchange.
+func (s *Sink) Check(ctx context.Context) error {
+	name := s.exchange.Expand(CheckFlow)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	type answer struct{ err error }
+	done := make(chan answer, 1)
+	go func() {
+		conn, err := s.dial()
+		if err != nil {
+			done <- answer{fmt.Errorf("amqp: connect: %w", err)}
+			return
+		}
+		defer conn.Close()
+		// A broker that does not answer: closing the connection when ctx
+		// ends ends the calls below.
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		defer stop()
+		ch, err := conn.Channel()
+		if err != nil {
+			done <- answer{fmt.Errorf("amqp: open channel: %w", err)}
+			return
+		}
+		defer ch.Close()
+		done <- answer{ch.ExchangeDeclarePassive(name, "topic", true, false, false, false, nil)}
+	}()
+	select {
+	case a := <-done:
+		var ae *amqp091.Error
+		if errors.As(a.err, &ae) && ae.Code == amqp091.NotFound {
+			return invalid("exchange", "the broker has no exchange %q (%s): declare it, or name another with ?exchange=; every delivery to it would be rejected and its head quarantined", name, ae.Reason)
+		}
+		if a.err != nil {
+			return fmt.Errorf("amqp: check exchange %q: %w", name, a.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("amqp: check exchange %q: no answer: %w", name, ctx.Err())
+	}
+}
+
 // Close closes the connection; deliveries after it fail.
 func (s *Sink) Close() error {
 	// Within the Timeout, whatever the broker does: a connection that no

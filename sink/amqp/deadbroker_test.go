@@ -1,14 +1,17 @@
 package amqp_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/brokertest"
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/amqp"
@@ -250,4 +253,47 @@ func boundExchange(t *testing.T, prefix string) string {
 		t.Fatal(err)
 	}
 	return exch
+}
+
+// Check asks the broker for the exchange before any delivery: a missing one
+// (which would reject every delivery and quarantine each head; a fresh
+// user's typo did) is invalid input naming the exchange, one that exists
+// passes, a template's sample flow is what is asked for, and a broker that
+// is not there is an error that is not invalid input (the relay starts and
+// retries; it says nothing of the exchange).
+func TestCheckAsksForTheExchange(t *testing.T) {
+	t.Parallel()
+	server := brokertest.AMQP(t)
+	dial := amqp.Endpoint{Server: server}.Dialer("check", guest)
+	check := func(exch string, d amqp.Dialer) error {
+		s := newSink(t, amqp.Options{Dial: d, Exchange: exch, Timeout: 5 * time.Second})
+		return s.Check(t.Context())
+	}
+	missing := brokertest.Name("check-missing-")
+	if err := check(missing, dial); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "exchange") || !strings.Contains(err.Error(), missing) {
+		t.Errorf("a missing exchange: %v, want invalid input naming exchange and %q", err, missing)
+	}
+	if err := check(boundExchange(t, "check"), dial); err != nil {
+		t.Errorf("an exchange that exists: %v", err)
+	}
+	if err := check("", dial); err != nil {
+		t.Errorf("the default exchange (%s): %v", amqp.DefaultExchange, err)
+	}
+	exch := boundExchange(t, "checkflow")
+	if err := check(exch+".{flow}", dial); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), exch+"."+amqp.CheckFlow) {
+		t.Errorf("a template whose sample flow's exchange is missing: %v, want invalid input naming %s.%s", err, exch, amqp.CheckFlow)
+	}
+	exchange(t, exch+"."+amqp.CheckFlow)
+	if err := check(exch+".{flow}", dial); err != nil {
+		t.Errorf("a template whose sample flow's exchange exists: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	if err := check("", amqp.Endpoint{Server: "amqp://" + addr + "/"}.Dialer("check", guest)); err == nil || errors.Is(err, fairrelay.ErrInvalidInput) {
+		t.Errorf("no broker: %v, want an error that is not invalid input", err)
+	}
 }

@@ -230,6 +230,40 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 	return sink.Result{}, fmt.Errorf("jetstream: publish %s to %s: %w", d.EventID, subj, err)
 }
 
+// CheckFlow is the sample flow whose subject Check asks for when the
+// subject's template names the flow.
+const CheckFlow = "fairrelay-check"
+
+// Check asks the JetStream API which stream captures the subject deliveries
+// go to: the one subject, or, for a template that names the flow, the
+// subject of the flow CheckFlow (a sample: a stream that captures only some
+// flows' subjects may still answer no for it). No stream would reject every
+// delivery and quarantine each head, so a relay checks before it starts
+// (fairrelay relay refuses a subject without the flow that no stream
+// captures, and warns of one with it). Errors: fairrelay.ErrInvalidInput
+// naming "subject" when no stream captures it, or "stream" when
+// Options.Stream is set and another stream captures it; any other failure
+// (not connected yet, no answer within Timeout) is returned as it is, and
+// says nothing of the streams.
+func (s *Sink) Check(ctx context.Context) error {
+	subj := s.subject.Expand(CheckFlow)
+	if st := s.conn.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("jetstream: check subject %q: not connected to the server (%s)", subj, st)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	name, err := s.js.StreamNameBySubject(ctx, subj)
+	switch {
+	case errors.Is(err, js.ErrStreamNotFound):
+		return invalid("subject", "no JetStream stream captures subject %q: add one (nats stream add --subjects ...), or name another subject; every delivery to it would be rejected and its head quarantined", subj)
+	case err != nil:
+		return fmt.Errorf("jetstream: check subject %q: %w", subj, err)
+	case s.stream != "" && name != s.stream:
+		return invalid("stream", "subject %q is captured by stream %q, not %q: every delivery would be rejected and its head quarantined", subj, name, s.stream)
+	}
+	return nil
+}
+
 // errCodeStreamNotMatch is JetStream's "expected stream does not match"
 // (Nats-Expected-Stream names another stream than the one that captured the
 // subject); the client names no constant for it.

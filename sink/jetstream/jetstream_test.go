@@ -415,3 +415,32 @@ func TestCloseIsNotLoggedAsAnOutage(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Check asks which stream captures the subject before any delivery: none
+// (a fresh user's missing stream, which would reject every delivery and
+// quarantine each head) is invalid input naming the subject; another
+// stream than Options.Stream names the stream; the stream that captures it
+// passes, for a template by its sample flow's subject.
+func TestCheckAsksWhichStreamCapturesTheSubject(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, brokertest.NATS(t), jetstream.Credentials{})
+	name, prefix := brokertest.Name("FR_"), brokertest.Name("fr")
+	check := func(opts jetstream.Options) error {
+		opts.Conn, opts.Timeout = nc, 5*time.Second
+		return newSink(t, opts).Check(t.Context())
+	}
+	missing := brokertest.Name("frnone") + ".{flow}"
+	if err := check(jetstream.Options{Subject: missing}); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "subject") || !strings.Contains(err.Error(), jetstream.CheckFlow) {
+		t.Errorf("no stream captures %s: %v, want invalid input naming subject and the sample flow", missing, err)
+	}
+	stream(t, nc, name, prefix, js.StreamConfig{})
+	if err := check(jetstream.Options{Subject: prefix + ".{flow}"}); err != nil {
+		t.Errorf("a stream captures the template's sample subject: %v", err)
+	}
+	if err := check(jetstream.Options{Subject: prefix + ".orders", Stream: name}); err != nil {
+		t.Errorf("the named stream captures the subject: %v", err)
+	}
+	if err := check(jetstream.Options{Subject: prefix + ".orders", Stream: name + "_OTHER"}); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "stream") || !strings.Contains(err.Error(), name) {
+		t.Errorf("another stream captures the subject: %v, want invalid input naming stream and %s", err, name)
+	}
+}
