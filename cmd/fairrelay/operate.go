@@ -65,6 +65,16 @@ store's limit): a pause of dispatch as long as that count.`,
 			if cmd.Flags().Changed("max-slots") {
 				p.MaxSlots = &maxSlots
 			}
+			// The library's words name its fields (give group); here the
+			// flags (a fresh user's report).
+			for _, name := range []string{"weight", "max-slots"} {
+				if cmd.Flags().Changed(name) && group == "" {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "is a group's: give --group"}
+				}
+			}
+			if cmd.Flags().Changed("max-flow-backlog") && group != "" {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-flow-backlog", Message: "is the store's, for every flow: leave --group out"}
+			}
 			if p.Weight == nil && p.MaxBacklog == nil && p.MaxFlowBacklog == nil && p.MaxSlots == nil {
 				// No one flag is wrong: the field is what is missing. With
 				// --group alone too: it would make the group, empty and for

@@ -482,3 +482,27 @@ func TestConfigureRefusesAGroupWithNothingToSet(t *testing.T) {
 		t.Errorf("the clock after the refusals: %s; want tick 0", clock)
 	}
 }
+
+// configure's refusals of a group's setting without --group, and of the
+// store's with it, name the flags (the library's name its fields: "give
+// group"; a fresh user's report), and create nothing.
+func TestConfigureRefusalsNameTheFlags(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--weight", "2"}, "invalid_input: weight: is a group's: give --group"},
+		{[]string{"--max-slots", "2"}, "invalid_input: max-slots: is a group's: give --group"},
+		{[]string{"--group", "acme", "--max-flow-backlog", "2"}, "invalid_input: max-flow-backlog: is the store's, for every flow: leave --group out"},
+	} {
+		_, errOut, code := cli(t, "", append([]string{"configure", "--queue", q, "--at", "0"}, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("configure %v: exit %d, %s; want exit 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	if _, err := os.Stat(q); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused configures made the store: %v", err)
+	}
+}
