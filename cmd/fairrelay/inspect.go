@@ -152,10 +152,15 @@ can forge lines or drive the terminal.`,
 			case "events", "quarantined", "groups", "settings", "audit", "attempts", "clock":
 			default:
 				msg := fmt.Sprintf("unknown view %q: flows, heads, events, quarantined, groups, settings, audit, attempts or clock", view)
-				if queue == "" {
+				switch {
+				case queue == "":
 					// `inspect q.db`: the store taken for a view (a fresh
 					// user's report).
 					msg += "; the store is given with --queue Q (or --inbox I, whose views are receipts, projection, held and waivers)"
+				case view == "receipts" || view == "projection" || view == "held" || view == "waivers":
+					// An inbox's view asked of --queue (a fresh user's
+					// report: inspect --queue inbox.db receipts).
+					msg += fmt.Sprintf("; %s is an inbox's view: give the inbox with --inbox I instead of --queue", view)
 				}
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "view", Message: msg}
 			}

@@ -309,6 +309,9 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"claim", "--queue", q, "--at", "5", "--backoff-base", "10m"}, "invalid_input: backoff-base: must be at most --backoff-cap (5m0s), got 10m0s"},
 		{[]string{"script", "--queue", filepath.Join(dir, "s.db"), "--inbox", filepath.Join(dir, "si.db"), "--backoff-base", "9"}, "invalid_input: backoff-base: must be at most --backoff-cap (8), got 9"},
 		{[]string{"inspect", "--queue", q, "everything"}, "view: unknown view"},
+		// An inbox's view asked of --queue says where it is (a fresh
+		// user's report).
+		{[]string{"inspect", "--queue", q, "receipts"}, "receipts is an inbox's view: give the inbox with --inbox I instead of --queue"},
 		// A rotation's old secrets given as one comma-separated value were
 		// taken as one key matching neither (a fresh user's report).
 		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--addr", "127.0.0.1:0", "--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "--previous-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "invalid_input: previous-secret: holds a comma-separated list of secrets: give --previous-secret once per secret"},
