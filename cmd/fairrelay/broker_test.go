@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -472,6 +474,47 @@ func TestRelayRefusesABrokerDestinationThatDoesNotExist(t *testing.T) {
 		_, errOut, code := cli(t, "", "relay", "--queue", queue, "--sink", tc.sink)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("relay --sink %s: exit %d, %s; want exit 2 and %q", tc.sink, code, errOut, tc.want)
+		}
+	}
+}
+
+// checkFunc is a sink's Check as a function.
+type checkFunc func(context.Context) error
+
+func (f checkFunc) Check(ctx context.Context) error { return f(ctx) }
+
+// checkDestination's three answers: a missing destination that does not
+// name the flow refuses the start, naming sink and the sink's field; one
+// that names it (a sample flow was asked for) and a broker that did not
+// answer start the relay with a warning that says which.
+func TestCheckDestinationRefusesOrWarns(t *testing.T) {
+	t.Parallel()
+	missing := checkFunc(func(context.Context) error {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "exchange", Message: "the broker has no exchange \"x\""}
+	})
+	down := checkFunc(func(context.Context) error { return errors.New("amqp: connect: connection refused") })
+	for _, tc := range []struct {
+		name    string
+		check   checkFunc
+		byFlow  bool
+		refused string // the error's text, "" for a start
+		warned  string // in the log, "" for none
+	}{
+		{"missing", missing, false, "sink: exchange: the broker has no exchange \"x\"", ""},
+		{"missing for a sample flow", missing, true, "", "no destination for a sample flow"},
+		{"broker down", down, false, "", "could not ask the broker"},
+		{"there", checkFunc(func(context.Context) error { return nil }), false, "", ""},
+	} {
+		var logged bytes.Buffer
+		err := checkDestination(tc.check, tc.byFlow, "amqp://127.0.0.1:5672/", slog.New(slog.NewTextHandler(&logged, nil)))
+		switch {
+		case tc.refused == "" && err != nil:
+			t.Errorf("%s: %v, want a start", tc.name, err)
+		case tc.refused != "" && (fairrelay.CodeOf(err) != fairrelay.CodeInvalidInput || err.Error() != tc.refused):
+			t.Errorf("%s: %v, want invalid_input %q", tc.name, err, tc.refused)
+		}
+		if tc.warned == "" && logged.Len() > 0 || tc.warned != "" && !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), tc.warned) {
+			t.Errorf("%s: logged %q, want a warning with %q (none when empty)", tc.name, logged.String(), tc.warned)
 		}
 	}
 }
