@@ -19,10 +19,13 @@ import (
 // not join ahead of the flows those claims rotated past (SPEC §7's bound:
 // new flows cannot push a waiting flow back). Flows A, B and C hold three
 // events each; a transaction makes the new flow (or group) and stays open
-// over four claim+settle rounds, then commits; four more rounds follow.
-// The claims must be those of the same store where the enqueue ran after
-// the four rounds. Before, the new flow took the ticket of round 0 and was
-// claimed next: A1 B1 C1 A2 N1 B2 C2 A3 (a breaker's report).
+// over four claim+settle rounds; flow P is made and committed; the
+// transaction commits; five more rounds follow. The claims must be those of
+// the same store where the enqueue ran after P's: the new flow ties on
+// served with A and P, and comes after both, made after both. Before
+// migration 031 the new flow took the ticket of round 0 and was claimed
+// next: A1 B1 C1 A2 N1 B2 C2 A3; before 032 it kept the creation order its
+// enqueue drew and came before P (both breakers' reports).
 //
 // Each case goes through another of the paths that make a flow or place a
 // group: the one-event outbox call, a batch of new flows, a new group, a
@@ -36,6 +39,9 @@ func TestPostgresNewFlowJoinsTheRotationAtItsCommit(t *testing.T) {
 		configure []fairrelay.ConfigureParams
 		enqueue   []outboxEvent
 		oneCall   bool // through EnqueuePgxTx (the function enqueue), else enqueue_many
+		// alone: no flow P beside the transaction (under a store limit
+		// enqueues take turns, SPEC §10, so P would wait for its commit).
+		alone bool
 	}{
 		{name: "one_event", enqueue: []outboxEvent{{"N1", "N", ""}}, oneCall: true},
 		{name: "batch_of_new_flows", enqueue: []outboxEvent{{"N1", "N", ""}, {"O1", "O", ""}}},
@@ -44,7 +50,7 @@ func TestPostgresNewFlowJoinsTheRotationAtItsCommit(t *testing.T) {
 			enqueue: []outboxEvent{{"N1", "N", "G"}}},
 		{name: "flow_becomes_first_member", enqueue: []outboxEvent{{"G1", "G", ""}, {"M1", "M", "G"}}},
 		{name: "under_store_limit", configure: []fairrelay.ConfigureParams{{At: 1, MaxBacklog: ptr(100)}},
-			enqueue: []outboxEvent{{"N1", "N", ""}, {"O1", "O", ""}}},
+			enqueue: []outboxEvent{{"N1", "N", ""}, {"O1", "O", ""}}, alone: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -83,34 +89,38 @@ func TestPostgresNewFlowJoinsTheRotationAtItsCommit(t *testing.T) {
 						}
 					}
 				}
-				if !held {
-					rounds(2, 5)
-				}
 				tx, err := pool.Begin(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer tx.Rollback(context.WithoutCancel(ctx))
-				at := int64(5)
 				if held {
-					at = 1
+					outboxEnqueue(t, ctx, q, tx, schema, 1, c.oneCall, c.enqueue)
 				}
-				outboxEnqueue(t, ctx, q, tx, schema, at, c.oneCall, c.enqueue)
-				if held {
-					rounds(2, 5)
+				rounds(2, 5)
+				// A flow made and committed after the rounds, before the
+				// commit: it ties on served with the transaction's, and
+				// comes first, as it was made first.
+				if !c.alone {
+					if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "P1", Flow: "P", Body: []byte(`{"delta":1}`), At: 5}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !held {
+					outboxEnqueue(t, ctx, q, tx, schema, 5, c.oneCall, c.enqueue)
 				}
 				if err := tx.Commit(ctx); err != nil {
 					t.Fatal(err)
 				}
-				rounds(6, 9)
+				rounds(6, 10)
 				return got
 			}
 			want, got := run(false), run(true)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("claims with the enqueue's transaction open over four rounds differ from those with the enqueue after them (-after +held):\n%s", diff)
 			}
-			if c.name == "one_event" && strings.Join(want, " ") != "A1 B1 C1 A2 B2 C2 A3 N1" {
-				t.Errorf("claims %v, want A1 B1 C1 A2 B2 C2 A3 N1 (N at the back, after A on the tie by creation)", want)
+			if c.name == "one_event" && strings.Join(want, " ") != "A1 B1 C1 A2 B2 C2 A3 P1 N1" {
+				t.Errorf("claims %v, want A1 B1 C1 A2 B2 C2 A3 P1 N1 (N at the back, after A and P on the tie by creation)", want)
 			}
 		})
 	}
