@@ -24,8 +24,9 @@ import (
 // the same store where the enqueue ran after P's: the new flow ties on
 // served with A and P, and comes after both, made after both. Before
 // migration 031 the new flow took the ticket of round 0 and was claimed
-// next: A1 B1 C1 A2 N1 B2 C2 A3; before 032 it kept the creation order its
-// enqueue drew and came before P (both breakers' reports).
+// next: A1 B1 C1 A2 N1 B2 C2 A3; with its ticket alone placed at commit it
+// kept the creation order its enqueue drew and came before P (two
+// breakers' reports).
 //
 // Each case goes through another of the paths that make a flow or place a
 // group: the one-event outbox call, a batch of new flows, a new group, a
