@@ -75,6 +75,19 @@ func webhookURL(raw string, getenv func(string) string) (target string, inURL bo
 	return raw, u.User != nil, nil
 }
 
+// underFlag puts an invalid_input error about one of a broker URL's
+// parameters (subject, stream, durable, exchange, routing_key, queue)
+// under the flag the URL came in, so that the line names both: `sink:
+// subject: …`, as checkDestination names them. Other errors pass as they
+// are.
+func underFlag(flag string, err error) error {
+	var fe *fairrelay.Error
+	if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field == flag || fe.Field == "" {
+		return err
+	}
+	return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: flag, Message: fe.Field + ": " + fe.Message, Err: fe.Err}
+}
+
 // schemeOf returns raw's URL scheme, "" when it has none.
 func schemeOf(raw string) string {
 	// The text before "://", not url.Parse's answer: a URL that does not
@@ -107,7 +120,7 @@ func brokerSink(raw string, workers int, timeout time.Duration, log *slog.Logger
 	if schemeOf(raw) == "nats" {
 		e, err := jetstream.ParseEndpoint("sink", raw)
 		if err != nil {
-			return nil, "", nil, err
+			return nil, "", nil, underFlag("sink", err)
 		}
 		// A server that is not up yet is an outage, not a usage error: the
 		// relay starts, its deliveries are retried, and it connects when it
@@ -129,7 +142,7 @@ func brokerSink(raw string, workers int, timeout time.Duration, log *slog.Logger
 	}
 	e, err := amqp.ParseEndpoint("sink", raw)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, "", nil, underFlag("sink", err)
 	}
 	as, err := amqp.New(amqp.Options{Dial: e.Dialer("fairrelay relay", amqpCredentials()), Exchange: e.Exchange,
 		RoutingKey: e.RoutingKey, Timeout: timeout, Channels: workers, Logger: log})
@@ -183,7 +196,7 @@ func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx co
 	if schemeOf(raw) == "nats" {
 		e, err := jetstream.ParseEndpoint("from", raw)
 		if err != nil {
-			return "", nil, nil, err
+			return "", nil, nil, underFlag("from", err)
 		}
 		if e.Stream == "" || e.Durable == "" {
 			return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "a nats:// URL to consume from names stream=NAME and durable=NAME"}
@@ -193,7 +206,7 @@ func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx co
 			err = subj.CheckWildcard("subject")
 		}
 		if err != nil {
-			return "", nil, nil, err
+			return "", nil, nil, underFlag("from", err)
 		}
 		nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay receive", Credentials: natsCredentials(), Logger: log})
 		if err != nil {
@@ -212,19 +225,19 @@ func brokerConsumer(raw string, log *slog.Logger) (shown string, run func(ctx co
 	}
 	e, err := amqp.ParseEndpoint("from", raw)
 	if err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, underFlag("from", err)
 	}
 	if e.Queue == "" {
 		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: "an amqp:// URL to consume from names queue=NAME"}
 	}
 	if key, err := topic.Parse("routing_key", e.RoutingKey); err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, underFlag("from", err)
 	} else if err := key.CheckWildcard("routing_key"); err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, underFlag("from", err)
 	}
 	if strings.Contains(e.Exchange, topic.Placeholder) {
-		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "exchange",
-			Message: "a consumer binds its queue to one exchange: " + topic.Placeholder + " in the exchange is for the relay's sink"}
+		return "", nil, nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from",
+			Message: "exchange: a consumer binds its queue to one exchange: " + topic.Placeholder + " in the exchange is for the relay's sink"}
 	}
 	// Connect before the inbox is opened, as for NATS: a broker that
 	// cannot be reached (a wrong port, refused credentials) is refused

@@ -290,18 +290,24 @@ func TestBrokerFlagErrors(t *testing.T) {
 		field string
 	}{
 		{[]string{"relay", "--queue", queue, "--sink", "nats://user:pw@127.0.0.1:4222"}, "sink:"},
-		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222?subject=a.>"}, "subject:"},
-		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/?exchange=a%20b"}, "exchange:"},
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222?subject=a.>"}, "sink: subject:"},
+		// Each parameter of a URL under its flag (a fresh user's report:
+		// `invalid_input: subject: …` did not say which URL).
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222?subject="}, "sink: subject:"},
+		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222?stream=a.b"}, "sink: stream:"},
+		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/?routing_key={id}"}, "sink: routing_key:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=a%20b"}, "from: durable:"},
+		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/?exchange=a%20b"}, "sink: exchange:"},
 		{[]string{"relay", "--queue", queue, "--sink", "amqp://127.0.0.1:5672/", "--permanent-status", "404"}, "permanent-status:"},
 		{[]string{"relay", "--queue", queue, "--sink", "nats://127.0.0.1:4222", "--secret", "s"}, "secret:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S"}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/"}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "http://127.0.0.1:1/"}, "from:"},
-		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/?queue=q&exchange=x.{flow}"}, "exchange:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/?queue=q&exchange=x.{flow}"}, "from: exchange:"},
 		// A placeholder inside a token: the consumer's wildcard would be
 		// literal text, catching none of the relay's messages.
-		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D&subject=hbx.p{flow}"}, "subject:"},
-		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/?queue=q&routing_key=hb.p{flow}"}, "routing_key:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D&subject=hbx.p{flow}"}, "from: subject:"},
+		{[]string{"receive", "--inbox", inboxPath, "--from", "amqp://127.0.0.1:5672/?queue=q&routing_key=hb.p{flow}"}, "from: routing_key:"},
 		{[]string{"receive", "--inbox", inboxPath, "--from", "nats://127.0.0.1:4222?stream=S&durable=D", "--addr", "127.0.0.1:0"}, "from:"},
 		{[]string{"receive", "--inbox", inboxPath, "--addr", "nope"}, "addr:"},
 		// Not a port: refused, not retried for ever as an outage.

@@ -47,7 +47,7 @@ func openDemoBroker(ctx context.Context, which string) (*demoBroker, error) {
 		}
 		e, err := jetstream.ParseEndpoint("sink", raw)
 		if err != nil {
-			return nil, err
+			return nil, underFlag("sink", err)
 		}
 		nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay demo", Credentials: natsCredentials()})
 		if err != nil {
@@ -84,7 +84,7 @@ func openDemoBroker(ctx context.Context, which string) (*demoBroker, error) {
 		}
 		e, err := amqp.ParseEndpoint("sink", raw)
 		if err != nil {
-			return nil, err
+			return nil, underFlag("sink", err)
 		}
 		dial := e.Dialer("fairrelay demo", amqpCredentials())
 		// The queue exists and is bound before the first publish, which
