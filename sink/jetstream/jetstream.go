@@ -254,8 +254,11 @@ func (s *Sink) Check(ctx context.Context) error {
 	defer cancel()
 	name, err := s.js.StreamNameBySubject(ctx, subj)
 	switch {
+	case errors.Is(err, js.ErrStreamNotFound) && s.subject.HasFlow():
+		return invalid("subject", "no JetStream stream captures subject %q (sample flow %q's): add one that captures %q (nats stream add NAME --subjects '%s'; fairrelay receive --from creates it), or name another subject; every delivery to a subject no stream captures is rejected and its head quarantined",
+			subj, CheckFlow, s.subject.Literal("*"), s.subject.Literal("*"))
 	case errors.Is(err, js.ErrStreamNotFound):
-		return invalid("subject", "no JetStream stream captures subject %q: add one (nats stream add --subjects ...), or name another subject; every delivery to it would be rejected and its head quarantined", subj)
+		return invalid("subject", "no JetStream stream captures subject %q: add one (nats stream add NAME --subjects '%s'), or name another subject; every delivery to it would be rejected and its head quarantined", subj, subj)
 	case err != nil:
 		return fmt.Errorf("jetstream: check subject %q: %w", subj, err)
 	case s.stream != "" && name != s.stream:

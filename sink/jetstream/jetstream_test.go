@@ -433,6 +433,10 @@ func TestCheckAsksWhichStreamCapturesTheSubject(t *testing.T) {
 	if err := check(jetstream.Options{Subject: missing}); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "subject") || !strings.Contains(err.Error(), jetstream.CheckFlow) {
 		t.Errorf("no stream captures %s: %v, want invalid input naming subject and the sample flow", missing, err)
 	}
+	// The hint gives the subjects a stream must capture: every flow's.
+	if err := check(jetstream.Options{Subject: missing}); err == nil || !strings.Contains(err.Error(), strings.TrimSuffix(missing, "{flow}")+"*") {
+		t.Errorf("no stream captures %s: %v, want the subjects to capture (%s*)", missing, err, strings.TrimSuffix(missing, "{flow}"))
+	}
 	stream(t, nc, name, prefix, js.StreamConfig{})
 	if err := check(jetstream.Options{Subject: prefix + ".{flow}"}); err != nil {
 		t.Errorf("a stream captures the template's sample subject: %v", err)
