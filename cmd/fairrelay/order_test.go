@@ -122,3 +122,19 @@ func TestRedriveMismatchNamesTheGeneration(t *testing.T) {
 		t.Errorf("redrive at a stale generation: exit %d, %q, stderr %q: want generation_mismatch naming generation 1 and inspect quarantined", code, out, errOut)
 	}
 }
+
+// A redrive rejected for not_quarantined says what the event is instead (a
+// fresh user's report: the answer did not say whether it had been
+// redriven already or had never failed).
+func TestRedriveNotQuarantinedNamesTheState(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "q.db")
+	if out, errOut, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != exitApplied {
+		t.Fatalf("enqueue: exit %d, %s %s", code, out, errOut)
+	}
+	out, errOut, code := cli(t, "", "redrive", "--queue", queue, "--id", "A1", "--expected-generation", "0", "--reason", "x")
+	if code != exitNotApplied || !strings.Contains(out, "not_quarantined") ||
+		!strings.Contains(errOut, "the event is ready (seq 1 of flow \"A\", generation 0)") || !strings.Contains(errOut, "inspect events --flow A") {
+		t.Errorf("redrive of a ready event: exit %d, %q, stderr %q: want not_quarantined naming its state and where to look", code, out, errOut)
+	}
+}

@@ -213,18 +213,24 @@ func osUser() string {
 	return os.Getenv("USER")
 }
 
-// generationHint is what a redrive rejected for generation_mismatch adds
-// to its stderr line: the event's generation now, read after the answer
-// (it may have moved again since), and where the quarantined heads are
-// listed with theirs. Empty for other rejections, or when the read fails
-// (the rejection itself stands).
+// generationHint is what a redrive rejected for generation_mismatch or
+// not_quarantined adds to its stderr line: the event's generation (and for
+// not_quarantined its state) now, read after the answer (it may have moved
+// again since), and where to look further. Empty for other rejections, or
+// when the read fails (the rejection itself stands).
 func generationHint(ctx context.Context, q *fairrelay.Queue, id, reason string) string {
-	if reason != fairrelay.RejectGenerationMismatch {
+	if reason != fairrelay.RejectGenerationMismatch && reason != fairrelay.RejectNotQuarantined {
 		return ""
 	}
 	e, err := q.Event(ctx, id)
 	if err != nil {
 		return ""
+	}
+	if reason == fairrelay.RejectNotQuarantined {
+		// A fresh user's report: the answer did not say what the event
+		// is, so whether it had been redriven already, or never failed.
+		return fmt.Sprintf(": the event is %s (seq %d of flow %q, generation %d); only a quarantined head can be redriven (fairrelay inspect events --flow %s)",
+			e.State, e.Seq, e.Flow, e.Generation, shellQuote(e.Flow))
 	}
 	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect quarantined lists each head with the generation a redrive needs)", e.Generation)
 }
