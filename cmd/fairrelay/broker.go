@@ -164,7 +164,8 @@ const checkTimeout = 5 * time.Second
 // would reject every delivery and quarantine each head (a fresh user's
 // typo of an exchange did). One that does not name the flow refuses the
 // start, invalid_input naming sink; one that does was asked for by a
-// sample flow, so the relay starts and warns. A broker that does not
+// sample flow, so the relay starts and warns, unless the answer is about
+// the NATS stream= itself, which holds for every flow (refused). A broker that does not
 // answer is an outage: the relay starts, warns, and retries deliveries.
 func checkDestination(c interface{ Check(context.Context) error }, byFlow bool, shown string, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
@@ -174,7 +175,11 @@ func checkDestination(c interface{ Check(context.Context) error }, byFlow bool, 
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &fe) && fe.Code == fairrelay.CodeInvalidInput && !byFlow:
+	case errors.As(err, &fe) && fe.Code == fairrelay.CodeInvalidInput && (!byFlow || fe.Field == "stream"):
+		// A stream that does not exist, or that cannot capture the
+		// sample's subject, fails every flow's delivery: JetStream's
+		// streams never share a subject, so no other flow's subject of the
+		// template lands in it either.
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: fmt.Sprintf("%s: %s", fe.Field, fe.Message)}
 	case fe != nil && fe.Code == fairrelay.CodeInvalidInput:
 		log.Warn("relay: the broker has no destination for a sample flow; deliveries of flows without one will be rejected and their heads quarantined",

@@ -476,6 +476,10 @@ func TestRelayRefusesABrokerDestinationThatDoesNotExist(t *testing.T) {
 	for _, tc := range []struct{ sink, want string }{
 		{strings.TrimSuffix(amqpURL, "/") + "/?exchange=" + exch, "invalid_input: sink: exchange: the broker has no exchange \"" + exch + "\""},
 		{natsURL + "?subject=" + subj, "invalid_input: sink: subject: no JetStream stream captures subject \"" + subj + "\""},
+		// A misspelt stream= fails every flow, whatever the subject: refused
+		// with a template naming the flow too (a fresh user's report: a
+		// warning, then every head quarantined).
+		{natsURL + "?stream=FR_NO_SUCH_STREAM&subject=" + strings.TrimSuffix(subj, ".orders") + ".{flow}", "invalid_input: sink: stream: the server has no stream \"FR_NO_SUCH_STREAM\""},
 	} {
 		_, errOut, code := cli(t, "", "relay", "--queue", queue, "--sink", tc.sink)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
@@ -508,6 +512,9 @@ func TestCheckDestinationRefusesOrWarns(t *testing.T) {
 	}{
 		{"missing", missing, false, "sink: exchange: the broker has no exchange \"x\"", ""},
 		{"missing for a sample flow", missing, true, "", "no destination for a sample flow"},
+		{"no such stream, for a sample flow", checkFunc(func(context.Context) error {
+			return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "stream", Message: "the server has no stream \"S\""}
+		}), true, "sink: stream: the server has no stream \"S\"", ""},
 		{"broker down", down, false, "", "could not ask the broker"},
 		{"there", checkFunc(func(context.Context) error { return nil }), false, "", ""},
 	} {

@@ -240,9 +240,12 @@ const CheckFlow = "fairrelay-check"
 // flows' subjects may still answer no for it). No stream would reject every
 // delivery and quarantine each head, so a relay checks before it starts
 // (fairrelay relay refuses a subject without the flow that no stream
-// captures, and warns of one with it). Errors: fairrelay.ErrInvalidInput
-// naming "subject" when no stream captures it, or "stream" when
-// Options.Stream is set and another stream captures it; any other failure
+// captures, and warns of one with it; it refuses a stream error either
+// way). Errors: fairrelay.ErrInvalidInput naming "stream" when
+// Options.Stream is set and the server has no such stream, or another
+// stream captures the subject (streams' subjects never overlap, so the
+// named one can capture no subject of the template's prefix), or naming
+// "subject" when no stream captures it; any other failure
 // (not connected yet, no answer within Timeout) is returned as it is, and
 // says nothing of the streams.
 func (s *Sink) Check(ctx context.Context) error {
@@ -252,6 +255,16 @@ func (s *Sink) Check(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if s.stream != "" {
+		// The named stream first: a misspelt stream= fails every
+		// delivery, whatever the subject (a fresh user's report: with a
+		// template naming the flow it was only a warning).
+		if _, err := s.js.Stream(ctx, s.stream); errors.Is(err, js.ErrStreamNotFound) {
+			return invalid("stream", "the server has no stream %q: create it, or name the stream that captures %q; every delivery would be rejected and its head quarantined", s.stream, s.subject.Literal("*"))
+		} else if err != nil {
+			return fmt.Errorf("jetstream: check stream %q: %w", s.stream, err)
+		}
+	}
 	name, err := s.js.StreamNameBySubject(ctx, subj)
 	switch {
 	case errors.Is(err, js.ErrStreamNotFound) && s.subject.HasFlow():

@@ -444,7 +444,12 @@ func TestCheckAsksWhichStreamCapturesTheSubject(t *testing.T) {
 	if err := check(jetstream.Options{Subject: prefix + ".orders", Stream: name}); err != nil {
 		t.Errorf("the named stream captures the subject: %v", err)
 	}
-	if err := check(jetstream.Options{Subject: prefix + ".orders", Stream: name + "_OTHER"}); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "stream") || !strings.Contains(err.Error(), name) {
+	other := name + "_OTHER"
+	if err := check(jetstream.Options{Subject: prefix + ".orders", Stream: other}); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "has no stream") || !strings.Contains(err.Error(), other) {
+		t.Errorf("stream= names no stream: %v, want invalid input saying the server has no stream %s", err, other)
+	}
+	stream(t, nc, other, brokertest.Name("fro"), js.StreamConfig{})
+	if err := check(jetstream.Options{Subject: prefix + ".orders", Stream: other}); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "stream") || !strings.Contains(err.Error(), name) {
 		t.Errorf("another stream captures the subject: %v, want invalid input naming stream and %s", err, name)
 	}
 }
