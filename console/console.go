@@ -135,6 +135,7 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("GET /{$}", s.page("overview", s.overview))
 	m.HandleFunc("GET /flows", s.page("flows", s.flows))
 	m.HandleFunc("GET /event/{id}", s.page("event", s.event))
+	m.HandleFunc("GET /event", s.page("event", s.event)) // ids "." and ".." (eventPath)
 	m.HandleFunc("GET /quarantine", s.page("quarantine", s.quarantine))
 	m.HandleFunc("GET /groups", s.page("groups", s.groups))
 	m.HandleFunc("GET /audit", s.page("audit", s.audit))

@@ -367,7 +367,7 @@ func TestPages(t *testing.T) {
 			t.Errorf("GET %s lists flow A", path)
 		}
 	}
-	for path, want := range map[string]int{"/audit?after=-1": 400, "/event/nope": 404, "/event/%20x": 400,
+	for path, want := range map[string]int{"/audit?after=-1": 400, "/event/nope": 404, "/event/%20x": 400, "/event": 400, "/event?id=nope": 404,
 		"/quarantine?reason=bogus": 400, "/flows?prefix=%00": 400, "/quarantine?prefix=%1b": 400, "/flows?after=%ff": 400,
 		"/flows?paused=yes": 400, "/flows?paused=1&prefix=A": 400} {
 		if st, body := c.do("GET", path, nil); st != want {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/fairrelay/fairrelay"
@@ -46,8 +47,9 @@ var funcs = template.FuncMap{
 		}
 		return p
 	},
-	"why": why,
-	"dur": func(d time.Duration) string { return d.String() },
+	"why":       why,
+	"eventpath": eventPath,
+	"dur":       func(d time.Duration) string { return d.String() },
 }
 
 type overviewData struct {
@@ -194,9 +196,27 @@ type eventData struct {
 	IsHead     bool
 }
 
+// eventPath is the path of the page of event id: /event/ and the id as
+// one path segment, escaped, which the router unescapes (r.PathValue), so
+// that an id with '/', '?', '#', '%', a space or any other character comes
+// back as it is. Only '%' escaped, an id with '/', '?' or '#' led to a 404
+// and "100%25" to event "100%" (a fresh user's report). The ids "." and
+// "..", which a browser takes out of a path even escaped (%2e), go in the
+// query instead: /event?id=..
+func eventPath(id string) string {
+	if id == "." || id == ".." {
+		return "/event?id=" + url.QueryEscape(id)
+	}
+	return "/event/" + url.PathEscape(id)
+}
+
+// event serves /event/{id} and /event?id= (eventPath).
 func (s *Server) event(r *http.Request) (any, error) {
 	ctx := r.Context()
 	id := r.PathValue("id")
+	if r.Pattern == "GET /event" {
+		id = r.URL.Query().Get("id")
+	}
 	if err := fairrelay.CheckID("id", id); err != nil {
 		return nil, err
 	}
