@@ -87,7 +87,9 @@ type Options struct {
 	// MustExist makes Open fail with ErrInvalidInput (field "inbox"),
 	// creating nothing, when there is no inbox yet — a missing SQLite file,
 	// a PostgreSQL schema without one — instead of creating an empty one:
-	// for tools that only read, where a typo must not pass silently.
+	// for tools that only read, and for a receiver whose inbox is made
+	// beforehand (fairrelay receive on PostgreSQL), where a typo must not
+	// pass silently.
 	MustExist bool
 	// ReadOnly makes Open write nothing, for tools that only read (inspect
 	// --inbox): the inbox must exist (as MustExist) and be migrated by this

@@ -222,3 +222,46 @@ func TestPingFailsWithoutTheInboxTables(t *testing.T) {
 		})
 	}
 }
+
+// Options.MustExist refuses a PostgreSQL schema that holds no inbox —
+// invalid_input naming inbox, in a queue store's words, pointing at
+// fairrelay migrate --inbox (receive passes it: a misspelt schema= made an
+// empty inbox) and at the lower-case name for an upper-case one — and
+// creates no schema; without it, Open creates the inbox, as fairrelay.Open
+// creates a queue store.
+func TestMustExistRefusesAPostgresSchemaWithoutAnInbox(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "frinmust")
+	schema := dsn[strings.LastIndex(dsn, "schema=")+len("schema="):]
+	exists := func(name string) bool {
+		var n int
+		pgtest.QueryRow(t, pgtest.URL(t), "SELECT count(*) FROM pg_namespace WHERE nspname = '"+name+"'", &n)
+		return n > 0
+	}
+	upper := strings.Replace(dsn, "schema="+schema, "schema=Up"+schema, 1)
+	for _, c := range []struct{ dsn, want string }{
+		{dsn, "schema " + schema + " holds no inbox store (create it with fairrelay migrate --inbox URL)"},
+		{upper, "use schema=up" + schema + ", and create it with fairrelay migrate --inbox URL"},
+	} {
+		in, err := inbox.Open(t.Context(), c.dsn, inbox.Options{MustExist: true})
+		if in != nil {
+			in.Close()
+		}
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "inbox" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("MustExist on %s: %v, want invalid_input naming inbox, %q", c.dsn, err, c.want)
+		}
+	}
+	if exists(schema) || exists("up"+schema) {
+		t.Fatal("a refused open created a schema")
+	}
+	in, err := inbox.Open(t.Context(), dsn, inbox.Options{})
+	if err != nil {
+		t.Fatalf("open without MustExist: %v, want the inbox created", err)
+	}
+	in.Close()
+	if in, err = inbox.Open(t.Context(), dsn, inbox.Options{MustExist: true}); err != nil {
+		t.Fatalf("MustExist once made: %v", err)
+	}
+	in.Close()
+}

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -86,7 +87,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 		if found, err := pgstore.HoldsTable(ctx, db, "receipt"); err != nil || !found {
 			db.Close()
 			if err == nil {
-				err = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: store.Missing("schema %s holds no inbox (create it with fairrelay migrate --inbox or receive)", schema)}
+				err = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: missingInbox(schema)}
 			}
 			return nil, err
 		}
@@ -108,4 +109,23 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 		return nil, err
 	}
 	return db, nil
+}
+
+// missingInbox is the refusal, under Options.MustExist, of a PostgreSQL
+// schema that holds no inbox, in the words of a queue store's (pgstore):
+// on PostgreSQL only fairrelay migrate makes an inbox (receive refuses
+// one missing, so that a misspelt schema= cannot start an inbox that no
+// relay delivers to), and a new schema's name is lower case.
+func missingInbox(schema string) error {
+	where := "schema " + schema
+	if schema == "" {
+		where = "the connection's current schema"
+	}
+	how := "create it with fairrelay migrate --inbox URL"
+	if lower := strings.ToLower(schema); lower != schema {
+		// migrate creates no upper-case schema (pgstore.CreateSchema):
+		// name the one it would create.
+		how = fmt.Sprintf("a new store's schema is lower case: use schema=%s, and create it with fairrelay migrate --inbox URL", lower)
+	}
+	return store.Missing("%s holds no inbox store (%s)", where, how)
 }
