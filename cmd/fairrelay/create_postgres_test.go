@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fairrelay/fairrelay/internal/harness/brokertest"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
 )
 
@@ -26,19 +31,6 @@ func TestPostgresWriteCommandsDoNotCreateAStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	schema := u.Query().Get("schema")
-	exists := func() bool {
-		t.Helper()
-		conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(context.Background())
-		var n int
-		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	}
 	const want = "holds no queue store (create it with fairrelay migrate)"
 	for _, c := range []struct {
 		name  string
@@ -53,7 +45,7 @@ func TestPostgresWriteCommandsDoNotCreateAStore(t *testing.T) {
 		if code != exitFailed || out != "" || !strings.Contains(errOut, "invalid_input: queue: ") || !strings.Contains(errOut, want) {
 			t.Errorf("%s on a schema without a store: exit %d, stdout %q, stderr %q: want invalid_input naming queue, %q", c.name, code, out, errOut, want)
 		}
-		if exists() {
+		if schemaExists(t, schema) {
 			t.Fatalf("%s created schema %s", c.name, schema)
 		}
 	}
@@ -142,4 +134,92 @@ func TestMigrateWithoutSchemaSaysWhereTheStoreWent(t *testing.T) {
 	if _, errOut, _ := cli(t, "", "migrate", "--queue", dsn); strings.Contains(errOut, note) {
 		t.Errorf("migrate again: stderr %q: the note is for a store just made", errOut)
 	}
+}
+
+// On PostgreSQL, every command that opens an inbox refuses a schema that
+// holds none, as the queue commands refuse a schema without a queue store,
+// and creates nothing, no schema and no table: receive made a new, empty
+// inbox for a misspelt schema= (a fresh user's report), which answers gap
+// for every flow a relay delivers. fairrelay migrate --inbox makes it;
+// then the same commands open it.
+func TestPostgresInboxCommandsDoNotCreateAnInbox(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "frnoinbox")
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("schema")
+	dir := t.TempDir()
+	queue := filepath.Join(dir, "q.db")
+	if out, errOut, code := cli(t, "", "migrate", "--queue", queue); code != exitApplied {
+		t.Fatalf("migrate --queue: exit %d: %s%s", code, out, errOut)
+	}
+	from := brokertest.NATS(t) + "?stream=" + brokertest.Name("FRNOINBOX_") + "&durable=ledger"
+	want := "schema " + schema + " holds no inbox store (create it with fairrelay migrate --inbox URL)"
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"receive --addr", []string{"receive", "--inbox", dsn, "--addr", "127.0.0.1:0"}},
+		{"receive --from", []string{"receive", "--inbox", dsn, "--from", from}},
+		{"inspect --inbox", []string{"inspect", "--inbox", dsn}},
+		{"console --inbox", []string{"console", "--queue", queue, "--inbox", dsn, "--addr", "127.0.0.1:0"}},
+		{"waive", []string{"waive", "--inbox", dsn, "--id", "A1", "--flow", "A", "--seq", "1", "--reason", "test", "--unchecked"}},
+		{"prune --inbox", []string{"prune", "--inbox", dsn, "--superseded-held"}},
+	} {
+		// Bounded: a daemon that took the schema would run until stopped.
+		out, errOut, code := cliBounded(t, 30*time.Second, c.args...)
+		if code != exitFailed || out != "" || !strings.Contains(errOut, "invalid_input: inbox: ") || !strings.Contains(errOut, want) {
+			t.Errorf("%s on a schema without an inbox: exit %d, stdout %q, stderr %q: want exit 2, invalid_input naming inbox, %q", c.name, code, out, errOut, want)
+		}
+		if schemaExists(t, schema) {
+			t.Fatalf("%s created schema %s", c.name, schema)
+		}
+	}
+	if out, errOut, code := cli(t, "", "migrate", "--inbox", dsn); code != exitApplied || !strings.HasPrefix(out, "inbox ") || !strings.Contains(out, ": created (migrations 1–") {
+		t.Fatalf("migrate --inbox: exit %d, %q, stderr %q: want the inbox created", code, out, errOut)
+	}
+	if out, errOut, code := cli(t, "", "inspect", "--inbox", dsn, "--json"); code != exitApplied || out != "" {
+		t.Errorf("inspect --inbox after migrate: exit %d, %q, stderr %q: want an empty inbox read", code, out, errOut)
+	}
+}
+
+// cliBounded is cli with no standard input, for a command that might not
+// end by itself (a daemon that started): killed after limit, and the test
+// failed.
+func cliBounded(t *testing.T, limit time.Duration, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Errorf("%v still ran after %s (killed): stdout %q, stderr %q", args, limit, o.String(), e.String())
+		return o.String(), e.String(), -1
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// schemaExists reports whether the test server's database holds schema.
+func schemaExists(t *testing.T, schema string) bool {
+	t.Helper()
+	var n int
+	conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
 }

@@ -630,24 +630,24 @@ func isPostgresURL(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
-// openInboxCreating opens receive's inbox, creating it when missing (a
-// SQLite file or a PostgreSQL schema: the receiver's own store), and
-// says how in created ("" when it existed). With mustExist (receive
-// --must-exist) a missing inbox is refused instead: invalid_input naming
-// inbox.
+// openInboxCreating opens receive's inbox, creating a missing SQLite file
+// (or an inbox in an empty one), and says how in created ("" when it
+// existed). A PostgreSQL schema that holds no inbox is refused, not
+// created (invalid_input naming inbox; fairrelay migrate --inbox creates
+// it), as openQueueCreating refuses a schema without a queue store: a
+// misspelt schema= made a new, empty inbox that answered gap for every
+// flow (a fresh user's report). With mustExist (receive --must-exist) a
+// missing inbox is refused on SQLite too.
 func openInboxCreating(ctx context.Context, dsn string, opts inbox.Options, mustExist bool) (in *inbox.Inbox, created string, err error) {
 	opts.MustExist = true
 	in, err = openInbox(ctx, dsn, opts)
-	if err == nil || mustExist || !missingStore(err, "inbox") {
+	if err == nil || mustExist || !missingStore(err, "inbox") || isPostgresURL(dsn) {
 		return in, "", err
 	}
-	created = createdNew
-	if !isPostgresURL(dsn) {
-		// An existing SQLite file with data and no inbox is refused, as
-		// openQueueCreating's.
-		if created, err = creatingIn(ctx, dsn, "inbox", "fairrelay migrate --inbox"); err != nil {
-			return nil, "", err
-		}
+	// An existing SQLite file with data and no inbox is refused, as
+	// openQueueCreating's.
+	if created, err = creatingIn(ctx, dsn, "inbox", "fairrelay migrate --inbox"); err != nil {
+		return nil, "", err
 	}
 	opts.MustExist = false
 	in, err = openInbox(ctx, dsn, opts)

@@ -202,7 +202,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.StringVar(&from, "from", "", "consume from a broker instead: a nats:// or amqp:// URL (see above)")
 	f.StringVar(&secret, "secret", "", "shared secret the relay signs with: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps; set but empty, it is refused)")
 	f.StringArrayVar(&previous, "previous-secret", nil, "a secret also accepted while relays switch to --secret (repeatable): rotate by adding the new one as --secret and the old one here, switch the relays, then drop this")
-	f.BoolVar(&mustExist, "must-exist", false, "refuse to start when --inbox holds no inbox, instead of creating one: for a service whose inbox 'fairrelay migrate --inbox' makes, so a misspelt path fails at start")
+	f.BoolVar(&mustExist, "must-exist", false, "refuse to start when --inbox holds no inbox, instead of creating one (a SQLite file; a PostgreSQL inbox always must exist): for a service whose inbox 'fairrelay migrate --inbox' makes, so a misspelt path fails at start")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.Int64Var(&maxBody, "max-body-bytes", 1<<20, "HTTP: the largest request body read, in bytes; a larger one answers 413 (the queue's default limit on a body, Policy.MaxBodyBytes, is the same 1 MiB: raise both together)")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
