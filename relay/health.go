@@ -186,9 +186,13 @@ const (
 // refuses, or a stored tick beyond the range of ticks) and ErrFileReplaced
 // (a SQLite store's file removed or replaced under the relay, which kept
 // retrying its writes to the old file for ever while /healthz answered 200,
-// so no supervisor restarted it: an SRE's drill).
+// so no supervisor restarted it: an SRE's drill), and ErrNotDatabase (the
+// store is no longer there to write: a PostgreSQL store's schema or tables
+// dropped under the relay, which retried once a minute for ever; a fresh
+// user's report. A restarted relay refuses the schema at start, naming it).
 func retryable(err error) bool {
-	return !errors.Is(err, fairrelay.ErrInvalidInput) && !errors.Is(err, fairrelay.ErrFileReplaced)
+	return !errors.Is(err, fairrelay.ErrInvalidInput) && !errors.Is(err, fairrelay.ErrFileReplaced) &&
+		!errors.Is(err, fairrelay.ErrNotDatabase)
 }
 
 // retryWait returns the pause before the next try after n failed round
