@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -217,7 +218,11 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if v := os.Getenv(faultpoint.EnvVar); v != "" {
 		return nil, fmt.Errorf("experiment: %s=%s is set in this process; unset it (the runner arms fault points in its children only)", faultpoint.EnvVar, v)
 	}
-	if st, err := os.Stat(opts.Dir); err != nil || !st.IsDir() {
+	if st, err := os.Stat(opts.Dir); errors.Is(err, fs.ErrNotExist) {
+		// Said as it is (a fresh user read "is not a directory" of a path
+		// that did not exist yet).
+		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "dir", Message: fmt.Sprintf("%q does not exist: create it first (mkdir -p)", opts.Dir)}
+	} else if err != nil || !st.IsDir() {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "dir", Message: fmt.Sprintf("%q is not a directory", opts.Dir)}
 	}
 	scs, err := Select(opts.Only)

@@ -239,8 +239,15 @@ func TestSelect(t *testing.T) {
 	if _, err := experiment.Select([]string{"no_such_scenario"}); err == nil || !strings.Contains(err.Error(), "no_such_scenario") {
 		t.Fatalf("Select(unknown) = %v, want an error naming it", err)
 	}
-	if _, err := experiment.Run(context.Background(), experiment.Options{Dir: filepath.Join(t.TempDir(), "missing")}); err == nil {
-		t.Fatal("Run with a missing Dir succeeded")
+	if _, err := experiment.Run(context.Background(), experiment.Options{Dir: filepath.Join(t.TempDir(), "missing")}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Run with a missing Dir: %v, want an error saying it does not exist", err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := experiment.Run(context.Background(), experiment.Options{Dir: file}); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Fatalf("Run with a file as Dir: %v, want an error saying it is not a directory", err)
 	}
 }
 
