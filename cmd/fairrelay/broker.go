@@ -39,7 +39,7 @@ const brokerEnvHelp = "credentials from $" + brokerUserEnv + " and $" + brokerPa
 // nothing of the CLI's environment).
 func noCredentials(field, raw string) error {
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: "no credentials in the URL (it shows in ps): set $" + brokerUserEnv + " and $" + brokerPasswordEnv + " (NATS also $" + brokerTokenEnv + " or $" + brokerCredsEnv + ") instead"}
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: "credentials may not be in the URL (it shows in ps): set $" + brokerUserEnv + " and $" + brokerPasswordEnv + " (NATS also $" + brokerTokenEnv + " or $" + brokerCredsEnv + ") instead"}
 	}
 	return nil
 }

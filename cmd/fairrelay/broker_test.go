@@ -348,7 +348,7 @@ func TestBrokerFlagErrors(t *testing.T) {
 		{"receive", "--inbox", inboxPath, "--from", "nats://tok@127.0.0.1:4222?stream=S&durable=D"},
 	} {
 		_, errOut, code := cli(t, "", args...)
-		if code != 2 || !strings.Contains(errOut, "no credentials in the URL") || !strings.Contains(errOut, "$FAIRRELAY_BROKER_USER and $FAIRRELAY_BROKER_PASSWORD") {
+		if code != 2 || !strings.Contains(errOut, "credentials may not be in the URL") || !strings.Contains(errOut, "$FAIRRELAY_BROKER_USER and $FAIRRELAY_BROKER_PASSWORD") {
 			t.Errorf("%v: exit %d, %s; want invalid_input naming the credentials' variables", args, code, errOut)
 		}
 	}

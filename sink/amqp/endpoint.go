@@ -45,7 +45,7 @@ func ParseEndpoint(field, raw string) (Endpoint, error) {
 		return Endpoint{}, invalid(field, "must be amqp://HOST[:PORT][/VHOST][?exchange=…&routing_key=…], got %q", sink.RedactURL(raw))
 	}
 	if u.User != nil {
-		return Endpoint{}, invalid(field, "no credentials in the URL (it shows in ps): set them in the environment")
+		return Endpoint{}, invalid(field, "credentials may not be in the URL (it shows in ps): set them in the environment")
 	}
 	if bad := sink.BadPort(u); bad != "" {
 		return Endpoint{}, invalid(field, "%s", bad)

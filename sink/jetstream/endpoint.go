@@ -47,7 +47,7 @@ func ParseEndpoint(field, raw string) (Endpoint, error) {
 		return Endpoint{}, invalid(field, "must be nats://HOST[:PORT][?subject=…&stream=…], got %q", sink.RedactURL(raw))
 	}
 	if u.User != nil {
-		return Endpoint{}, invalid(field, "no credentials in the URL (it shows in ps): set them in the environment")
+		return Endpoint{}, invalid(field, "credentials may not be in the URL (it shows in ps): set them in the environment")
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
