@@ -125,6 +125,8 @@ func BenchmarkPages(b *testing.B) {
 		{"flows_prefix_few", "/flows?prefix=f00000"}, // 10 flows, then the range ends
 		{"flows_paused", "/flows?paused=1"},
 		{"event", "/event/e" + fmt.Sprintf("%07d", flows/2)},
+		{"flow", "/flow/" + mid},
+		{"flow_after", "/flow/" + mid + "?after=5"},
 		{"quarantine", "/quarantine"},
 		{"quarantine_filtered", "/quarantine?reason=rejected&prefix=" + mid[:len(mid)-2]},
 		{"quarantine_after", "/quarantine?after=" + mid},

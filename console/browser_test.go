@@ -209,6 +209,15 @@ func TestBrowser(t *testing.T) {
 	})
 	run("A drained", chromedp.Navigate(base+"/flows?prefix=A"),
 		chromedp.Poll[chromedp.Void](`document.querySelector('tr[data-flow="A"] .why').textContent.includes('drained')`, chromedp.WithPollingTimeout(10*time.Second)))
+	// A's page, from its link on the flows page, lists both its events.
+	run("flow A", chromedp.Click(chromedp.CSS(`tr[data-flow="A"] a.flow`)), chromedp.WaitVisible(chromedp.CSS(`#events`)))
+	states, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#events tr[data-seq]')).map(e => e.dataset.seq + ':' + e.querySelector('a').textContent + ':' + e.dataset.state)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(states, ",") != "1:A1:acked,2:A2:acked" {
+		t.Fatalf("flow A's page lists %v", states)
+	}
 
 	// Expedite B's backing-off head.
 	run("B1", chromedp.Navigate(base+"/event/B1"), chromedp.WaitVisible(chromedp.CSS(`#expedite`)))

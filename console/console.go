@@ -6,8 +6,9 @@
 // Pages: the overview (events by state, blocked flows, deliveries per
 // second and delivery latency over the last hour, the oldest event not
 // acked), flows (search by id prefix, keyset paging, why each is not
-// moving), an event (body, state, attempt history, the actions that
-// apply), the quarantine (filter, select many, redrive with one reason),
+// moving), a flow (why it is not moving, its events by seq, keyset paging,
+// each linked to its page), an event (body, state, attempt history, the
+// actions that apply), the quarantine (filter, select many, redrive with one reason),
 // the audit log and, with an inbox, the receiver's projection. Every page reads bounded
 // ranges of indexes, so a page costs the same on a store of any size; the
 // backlog, which PostgreSQL can only count by reading every flow, is
@@ -136,6 +137,8 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("GET /flows", s.page("flows", s.flows))
 	m.HandleFunc("GET /event/{id}", s.page("event", s.event))
 	m.HandleFunc("GET /event", s.page("event", s.event)) // ids "." and ".." (eventPath)
+	m.HandleFunc("GET /flow/{flow}", s.page("flow", s.flow))
+	m.HandleFunc("GET /flow", s.page("flow", s.flow)) // flows "." and ".." (flowPath)
 	m.HandleFunc("GET /quarantine", s.page("quarantine", s.quarantine))
 	m.HandleFunc("GET /groups", s.page("groups", s.groups))
 	m.HandleFunc("GET /audit", s.page("audit", s.audit))

@@ -120,14 +120,14 @@ func TestLinksCarryAnyID(t *testing.T) {
 				}
 				id := html.UnescapeString(h[1])
 				seen[id] = href
-				if !strings.Contains(body, "<td>"+html.EscapeString("f "+id)+"</td>") {
+				if !strings.Contains(body, `">`+html.EscapeString("f "+id)+"</a></td>") {
 					t.Errorf("GET %s: link %q: event %q's page does not show its flow", page, href, id)
 				}
-			case strings.HasPrefix(href, "/flows?prefix="):
+			case strings.HasPrefix(href, "/flow/"), strings.HasPrefix(href, "/flow?"):
 				u, st, body := get(page, href)
-				flow := u.Query().Get("prefix")
-				if st != http.StatusOK || !strings.Contains(body, `data-flow="`+html.EscapeString(flow)+`"`) {
-					t.Errorf("GET %s: link %q: %d, want flow %q listed", page, href, st, flow)
+				h := flowH1RE.FindStringSubmatch(body)
+				if st != http.StatusOK || h == nil || !strings.HasPrefix(html.UnescapeString(h[1]), "f ") {
+					t.Errorf("GET %s: link %q (%v): %d, want a flow's page", page, href, u, st)
 				}
 			}
 		}

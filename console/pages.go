@@ -7,6 +7,8 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fairrelay/fairrelay"
@@ -49,6 +51,7 @@ var funcs = template.FuncMap{
 	},
 	"why":       why,
 	"eventpath": eventPath,
+	"flowpath":  flowPath,
 	"dur":       func(d time.Duration) string { return d.String() },
 }
 
@@ -243,6 +246,83 @@ func (s *Server) event(r *http.Request) (any, error) {
 	d.IsHead = d.Flow.Head.Head != nil && d.Flow.Head.Head.ID == e.ID
 	d.CanRedrive = e.State == fairrelay.StateQuarantined
 	d.CanExpedit = e.State == fairrelay.StateReady && e.NextAt != nil && *e.NextAt > c.Tick
+	return d, nil
+}
+
+// flowPath is the path of the page of flow id, as eventPath is of an
+// event's: /flow/ and the id as one path segment, escaped; the ids "." and
+// "..", which a browser takes out of a path, in the query: /flow?flow=..
+func flowPath(flow string) string {
+	if flow == "." || flow == ".." {
+		return "/flow?flow=" + url.QueryEscape(flow)
+	}
+	return "/flow/" + url.PathEscape(flow)
+}
+
+// flowPagePath is flowPath with the page after seq after.
+func flowPagePath(flow string, after int64) string {
+	p := flowPath(flow)
+	if strings.Contains(p, "?") {
+		return p + "&after=" + strconv.FormatInt(after, 10)
+	}
+	return p + "?after=" + strconv.FormatInt(after, 10)
+}
+
+type flowData struct {
+	F      *fairrelay.FlowInfo
+	Tick   int64
+	After  int64
+	Events []fairrelay.EventState
+	// Next is the path of the next page ("" on the last).
+	Next string
+}
+
+// flow serves /flow/{flow} and /flow?flow= (flowPath): the flow, why it
+// is not moving, and its events by seq from after+1, pageSize a page,
+// acked ones too until a prune deletes them. It reads them with
+// Queue.Events from (flow, after), at most the seqs the flow has left
+// (its last seq less after), so a page reads no more than pageSize rows
+// and, unless a prune left gaps, none of the next flow's.
+func (s *Server) flow(r *http.Request) (any, error) {
+	ctx := r.Context()
+	flow := r.PathValue("flow")
+	if r.Pattern == "GET /flow" {
+		flow = r.URL.Query().Get("flow")
+	}
+	if err := fairrelay.CheckID("flow", flow); err != nil {
+		return nil, err
+	}
+	after, err := intParam(r, "after", 0)
+	if err != nil {
+		return nil, err
+	}
+	d := flowData{After: after}
+	if d.F, err = s.q.Flow(ctx, flow); err != nil {
+		return nil, err
+	}
+	c, err := s.q.Clock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.Tick = c.Tick
+	limit := int(min(pageSize, max(0, d.F.Seq-after)))
+	if limit == 0 {
+		return d, nil
+	}
+	es, err := s.q.Events(ctx, flow, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range es {
+		if e.Flow != flow { // past its last event: the next flow's
+			return d, nil
+		}
+		d.Events = append(d.Events, e.EventState)
+	}
+	if len(es) == limit && len(es) > 0 && es[len(es)-1].Seq < d.F.Seq {
+		last := es[len(es)-1].Seq
+		d.Next = flowPagePath(flow, last)
+	}
 	return d, nil
 }
 
