@@ -223,3 +223,34 @@ func schemaExists(t *testing.T, schema string) bool {
 	}
 	return n > 0
 }
+
+// receive stops (exit 2, not_a_database) when its PostgreSQL inbox's
+// schema is dropped under it, within a second or so, idle or not, as it
+// stops when its SQLite file is removed: it stayed up answering every
+// delivery 500 (each spent an attempt of the relay's budget), exited by no
+// supervisor (a fresh user's report).
+func TestPostgresReceiveStopsWhenItsInboxSchemaIsDropped(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "frinboxdrop")
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("schema")
+	if out, errOut, code := cli(t, "", "migrate", "--inbox", dsn); code != exitApplied {
+		t.Fatalf("migrate --inbox: exit %d: %s%s", code, out, errOut)
+	}
+	d := startCLI(t, "receive", "--inbox", dsn, "--addr", "127.0.0.1:0")
+	if line := <-d.firstLine; !strings.Contains(string(line), "listening") {
+		t.Fatalf("receive: first line %q, stderr %s", line, d.stderr())
+	}
+	pgtest.Exec(t, pgtest.URL(t), "DROP SCHEMA "+schema+" CASCADE")
+	select {
+	case <-d.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("receive still ran 30 s after its inbox's schema was dropped; stderr %s", d.stderr())
+	}
+	if d.code != exitFailed || !strings.Contains(d.stderr(), "not_a_database") {
+		t.Errorf("receive after its inbox's schema was dropped: exit %d, stderr %s; want exit 2 and not_a_database", d.code, d.stderr())
+	}
+}

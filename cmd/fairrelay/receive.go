@@ -188,7 +188,7 @@ Broker ` + brokerEnvHelp + `.`,
 				return err
 			}
 			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", deltaLimit(maxDelta))
-			ctx, stopWatch := watchInboxFile(ctx, in, log)
+			ctx, stopWatch := watchInboxFile(ctx, in, isPostgresURL(inboxDSN), log)
 			defer stopWatch()
 			if err := serveUntilDone(ctx, ln, h, limits, log); err != nil {
 				return err
@@ -273,7 +273,7 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		}
 		ready.set(inboxReady(in))
 	}
-	ctx, stopWatch := watchInboxFile(ctx, in, log)
+	ctx, stopWatch := watchInboxFile(ctx, in, isPostgresURL(inboxDSN), log)
 	defer stopWatch()
 	var printErr error
 	err = run(ctx, opts, func() {
@@ -298,13 +298,18 @@ const inboxFileWatch = time.Second
 
 // watchInboxFile returns ctx, cancelled with the error as its cause once
 // in's SQLite file is found removed or replaced (inbox.Inbox.CheckFile;
-// within inboxFileWatch, idle or not), and a func that stops the watch.
-// Every write of such an inbox fails and no wait cures it: a receiver that
-// went on answered 500 (or nacked every message) for ever, ready to no
-// probe and exited by no supervisor (an SRE's drill). receive stops
-// instead, as the relay does, and exits 2 (inboxReplaced); restarted, it
-// opens the new file.
-func watchInboxFile(ctx context.Context, in *inbox.Inbox, log *slog.Logger) (context.Context, func()) {
+// within inboxFileWatch, idle or not), or, for a PostgreSQL inbox (pg),
+// once a ping answers not_a_database (its schema or tables dropped), and a
+// func that stops the watch. Every write of such an inbox fails and no
+// wait cures it: a receiver that went on answered 500 (or nacked every
+// message) for ever, ready to no probe and exited by no supervisor (an
+// SRE's drill; on PostgreSQL a fresh user's dropped schema, each delivery
+// then spending an attempt of the relay's budget). receive stops instead,
+// as the relay does, and exits 2 (inboxReplaced); restarted, it opens the
+// new file, or refuses the schema until fairrelay migrate --inbox makes it.
+// A ping that fails otherwise (the server unreachable) is an outage: the
+// watch goes on.
+func watchInboxFile(ctx context.Context, in *inbox.Inbox, pg bool, log *slog.Logger) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -324,6 +329,16 @@ func watchInboxFile(ctx context.Context, in *inbox.Inbox, log *slog.Logger) (con
 				cancel(err)
 				return
 			}
+			if pg {
+				pctx, pcancel := context.WithTimeout(ctx, inboxFileWatch)
+				err := in.Ping(pctx)
+				pcancel()
+				if errors.Is(err, fairrelay.ErrNotDatabase) {
+					log.Error("receive: the inbox's schema holds no inbox any more (dropped?); stopping (fairrelay migrate --inbox makes it again)", "err", err)
+					cancel(err)
+					return
+				}
+			}
 		}
 	}()
 	return ctx, func() {
@@ -335,7 +350,7 @@ func watchInboxFile(ctx context.Context, in *inbox.Inbox, log *slog.Logger) (con
 // inboxReplaced is the error that stopped ctx of watchInboxFile (or
 // consume.Run's own, wrapped the same), or nil when it was a signal.
 func inboxReplaced(ctx context.Context) error {
-	if err := context.Cause(ctx); errors.Is(err, fairrelay.ErrFileReplaced) {
+	if err := context.Cause(ctx); errors.Is(err, fairrelay.ErrFileReplaced) || errors.Is(err, fairrelay.ErrNotDatabase) {
 		return err
 	}
 	return nil
