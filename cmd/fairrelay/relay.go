@@ -284,7 +284,13 @@ charged least; --max-group-slots caps any group's slots (configure
 				log.Warn("relay: --retain-ids has no effect with --retain-acked 0: the relay prunes nothing; tombstones from a manual prune stay until fairrelay prune --ids-before deletes them")
 			}
 			// A second signal stops the process at once (main).
-			return r.Run(ctx)
+			err = r.Run(ctx)
+			if errors.Is(err, fairrelay.ErrNotDatabase) {
+				// The store went under it (a schema dropped): say what to
+				// do, as the start-up refusal does (a fresh user's report).
+				log.Error("relay: the queue store is gone (its schema or tables dropped?); stopping: restart once fairrelay migrate has made it again", "queue", redactDSN(queue))
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
