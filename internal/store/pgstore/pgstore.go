@@ -699,6 +699,13 @@ var refusedSettings = map[string]bool{
 var notDatabaseCodes = map[string]bool{
 	"3F000": true, // invalid_schema_name
 	"42P01": true, // undefined_table
+	// undefined_column: a table of the store without a column this
+	// version reads, so not the store it opened: made again under it by
+	// another migrate, seen half done (a fresh user dropped and migrated a
+	// schema under a running relay, which retried and went on in the new
+	// store with its old clock). Open refuses a store of another version
+	// before any such query.
+	"42703": true,
 }
 
 // Translate maps PostgreSQL errors to the store's sentinels, keeping the

@@ -32,6 +32,18 @@ func TestTranslateBusySaysWhatToDo(t *testing.T) {
 	}
 }
 
+// A schema, table or column of the store missing (dropped, or made again
+// under a running process and seen half done) is not a store: waiting
+// cannot cure it (the relay and receive stop on it).
+func TestTranslateMissingPartsAreNotADatabase(t *testing.T) {
+	for _, code := range []string{"3F000", "42P01", "42703"} {
+		err := pgstore.Translate(fmt.Errorf("claim: %w", &pgconn.PgError{Code: code, Message: "server words"}))
+		if !errors.Is(err, store.ErrNotDatabase) || !strings.Contains(err.Error(), "server words") {
+			t.Errorf("%s: %v, want not a database keeping the server's words", code, err)
+		}
+	}
+}
+
 // TestParseDSN: the schema parameter comes out, every other pair goes to
 // pgx as it was written (a space stays %20: pgx, as libpq, keeps a "+"),
 // and what would open another store than the one meant is refused: a
