@@ -239,9 +239,10 @@ func configureGroup(ctx context.Context, tx pgx.Tx, p store.ConfigureParams, at 
 // the two would meet one of them in a deadlock (the first order failed
 // TestPostgresFirstGroupLimitBesideAnOpenOutbox, the second
 // TestPostgresFirstGroupLimitBesideANewFlow). So the flows are taken first,
-// waiting for their holders, and the limit row without waiting; when a
-// transaction holds it, the flows are let go (the savepoint), the limit
-// row waited for alone and let go too, and the two taken again. Each round
+// waiting for their holders, then the limit row and the flows again (those
+// made since the first statement's snapshot) without waiting; when a
+// transaction holds one, the flows are let go (the savepoint), the limit
+// row waited for alone and let go too, and all taken again. Each round
 // waits for a transaction to end, so the rounds end unless new flows of
 // the group keep coming; past 100 rounds the configure answers busy.
 func lockFirstGroupLimit(ctx context.Context, tx pgx.Tx, g string) error {
@@ -253,6 +254,16 @@ func lockFirstGroupLimit(ctx context.Context, tx pgx.Tx, g string) error {
 			return err
 		}
 		_, err := tx.Exec(ctx, `SELECT 1 FROM grp_limit WHERE group_id = $1 FOR NO KEY UPDATE NOWAIT`, g)
+		if err == nil {
+			// The flows the first statement locked are the ones its
+			// snapshot saw; a flow of the group made and committed since
+			// (its maker held the limit row until its commit) is locked
+			// too, without waiting, or an enqueue onto it could read no
+			// limit while this counts without it (a hunter's reproduction:
+			// the counter one below the backlog). No new flow of the group
+			// comes while the limit row is held.
+			_, err = tx.Exec(ctx, `SELECT 1 FROM flow WHERE group_id = $1 ORDER BY flow_id FOR SHARE NOWAIT`, g)
+		}
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
 			if err == nil {
