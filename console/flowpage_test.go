@@ -82,17 +82,11 @@ func TestFlowPageListsItsEvents(t *testing.T) {
 
 	get := func(from, href string) (*url.URL, int, string) {
 		t.Helper()
-		u, err := browse(baseURL, href)
+		u, st, body, err := c.follow(baseURL, href)
 		if err != nil {
 			t.Fatalf("%s: link %q: %v", from, href, err)
 		}
-		resp, err := c.hc.Get(u.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return u, resp.StatusCode, string(b)
+		return u, st, body
 	}
 	// flowLinks follows every link to a flow's page from page and returns
 	// them by the flow whose page each led to.

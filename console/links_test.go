@@ -49,6 +49,24 @@ func browse(base *url.URL, href string) (*url.URL, error) {
 	return u.ResolveReference(ref), nil
 }
 
+// follow fetches href, found on a page of base, as a browser would
+// (browse): the URL it resolved to, the answer's status and body; an
+// error when href does not resolve (nothing is fetched then).
+func (c *client) follow(base *url.URL, href string) (*url.URL, int, string, error) {
+	c.t.Helper()
+	u, err := browse(base, href)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	resp, err := c.hc.Get(u.String())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return u, resp.StatusCode, string(b), nil
+}
+
 var (
 	hrefRE      = regexp.MustCompile(`href="([^"]*)"`)
 	eventH1RE   = regexp.MustCompile(`<h1>Event (.*)</h1>`)
@@ -85,18 +103,11 @@ func TestLinksCarryAnyID(t *testing.T) {
 	// get fetches href, found on page from, as a browser would.
 	get := func(from, href string) (*url.URL, int, string) {
 		t.Helper()
-		u, err := browse(baseURL, href)
+		u, st, body, err := c.follow(baseURL, href)
 		if err != nil {
 			t.Errorf("%s: link %q: %v", from, href, err)
-			return nil, 0, ""
 		}
-		resp, err := c.hc.Get(u.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return u, resp.StatusCode, string(b)
+		return u, st, body
 	}
 	// crawl follows every link to an event or a flow of page, wants each
 	// id of want linked from it, and returns the links by the event they

@@ -206,20 +206,32 @@ type eventData struct {
 // and "100%25" to event "100%" (a fresh user's report). The ids "." and
 // "..", which a browser takes out of a path even escaped (%2e), go in the
 // query instead: /event?id=..
-func eventPath(id string) string {
-	if id == "." || id == ".." {
-		return "/event?id=" + url.QueryEscape(id)
+func eventPath(id string) string { return itemPath("event", "id", id) }
+
+// itemPath is the path of the page of one item named v: /PAGE/ and v as
+// one path segment, escaped; "." and ".." in the query, as KEY
+// (eventPath, flowPath).
+func itemPath(page, key, v string) string {
+	if v == "." || v == ".." {
+		return "/" + page + "?" + key + "=" + url.QueryEscape(v)
 	}
-	return "/event/" + url.PathEscape(id)
+	return "/" + page + "/" + url.PathEscape(v)
+}
+
+// itemOf is the item a request of itemPath(page, key, …) names: the path
+// segment the router unescaped (r.PathValue(key)), or on the bare route
+// GET /PAGE the query's KEY.
+func itemOf(r *http.Request, page, key string) string {
+	if r.Pattern == "GET /"+page {
+		return r.URL.Query().Get(key)
+	}
+	return r.PathValue(key)
 }
 
 // event serves /event/{id} and /event?id= (eventPath).
 func (s *Server) event(r *http.Request) (any, error) {
 	ctx := r.Context()
-	id := r.PathValue("id")
-	if r.Pattern == "GET /event" {
-		id = r.URL.Query().Get("id")
-	}
+	id := itemOf(r, "event", "id")
 	if err := fairrelay.CheckID("id", id); err != nil {
 		return nil, err
 	}
@@ -252,12 +264,7 @@ func (s *Server) event(r *http.Request) (any, error) {
 // flowPath is the path of the page of flow id, as eventPath is of an
 // event's: /flow/ and the id as one path segment, escaped; the ids "." and
 // "..", which a browser takes out of a path, in the query: /flow?flow=..
-func flowPath(flow string) string {
-	if flow == "." || flow == ".." {
-		return "/flow?flow=" + url.QueryEscape(flow)
-	}
-	return "/flow/" + url.PathEscape(flow)
-}
+func flowPath(flow string) string { return itemPath("flow", "flow", flow) }
 
 // flowPagePath is flowPath with the page after seq after.
 func flowPagePath(flow string, after int64) string {
@@ -285,10 +292,7 @@ type flowData struct {
 // and, unless a prune left gaps, none of the next flow's.
 func (s *Server) flow(r *http.Request) (any, error) {
 	ctx := r.Context()
-	flow := r.PathValue("flow")
-	if r.Pattern == "GET /flow" {
-		flow = r.URL.Query().Get("flow")
-	}
+	flow := itemOf(r, "flow", "flow")
 	if err := fairrelay.CheckID("flow", flow); err != nil {
 		return nil, err
 	}
