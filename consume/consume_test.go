@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairrelay/fairrelay/internal/syncbuf"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -520,24 +522,6 @@ func TestRunHeldFollowsAPredecessorAppliedElsewhere(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink for tests: lanes log concurrently.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Every message that arrives behind a refused head drains its flow, and
 // each drain logged the refusal at error level: a busy stuck flow flooded
 // the log (a fresh user: 41 lines for 40 messages). The refusal is logged
@@ -550,7 +534,7 @@ func TestRunLogsARefusedHeadOncePerCap(t *testing.T) {
 	for i := 2; i <= 21; i++ {
 		f.queue = append(f.queue, ledger(f, fmt.Sprint("A", i), "A", i, 1, 1))
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	var mu sync.Mutex
 	n := 0
 	ctx, cancel := context.WithCancel(t.Context())
@@ -580,7 +564,7 @@ func TestRunAppliesAndLogsWhatItFindsHeld(t *testing.T) {
 	if _, err := in.Hold(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":9}`)}, fairrelay.OutcomeUnsupportedDelta); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	applied := make(chan struct{})
 	ctx, cancel := context.WithCancel(t.Context())
 	bound := time.AfterFunc(20*time.Second, cancel) // a bound on a failure, not synchronisation

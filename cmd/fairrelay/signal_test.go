@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -9,38 +8,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairrelay/fairrelay/internal/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer a child process writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startDaemon runs the CLI in the background with its stderr readable
 // while it runs; the returned channel yields its exit code.
-func startDaemon(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, <-chan int) {
+func startDaemon(t *testing.T, args ...string) (*exec.Cmd, *syncbuf.Buffer, <-chan int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "FAIRRELAY_TEST_AS_CLI=1")
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -57,7 +38,7 @@ func startDaemon(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, <-chan
 
 // waitStderr polls a child's stderr until it contains want (the child's
 // doing, which nothing here can signal), failing after 15s.
-func waitStderr(t *testing.T, stderr *lockedBuffer, want string) {
+func waitStderr(t *testing.T, stderr *syncbuf.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(stderr.String(), want) {
@@ -71,7 +52,7 @@ func waitStderr(t *testing.T, stderr *lockedBuffer, want string) {
 // secondSignalStops sends SIGINT once — the daemon starts its graceful stop,
 // held up by work in flight — then again, and requires the process gone
 // within 5s (its graceful stop would take 20s or more) with code 130.
-func secondSignalStops(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited <-chan int) {
+func secondSignalStops(t *testing.T, cmd *exec.Cmd, stderr *syncbuf.Buffer, exited <-chan int) {
 	t.Helper()
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -97,7 +78,7 @@ func secondSignalStops(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited
 
 // secondSignalExits sends the second SIGINT and requires the process gone
 // within d with code 130.
-func secondSignalExits(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited <-chan int, d time.Duration) {
+func secondSignalExits(t *testing.T, cmd *exec.Cmd, stderr *syncbuf.Buffer, exited <-chan int, d time.Duration) {
 	t.Helper()
 	sent := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -117,7 +98,7 @@ func secondSignalExits(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, exited
 // relayDelivering starts a relay (with args added) whose one delivery
 // hangs until the test ends, and returns once that delivery is under way:
 // the relay runs, its logger in place, with work in flight.
-func relayDelivering(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, <-chan int) {
+func relayDelivering(t *testing.T, args ...string) (*exec.Cmd, *syncbuf.Buffer, <-chan int) {
 	t.Helper()
 	delivering := make(chan struct{}, 1)
 	release := make(chan struct{})
