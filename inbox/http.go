@@ -53,8 +53,13 @@ const DefaultMaxConcurrent = 64
 // or Fairrelay-* headers that differ from the signed webhook-id (with a
 // "cause": webhook.Cause), 405 not POST, 408 a body slower than the
 // server's read timeout, 413 too large, 503 busy or over
-// opts.MaxConcurrent requests at once, 500 a database error; in every
-// failure nothing is written.
+// opts.MaxConcurrent requests at once, 500 a database error or an error of
+// Options.Apply; in every failure nothing is written. A 500's or a busy
+// 503's message says which failure it was, never the error's text (which
+// names the store's statements and files): Logger gets that, at error level.
+// Its code is the error's (fairrelay.CodeOf: database, not_a_database, …),
+// or "apply" for an error of Options.Apply that has none, "internal" for
+// any other without one.
 func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
@@ -132,12 +137,24 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 				return
 			}
 			log.Error("inbox: receive failed", "id", d.EventID, "err", err)
+			// The answer names the kind of failure, not the error's text:
+			// that names the store's statements, tables and files, which
+			// are the receiver's business, not its clients'. Its log has it.
 			if errors.Is(err, fairrelay.ErrBusy) {
 				w.Header().Set("Retry-After", "1")
-				writeError(w, http.StatusServiceUnavailable, string(fairrelay.CodeBusy), err.Error())
+				writeError(w, http.StatusServiceUnavailable, string(fairrelay.CodeBusy), "the receiver's store is busy; try again (the receiver's log has the error)")
 				return
 			}
-			writeError(w, http.StatusInternalServerError, string(fairrelay.CodeOf(err)), err.Error())
+			code, msg := fairrelay.CodeOf(err), "the receiver could not record the delivery; nothing was written (the receiver's log has the error)"
+			if errors.Is(err, ErrApply) {
+				msg = "the receiver's Apply failed; nothing was written (the receiver's log has the error)"
+				if code == "" {
+					code = "apply"
+				}
+			} else if code == "" {
+				code = "internal"
+			}
+			writeError(w, http.StatusInternalServerError, string(code), msg)
 			return
 		}
 		log.Debug("inbox: delivery", "id", d.EventID, "flow", d.Flow, "seq", d.Seq, "outcome", out)
