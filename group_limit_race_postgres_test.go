@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
@@ -78,12 +79,19 @@ func TestPostgresFirstGroupLimitCountsAFlowMadeWhileItWaited(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	var counter, backlog int64
-	if err := pool.QueryRow(ctx, `SELECT l.enqueued, (SELECT count(*) FROM `+pgx.Identifier{schema, "event"}.Sanitize()+` e JOIN `+pgx.Identifier{schema, "flow"}.Sanitize()+` f
-		ON f.flow_id = e.flow_id WHERE f.group_id = 'g') FROM `+pgx.Identifier{schema, "grp_limit"}.Sanitize()+` l WHERE l.group_id = 'g'`).Scan(&counter, &backlog); err != nil {
-		t.Fatal(err)
-	}
-	if counter != backlog || backlog != 4 {
+	if counter, backlog := groupCounterAndBacklog(t, pool, schema, "g"); counter != backlog || backlog != 4 {
 		t.Errorf("group g's counter %d, its backlog %d: want both 4", counter, backlog)
 	}
+}
+
+// groupCounterAndBacklog reads group g's backlog counter (its grp_limit
+// row's enqueued, which the group's acks, none in these tests, are taken
+// from) and the group's real backlog, its events.
+func groupCounterAndBacklog(t *testing.T, pool *pgxpool.Pool, schema, g string) (counter, backlog int64) {
+	t.Helper()
+	if err := pool.QueryRow(context.Background(), `SELECT l.enqueued, (SELECT count(*) FROM `+pgx.Identifier{schema, "event"}.Sanitize()+` e JOIN `+pgx.Identifier{schema, "flow"}.Sanitize()+` f
+		ON f.flow_id = e.flow_id WHERE f.group_id = $1) FROM `+pgx.Identifier{schema, "grp_limit"}.Sanitize()+` l WHERE l.group_id = $1`, g).Scan(&counter, &backlog); err != nil {
+		t.Fatal(err)
+	}
+	return counter, backlog
 }
