@@ -245,3 +245,43 @@ func TestPostgresFirstGroupLimitCountsABatchOntoAFlowMadeWhileItWaited(t *testin
 		t.Errorf("group g's counter %d, its backlog %d: want both 4", counter, backlog)
 	}
 }
+
+// The same for a batch that names groups (enqueue_events, event by event):
+// its lock of its flows took the flows its snapshot saw, none of a new
+// flow of g; its first event, making a flow of a new group h, waited for
+// h's name while the new flow committed and the configure locked it and
+// waited for another flow of g; its second event's read then found the
+// new flow, took it for locked, read no limit and inserted its event, and
+// the configure counted the group without it (a hunter's reproduction,
+// step for step; the counter ended one below the backlog, 3 and 4). Now
+// enqueue_events locks such a flow, waiting for the configure, and reads
+// it again (migration 032).
+func TestPostgresFirstGroupLimitCountsAGroupedBatchOntoAFlowMadeWhileItWaited(t *testing.T) {
+	t.Parallel()
+	r := newLimitRace(t, "frlimgrouped")
+	r.enqueue("e0", "F9", "g") // group g, no limit
+	h := r.open("e1", "F9", "g")
+	e := r.open("e2", "F1", "g") // a new flow of g, not committed: the batch's lock misses it
+	eh := r.open("y1", "Y", "h") // a new group h: holds its name
+	batch := r.enqueueMany(fairrelay.NewEvent{ID: "a1", Flow: "A", Group: "h", Body: r.body}, fairrelay.NewEvent{ID: "e3", Flow: "F1", Group: "g", Body: r.body})
+	r.waitUntil("the batch's first event waits for the name of h", func() bool { return waitsFor(t, r.pool, eh) > 0 }, batch)
+	r.commit(e)
+	configured := r.configure("g", 100)
+	// It locks F1 (committed, held by no one), then waits for F9.
+	r.waitUntil("the configure waits for F9", func() bool { return waitsFor(t, r.pool, h) > 0 }, batch, configured)
+	r.commit(eh)
+	// The batch's second event waits for the configure, which holds F1: to
+	// advance F1 after it read no limit and inserted e3 (the defect), or
+	// to lock F1 before it reads the limit again.
+	r.waitUntil("the batch waits for the configure", func() bool { return waitsBehind(t, r.pool, h) > 0 }, batch, configured)
+	r.commit(h)
+	if err := <-configured; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-batch; err != nil {
+		t.Fatal(err)
+	}
+	if counter, backlog := groupCounterAndBacklog(t, r.pool, r.schema, "g"); counter != backlog || backlog != 4 {
+		t.Errorf("group g's counter %d, its backlog %d: want both 4", counter, backlog)
+	}
+}
