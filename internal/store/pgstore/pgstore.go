@@ -436,7 +436,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 				// report: the hint led to migrate's refusal).
 				how = fmt.Sprintf("a new store's schema is lower case: use schema=%s, and create it with fairrelay migrate", lower)
 			}
-			return nil, fmt.Errorf("%w: %s holds no queue store (%s)", store.ErrMissing, where, how)
+			return nil, store.Missing("%s holds no queue store (%s)", where, how)
 		}
 	}
 	s := &Store{pool: pool, schema: schema}
