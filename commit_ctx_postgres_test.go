@@ -33,12 +33,13 @@ func TestPostgresWriteAnswersWhatItsCommitDid(t *testing.T) {
 	}
 	defer admin.Close(context.Background())
 
-	ops := []struct {
+	type commitOp struct {
 		name string
 		// prepare runs on setup and returns the write, run with ctx on the
 		// slow queue, and whether its effect is in the store.
 		prepare func(t *testing.T, n int) (write func(ctx context.Context, q *fairrelay.Queue) error, done func() bool)
-	}{
+	}
+	ops := []commitOp{
 		{"enqueue", func(t *testing.T, n int) (func(context.Context, *fairrelay.Queue) error, func() bool) {
 			id := fmt.Sprintf("E%d", n)
 			return func(ctx context.Context, q *fairrelay.Queue) error {
@@ -125,7 +126,11 @@ func TestPostgresWriteAnswersWhatItsCommitDid(t *testing.T) {
 				}
 		}},
 	}
-	for n, op := range ops {
+	// try runs op once on a store of its own; it reports false when the
+	// write answered, without an error, before its COMMIT was seen running:
+	// the 100 ms window passed while this goroutine waited for a core (a
+	// loaded machine), not a defect; the op runs again on a new store.
+	try := func(n int, op commitOp) bool {
 		dsn := pgtest.Schema(t, "frcommitctx")
 		var err error
 		if setup, err = fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()}); err != nil {
@@ -150,7 +155,10 @@ func TestPostgresWriteAnswersWhatItsCommitDid(t *testing.T) {
 			case err := <-answer:
 				cancel()
 				q.Close()
-				t.Fatalf("%s: answered (%v) before its COMMIT was seen running", op.name, err)
+				if err == nil {
+					return false
+				}
+				t.Fatalf("%s: answered %v before its COMMIT was seen running", op.name, err)
 			default:
 			}
 			if err := admin.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
@@ -177,6 +185,15 @@ func TestPostgresWriteAnswersWhatItsCommitDid(t *testing.T) {
 			t.Errorf("%s: answered success, but nothing is stored", op.name)
 		case err != nil:
 			t.Errorf("%s: answered %v for a ctx cancelled in its COMMIT, which went on; want its answer", op.name, err)
+		}
+		return true
+	}
+	for n, op := range ops {
+		for attempt := 1; !try(n, op); attempt++ {
+			if attempt == 5 {
+				t.Fatalf("%s: answered before its COMMIT was seen running, %d times", op.name, attempt)
+			}
+			t.Logf("%s: answered before its COMMIT was seen running (attempt %d); again on a new store", op.name, attempt)
 		}
 	}
 }

@@ -96,7 +96,10 @@ func Database(t testing.TB, prefix string) string {
 		t.Fatalf("create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// Two minutes: a DROP DATABASE removes its files and waits for the
+		// server's other work; on a loaded machine (CI beside other
+		// suites) it took more than 30 s once.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, base)
 		if err != nil {
