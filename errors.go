@@ -55,6 +55,8 @@ type Error struct {
 	Err  error // the underlying cause, if any
 }
 
+// Error returns "field: message: cause (hint)", each part only when set:
+// the line the CLI prints after its code (fairrelay: invalid_input: …).
 func (e *Error) Error() string {
 	msg := e.Message
 	if e.Err != nil {
@@ -73,6 +75,8 @@ func (e *Error) Error() string {
 	return msg
 }
 
+// Unwrap returns Err, the underlying cause (nil when there is none), so
+// errors.Is and errors.As reach a driver's or a store's error through it.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is matches two *Error values by Code, so errors.Is(err, ErrNotFound) works
