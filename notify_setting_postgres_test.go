@@ -1,0 +1,156 @@
+package fairrelay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fairrelay/fairrelay"
+)
+
+// An enqueue that makes a flow's head claimable notifies the relay, and a
+// transaction that notified cannot be prepared (two-phase commit:
+// PostgreSQL refuses PREPARE TRANSACTION after NOTIFY), so SET LOCAL
+// fairrelay.notify = off leaves the notification out (migration 033; a
+// breaker's report: an XA transaction failed at PREPARE whenever its
+// enqueue made a head). Each of the enqueue's ways that notifies is run
+// twice, committed and followed by a sentinel notification: with the
+// setting off the listener's next notification is the sentinel, without it
+// the enqueue's own (so the way does notify).
+func TestPostgresNotifyOffSendsNoNotification(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool, schema := outboxStore(t, "frnotifyoff", fairrelay.DaemonPolicy())
+	channel := "fairrelay_" + schema
+	lis, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Release()
+	if _, err := lis.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"delta":1}`)
+	// A flow whose head was acked: its next event becomes its head.
+	headless := func(flow string) {
+		t.Helper()
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: flow + "-0", Flow: flow, Body: body, At: fairrelay.AtStored}); err != nil {
+			t.Fatal(err)
+		}
+		// Every head (the earlier ways' flows too), acked.
+		cr, err := q.Claim(ctx, fairrelay.ClaimParams{At: fairrelay.AtStored, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cr.Claims {
+			if _, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeAccepted, At: fairrelay.AtStored}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if e, err := q.Event(ctx, flow+"-0"); err != nil || e.State != fairrelay.StateAcked {
+			t.Fatalf("%s's head: %+v %v, want it acked", flow, e, err)
+		}
+	}
+	ways := []struct {
+		name    string
+		prepare func(suffix string)
+		enqueue func(tx pgx.Tx, suffix string) error
+	}{
+		{"one event onto a new flow", func(string) {}, func(tx pgx.Tx, s string) error {
+			_, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "n" + s, Flow: "N" + s, Body: body, At: fairrelay.AtStored})
+			return err
+		}},
+		{"one event onto a flow without a head", func(s string) { headless("H" + s) }, func(tx pgx.Tx, s string) error {
+			_, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "h" + s, Flow: "H" + s, Body: body, At: fairrelay.AtStored})
+			return err
+		}},
+		{"one event onto a flow without a head that another transaction holds", func(s string) { headless("W" + s) }, func(tx pgx.Tx, s string) error {
+			// The common call's statement skips a held flow; the general
+			// way waits for it.
+			holder, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer holder.Rollback(ctx)
+			if _, err := holder.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "flow"}.Sanitize()+` WHERE flow_id = $1 FOR SHARE`, "W"+s); err != nil {
+				return err
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: "w" + s, Flow: "W" + s, Body: body, At: fairrelay.AtStored})
+				done <- err
+			}()
+			waitBlockedBy(t, pool, holder)
+			if err := holder.Commit(ctx); err != nil {
+				return err
+			}
+			return <-done
+		}},
+		{"a batch", func(string) {}, func(tx pgx.Tx, s string) error {
+			_, err := tx.Exec(ctx, `SELECT * FROM `+pgx.Identifier{schema, "enqueue_many"}.Sanitize()+`($1, $2, $3)`,
+				[]string{"b1" + s, "b2" + s}, []string{"B1" + s, "B2" + s}, [][]byte{body, body})
+			return err
+		}},
+		{"a batch naming groups", func(string) {}, func(tx pgx.Tx, s string) error {
+			_, err := tx.Exec(ctx, `SELECT * FROM `+pgx.Identifier{schema, "enqueue_many"}.Sanitize()+`($1, $2, $3, p_groups => $4)`,
+				[]string{"g1" + s, "g2" + s}, []string{"G1" + s, "G2" + s}, [][]byte{body, body}, []string{"tenant" + s, "tenant" + s})
+			return err
+		}},
+	}
+	next := func() string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := lis.Conn().WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("no notification within 10 s: %v", err)
+		}
+		return n.Payload
+	}
+	// drain sends the sentinel and reads up to it.
+	drain := func() {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `SELECT pg_notify($1, 'sentinel')`, channel); err != nil {
+			t.Fatal(err)
+		}
+		for next() != "sentinel" {
+		}
+	}
+	for i, w := range ways {
+		for _, off := range []bool{true, false} {
+			suffix := string(rune('a'+i)) + map[bool]string{true: "off", false: "on"}[off]
+			w.prepare(suffix)
+			drain() // the preparation's own notifications
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if off {
+				if _, err := tx.Exec(ctx, `SET LOCAL fairrelay.notify = 'OFF'`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.enqueue(tx, suffix); err != nil {
+				t.Fatalf("%s: %v", w.name, err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(ctx, `SELECT pg_notify($1, 'sentinel')`, channel); err != nil {
+				t.Fatal(err)
+			}
+			got := next()
+			switch {
+			case off && got != "sentinel":
+				t.Errorf("%s with fairrelay.notify off: notification %q before the sentinel, want none", w.name, got)
+			case !off && got != "":
+				t.Errorf("%s: first notification %q, want the enqueue's (empty payload)", w.name, got)
+			}
+			for got != "sentinel" {
+				got = next()
+			}
+		}
+	}
+}
