@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
@@ -50,6 +53,7 @@ var funcs = template.FuncMap{
 		return p
 	},
 	"why":       why,
+	"detail":    eventDetail,
 	"eventpath": eventPath,
 	"flowpath":  flowPath,
 	"dur":       func(d time.Duration) string { return d.String() },
@@ -144,9 +148,9 @@ func why(f fairrelay.FlowInfo, tick int64) string {
 	h := f.Head.Head
 	switch {
 	case f.Paused && f.PausedBy != "":
-		return fmt.Sprintf("paused by %s because %q, at tick %d, %s ago", f.PausedBy, f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
+		return fmt.Sprintf("paused by %s because “%s”, at tick %d, %s ago", f.PausedBy, f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
 	case f.Paused:
-		return fmt.Sprintf("paused because %q, at tick %d, %s ago", f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
+		return fmt.Sprintf("paused because “%s”, at tick %d, %s ago", f.PausedReason, f.PausedAt, ticks(tick-f.PausedAt))
 	case h == nil:
 		return "drained: every event is acked"
 	case h.State == fairrelay.StateQuarantined:
@@ -157,6 +161,30 @@ func why(f fairrelay.FlowInfo, tick int64) string {
 		return fmt.Sprintf("backing off until tick %d, in %s, after %s", *h.NextAt, ticks(*h.NextAt-tick), plural(h.Attempts, "attempt"))
 	}
 	return fmt.Sprintf("eligible: waits for its turn (served %d)", f.Served)
+}
+
+// eventDetail says where event e of flow f stands, for the flow page's
+// list: quarantined and why, leased until when, waiting behind the flow's
+// head (an event behind it is ready, with the tick it was enqueued at as
+// its next_at, which read as due: a fresh user's report), or, for the head
+// itself, when it is due.
+func eventDetail(e fairrelay.EventState, f *fairrelay.FlowInfo, tick int64) string {
+	h := f.Head.Head
+	switch {
+	case e.State == fairrelay.StateQuarantined:
+		return "quarantined because " + deref(e.Reason)
+	case e.State == fairrelay.StateInflight:
+		return fmt.Sprintf("leased until tick %d", derefInt(e.LeaseUntil))
+	case e.State != fairrelay.StateReady:
+		return ""
+	case h != nil && e.Seq > h.Seq:
+		return fmt.Sprintf("waits behind the flow's head, seq %d (%s)", h.Seq, h.State)
+	case e.NextAt != nil && *e.NextAt > tick:
+		return fmt.Sprintf("backing off until tick %d, in %s", *e.NextAt, ticks(*e.NextAt-tick))
+	case f.Paused:
+		return "due, but its flow is paused"
+	}
+	return "due: waits for its turn"
 }
 
 // ticks says n ticks of the store's clock as the relay keeps it (1 tick =
@@ -191,12 +219,15 @@ type eventData struct {
 	E          *fairrelay.EventRecord
 	Flow       *fairrelay.FlowInfo
 	Body       string
-	JSON       bool
+	BodyKind   string
 	Attempts   []fairrelay.Attempt
 	Tick       int64
 	CanRedrive bool
 	CanExpedit bool
 	IsHead     bool
+	// Behind is the flow's head when the event waits behind it (ready, a
+	// later seq), else nil.
+	Behind *fairrelay.EventState
 }
 
 // eventPath is the path of the page of event id: /event/ and the id as
@@ -239,11 +270,8 @@ func (s *Server) event(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := eventData{E: e, Body: string(e.Body)}
-	var pretty bytes.Buffer
-	if json.Valid(e.Body) && json.Indent(&pretty, e.Body, "", "  ") == nil {
-		d.Body, d.JSON = pretty.String(), true
-	}
+	d := eventData{E: e}
+	d.Body, d.BodyKind = bodyView(e.Body)
 	if d.Attempts, err = s.q.Attempts(ctx, id); err != nil {
 		return nil, err
 	}
@@ -256,6 +284,9 @@ func (s *Server) event(r *http.Request) (any, error) {
 	}
 	d.Tick = c.Tick
 	d.IsHead = d.Flow.Head.Head != nil && d.Flow.Head.Head.ID == e.ID
+	if h := d.Flow.Head.Head; h != nil && e.State == fairrelay.StateReady && e.Seq > h.Seq {
+		d.Behind = h
+	}
 	d.CanRedrive = e.State == fairrelay.StateQuarantined
 	d.CanExpedit = e.State == fairrelay.StateReady && e.NextAt != nil && *e.NextAt > c.Tick
 	return d, nil
@@ -424,4 +455,30 @@ func (s *Server) inbox(r *http.Request) (any, error) {
 		d.Next = d.Rows[len(d.Rows)-1].Flow
 	}
 	return d, nil
+}
+
+// bodyView is a body as the event page shows it, and what it is: JSON
+// indented ("JSON"); other text as it is (""); text with a control
+// character other than tab, newline and carriage return, or a format
+// character (a bidirectional override: what the page shows would not be
+// what is stored), as a quoted Go string ("text with control or format
+// characters, quoted", as inspect's tables quote such values); bytes that are not
+// UTF-8 as a hex dump ("N bytes, not text: hex dump"). The page is UTF-8
+// HTML: raw bytes went into it as they were, a 0x00 as U+FFFD and 0xff or
+// 0x10 unchanged (a fresh user's report), where inspect showed "(N bytes,
+// not text)".
+func bodyView(b []byte) (text, kind string) {
+	if !utf8.Valid(b) {
+		return hex.Dump(b), fmt.Sprintf("%d bytes, not text: hex dump", len(b))
+	}
+	var pretty bytes.Buffer
+	if json.Valid(b) && json.Indent(&pretty, b, "", "  ") == nil {
+		return pretty.String(), "JSON"
+	}
+	for _, r := range string(b) {
+		if r != '\t' && r != '\n' && r != '\r' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r)) {
+			return strconv.Quote(string(b)), "text with control or format characters, quoted"
+		}
+	}
+	return string(b), ""
 }
