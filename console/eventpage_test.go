@@ -44,13 +44,7 @@ func TestEventPageShowsAnyBody(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tk := tokenFile(t)
-	ts, err := console.LoadTokens(tk.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := newClient(t, serve(t, console.Config{Queue: q, Tokens: ts}))
-	cl.login(tk.bob)
+	cl := reader(t, q)
 	for _, c := range cases {
 		st, page := cl.do("GET", eventPathOf(c.id), nil)
 		if st != http.StatusOK {
@@ -110,13 +104,7 @@ func TestPagesSayAnEventWaitsBehindItsHead(t *testing.T) {
 	if _, err := q.Pause(bg, fairrelay.FlowActionParams{Flow: "P", Reason: reason, Operator: "op", At: fairrelay.AtStored}); err != nil {
 		t.Fatal(err)
 	}
-	tk := tokenFile(t)
-	ts, err := console.LoadTokens(tk.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := newClient(t, serve(t, console.Config{Queue: q, Tokens: ts}))
-	cl.login(tk.bob)
+	cl := reader(t, q)
 	get := func(path string) string {
 		t.Helper()
 		st, page := cl.do("GET", path, nil)
@@ -159,4 +147,17 @@ func TestPagesSayAnEventWaitsBehindItsHead(t *testing.T) {
 	if page := get(eventPathOf("P1")); !strings.Contains(page, "<th>next_at</th>") || strings.Contains(page, `id="behind"`) {
 		t.Errorf("event P1's page (the head): want its next_at and no waits-behind:\n%.1500s", page)
 	}
+}
+
+// reader is a client of a console on q, logged in as a read-only user.
+func reader(t *testing.T, q *fairrelay.Queue) *client {
+	t.Helper()
+	tk := tokenFile(t)
+	ts, err := console.LoadTokens(tk.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := newClient(t, serve(t, console.Config{Queue: q, Tokens: ts}))
+	cl.login(tk.bob)
+	return cl
 }
