@@ -107,14 +107,14 @@ func (s *Server) redrive(r *http.Request, operator, reason string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	ok, rejected := 0, map[string]int{}
+	ok, rejected := 0, map[string][]string{} // the ids by reason
 	for _, sel := range sels {
 		res, err := s.q.Redrive(r.Context(), fairrelay.RedriveParams{EventID: sel.id, ExpectedGeneration: sel.gen,
 			Reason: reason, Operator: operator, At: fairrelay.AtStored})
 		if errors.Is(err, fairrelay.ErrNotFound) {
 			// Gone since the page was read (pruned): like a head that
 			// changed meanwhile, counted, and the others still redriven.
-			rejected["not_found"]++
+			rejected["not_found"] = append(rejected["not_found"], sel.id)
 			continue
 		}
 		if err != nil {
@@ -126,14 +126,26 @@ func (s *Server) redrive(r *http.Request, operator, reason string) (string, erro
 		if res.Status == fairrelay.RedriveReady {
 			ok++
 		} else {
-			rejected[res.RejectReason]++
+			rejected[res.RejectReason] = append(rejected[res.RejectReason], sel.id)
 		}
 	}
 	msg := fmt.Sprintf("redrive: %d redriven", ok)
 	for _, k := range slices.Sorted(maps.Keys(rejected)) {
-		msg += fmt.Sprintf(", %d rejected (%s)", rejected[k], k)
+		msg += fmt.Sprintf(", %d rejected (%s: %s)", len(rejected[k]), k, someIDs(rejected[k]))
 	}
 	return msg, nil
+}
+
+// someIDs lists the first five of ids, and how many more there are: the
+// rejected heads of a bulk redrive, named so the operator can find them
+// (a fresh user's report: "1 rejected (generation_mismatch)" said which
+// reason, not which head).
+func someIDs(ids []string) string {
+	const shown = 5
+	if len(ids) <= shown {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:shown], ", "), len(ids)-shown)
 }
 
 func (s *Server) expedite(r *http.Request, operator, reason string) (string, error) {

@@ -239,7 +239,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("pause: %q", m)
 	}
 	run("flows", chromedp.Navigate(base+"/flows"), chromedp.WaitVisible(chromedp.CSS(`tr[data-flow="C"]`)), shot("flows"))
-	if w := text(`tr[data-flow="C"] .why`); !strings.Contains(w, `paused by alice because "maintenance window"`) {
+	if w := text(`tr[data-flow="C"] .why`); !strings.Contains(w, `paused by alice because “maintenance window”`) {
 		t.Fatalf("why C does not move: %q", w)
 	}
 	run("C1 again", chromedp.Navigate(base+"/event/C1"), chromedp.WaitVisible(chromedp.CSS(`#resume`)))

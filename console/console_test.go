@@ -246,10 +246,10 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 		{"expedite", url.Values{"id": {"B1"}, "generation": {"1"}, "reason": {"try now"}}, "expedite B1: ready"},
 		{"pause", url.Values{"flow": {"C"}, "reason": {"hold"}}, "pause C: paused"},
 		{"resume", url.Values{"flow": {"C"}, "reason": {"go"}}, "resume C: resumed"},
-		{"redrive", url.Values{"sel": {"A1:1"}, "reason": {"again"}}, "1 rejected (not_quarantined)"},
+		{"redrive", url.Values{"sel": {"A1:1"}, "reason": {"again"}}, "1 rejected (not_quarantined: A1)"},
 		// A head gone since the page was read (pruned) is counted like
 		// one that changed; the batch goes on.
-		{"redrive", url.Values{"sel": {"NOPE:1", "A1:1"}, "reason": {"again"}}, "0 redriven, 1 rejected (not_found), 1 rejected (not_quarantined)"},
+		{"redrive", url.Values{"sel": {"NOPE:1", "A1:1"}, "reason": {"again"}}, "0 redriven, 1 rejected (not_found: NOPE), 1 rejected (not_quarantined: A1)"},
 	}
 	for _, s := range steps {
 		s.form.Set("csrf", csrf)
