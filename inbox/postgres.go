@@ -62,6 +62,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 		}
 		return nil, err
 	}
+	where := "schema " + schema
 	if schema == "" {
 		// No schema to create the inbox in (pgstore.NoSchemaError).
 		var cur *string
@@ -74,11 +75,12 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 			db.Close()
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: pgstore.NoSchemaError(path)}
 		}
+		where = pgstore.CurrentSchemaWhere(*cur)
 	}
 	if queue, err := pgstore.HoldsQueueStore(ctx, db); err != nil || queue {
 		db.Close()
 		if err == nil {
-			err = store.OtherKind("schema %s holds a fairrelay queue store, not an inbox", schema)
+			err = store.OtherKind("%s holds a fairrelay queue store, not an inbox", where)
 		}
 		return nil, err
 	}
@@ -87,7 +89,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 		if found, err := pgstore.HoldsTable(ctx, db, "receipt"); err != nil || !found {
 			db.Close()
 			if err == nil {
-				err = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: missingInbox(schema)}
+				err = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: missingInbox(schema, where)}
 			}
 			return nil, err
 		}
@@ -112,15 +114,12 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 }
 
 // missingInbox is the refusal, under Options.MustExist, of a PostgreSQL
-// schema that holds no inbox, in the words of a queue store's (pgstore):
+// schema that holds no inbox (where names it: "schema x", or the
+// connection's current schema when the URL names none), in the words of a queue store's (pgstore):
 // on PostgreSQL only fairrelay migrate makes an inbox (receive refuses
 // one missing, so that a misspelt schema= cannot start an inbox that no
 // relay delivers to), and a new schema's name is lower case.
-func missingInbox(schema string) error {
-	where := "schema " + schema
-	if schema == "" {
-		where = "the connection's current schema"
-	}
+func missingInbox(schema, where string) error {
 	how := "create it with fairrelay migrate --inbox URL"
 	if lower := strings.ToLower(schema); lower != schema {
 		// migrate creates no upper-case schema (pgstore.CreateSchema):

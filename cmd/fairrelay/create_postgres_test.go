@@ -256,3 +256,34 @@ func TestPostgresReceiveStopsWhenItsInboxSchemaIsDropped(t *testing.T) {
 		t.Errorf("receive after its inbox's schema was dropped: exit %d, stderr %s; want exit 2 and not_a_database", d.code, d.stderr())
 	}
 }
+
+// A URL without schema= means the connection's current schema, and a
+// refusal there names it: it said "the connection's current schema holds
+// no inbox store", and a reader had to know PostgreSQL's search_path to
+// find public (a fresh user's report). A queue store's schema given as an
+// inbox said "schema  holds a fairrelay queue store", with no name at all.
+func TestPostgresRefusalsNameTheCurrentSchema(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Database(t, "frcurschema")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"enqueue", "--queue", db, "--id", "a", "--flow", "f", "--delta", "1"},
+			"fairrelay: invalid_input: queue: the connection's current schema (public) holds no queue store (create it with fairrelay migrate)\n"},
+		{[]string{"inspect", "--inbox", db},
+			"fairrelay: invalid_input: inbox: the connection's current schema (public) holds no inbox store (create it with fairrelay migrate --inbox URL)\n"},
+	} {
+		out, errOut, code := cli(t, "", c.args...)
+		if code != exitFailed || out != "" || errOut != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q: want %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	if _, errOut, code := cli(t, "", "migrate", "--queue", db); code != 0 {
+		t.Fatalf("migrate: %d %s", code, errOut)
+	}
+	const want = "the connection's current schema (public) holds a fairrelay queue store, not an inbox"
+	if _, errOut, code := cli(t, "", "inspect", "--inbox", db); code != exitFailed || !strings.Contains(errOut, want) {
+		t.Errorf("inspect --inbox on a queue store: exit %d, stderr %q: want %q", code, errOut, want)
+	}
+}

@@ -422,6 +422,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 				pool.Close()
 				return nil, NoSchemaError(path)
 			}
+			where = CurrentSchemaWhere(*cur)
 		}
 		switch {
 		case hasInbox:
@@ -640,6 +641,14 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
 	return Migrate(ctx, db, s.schema, migrationsFS, "migrations", "event")
+}
+
+// CurrentSchemaWhere names the connection's current schema, cur, in an
+// error about a URL without schema=: "the connection's current schema
+// (public)". It said no name, and a reader had to know PostgreSQL's
+// search_path to find it (a fresh user's report).
+func CurrentSchemaWhere(cur string) string {
+	return "the connection's current schema (" + cur + ")"
 }
 
 // NoSchemaQuery reads the connection's current schema (NULL when its
