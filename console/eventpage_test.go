@@ -38,6 +38,7 @@ func TestEventPageShowsAnyBody(t *testing.T) {
 		{"bidi", "pay \u202eadmin", " (text with control or format characters, quoted)", strconv.Quote("pay \u202eadmin")},
 		{"json", `{"b":[1,2]}`, " (JSON)", "{\n  \"b\": [\n    1,\n    2\n  ]\n}"},
 		{"text", "line one\n\tline <two> é", "", "line one\n\tline <two> é"},
+		{"big", strings.Repeat("\xff", 20<<10), " (20480 bytes, not text: hex dump of the first 16384)", hex.Dump([]byte(strings.Repeat("\xff", 16<<10)))},
 	}
 	for _, c := range cases {
 		if _, err := q.Enqueue(bg, fairrelay.EnqueueParams{ID: c.id, Flow: c.id, Body: []byte(c.body), At: fairrelay.AtStored}); err != nil {

@@ -457,18 +457,28 @@ func (s *Server) inbox(r *http.Request) (any, error) {
 	return d, nil
 }
 
+// maxHexDump is the most bytes of a body that is not text the event page
+// dumps (bodyView).
+const maxHexDump = 16 << 10
+
 // bodyView is a body as the event page shows it, and what it is: JSON
 // indented ("JSON"); other text as it is (""); text with a control
 // character other than tab, newline and carriage return, or a format
 // character (a bidirectional override: what the page shows would not be
 // what is stored), as a quoted Go string ("text with control or format
 // characters, quoted", as inspect's tables quote such values); bytes that are not
-// UTF-8 as a hex dump ("N bytes, not text: hex dump"). The page is UTF-8
+// UTF-8 as a hex dump ("N bytes, not text: hex dump"), of the first
+// maxHexDump bytes when there are more. The page is UTF-8
 // HTML: raw bytes went into it as they were, a 0x00 as U+FFFD and 0xff or
 // 0x10 unchanged (a fresh user's report), where inspect showed "(N bytes,
 // not text)".
 func bodyView(b []byte) (text, kind string) {
 	if !utf8.Valid(b) {
+		if len(b) > maxHexDump {
+			// A dump is four times its bytes: a page of megabytes for a
+			// large body, which no one reads through.
+			return hex.Dump(b[:maxHexDump]), fmt.Sprintf("%d bytes, not text: hex dump of the first %d", len(b), maxHexDump)
+		}
 		return hex.Dump(b), fmt.Sprintf("%d bytes, not text: hex dump", len(b))
 	}
 	var pretty bytes.Buffer
