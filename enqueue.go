@@ -171,6 +171,13 @@ func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]Enqueue
 // fair rotation (SPEC §7: the claim ticket) when the caller commits, on
 // PostgreSQL from the ticket committed then under READ COMMITTED, or the
 // one of the transaction's snapshot under REPEATABLE READ (docs/outbox.md).
+// Under REPEATABLE READ or SERIALIZABLE an enqueue onto a flow the relay
+// claimed or settled after the snapshot fails with ErrBusy (40001): enqueue
+// under READ COMMITTED, or retry. In a PostgreSQL transaction the caller
+// will PREPARE (two-phase commit), run SET LOCAL fairrelay.notify = off
+// first: an enqueue that makes a head claimable notifies the relay, and
+// PostgreSQL refuses to prepare a transaction that notified (migration
+// 033; the relay then finds the event at its next poll).
 // Answers and errors as Enqueue, plus ErrInvalidInput (field "tx") for a transaction
 // that is not on the Queue's store — on SQLite another file; on PostgreSQL
 // another database, whether or not it holds a store in a schema of the same
