@@ -158,6 +158,21 @@ func validStreamName(s string) bool {
 // Subject returns the subject d's flow is published to.
 func (s *Sink) Subject(flow string) string { return s.subject.Expand(flow) }
 
+// headerBytes is the size of the NATS header block of a message with the
+// headers hs together, as the client sends it: "NATS/1.0\r\n", then
+// "Key: value\r\n" per value, then "\r\n".
+func headerBytes(hs ...nats.Header) int {
+	n := len("NATS/1.0\r\n") + len("\r\n")
+	for _, h := range hs {
+		for k, vs := range h {
+			for _, v := range vs {
+				n += len(k) + len(": ") + len(v) + len("\r\n")
+			}
+		}
+	}
+	return n
+}
+
 // Deliver publishes d and waits for the stream's ack (see the package doc
 // for the answers). The error is non-nil when no answer came: ctx done,
 // timeout, connection lost; the relay then settles retry.
@@ -171,10 +186,6 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 		// nothing of the server, and would refuse the headers.
 		return sink.Result{}, fmt.Errorf("jetstream: publish %s: no connection to the server yet (the client keeps trying)", d.EventID)
 	}
-	if max := s.conn.MaxPayload(); max > 0 && int64(len(d.Body)) > max {
-		// The client would refuse it too (nats.ErrMaxPayload); say how big.
-		return rejected("nats: maximum payload exceeded: the body has %d bytes, the server's max_payload is %d", len(d.Body), max), nil
-	}
 	m := nats.NewMsg(subj)
 	m.Data = d.Body
 	m.Header.Set(consume.HeaderFlow, d.Flow)
@@ -182,8 +193,20 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 	m.Header.Set(consume.HeaderGeneration, strconv.FormatInt(d.Generation, 10))
 	m.Header.Set(consume.HeaderAttempt, strconv.FormatInt(d.Attempt, 10))
 	opts := []js.PublishOpt{js.WithMsgID(d.EventID)}
+	extra := nats.Header{js.MsgIDHeader: {d.EventID}}
 	if s.stream != "" {
 		opts = append(opts, js.WithExpectStream(s.stream))
+		extra[js.ExpectedStreamHeader] = []string{s.stream}
+	}
+	if max := s.conn.MaxPayload(); max > 0 {
+		// NATS counts the headers into max_payload: a body under it by
+		// less than its headers was refused with the client's bare
+		// "maximum payload exceeded" (a breaker's report). The client
+		// would refuse it too (nats.ErrMaxPayload); say how big.
+		if h := headerBytes(m.Header, extra); int64(len(d.Body)+h) > max {
+			return rejected("nats: maximum payload exceeded: the body has %d bytes and its headers %d, more than the server's max_payload of %d (NATS counts headers; raise max_payload or keep bodies under %d bytes)",
+				len(d.Body), h, max, max-int64(h)), nil
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -451,5 +453,45 @@ func TestCheckAsksWhichStreamCapturesTheSubject(t *testing.T) {
 	stream(t, nc, other, brokertest.Name("fro"), js.StreamConfig{})
 	if err := check(jetstream.Options{Subject: prefix + ".orders", Stream: other}); !errors.Is(err, fairrelay.ErrInvalidInput) || !strings.Contains(err.Error(), "stream") || !strings.Contains(err.Error(), name) {
 		t.Errorf("another stream captures the subject: %v, want invalid input naming stream and %s", err, name)
+	}
+}
+
+// NATS counts a message's headers into the server's max_payload: a body
+// under it by less than the headers the sink adds (about 150-600 bytes)
+// was refused with the client's bare "maximum payload exceeded" (a
+// breaker's report). The sink refuses it itself, saying the body's and the
+// headers' sizes and the largest body that fits; that body is delivered,
+// and one byte more is what the client refuses too.
+func TestMaxPayloadCountsTheHeaders(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, brokertest.NATS(t), jetstream.Credentials{})
+	name, prefix := brokertest.Name("FR_"), brokertest.Name("fr")
+	stream(t, nc, name, prefix, js.StreamConfig{})
+	s := newSink(t, jetstream.Options{Conn: nc, Subject: prefix + ".{flow}", Stream: name})
+	max := int(nc.MaxPayload())
+	res, err := s.Deliver(t.Context(), delivery("near", "A", bytes.Repeat([]byte("x"), max-10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`the body has \d+ bytes and its headers \d+, more than the server's max_payload of \d+ \(NATS counts headers; raise max_payload or keep bodies under (\d+) bytes\)`).FindStringSubmatch(res.Detail)
+	if res.Outcome != fairrelay.OutcomeRejected || m == nil {
+		t.Fatalf("a body %d bytes under max_payload: %q (%s), want rejected naming its headers", 10, res.Outcome, res.Detail)
+	}
+	fits, _ := strconv.Atoi(m[1])
+	deliver(t, s, delivery("near", "A", bytes.Repeat([]byte("x"), fits)), fairrelay.OutcomeAccepted, "")
+	deliver(t, s, delivery("near", "A", bytes.Repeat([]byte("x"), fits+1)), fairrelay.OutcomeRejected, "keep bodies under")
+	// One byte more is over for the client too: the sink's count is exact.
+	j, err := js.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(prefix + ".A")
+	msg.Data = bytes.Repeat([]byte("x"), fits+1)
+	msg.Header.Set(consume.HeaderFlow, "A")
+	msg.Header.Set(consume.HeaderSeq, "1")
+	msg.Header.Set(consume.HeaderGeneration, "3")
+	msg.Header.Set(consume.HeaderAttempt, "2")
+	if _, err := j.PublishMsg(t.Context(), msg, js.WithMsgID("near"), js.WithExpectStream(name)); !errors.Is(err, nats.ErrMaxPayload) {
+		t.Fatalf("the client's publish of %d bytes with the same headers: %v, want ErrMaxPayload", fits+1, err)
 	}
 }
