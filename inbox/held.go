@@ -21,10 +21,11 @@ import (
 // sends a flow's next event only after its head was answered.
 
 // Hold keeps d, which Receive answered reason for (gap or a permanent
-// outcome), until ReceiveHeld applies it. It is idempotent by event id and body: a
-// second Hold of the same copy keeps one, and copies of one id with
-// different bodies (a faulty publisher) are kept apart, so that a bad copy
-// cannot shadow a good one. It has committed when it returns held true, so
+// outcome), until ReceiveHeld applies it. It is idempotent by event id,
+// body, flow and seq: a second Hold of the same copy keeps one, and copies
+// of one id with different bodies (a faulty publisher), or at another flow
+// or seq (a stray copy), are kept apart, so that a bad copy cannot shadow a
+// good one (inbox migration 006). It has committed when it returns held true, so
 // a broker's copy of d may be acked then; held false means d is applied
 // already (its receipt matches d) or waived (Waive), and nothing is kept. Errors:
 // ErrInvalidInput as Receive's, checked first; database errors and ErrBusy,
@@ -247,7 +248,7 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 		// refused stays (a breaker's report: committed with the reason, an
 		// effect without a receipt at every retry of the held copy).
 		tx.Rollback()
-		if err := in.noteHeldReason(ctx, d.EventID, sum, out); err != nil {
+		if err := in.noteHeldReason(ctx, d, sum, out); err != nil {
 			return "", err
 		}
 		return out, nil
@@ -255,7 +256,7 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 	if out.Class() != fairrelay.ClassAck {
 		return out, nil
 	}
-	if _, err := tx.ExecContext(ctx, q["HeldDeleteOne"], d.EventID, sum); err != nil {
+	if _, err := tx.ExecContext(ctx, q["HeldDeleteOne"], d.EventID, sum, d.Flow, d.Seq); err != nil {
 		return "", dbError("receive held", in.translate(err))
 	}
 	if err := tx.Commit(); err != nil {
@@ -267,15 +268,15 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 	return out, nil
 }
 
-// noteHeldReason records out as what refuses the held copy of id (sum the
+// noteHeldReason records out as what refuses the held copy d (sum the
 // SHA-256 of its body), in a transaction of its own.
-func (in *Inbox) noteHeldReason(ctx context.Context, id string, sum []byte, out fairrelay.Outcome) error {
+func (in *Inbox) noteHeldReason(ctx context.Context, d Delivery, sum []byte, out fairrelay.Outcome) error {
 	tx, err := in.begin(ctx)
 	if err != nil {
 		return dbError("receive held: begin transaction", in.translate(err))
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, q["HeldReason"], id, sum, string(out)); err != nil {
+	if _, err := tx.ExecContext(ctx, q["HeldReason"], d.EventID, sum, string(out), d.Flow, d.Seq); err != nil {
 		return dbError("receive held", in.translate(err))
 	}
 	if err := tx.Commit(); err != nil {

@@ -328,3 +328,42 @@ func TestDropSuperseded(t *testing.T) {
 		}
 	})
 }
+
+// A copy of an id and body held at one place (flow and seq) does not hide a
+// copy of the same id and body at another: a stray X claiming seq 9 of
+// flow A was held, then the genuine X at seq 2; the second Hold answered
+// held and stored nothing (the key was the id and the body), the consumer
+// acked the broker's copy, and X never applied: flow A stuck at 1 for good
+// (a breaker's report). Both backends.
+func TestHeldCopyAtAnotherPlaceIsKept(t *testing.T) {
+	eachBackend(t, "frinheldplace", inbox.Options{MaxDelta: 5}, func(t *testing.T, in *inbox.Inbox) {
+		ctx := t.Context()
+		body := []byte(`{"delta":5}`)
+		for _, d := range []inbox.Delivery{
+			{EventID: "X", Flow: "A", Seq: 9, Body: body}, // stray
+			{EventID: "X", Flow: "A", Seq: 2, Body: body}, // genuine, before A's seq 1
+		} {
+			if held, err := in.Hold(ctx, d, fairrelay.OutcomeGap); err != nil || !held {
+				t.Fatalf("hold X at A %d: %v %v", d.Seq, held, err)
+			}
+		}
+		all, err := in.Held(ctx, "", 0, 100)
+		if err != nil || len(all) != 2 {
+			t.Fatalf("held: %+v %v, want X at A 2 and at A 9", all, err)
+		}
+		if out, err := in.Receive(ctx, inbox.Delivery{EventID: "W", Flow: "A", Seq: 1, Body: []byte(`{"delta":1}`)}); err != nil || out != fairrelay.OutcomeAccepted {
+			t.Fatalf("A1: %q %v", out, err)
+		}
+		r, err := in.ReceiveHeld(ctx, "A", 100)
+		if err != nil || len(r.Applied) != 1 || r.Applied[0].Seq != 2 {
+			t.Fatalf("receive held: %+v %v, want X applied at seq 2", r, err)
+		}
+		s, err := in.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := s.ByFlow()["A"]; p.Seq != 2 || p.Total != 6 {
+			t.Errorf("A's projection %+v, want seq 2, total 6", p)
+		}
+	})
+}

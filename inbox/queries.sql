@@ -33,16 +33,16 @@ SELECT flow_id, seq, total FROM projection WHERE flow_id > $1 ORDER BY flow_id L
 
 -- name: HeldInsert
 INSERT INTO held (event_id, flow_id, seq, body, body_sha256, reason) VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (event_id, body_sha256) DO NOTHING;
+ON CONFLICT (event_id, body_sha256, flow_id, seq) DO NOTHING;
 
 -- name: HeldReason
-UPDATE held SET reason = $3 WHERE event_id = $1 AND body_sha256 = $2;
+UPDATE held SET reason = $3 WHERE event_id = $1 AND body_sha256 = $2 AND flow_id = $4 AND seq = $5;
 
 -- name: HeldCandidates
 SELECT event_id, body, body_sha256 FROM held WHERE flow_id = $1 AND seq = $2 ORDER BY event_id, body_sha256;
 
 -- name: HeldDeleteOne
-DELETE FROM held WHERE event_id = $1 AND body_sha256 = $2;
+DELETE FROM held WHERE event_id = $1 AND body_sha256 = $2 AND flow_id = $3 AND seq = $4;
 
 -- name: HeldDeleteApplied
 DELETE FROM held
