@@ -52,8 +52,9 @@ const MaxPrefetch = 65535
 
 // Consume reads opts.Queue and applies every message through apply.Inbox
 // with consume.Run (ack after the inbox committed; gap, retry and errors
-// redelivered later: the message is held that long, then nacked with
-// requeue), until ctx is done; then it returns nil. A lost connection is
+// redelivered later: the message is held that long, unacked, then
+// delivered again from the consumer itself, not nacked: see
+// envelope.Redeliver), until ctx is done; then it returns nil. A lost connection is
 // opened again (every second, logging each failure) and the consumer goes
 // on; the broker requeues what was unacked on the old one. Errors: bad
 // options, or a first connection or declaration that fails.
@@ -81,7 +82,7 @@ func Consume(ctx context.Context, opts ConsumerOptions, apply consume.Options) e
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	src := &source{opts: opts, counts: map[string]int{}, timers: map[*time.Timer]struct{}{}}
+	src := &source{opts: opts, counts: map[string]int{}, timers: map[*time.Timer]struct{}{}, wake: make(chan struct{}, 1)}
 	defer src.close()
 	// The first connection fails loudly: a typo is not an outage.
 	if err := src.connect(); err != nil {
@@ -109,6 +110,14 @@ type source struct {
 	mu     sync.Mutex
 	counts map[string]int // deliveries per message id seen by this consumer, until acked
 	timers map[*time.Timer]struct{}
+	// again holds the messages whose redelivery wait ran out, to be
+	// delivered again from here (Redeliver); wake tells Next one came.
+	// gen numbers the connections: a message of an older one was
+	// requeued by the broker when it closed, and is not delivered again
+	// from here.
+	again []*envelope
+	wake  chan struct{}
+	gen   int
 }
 
 func (s *source) connect() error {
@@ -131,6 +140,8 @@ func (s *source) connect() error {
 	s.conn, s.deliveries = conn, ds
 	s.mu.Lock()
 	clear(s.counts) // what the old connection held unacked is requeued: a fresh count keeps the map bounded
+	s.gen++
+	s.again = nil
 	s.mu.Unlock()
 	return nil
 }
@@ -214,14 +225,27 @@ func (s *source) Next(ctx context.Context) (consume.Envelope, error) {
 			}
 			s.opts.Logger.Info("amqp: consumer reconnected", "queue", s.opts.Queue)
 		}
+		s.mu.Lock()
+		if len(s.again) > 0 {
+			e := s.again[0]
+			s.again = s.again[1:]
+			s.counts[e.d.MessageId]++
+			e.delivered = s.counts[e.d.MessageId]
+			s.mu.Unlock()
+			return e, nil
+		}
+		gen := s.gen
+		s.mu.Unlock()
 		select {
+		case <-s.wake:
+			continue
 		case d, ok := <-s.deliveries:
 			if ok {
 				s.mu.Lock()
 				s.counts[d.MessageId]++
 				n := s.counts[d.MessageId]
 				s.mu.Unlock()
-				return &envelope{s: s, d: d, delivered: n}, nil
+				return &envelope{s: s, d: d, delivered: n, gen: gen}, nil
 			}
 			// The channel or connection is gone: the broker requeues
 			// what was unacked on it.
@@ -251,6 +275,7 @@ type envelope struct {
 	s         *source
 	d         amqp091.Delivery
 	delivered int
+	gen       int // the connection it came on (source.gen)
 }
 
 func (e *envelope) Message() (consume.Message, error) {
@@ -268,8 +293,16 @@ func (e *envelope) Ack() error {
 	return e.d.Ack(false)
 }
 
-// Redeliver holds the message for delay, then nacks it with requeue: AMQP
-// has no delayed nack, and a nack at once would come straight back.
+// Redeliver holds the message for delay, unacked, then delivers it again
+// from this consumer (Next), without a nack: a nack with requeue is a
+// delivery more for the broker, and a queue with a delivery limit (a
+// quorum queue's x-delivery-limit, which RabbitMQ 4 sets to 20 unless told
+// otherwise) drops the message past it, though the relay settled it long
+// ago (a breaker's run: a busy inbox for a minute lost every message).
+// AMQP has no delayed nack either, and a nack at once would come straight
+// back. A message of a connection that has closed since is not delivered
+// again from here: the broker requeued it. Delay 0 (Run handing back what
+// it has not applied as it stops) nacks with requeue at once.
 func (e *envelope) Redeliver(delay time.Duration) error {
 	if delay <= 0 {
 		return e.d.Nack(false, true)
@@ -282,11 +315,16 @@ func (e *envelope) Redeliver(delay time.Duration) error {
 	var t *time.Timer
 	t = time.AfterFunc(delay, func() {
 		e.s.mu.Lock()
+		defer e.s.mu.Unlock()
 		delete(e.s.timers, t)
-		e.s.mu.Unlock()
-		// A failure means the channel is gone, and the broker requeued
-		// the message with it.
-		e.d.Nack(false, true)
+		if e.s.timers == nil || e.gen != e.s.gen {
+			return // stopped, or requeued with its connection
+		}
+		e.s.again = append(e.s.again, &envelope{s: e.s, d: e.d, gen: e.gen})
+		select {
+		case e.s.wake <- struct{}{}:
+		default:
+		}
 	})
 	e.s.timers[t] = struct{}{}
 	return nil
