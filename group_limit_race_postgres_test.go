@@ -190,6 +190,23 @@ func (r *limitRace) waitUntil(what string, waits func() bool, calls ...chan erro
 	}
 }
 
+// end commits h, the last transaction the configure and the batch wait
+// for, waits for both to answer, and wants group g's counter equal to its
+// backlog of 4 events.
+func (r *limitRace) end(h pgx.Tx, configured, batch chan error) {
+	r.t.Helper()
+	r.commit(h)
+	if err := <-configured; err != nil {
+		r.t.Fatal(err)
+	}
+	if err := <-batch; err != nil {
+		r.t.Fatal(err)
+	}
+	if counter, backlog := groupCounterAndBacklog(r.t, r.pool, r.schema, "g"); counter != backlog || backlog != 4 {
+		r.t.Errorf("group g's counter %d, its backlog %d: want both 4", counter, backlog)
+	}
+}
+
 // waitsBehind counts the server processes that wait for a lock of a
 // process that itself waits for one tx holds.
 func waitsBehind(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx) int {
@@ -234,16 +251,7 @@ func TestPostgresFirstGroupLimitCountsABatchOntoAFlowMadeWhileItWaited(t *testin
 	// after it read no limit and inserted e3 (the defect), or to lock F1
 	// before it reads the limit.
 	r.waitUntil("the batch waits for the configure", func() bool { return waitsBehind(t, r.pool, h) > 0 }, batch, configured)
-	r.commit(h)
-	if err := <-configured; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-batch; err != nil {
-		t.Fatal(err)
-	}
-	if counter, backlog := groupCounterAndBacklog(t, r.pool, r.schema, "g"); counter != backlog || backlog != 4 {
-		t.Errorf("group g's counter %d, its backlog %d: want both 4", counter, backlog)
-	}
+	r.end(h, configured, batch)
 }
 
 // The same for a batch that names groups (enqueue_events, event by event):
@@ -274,14 +282,5 @@ func TestPostgresFirstGroupLimitCountsAGroupedBatchOntoAFlowMadeWhileItWaited(t 
 	// advance F1 after it read no limit and inserted e3 (the defect), or
 	// to lock F1 before it reads the limit again.
 	r.waitUntil("the batch waits for the configure", func() bool { return waitsBehind(t, r.pool, h) > 0 }, batch, configured)
-	r.commit(h)
-	if err := <-configured; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-batch; err != nil {
-		t.Fatal(err)
-	}
-	if counter, backlog := groupCounterAndBacklog(t, r.pool, r.schema, "g"); counter != backlog || backlog != 4 {
-		t.Errorf("group g's counter %d, its backlog %d: want both 4", counter, backlog)
-	}
+	r.end(h, configured, batch)
 }

@@ -320,7 +320,7 @@ func (e *envelope) Redeliver(delay time.Duration) error {
 		if e.s.timers == nil || e.gen != e.s.gen {
 			return // stopped, or requeued with its connection
 		}
-		e.s.again = append(e.s.again, &envelope{s: e.s, d: e.d, gen: e.gen})
+		e.s.again = append(e.s.again, e) // Run is done with e: it comes back from Next
 		select {
 		case e.s.wake <- struct{}{}:
 		default:

@@ -122,6 +122,13 @@ func configureStore(ctx context.Context, tx pgx.Tx, p store.ConfigureParams) err
 	return err
 }
 
+// lockNotAvailable reports whether err is PostgreSQL's lock_not_available
+// (55P03): a NOWAIT lock found the row held, or lock_timeout ran out.
+func lockNotAvailable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
+}
+
 // flowTableStep is how long one attempt of lockFlowTable waits for the
 // flow table: the longest that every other writer of the store may queue
 // behind the configure's request at a time.
@@ -154,18 +161,14 @@ func lockFlowTable(ctx context.Context, tx pgx.Tx) error {
 			return err
 		}
 		_, err := tx.Exec(ctx, `LOCK TABLE flow IN EXCLUSIVE MODE`)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
-			if err != nil {
-				return err
-			}
+		if err == nil {
 			if _, err := tx.Exec(ctx, `RELEASE SAVEPOINT flow_table_lock`); err != nil {
 				return err
 			}
 			_, err = tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, budgetMS))
 			return err
 		}
-		if budgetMS > 0 && time.Now().After(deadline) {
+		if !lockNotAvailable(err) || (budgetMS > 0 && time.Now().After(deadline)) {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT flow_table_lock`); err != nil {
@@ -324,8 +327,7 @@ func lockFirstGroupLimit(ctx context.Context, tx pgx.Tx, g string) error {
 			// comes while the limit row is held.
 			_, err = tx.Exec(ctx, `SELECT 1 FROM flow WHERE group_id = $1 ORDER BY flow_id FOR SHARE NOWAIT`, g)
 		}
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
+		if !lockNotAvailable(err) {
 			if err == nil {
 				_, err = tx.Exec(ctx, `RELEASE SAVEPOINT first_group_limit`)
 			}
