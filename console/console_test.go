@@ -96,6 +96,27 @@ func (c *client) do(method, path string, form url.Values) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// page GETs path and returns the page, failing the test unless it answers
+// 200.
+func (c *client) page(path string) string {
+	c.t.Helper()
+	st, body := c.do("GET", path, nil)
+	if st != http.StatusOK {
+		c.t.Fatalf("GET %s: %d %.300s", path, st, body)
+	}
+	return body
+}
+
+// links returns every href of the page at path, unescaped, in page order.
+func (c *client) links(path string) []string {
+	c.t.Helper()
+	var hrefs []string
+	for _, m := range hrefRE.FindAllStringSubmatch(c.page(path), -1) {
+		hrefs = append(hrefs, html.UnescapeString(m[1]))
+	}
+	return hrefs
+}
+
 var csrfRE = regexp.MustCompile(`name="csrf(?:" value|-token" content)="([^"]+)"`)
 
 // csrf reads the CSRF token of a page.

@@ -3,7 +3,6 @@ package console_test
 import (
 	"encoding/hex"
 	"html"
-	"net/http"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -47,10 +46,7 @@ func TestEventPageShowsAnyBody(t *testing.T) {
 	}
 	cl := reader(t, q)
 	for _, c := range cases {
-		st, page := cl.do("GET", eventPathOf(c.id), nil)
-		if st != http.StatusOK {
-			t.Fatalf("GET event %s: %d %.300s", c.id, st, page)
-		}
+		page := cl.page(eventPathOf(c.id))
 		if !utf8.ValidString(page) || strings.ContainsFunc(page, func(r rune) bool { return r < ' ' && r != '\n' && r != '\t' && r != '\r' }) {
 			t.Errorf("event %s: the page is not UTF-8 text without control characters", c.id)
 		}
@@ -106,14 +102,6 @@ func TestPagesSayAnEventWaitsBehindItsHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := reader(t, q)
-	get := func(path string) string {
-		t.Helper()
-		st, page := cl.do("GET", path, nil)
-		if st != http.StatusOK {
-			t.Fatalf("GET %s: %d %.300s", path, st, page)
-		}
-		return page
-	}
 	for _, c := range []struct {
 		flow string
 		want map[string]string // detail by seq
@@ -121,7 +109,7 @@ func TestPagesSayAnEventWaitsBehindItsHead(t *testing.T) {
 		{"Q", map[string]string{"1": "", "2": "quarantined because invalid_body", "3": "waits behind the flow's head, seq 2 (quarantined)"}},
 		{"P", map[string]string{"1": "due, but its flow is paused", "2": "waits behind the flow's head, seq 1 (ready)", "3": "waits behind the flow's head, seq 1 (ready)"}},
 	} {
-		page := get("/flow/" + c.flow)
+		page := cl.page("/flow/" + c.flow)
 		got := map[string]string{}
 		for _, m := range detailRE.FindAllStringSubmatch(page, -1) {
 			got[m[1]] = html.UnescapeString(m[2])
@@ -138,14 +126,14 @@ func TestPagesSayAnEventWaitsBehindItsHead(t *testing.T) {
 			}
 		}
 	}
-	page := get(eventPathOf("Q3"))
+	page := cl.page(eventPathOf("Q3"))
 	if !strings.Contains(page, `(waits behind the flow's head, seq 2: <a id="behind" href="`+eventPathOf("Q2")+`">Q2</a>, quarantined)`) {
 		t.Errorf("event Q3's page does not say it waits behind Q2:\n%.1500s", page)
 	}
 	if strings.Contains(page, "<th>next_at</th>") {
 		t.Error("event Q3's page shows a next_at, which reads as due")
 	}
-	if page := get(eventPathOf("P1")); !strings.Contains(page, "<th>next_at</th>") || strings.Contains(page, `id="behind"`) {
+	if page := cl.page(eventPathOf("P1")); !strings.Contains(page, "<th>next_at</th>") || strings.Contains(page, `id="behind"`) {
 		t.Errorf("event P1's page (the head): want its next_at and no waits-behind:\n%.1500s", page)
 	}
 }

@@ -92,13 +92,8 @@ func TestFlowPageListsItsEvents(t *testing.T) {
 	// them by the flow whose page each led to.
 	flowLinks := func(page string) map[string]string {
 		t.Helper()
-		st, body := c.do("GET", page, nil)
-		if st != http.StatusOK {
-			t.Fatalf("GET %s: %d %.300s", page, st, body)
-		}
 		seen := map[string]string{}
-		for _, m := range hrefRE.FindAllStringSubmatch(body, -1) {
-			href := html.UnescapeString(m[1])
+		for _, href := range c.links(page) {
 			if !strings.HasPrefix(href, "/flow/") && !strings.HasPrefix(href, "/flow?") {
 				continue
 			}
