@@ -143,6 +143,8 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("GET /groups", s.page("groups", s.groups))
 	m.HandleFunc("GET /audit", s.page("audit", s.audit))
 	m.HandleFunc("GET /inbox", s.page("inbox", s.inbox))
+	m.HandleFunc("GET /inbox/held", s.page("held", s.held))
+	m.HandleFunc("GET /inbox/waivers", s.page("waivers", s.waivers))
 	m.HandleFunc("POST /action/{action}", s.act)
 	s.mux = m
 	return s, nil
@@ -267,7 +269,11 @@ func (s *Server) page(name string, load func(r *http.Request) (any, error)) http
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, ss *session, data any) {
-	v := view{Title: name, Nav: name, Msg: s.shownMsg(r), Path: r.URL.RequestURI(), Data: data, Auth: s.cfg.Tokens != nil}
+	nav := name
+	if name == "held" || name == "waivers" {
+		nav = "inbox"
+	}
+	v := view{Title: name, Nav: nav, Msg: s.shownMsg(r), Path: r.URL.RequestURI(), Data: data, Auth: s.cfg.Tokens != nil}
 	if ss != nil {
 		v.User, v.CSRF, v.ReadOnly = ss.user, ss.csrf, ss.user.ReadOnly
 	}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -435,6 +436,8 @@ type inboxData struct {
 	After string
 	Rows  []inbox.Projection
 	Next  string
+	// Waiting and Superseded count the held deliveries (inbox.HeldCounts).
+	Waiting, Superseded int64
 }
 
 func (s *Server) inbox(r *http.Request) (any, error) {
@@ -454,7 +457,57 @@ func (s *Server) inbox(r *http.Request) (any, error) {
 	if len(d.Rows) == pageSize {
 		d.Next = d.Rows[len(d.Rows)-1].Flow
 	}
+	if d.Waiting, d.Superseded, err = s.cfg.Inbox.HeldCounts(r.Context()); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// inboxPage is a page of the inbox's held deliveries or waivers: rows in
+// (flow, seq) order after the flow and seq of the query's flow and seq
+// parameters, and the link to the next page, if any.
+type inboxPage[T any] struct {
+	None bool
+	Rows []T
+	Next string
+}
+
+// inboxList loads a page of list (inbox.Held or inbox.Waivers) after the
+// query's flow and seq ("" and 0: the first row; the inbox's paging checks
+// them: ErrInvalidInput naming after_flow or after_seq), with the link to
+// the next page at path once a page is full (Held ends a page with the
+// whole of its last seq, so it may return more than pageSize rows); at
+// gives a row's flow and seq.
+func inboxList[T any](s *Server, r *http.Request, path string, list func(in *inbox.Inbox, ctx context.Context, flow string, seq int64, limit int) ([]T, error), at func(T) (string, int64)) (any, error) {
+	var d inboxPage[T]
+	if s.cfg.Inbox == nil {
+		d.None = true
+		return d, nil
+	}
+	seq, err := intParam(r, "seq", 0)
+	if err != nil {
+		return nil, err
+	}
+	if d.Rows, err = list(s.cfg.Inbox, r.Context(), r.URL.Query().Get("flow"), seq, pageSize); err != nil {
+		return nil, err
+	}
+	if len(d.Rows) >= pageSize {
+		flow, seq := at(d.Rows[len(d.Rows)-1])
+		d.Next = path + "?" + url.Values{"flow": {flow}, "seq": {strconv.FormatInt(seq, 10)}}.Encode()
+	}
+	return d, nil
+}
+
+// held lists the receiver's held deliveries (inbox.Held): a broker
+// consumer's deliveries that wait for their predecessor or are refused
+// until the cause is fixed, and superseded copies, which never apply.
+func (s *Server) held(r *http.Request) (any, error) {
+	return inboxList(s, r, "/inbox/held", (*inbox.Inbox).Held, func(h inbox.HeldDelivery) (string, int64) { return h.Flow, h.Seq })
+}
+
+// waivers lists the operators' waivers (inbox.Waivers, fairrelay waive).
+func (s *Server) waivers(r *http.Request) (any, error) {
+	return inboxList(s, r, "/inbox/waivers", (*inbox.Inbox).Waivers, func(w inbox.Waiver) (string, int64) { return w.Flow, w.Seq })
 }
 
 // maxHexDump is the most bytes of a body that is not text the event page
