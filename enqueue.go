@@ -177,7 +177,10 @@ func (q *Queue) EnqueueMany(ctx context.Context, p EnqueueManyParams) ([]Enqueue
 // will PREPARE (two-phase commit), run SET LOCAL fairrelay.notify = off
 // first: an enqueue that makes a head claimable notifies the relay, and
 // PostgreSQL refuses to prepare a transaction that notified (migration
-// 033; the relay then finds the event at its next poll).
+// 033; the relay then finds the event at its next poll); a value of
+// fairrelay.notify other than on or off (true, yes, 1; false, no, 0; any
+// case) or empty fails with ErrInvalidInput naming fairrelay.notify
+// (migration 034).
 // Answers and errors as Enqueue, plus ErrInvalidInput (field "tx") for a transaction
 // that is not on the Queue's store — on SQLite another file; on PostgreSQL
 // another database, whether or not it holds a store in a schema of the same

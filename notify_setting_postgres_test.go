@@ -2,6 +2,10 @@ package fairrelay_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,6 +151,59 @@ func TestPostgresNotifyOffSendsNoNotification(t *testing.T) {
 				t.Errorf("%s with fairrelay.notify off: notification %q before the sentinel, want none", w.name, got[0])
 			case !off && (len(got) == 0 || got[0] != ""):
 				t.Errorf("%s: notifications %q before the sentinel, want the enqueue's first (empty payload)", w.name, got)
+			}
+		}
+	}
+}
+
+// A value of fairrelay.notify that is neither on nor off is refused at the
+// enqueue, naming the setting, whether or not the call would notify:
+// before migration 034 a misspelt "off" notified silently, and a
+// two-phase-commit transaction failed only at PREPARE, with PostgreSQL's
+// message that names no setting (a fresh user's report). The values on
+// and off take, in any case, enqueue as before.
+func TestPostgresNotifySettingMisspeltIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool, _ := outboxStore(t, "frnotifybad", fairrelay.DaemonPolicy())
+	body := []byte(`{"delta":1}`)
+	// A flow with a head: an enqueue onto it does not notify.
+	if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "head", Flow: "held", Body: body, At: fairrelay.AtStored}); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		value string
+		ok    bool
+	}{
+		{"of", false}, {"offf", false}, {" off", false}, {"nope", false}, {"2", false},
+		{"", true}, {"On", true}, {"TRUE", true}, {"yes", true}, {"1", true}, {"Off", true}, {"false", true}, {"NO", true}, {"0", true},
+	} {
+		for _, flow := range []string{"new" + strconv.Itoa(i), "held"} { // notifies, does not
+			id := fmt.Sprintf("e%d-%s", i, flow)
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `SELECT set_config('fairrelay.notify', $1, true)`, c.value); err != nil {
+				t.Fatal(err)
+			}
+			r, err := q.EnqueuePgxTx(ctx, tx, fairrelay.EnqueueParams{ID: id, Flow: flow, Body: body, At: fairrelay.AtStored})
+			var fe *fairrelay.Error
+			switch {
+			case c.ok && (err != nil || r.Status != fairrelay.EnqueueCreated):
+				t.Errorf("fairrelay.notify %q, flow %s: %+v %v, want created", c.value, flow, r, err)
+			case !c.ok && !(errors.As(err, &fe) && fe.Code == fairrelay.CodeInvalidInput && fe.Field == "fairrelay.notify" && strings.Contains(fe.Message, "'"+c.value+"'")):
+				t.Errorf("fairrelay.notify %q, flow %s: %+v %v, want invalid_input naming fairrelay.notify and its value", c.value, flow, r, err)
+			}
+			if c.ok {
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				tx.Rollback(ctx)
+			}
+			if _, err := q.Event(ctx, id); c.ok != (err == nil) {
+				t.Errorf("fairrelay.notify %q, flow %s: the event stored %v (%v), want %v", c.value, flow, err == nil, err, c.ok)
 			}
 		}
 	}
