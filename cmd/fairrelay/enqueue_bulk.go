@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -123,24 +124,27 @@ func readLines(r io.Reader) (<-chan inputLine, <-chan error) {
 func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writer, at int64) (bulkReport, error) {
 	out := bufio.NewWriter(w)
 	defer out.Flush()
-	b := &bulk{ctx: ctx, q: q, at: at, out: out, failedFlows: map[string]int{}, maxBody: q.Policy().MaxBodyBytes}
+	b := &bulk{ctx: ctx, q: q, at: at, out: out, failedFlows: map[string]int{}, groups: map[string]string{}, maxBody: q.Policy().MaxBodyBytes}
 	lines, errc := readLines(r)
-	for {
-		// Wait for the first line of a batch…
+	ok := true
+	for ok || len(b.answers) > 0 {
 		var l inputLine
-		var ok bool
-		select {
-		case l, ok = <-lines:
-		case <-ctx.Done():
-			return b.bulkReport, ctx.Err()
+		if len(b.answers) == 0 {
+			// Wait for the first line of a batch…
+			select {
+			case l, ok = <-lines:
+			case <-ctx.Done():
+				return b.bulkReport, ctx.Err()
+			}
+			if !ok {
+				break
+			}
+			b.add(l)
 		}
-		if !ok {
-			break
-		}
-		b.add(l)
-		// …then take what is already there, without waiting.
+		// …then take what is already there, without waiting, until the
+		// batch is full or a line must go in the next one (cut).
 	more:
-		for len(b.answers) < bulkBatch {
+		for ok && len(b.answers) < bulkBatch && b.cut == 0 {
 			select {
 			case l, ok = <-lines:
 				if !ok {
@@ -153,9 +157,6 @@ func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writ
 		}
 		if err := b.flush(ctx); err != nil {
 			return b.bulkReport, err
-		}
-		if !ok {
-			break
 		}
 	}
 	select {
@@ -206,6 +207,17 @@ type bulk struct {
 	unknownAt   int
 	// The batch: answers in input order, items to enqueue.
 	answers []*bulkAnswer
+	// groups maps each flow of the batch's items to the group its first
+	// item names ("": none). cut, when not 0, is the index in answers of
+	// the first item that names another group for its flow than an
+	// earlier item of the batch: it and the lines after it go in the next
+	// transaction. In one transaction the library weighs each event
+	// apart, and an event naming another group is counted there: after
+	// the earlier item answered full in its group, the later one could be
+	// stored, overtaking it (a breaker's report). In the next transaction
+	// it is refused as a later line of a failed flow.
+	groups map[string]string
+	cut    int
 	bulkReport
 }
 
@@ -266,6 +278,20 @@ func (b *bulk) add(l inputLine) {
 		return
 	}
 	a.item = &p
+	b.group(len(b.answers)-1, a)
+}
+
+// group records the group of the batch's item at index i, or sets cut
+// there when an earlier item of its flow in the batch names another.
+func (b *bulk) group(i int, a *bulkAnswer) {
+	if b.cut != 0 {
+		return
+	}
+	if g, seen := b.groups[a.flow]; !seen {
+		b.groups[a.flow] = a.item.Group
+	} else if g != a.item.Group && i > 0 {
+		b.cut = i
+	}
 }
 
 // tickFirst returns the clock's answer to an enqueue at the command's
@@ -331,6 +357,14 @@ func (b *bulk) flush(ctx context.Context) error {
 	if len(b.answers) == 0 {
 		return nil
 	}
+	// The lines from cut on wait for the next transaction.
+	var rest []*bulkAnswer
+	if b.cut != 0 {
+		rest = slices.Clone(b.answers[b.cut:])
+		b.answers = b.answers[:b.cut]
+	}
+	b.cut = 0
+	clear(b.groups)
 	if err := b.predictConflicts(ctx); err != nil {
 		return err
 	}
@@ -380,7 +414,12 @@ func (b *bulk) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	b.answers = b.answers[:0]
+	b.answers = append(b.answers[:0], rest...)
+	for i, a := range b.answers {
+		if a.item != nil {
+			b.group(i, a)
+		}
+	}
 	return b.out.Flush()
 }
 

@@ -542,3 +542,64 @@ func TestAStoreBeingMadeIsNotAForeignDatabase(t *testing.T) {
 		}
 	}
 }
+
+// A line refused as full fails its flow, and the flow's later lines are
+// refused, also when they name another group (none: the flow's own). In
+// one transaction the library weighs each event apart, so the later lines
+// were counted in the other group and stored, overtaking the full one, and
+// the flow then belonged to that group for good (a breaker's report: F2
+// and F3 stored as seq 1 and 2, with a warning of a concurrent writer
+// there was none of). A line naming another group for its flow than an
+// earlier line of the batch now goes in the next transaction, where it is
+// refused; the input rerun once the limit allows stores the flow in the
+// input's order.
+func TestBulkEnqueueFullLineHoldsItsFlowWhateverGroupLaterLinesName(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	for _, args := range [][]string{
+		{"migrate", "--queue", queue},
+		{"configure", "--queue", queue, "--group", "acme", "--max-backlog", "1"},
+		{"enqueue", "--queue", queue, "--id", "X1", "--flow", "X", "--group", "acme", "--delta", "1"},
+	} {
+		if _, e, code := cli(t, "", args...); code != 0 {
+			t.Fatalf("%v: %s", args, e)
+		}
+	}
+	file := `{"id":"F1","flow":"F","group":"acme","delta":1}
+{"id":"F2","flow":"F","delta":1}
+{"id":"G1","flow":"G","delta":1}
+{"id":"F3","flow":"F","group":"other","delta":1}
+`
+	out, e, code := cli(t, file, "enqueue", "--queue", queue)
+	if code != exitNotApplied {
+		t.Errorf("first run: exit %d, want %d:\n%s%s", code, exitNotApplied, out, e)
+	}
+	for _, want := range []string{
+		`{"id":"F1","limit":"group","line":1,"status":"full"}`,
+		`{"error":"refused","field":"flow","id":"F2","line":2`,
+		`{"id":"G1","line":3,"seq":1,"status":"created"}`,
+		`{"error":"refused","field":"flow","id":"F3","line":4`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("first run: no %s in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "warning") {
+		t.Errorf("first run warns of a concurrent writer there was none of:\n%s", out)
+	}
+	if got := flowOrder(t, queue, "F"); len(got) != 0 {
+		t.Errorf("flow F after its line 1 answered full: %v stored, want none", got)
+	}
+	if _, e, code := cli(t, "", "configure", "--queue", queue, "--group", "acme", "--max-backlog", "10"); code != 0 {
+		t.Fatal(e)
+	}
+	// Rerun without F3's other group: F1 makes F a flow of acme, and the
+	// lines naming none join it.
+	file = strings.Replace(file, `"group":"other",`, "", 1)
+	if out, e, code := cli(t, file, "enqueue", "--queue", queue); code != 0 {
+		t.Fatalf("rerun: exit %d:\n%s%s", code, out, e)
+	}
+	if got := flowOrder(t, queue, "F"); strings.Join(got, ",") != "F1,F2,F3" {
+		t.Errorf("flow F after the rerun: %v, want F1,F2,F3", got)
+	}
+}
