@@ -235,3 +235,34 @@ func TestOpeningAMigratedStoreWaitsForNoOtherMigration(t *testing.T) {
 		in.Close()
 	}
 }
+
+// A connection that fails while the store is opened (a server crash, a
+// network reset) is a database error, which a daemon waits out, not bad
+// input: Open answered invalid_input "queue: cannot open: … connection
+// reset by peer", and relay exited 2 at start (a breaker's report; receive
+// waited). Both a store that exists and one that Open creates (migrate).
+func TestPostgresOpenOnAConnectionCutMidwayIsADatabaseError(t *testing.T) {
+	t.Parallel()
+	for _, exists := range []bool{true, false} {
+		dsn := pgtest.Schema(t, "fropencut")
+		if exists {
+			q, err := fairrelay.Open(t.Context(), dsn, fairrelay.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.Close()
+		}
+		proxy, via := pgtest.NewCutProxy(t, dsn)
+		proxy.Arm(true)
+		_, err := fairrelay.Open(t.Context(), via, fairrelay.Config{})
+		if !errors.Is(err, fairrelay.ErrDatabase) || errors.Is(err, fairrelay.ErrInvalidInput) {
+			t.Errorf("store exists %v: Open over a connection cut midway: %v, want ErrDatabase", exists, err)
+		}
+		proxy.Arm(false)
+		q, err := fairrelay.Open(t.Context(), via, fairrelay.Config{})
+		if err != nil {
+			t.Fatalf("store exists %v: Open once the connection holds: %v", exists, err)
+		}
+		q.Close()
+	}
+}

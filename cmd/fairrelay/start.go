@@ -3,20 +3,18 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/store"
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
 
 // startBackoff bounds the pause between a daemon's tries to reach its
@@ -82,13 +80,7 @@ func waitable(err error) bool {
 	case !errors.Is(err, fairrelay.ErrDatabase):
 		return false
 	}
-	var (
-		ne net.Error
-		ce *pgconn.ConnectError
-		pe *pgconn.PgError
-	)
-	return errors.As(err, &ne) || errors.As(err, &ce) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) ||
-		(errors.As(err, &pe) && strings.HasPrefix(pe.Code, "57P")) // admin_shutdown, crash_shutdown, cannot_connect_now
+	return pgstore.ConnectionLost(err)
 }
 
 // errStarting is /readyz's answer while a daemon has not started yet.

@@ -111,3 +111,28 @@ func TestDaemonsNameTheirConnections(t *testing.T) {
 		t.Errorf("SIGTERM: exit %d:\n%s", code, stderr.String())
 	}
 }
+
+// A relay whose store's connection fails midway while it opens the store
+// (the server crashing, a network reset: the connection made, then cut at
+// its first query) waits and starts once the connection holds; it exited 2
+// with invalid_input "queue: cannot open: … connection reset by peer" (a
+// breaker's report).
+func TestRelayWaitsForAConnectionCutWhileItOpens(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Schema(t, "frstartcut")
+	if out, errOut, code := cli(t, "", "migrate", "--queue", dsn); code != 0 {
+		t.Fatalf("migrate: exit %d: %s%s", code, out, errOut)
+	}
+	proxy, via := pgtest.NewCutProxy(t, dsn)
+	proxy.Arm(true)
+	cmd, stderr, exited := startDaemon(t, "relay", "--queue", via, "--sink", "http://127.0.0.1:1/")
+	waitStderr(t, stderr, "relay: the store does not answer yet; trying again until it does")
+	proxy.Arm(false)
+	waitStderr(t, stderr, "relay: started")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-exited; code != 0 {
+		t.Errorf("SIGTERM: exit %d:\n%s", code, stderr.String())
+	}
+}

@@ -19,6 +19,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -365,7 +367,38 @@ func Migrate(ctx context.Context, db *sql.DB, schema string, fsys embed.FS, dir,
 // (wraps store.ErrServer); the database missing (wraps store.ErrMissing);
 // the schema holding another store (wraps store.ErrNotDatabase); lock
 // waits over the timeout (wraps store.ErrBusy).
+//
+// A connection that fails while Open runs — a network reset, the server
+// crashing or shutting down (57P01–57P03) — wraps store.ErrServer too,
+// whichever step it failed in: a daemon waits that out, while anything
+// unclassified counts as the caller's input (a breaker's report: a relay
+// exited 2 with invalid_input on a connection reset mid-open).
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	s, err := open(ctx, dsn, opts)
+	if err != nil && !errors.Is(err, store.ErrServer) && ConnectionLost(err) {
+		return nil, fmt.Errorf("%w: the connection failed while the store was opened: %w", store.ErrServer, err)
+	}
+	return s, err
+}
+
+// ConnectionLost reports whether err is a connection's failure rather than
+// the server's answer to a statement: a network error, the connection
+// closed or ended mid-message, or the server shutting down or refusing
+// connections for now (SQLSTATE class 57P: admin_shutdown, crash_shutdown,
+// cannot_connect_now). Whether the statement ran is then unknown.
+func ConnectionLost(err error) bool {
+	var (
+		ne net.Error
+		ce *pgconn.ConnectError
+		pe *pgconn.PgError
+	)
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "57P")
+	}
+	return errors.As(err, &ne) || errors.As(err, &ce) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)
+}
+
+func open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = store.DefaultBusyTimeout
 	}
