@@ -180,11 +180,18 @@ type bulkReport struct {
 // error's own "nothing was changed" holds for the batch it stopped only (an
 // SRE's report: a bulk run stopped by a busy store after hundreds of
 // created answers said nothing had changed). The code stays err's (exit 2).
+//
+// When the connection failed after the stopped batch's COMMIT was sent
+// (ErrCommitUnknown), its lines may be stored: the message says so rather
+// than that they were not (a breaker's report: they were).
 func stoppedAfter(err error, rep bulkReport) error {
 	if rep.answered == 0 {
 		return err
 	}
 	done := fmt.Sprintf("enqueue stopped after %d lines, answered above and kept as answered; the lines after them were not enqueued: run the whole input again (the stored lines answer existing)", rep.answered)
+	if errors.Is(err, fairrelay.ErrCommitUnknown) {
+		done = fmt.Sprintf("enqueue stopped after %d lines, answered above and kept as answered; the connection failed once the next batch's commit was sent, so its lines may or may not be stored, and the lines after it were not enqueued: run the whole input again (the stored lines answer existing)", rep.answered)
+	}
 	var fe *fairrelay.Error
 	if !errors.As(err, &fe) {
 		return fmt.Errorf("%s: %w", done, err)

@@ -513,6 +513,22 @@ func TestBulkEnqueueStoppedMidwaySaysWhatItKept(t *testing.T) {
 	}
 }
 
+// A bulk enqueue whose stopped batch's commit was sent before the
+// connection failed (ErrCommitUnknown) does not say that batch's lines were
+// not enqueued: they may be stored (a breaker's report: they were, and the
+// message said they were not).
+func TestBulkEnqueueStoppedOnAnUnknownCommitSaysItMayHaveStored(t *testing.T) {
+	unknown := &fairrelay.Error{Code: fairrelay.CodeDatabase, Message: "enqueue",
+		Err: fmt.Errorf("the connection failed after the commit was sent, so it may have committed: %w", fairrelay.ErrCommitUnknown)}
+	msg := errorLine(stoppedAfter(unknown, bulkReport{answered: 3}))
+	if !strings.Contains(msg, "enqueue stopped after 3 lines") || !strings.Contains(msg, "may or may not be stored") || strings.Contains(msg, "the lines after them were not enqueued") {
+		t.Errorf("the error of a bulk run stopped on an unknown commit: %s", msg)
+	}
+	if !errors.Is(stoppedAfter(unknown, bulkReport{answered: 3}), fairrelay.ErrCommitUnknown) {
+		t.Error("the stopped run's error lost ErrCommitUnknown")
+	}
+}
+
 // A store another process is making, its first migrations committed and
 // the rest not yet, is that process's store, not another application's
 // database. Two processes starting on a new file: the loser's first open
