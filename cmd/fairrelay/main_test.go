@@ -300,6 +300,9 @@ func TestCLIErrorsNameTheField(t *testing.T) {
 		{[]string{"inspect", "--inbox", inboxDB, "--id", "A1"}, "invalid_input: id: selects the queue's attempts view only"},
 		// A zero duration that the library would replace by its default.
 		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--timeout", "0s"}, "invalid_input: timeout: must be a positive duration"},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--lease-margin", "0s"}, "invalid_input: lease-margin: must be a positive duration"},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--lease-margin", "-1s"}, "invalid_input: lease-margin: must be a positive duration"},
+		{[]string{"relay", "--queue", q, "--sink", "http://127.0.0.1:1/", "--shutdown-timeout", "0s"}, "invalid_input: shutdown-timeout: must be a positive duration"},
 		{[]string{"receive", "--inbox", filepath.Join(dir, "never.db"), "--addr", "127.0.0.1:0", "--secret", "x", "--tolerance", "0s"}, "invalid_input: tolerance: must be a positive duration"},
 		// A fairrelay.Policy field (policy.jitter) is named by its flag.
 		{[]string{"claim", "--queue", q, "--at", "5", "--jitter", "1"}, "invalid_input: jitter: must be in [0, 1)"},

@@ -119,6 +119,16 @@ charged least; --max-group-slots caps any group's slots (configure
 			if timeout <= 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "timeout", Message: fmt.Sprintf("must be a positive duration such as 10s, got %s", timeout)}
 			}
+			// Nor is a margin of 0 "none": the library would take its 1s
+			// default, and the lease check below, given 0, said "plus the
+			// margin 0s" (a breaker's report).
+			if margin <= 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "lease-margin", Message: fmt.Sprintf("must be a positive duration such as 1s (the time kept between a delivery's timeout and its lease's end), got %s", margin)}
+			}
+			// Given, 0 would be the default (--timeout), not "none".
+			if cmd.Flags().Changed("shutdown-timeout") && shutdown <= 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "shutdown-timeout", Message: fmt.Sprintf("must be a positive duration such as 10s (leave it out for --timeout's), got %s", shutdown)}
+			}
 			if sinkURL == "" {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: "missing: give --sink URL"}
 			}
