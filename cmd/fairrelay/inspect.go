@@ -106,7 +106,7 @@ can forge lines or drive the terminal.`,
 				view = args[0]
 			}
 			if afterSeq != 0 && view != "events" {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the events view and the inbox's receipts view only"}
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the events view and the inbox's receipts, held and waivers views only"}
 			}
 			if afterSeq < 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "must not be negative"}
@@ -374,7 +374,7 @@ can forge lines or drive the terminal.`,
 	f.StringVar(&inboxDSN, "inbox", "", "inbox store (instead of --queue): a SQLite file path or a postgres:// URL")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per line instead of a table")
 	f.IntVar(&limit, "limit", 1000, "at most this many rows")
-	f.StringVar(&after, "after", "", "flows, heads, quarantined and projection: start after this flow id; events, receipts, held and waivers: start at this flow, after its --after-seq (0: all of the flow's) (paging)")
+	f.StringVar(&after, "after", "", "flows, heads, quarantined, groups and projection: start after this flow (groups: group) id; events, receipts, held and waivers: start at this flow, after its --after-seq (0: all of the flow's) (paging)")
 	f.Int64Var(&afterNo, "after-no", 0, "audit: start after the row numbered this (the NO column; paging)")
 	f.Int64Var(&afterSeq, "after-seq", 0, "events, receipts, held and waivers, with --after (events also with --flow): start after this seq of that flow (paging)")
 	f.StringVar(&flow, "flow", "", "events: this flow's only; heads, flows: this flow alone")

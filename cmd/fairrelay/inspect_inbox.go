@@ -31,7 +31,7 @@ func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "must not be negative"}
 	}
 	if view == "projection" && p.afterSeq != 0 {
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the receipts and held views only (projection pages with --after)"}
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "after_seq", Message: "pages the receipts, held and waivers views only (projection pages with --after)"}
 	}
 	if p.afterSeq != 0 && p.afterFlow == "" {
 		// A seq is within a flow: alone it would be ignored.

@@ -351,7 +351,7 @@ func TestInspectEvents(t *testing.T) {
 		{[]string{"events", "--flow", "A", "--after", "A"}, "invalid_input: after: with --flow, page with --after-seq alone"},
 		{[]string{"events", "--after-seq", "-1"}, "invalid_input: after-seq: must not be negative"},
 		{[]string{"events", "--after-seq", "1"}, "invalid_input: after-seq: a seq of which flow: give --after FLOW or --flow FLOW with it"},
-		{[]string{"heads", "--after-seq", "1"}, "invalid_input: after-seq: pages the events view and the inbox's receipts view only"},
+		{[]string{"heads", "--after-seq", "1"}, "invalid_input: after-seq: pages the events view and the inbox's receipts, held and waivers views only"},
 		// A misspelt flow is not an empty table with exit 0 (a fresh
 		// user's report).
 		{[]string{"events", "--flow", "nosuch"}, `not_found: no flow with id "nosuch"`},

@@ -18,7 +18,7 @@ func newWaiveCmd() *cobra.Command {
 	var seq int64
 	var unchecked bool
 	cmd := &cobra.Command{
-		Use:   "waive --inbox I --id ID (--queue Q | --flow F --seq N) --reason TEXT [--operator NAME]",
+		Use:   "waive --inbox I --id ID (--queue Q | --flow F --seq N) --reason TEXT [--operator NAME] [--unchecked]",
 		Short: "Let an inbox take a flow's next event with no effect, an operator's decision kept with its reason",
 		Long: `For an event the receiver can never take — its id is another event's receipt
 already (a producer used an id again after the queue's retention forgot it),
