@@ -32,7 +32,8 @@ no effect; or, for an event whose own seq a delivery under another id took
 (it answers sequence_conflict), that it goes at that seq with no effect. With --queue, the event's flow and seq are read from the queue
 store (it must hold the event, not acked), so a mistyped id that names
 another event of the flow is refused rather than waived (its seq is not the
-one the flow waits for), and so is one that is not quarantined there; give
+one the flow waits for), and so is one that is not quarantined there, or
+quarantined for budget_exhausted (its retries, not a refusal: redrive it); give
 --flow and --seq instead behind a broker, where the queue acked the event and
 the inbox holds it (the held delivery is checked against --id). Without
 --queue and with nothing held at --seq, nothing checks --id, and a wrong one
@@ -140,8 +141,9 @@ func vouched(cmd *cobra.Command, in *inbox.Inbox, id, flow string, seq int64) er
 
 // waivedEvent reads event id from the queue store at dsn (read-only) and
 // sets flow and seq from it; given on the command line too, they must
-// match it. The event must be quarantined: a waiver drops its effect, and
-// only an event the receiver refused for good holds its flow up.
+// match it. The event must be quarantined for a refusal, not for its
+// retries (budget_exhausted): a waiver drops its effect, and only an event
+// the receiver refused for good holds its flow up.
 func waivedEvent(cmd *cobra.Command, dsn, id string, flow *string, seq *int64) error {
 	q, err := openReadOnlyQueue(cmd.Context(), dsn)
 	if err != nil {
@@ -164,6 +166,14 @@ func waivedEvent(cmd *cobra.Command, dsn, id string, flow *string, seq *int64) e
 		// refused for good (a third fresh user's report: an event never
 		// delivered yet was waived, and its effect would have been lost).
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id", Message: fmt.Sprintf("event %q is %s in the queue, not quarantined: the receiver has not refused it for good, so there is nothing to waive", id, e.State)}
+	case e.Reason != nil && *e.Reason == fairrelay.ReasonBudgetExhausted:
+		// Quarantined for its retries, not for a refusal: the receiver
+		// may never have seen it (down, a wrong secret), and a redrive
+		// delivers it; waived, its effect was lost for good (a fresh
+		// user's report).
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id", Message: fmt.Sprintf(
+			"event %q is quarantined in the queue for budget_exhausted, not refused by the receiver: it may never have reached it, and a redrive delivers it again once the cause is fixed ('fairrelay inspect --queue Q attempts --id %s' shows its answers); if the receiver can never take it, waive it with --flow %s --seq %d --unchecked instead of --queue",
+			id, id, shellQuote(e.Flow), e.Seq)}
 	}
 	*flow, *seq = e.Flow, e.Seq
 	return nil

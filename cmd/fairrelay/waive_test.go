@@ -223,3 +223,39 @@ func TestWaiveFreesASequenceConflict(t *testing.T) {
 	}
 	receive("sc-1", fairrelay.OutcomeDuplicate)
 }
+
+// An event quarantined for its retries (budget_exhausted) is not waived
+// with --queue: the receiver may never have seen it (down, a wrong
+// secret), and a redrive delivers it; waived, its effect was lost for good
+// (a fresh user's report: waive --queue took an event no receiver had
+// refused). The refusal names the way for one the receiver can truly never
+// take: --flow, --seq and --unchecked.
+func TestWaiveRefusesAnEventQuarantinedForItsRetries(t *testing.T) {
+	t.Parallel()
+	inboxDSN := filepath.Join(t.TempDir(), "inbox.db")
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, args := range [][]string{
+		{"migrate", "--inbox", inboxDSN},
+		{"enqueue", "--queue", q, "--id", "D1", "--flow", "D", "--delta", "1"},
+		{"claim", "--queue", q, "--at", "0", "--budget", "1"},
+		{"settle", "--queue", q, "--id", "D1", "--generation", "1", "--outcome", "retry", "--at", "0", "--budget", "1"},
+	} {
+		if out, errOut, code := cli(t, "", args...); code > 1 {
+			t.Fatalf("%v: exit %d: %s%s", args, code, out, errOut)
+		}
+	}
+	if out, _, _ := cli(t, "", "inspect", "--queue", q, "quarantined", "--json"); !strings.Contains(out, `"reason":"budget_exhausted"`) {
+		t.Fatalf("D1 not quarantined for budget_exhausted: %s", out)
+	}
+	_, errOut, code := cli(t, "", "waive", "--inbox", inboxDSN, "--queue", q, "--id", "D1", "--reason", "x")
+	if code != 2 || !strings.Contains(errOut, "invalid_input: id:") || !strings.Contains(errOut, "budget_exhausted") || !strings.Contains(errOut, "--flow D --seq 1 --unchecked") {
+		t.Errorf("waive --queue of a head quarantined for budget_exhausted: exit %d, %s", code, errOut)
+	}
+	if out, _, _ := cli(t, "", "inspect", "--inbox", inboxDSN, "waivers", "--json"); strings.TrimSpace(out) != "" {
+		t.Errorf("the refused waive wrote %s", out)
+	}
+	// The way the refusal names, for an event the receiver can never take.
+	if out, errOut, code := cli(t, "", "waive", "--inbox", inboxDSN, "--flow", "D", "--seq", "1", "--id", "D1", "--reason", "x", "--unchecked"); code != 0 {
+		t.Errorf("waive --unchecked: exit %d: %s%s", code, out, errOut)
+	}
+}
