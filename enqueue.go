@@ -217,6 +217,32 @@ func (q *Queue) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, p EnqueueParams) (E
 	return q.enqueueOne(ctx, tx, p)
 }
 
+// EnqueueManyTx is EnqueueMany inside a *sql.Tx the caller owns (the
+// transactional outbox, as EnqueueTx): a business transaction's events in
+// one call, one statement on PostgreSQL (the SQL function enqueue_many,
+// SPEC §10), which locks the flows it writes in one order — several
+// EnqueueTx calls in one transaction lock them in call order, and two
+// transactions taking two flows in opposite orders wait for each other
+// (docs/outbox.md) — and costs one subtransaction instead of one a call.
+// The transaction's rules and errors are EnqueueTx's; the answers and the
+// batch's are EnqueueMany's. An empty p.Events writes nothing.
+func (q *Queue) EnqueueManyTx(ctx context.Context, tx *sql.Tx, p EnqueueManyParams) ([]EnqueueResult, error) {
+	if tx == nil {
+		return nil, invalid("tx", "nil *sql.Tx")
+	}
+	return q.enqueue(ctx, tx, p)
+}
+
+// EnqueueManyPgxTx is EnqueueManyTx for a pgx.Tx on the store's PostgreSQL
+// database (as EnqueuePgxTx). On a SQLite store it fails with
+// ErrInvalidInput (field "tx").
+func (q *Queue) EnqueueManyPgxTx(ctx context.Context, tx pgx.Tx, p EnqueueManyParams) ([]EnqueueResult, error) {
+	if tx == nil {
+		return nil, invalid("tx", "nil pgx.Tx")
+	}
+	return q.enqueue(ctx, tx, p)
+}
+
 func (q *Queue) enqueueOne(ctx context.Context, caller any, p EnqueueParams) (EnqueueResult, error) {
 	rs, err := q.enqueue(ctx, caller, EnqueueManyParams{At: p.At, Floor: p.Floor, Events: []NewEvent{p.event()}})
 	if err != nil {
