@@ -339,11 +339,14 @@ type heldFlow struct {
 // RedeliverCap a flow: each message arriving behind a refused head drains
 // it, and logged every line, a busy flow flooded the log), and whether the
 // flow goes on after a refusal (logged once, at info level).
-func (r *runner) noteDrain(f string, n int, out fairrelay.Outcome) (logRefusal, recovered bool) {
+func (r *runner) noteDrain(f string, n int, out fairrelay.Outcome, drained bool) (logRefusal, recovered bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h := r.flow(f)
-	if n > 0 && h.refused {
+	// Recovered: the refused event applied (n > 0), or a drain that ran
+	// stopped at no refusal — the refused event waived, with nothing held
+	// after it to apply (a fresh user's report: no line said so then).
+	if h.refused && drained && (n > 0 || out.Class() != fairrelay.ClassPermanent) {
 		recovered, h.refused = true, false
 	}
 	if out.Class() == fairrelay.ClassPermanent {
@@ -561,7 +564,7 @@ func (r *runner) drain(flow string, limit int) {
 		r.stopOn(err)
 		r.opts.Metrics.drainFailed()
 	}
-	logRefusal, recovered := r.noteDrain(flow, len(res.Applied), res.Stopped)
+	logRefusal, recovered := r.noteDrain(flow, len(res.Applied), res.Stopped, err == nil)
 	r.settled(flow, res, err, limit)
 	log := r.opts.Logger.With("flow", flow)
 	switch {
@@ -620,7 +623,7 @@ func (r *runner) apply(env Envelope, m Message) {
 			a.Err = env.Ack()
 			if out.Class() == fairrelay.ClassPermanent {
 				// Logged by report below: the drain that follows need not.
-				r.noteDrain(m.Delivery.Flow, 0, out)
+				r.noteDrain(m.Delivery.Flow, 0, out, false)
 			}
 		}
 		if herr == nil && held {

@@ -772,3 +772,51 @@ func TestRunStopsWhenItsInboxFileIsReplaced(t *testing.T) {
 		t.Errorf("actions %v, want A1 acked and A2 handed back", f.done)
 	}
 }
+
+// A refused head waived in the inbox with nothing held behind it: the
+// consumer's next retry finds the flow free and says so at info level, as
+// when the refused event applies (a fresh user's report: the line came
+// only when a held event after it applied).
+func TestRunLogsAFlowFreedByAWaiver(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t, inbox.Options{MaxDelta: 5})
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "Y1", "Y", 1, 100, 1)}
+	var logs syncbuf.Buffer
+	held := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	bound := time.AfterFunc(20*time.Second, cancel) // a bound on a failure, not synchronisation
+	defer bound.Stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1, RedeliverBase: 5 * time.Millisecond, RedeliverCap: 20 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			OnApplied: func(a consume.Applied) {
+				if a.Action == consume.ActionHold && a.Message.Delivery.EventID == "Y1" {
+					close(held)
+				}
+			}})
+	}()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("Y1 not held in 20 s")
+	}
+	if err := in.Waive(t.Context(), inbox.WaiveParams{EventID: "Y1", Flow: "Y", Seq: 1, Reason: "its body is wrong for good"}); err != nil {
+		t.Fatal(err)
+	}
+	const want = `msg="consume: a flow refused before goes on (its refused event applied, or waived)" flow=Y applied=0`
+	for !strings.Contains(logs.String(), want) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond): // polling the log, bounded by ctx
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("no line that flow Y goes on after its refused head was waived:\n%s", logs.String())
+	}
+}
