@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/fairrelay/fairrelay"
@@ -149,4 +150,29 @@ func reader(t *testing.T, q *fairrelay.Queue) *client {
 	cl := newClient(t, serve(t, console.Config{Queue: q, Tokens: ts}))
 	cl.login(tk.bob)
 	return cl
+}
+
+// Deliveries settled in under a millisecond (recorded as 0) show their
+// latency as <1ms, not 0s (a fresh user's report: "latency p50 0s").
+func TestOverviewLatencyUnderAMillisecond(t *testing.T) {
+	t.Parallel()
+	q, err := fairrelay.Open(bg, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	if _, err := q.Enqueue(bg, fairrelay.EnqueueParams{ID: "E1", Flow: "F", Body: []byte(`{"delta":1}`), At: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := q.Claim(bg, fairrelay.ClaimParams{At: 2, Limit: 1})
+	if err != nil || len(cl.Claims) != 1 {
+		t.Fatalf("claim: %+v %v", cl, err)
+	}
+	if _, err := q.Settle(bg, fairrelay.SettleParams{Token: cl.Claims[0].Token, Outcome: fairrelay.OutcomeAccepted, At: 3, Duration: 300 * time.Microsecond}); err != nil {
+		t.Fatal(err)
+	}
+	page := newClient(t, serve(t, console.Config{Queue: q, LocalOperator: "op"})).page("/")
+	if !strings.Contains(page, "latency p50 &lt;1ms, p99 &lt;1ms") {
+		t.Errorf("the overview's latency of a sub-millisecond delivery:\n%.3000s", page)
+	}
 }

@@ -19,6 +19,16 @@ import (
 	"github.com/fairrelay/fairrelay/inbox"
 )
 
+// shortDuration is d as a page shows it: durations are recorded to the
+// millisecond, so one below it (recorded 0) reads "<1ms", not "0s" (a
+// fresh user's report: "latency p50 0s").
+func shortDuration(d time.Duration) string {
+	if d >= 0 && d < time.Millisecond {
+		return "<1ms"
+	}
+	return d.String()
+}
+
 // pageSize is the rows of a listing page.
 const pageSize = 50
 
@@ -57,7 +67,7 @@ var funcs = template.FuncMap{
 	"detail":    eventDetail,
 	"eventpath": eventPath,
 	"flowpath":  flowPath,
-	"dur":       func(d time.Duration) string { return d.String() },
+	"dur":       shortDuration,
 }
 
 type overviewData struct {

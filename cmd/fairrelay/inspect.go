@@ -357,6 +357,10 @@ can forge lines or drive the terminal.`,
 						settledAt, settled, duration := "-", "-", "-"
 						if a.SettledAt != nil {
 							settledAt, duration = strconv.FormatInt(*a.SettledAt, 10), a.Duration.String()
+							if a.Duration < time.Millisecond {
+								// Recorded to the millisecond: 0 is "under one", not "0s".
+								duration = "<1ms"
+							}
 						}
 						if !a.Settled.IsZero() {
 							settled = wallTime(a.Settled.UnixMilli())

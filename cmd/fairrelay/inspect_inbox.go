@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -75,7 +74,7 @@ func inspectInbox(cmd *cobra.Command, dsn, view string, asJSON bool, p inboxPage
 		table := func(w io.Writer) {
 			fmt.Fprintln(w, "FLOW\tSEQ\tID\tWAIVED AT\tOPERATOR\tREASON")
 			for _, x := range ws {
-				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", cell(x.Flow), x.Seq, cell(x.EventID), x.WaivedAt.Format(time.RFC3339), cell(x.Operator), cell(x.Reason))
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", cell(x.Flow), x.Seq, cell(x.EventID), wallTime(x.WaivedAt.UnixMilli()), cell(x.Operator), cell(x.Reason))
 			}
 		}
 		return printView(cmd, anyRows(ws), table, asJSON, p.limit, next)

@@ -535,3 +535,28 @@ func TestInspectRefusesAnAfterNoFlowHolds(t *testing.T) {
 		}
 	}
 }
+
+// An attempt settled in under a millisecond (durations are recorded to the
+// millisecond: 0) shows <1ms, not 0s (a fresh user's report).
+func TestInspectAttemptsUnderAMillisecond(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, s := range [][]string{
+		{"enqueue", "--queue", q, "--id", "E1", "--flow", "A", "--delta", "1"},
+		{"claim", "--queue", q, "--at", "1"},
+		{"settle", "--queue", q, "--id", "E1", "--generation", "1", "--outcome", "accepted", "--at", "1"},
+	} {
+		if _, e, code := cli(t, "", s...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", s, code, e)
+		}
+	}
+	table, e, code := cli(t, "", "inspect", "--queue", q, "attempts", "--id", "E1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	col := strings.Index(lines[0], "DURATION")
+	if len(lines) != 2 || col < 0 || len(lines[1]) <= col || strings.Fields(lines[1][col:])[0] != "<1ms" {
+		t.Errorf("the attempt's DURATION is not <1ms:\n%s", table)
+	}
+}

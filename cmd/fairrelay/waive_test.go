@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -104,6 +105,10 @@ func TestWaiveCommand(t *testing.T) {
 	}
 	if table, _ := run(0, "inspect", "--inbox", dsn, "waivers"); !strings.Contains(table, "credited by hand") || !strings.Contains(table, "ana") {
 		t.Fatalf("inspect waivers table:\n%s", table)
+	} else if !regexp.MustCompile(`T\d\d:\d\d:\d\d\.\d{3}Z`).MatchString(table) {
+		// To the millisecond, as the console and inspect's other wall
+		// times show it (a fresh user's report: whole seconds here).
+		t.Errorf("inspect waivers table's wall time is not to the millisecond:\n%s", table)
 	}
 	if out, err := in.Receive(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":100}`)}); err != nil || out != fairrelay.OutcomeDuplicate {
 		t.Fatalf("A1 after the waiver: %q %v, want duplicate", out, err)
