@@ -468,12 +468,27 @@ func TestCommandsThatMustNotCreateChangeNoFile(t *testing.T) {
 // again) shows no duration in the attempts table, not a duration of 0s.
 func TestInspectAttemptsUnsettledHasNoDuration(t *testing.T) {
 	t.Parallel()
+	if got := attemptDuration(t, []string{"claim", "--queue", "Q", "--at", "100000"}); got != "-" {
+		t.Errorf("the unsettled attempt's DURATION is %q, not -", got)
+	}
+}
+
+// attemptDuration enqueues E1 on a new store (Q in last), claims it at
+// tick 1, runs last, and returns the DURATION cell of its one attempt in
+// inspect's attempts table, read at its heading's column (the table's
+// columns are aligned).
+func attemptDuration(t *testing.T, last []string) string {
+	t.Helper()
 	q := filepath.Join(t.TempDir(), "q.db")
 	for _, s := range [][]string{
 		{"enqueue", "--queue", q, "--id", "E1", "--flow", "A", "--delta", "1"},
 		{"claim", "--queue", q, "--at", "1"},
-		{"claim", "--queue", q, "--at", "100000"},
+		last,
 	} {
+		s = slices.Clone(s)
+		if i := slices.Index(s, "Q"); i >= 0 {
+			s[i] = q
+		}
 		if _, e, code := cli(t, "", s...); code != 0 {
 			t.Fatalf("%v: exit %d: %s", s, code, e)
 		}
@@ -483,15 +498,11 @@ func TestInspectAttemptsUnsettledHasNoDuration(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, e)
 	}
 	lines := strings.Split(strings.TrimSpace(table), "\n")
-	if len(lines) != 2 {
+	col := strings.Index(lines[0], "DURATION")
+	if len(lines) != 2 || col < 0 || len(lines[1]) <= col {
 		t.Fatalf("table:\n%s\nwant a header and one attempt", table)
 	}
-	// The table's columns are aligned: the cell starts where its heading
-	// does.
-	col := strings.Index(lines[0], "DURATION")
-	if col < 0 || len(lines[1]) <= col || strings.Fields(lines[1][col:])[0] != "-" {
-		t.Errorf("the unsettled attempt's DURATION is not -:\n%s", table)
-	}
+	return strings.Fields(lines[1][col:])[0]
 }
 
 // inspect's --after is checked as the lists check their paging keys
@@ -540,23 +551,7 @@ func TestInspectRefusesAnAfterNoFlowHolds(t *testing.T) {
 // millisecond: 0) shows <1ms, not 0s (a fresh user's report).
 func TestInspectAttemptsUnderAMillisecond(t *testing.T) {
 	t.Parallel()
-	q := filepath.Join(t.TempDir(), "q.db")
-	for _, s := range [][]string{
-		{"enqueue", "--queue", q, "--id", "E1", "--flow", "A", "--delta", "1"},
-		{"claim", "--queue", q, "--at", "1"},
-		{"settle", "--queue", q, "--id", "E1", "--generation", "1", "--outcome", "accepted", "--at", "1"},
-	} {
-		if _, e, code := cli(t, "", s...); code != 0 {
-			t.Fatalf("%v: exit %d: %s", s, code, e)
-		}
-	}
-	table, e, code := cli(t, "", "inspect", "--queue", q, "attempts", "--id", "E1")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, e)
-	}
-	lines := strings.Split(strings.TrimSpace(table), "\n")
-	col := strings.Index(lines[0], "DURATION")
-	if len(lines) != 2 || col < 0 || len(lines[1]) <= col || strings.Fields(lines[1][col:])[0] != "<1ms" {
-		t.Errorf("the attempt's DURATION is not <1ms:\n%s", table)
+	if got := attemptDuration(t, []string{"settle", "--queue", "Q", "--id", "E1", "--generation", "1", "--outcome", "accepted", "--at", "1"}); got != "<1ms" {
+		t.Errorf("the attempt's DURATION is %q, not <1ms", got)
 	}
 }
