@@ -3,6 +3,8 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/syncbuf"
 	"github.com/fairrelay/fairrelay/relay"
 	"github.com/fairrelay/fairrelay/sink"
 )
@@ -38,7 +41,8 @@ func TestRelayStopsWhenItsPostgresSchemaIsDropped(t *testing.T) {
 		once.Do(func() { pgtest.Exec(t, pgtest.URL(t), "DROP SCHEMA "+schema+" CASCADE") })
 		return sink.Result{Outcome: fairrelay.OutcomeAccepted}, nil
 	})
-	r, err := relay.New(t.Context(), relay.Config{Queue: q, Sink: s, Workers: 1})
+	var logs syncbuf.Buffer
+	r, err := relay.New(t.Context(), relay.Config{Queue: q, Sink: s, Workers: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +54,11 @@ func TestRelayStopsWhenItsPostgresSchemaIsDropped(t *testing.T) {
 	case err := <-done:
 		if !errors.Is(err, fairrelay.ErrNotDatabase) {
 			t.Errorf("Run after its store's schema was dropped: %v, want ErrNotDatabase", err)
+		}
+		// Its stop line says why (a fresh user's report: "relay:
+		// stopped" at info level, and the reason only in a later line).
+		if !regexp.MustCompile(`level=ERROR msg="relay: stopped on an error" clock_tick=\d+ err=.*not a fairrelay database`).MatchString(logs.String()) {
+			t.Errorf("no stop line with its error:\n%s", logs.String())
 		}
 	case <-time.After(time.Minute):
 		cancel()

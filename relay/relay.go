@@ -641,8 +641,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	// The relay's own clock, not the store's: the store keeps the tick of
 	// its last write, which an idle relay makes only every heartbeat, so a
 	// restart starts from there (a fresh user read tick= as saved).
+	if fatal != nil {
+		// Said with the stop, not after it: the error that stopped the
+		// relay came in a later line only, the caller's (a fresh user's
+		// report: "relay: stopped" first, then why).
+		r.log.Error("relay: stopped on an error", "clock_tick", r.clock.Now(), "err", fatal)
+		return fatal
+	}
 	r.log.Info("relay: stopped", "clock_tick", r.clock.Now())
-	return fatal
+	return nil
 }
 
 // logLeasedAtStart says, when heads are leased as the relay starts, how
