@@ -8,7 +8,7 @@
 
 CREATE OR REPLACE FUNCTION go_quote(v TEXT) RETURNS TEXT
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    SET search_path = pg_catalog
+    SET search_path FROM CURRENT
     AS $f$ SELECT '"' || replace(replace(v, '\', '\\'), '"', '\"') || '"' $f$;
 
 COMMENT ON FUNCTION go_quote(TEXT) IS 'fairrelay internal: a name quoted for a refusal''s message as the SQLite store quotes it (migration 035)';
