@@ -188,10 +188,11 @@ func stoppedAfter(err error, rep bulkReport) error {
 	if rep.answered == 0 {
 		return err
 	}
-	done := fmt.Sprintf("enqueue stopped after %d lines, answered above and kept as answered; the lines after them were not enqueued: run the whole input again (the stored lines answer existing)", rep.answered)
+	rest := "the lines after them were not enqueued"
 	if errors.Is(err, fairrelay.ErrCommitUnknown) {
-		done = fmt.Sprintf("enqueue stopped after %d lines, answered above and kept as answered; the connection failed once the next batch's commit was sent, so its lines may or may not be stored, and the lines after it were not enqueued: run the whole input again (the stored lines answer existing)", rep.answered)
+		rest = "the connection failed once the next batch's commit was sent, so its lines may or may not be stored, and the lines after it were not enqueued"
 	}
+	done := fmt.Sprintf("enqueue stopped after %d lines, answered above and kept as answered; %s: run the whole input again (the stored lines answer existing)", rep.answered, rest)
 	var fe *fairrelay.Error
 	if !errors.As(err, &fe) {
 		return fmt.Errorf("%s: %w", done, err)
@@ -296,7 +297,7 @@ func (b *bulk) group(i int, a *bulkAnswer) {
 	}
 	if g, seen := b.groups[a.flow]; !seen {
 		b.groups[a.flow] = a.item.Group
-	} else if g != a.item.Group && i > 0 {
+	} else if g != a.item.Group {
 		b.cut = i
 	}
 }

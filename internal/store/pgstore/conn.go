@@ -265,10 +265,11 @@ func (c *pgxConn) commit(ctx context.Context) error {
 	for i, n := range names {
 		if err := result(br, n, reads[i]); err != nil {
 			var pe *pgconn.PgError
-			if !errors.As(err, &pe) {
+			if cc, ok := c.tx.(interface{ IsClosed() bool }); ok && cc.IsClosed() && !errors.As(err, &pe) {
 				// The statements and the COMMIT went in one round trip:
-				// when none was answered, the first one's name alone
-				// ("Begin: unexpected EOF") misled (a breaker's report).
+				// when the connection failed before any answer, the first
+				// one's name alone ("Begin: unexpected EOF") misled (a
+				// breaker's report).
 				err = fmt.Errorf("no answer from statement %d of %d and the COMMIT, sent in one round trip: %w", i+1, len(names), err)
 			}
 			return unknown(err)
