@@ -653,7 +653,7 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 		return fairrelay.OutcomeUnsupportedDelta, nil
 	}
 	sum := sha256.Sum256(d.Body)
-	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, []byte{}, sum[:]); err != nil {
+	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, []byte{}, sum[:], time.Now().UnixMilli()); err != nil {
 		return "", fmt.Errorf("ReceiptInsert: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, q["ProjectionUpsert"], d.Flow, d.Seq, total+delta); err != nil {
@@ -677,7 +677,7 @@ func (in *Inbox) applyOwn(ctx context.Context, tx *sql.Tx, d Delivery, total int
 		return "", &applyError{fmt.Errorf("answered %q for %s: want accepted, invalid_body, unsupported_delta, rejected or retry", out, d.EventID)}
 	}
 	sum := sha256.Sum256(d.Body)
-	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, []byte{}, sum[:]); err != nil {
+	if _, err := tx.ExecContext(ctx, q["ReceiptInsert"], d.EventID, d.Flow, d.Seq, []byte{}, sum[:], time.Now().UnixMilli()); err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			// Apply committed or rolled back tx itself: its writes went
 			// without the receipt. Apply's misuse, not a database fault.

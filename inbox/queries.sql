@@ -11,7 +11,7 @@ SELECT count(*) FROM receipt WHERE event_id = '';
 SELECT seq, total FROM projection WHERE flow_id = $1;
 
 -- name: ReceiptInsert
-INSERT INTO receipt (event_id, flow_id, seq, body, body_sha256) VALUES ($1, $2, $3, $4, $5);
+INSERT INTO receipt (event_id, flow_id, seq, body, body_sha256, received_ms) VALUES ($1, $2, $3, $4, $5, $6);
 
 -- name: ProjectionUpsert
 INSERT INTO projection (flow_id, seq, total) VALUES ($1, $2, $3)
@@ -110,3 +110,13 @@ SELECT seq FROM held WHERE flow_id = $1 AND event_id = $2 ORDER BY seq LIMIT 1;
 
 -- name: HeldDeleteWaived
 DELETE FROM held WHERE flow_id = $1 AND seq = $2 AND event_id = $3;
+
+-- name: ReceiptEpoch
+SELECT migrated_ms FROM receipt_epoch WHERE id = 1;
+
+-- name: ReceiptPruneUndated
+DELETE FROM receipt WHERE event_id IN (SELECT event_id FROM receipt WHERE received_ms IS NULL LIMIT $1);
+
+-- name: ReceiptPruneBefore
+DELETE FROM receipt WHERE event_id IN (
+    SELECT event_id FROM receipt WHERE received_ms < $1 ORDER BY received_ms LIMIT $2);

@@ -61,14 +61,16 @@ type Waiver struct {
 // written, the first waiver's reason and operator kept. A seq the flow
 // applied already under another event's receipt (that event's delivery
 // answered sequence_conflict, for good) can be waived for it too: it then
-// answers duplicate, and the projection stays as the receipt left it.
-// The body is not compared: the queue never changes an event's body, so
+// answers duplicate, and the projection stays as the receipt left it;
+// so can a seq at most the flow's applied seq whose receipt was pruned
+// (PruneReceipts), which answers sequence_conflict to every delivery,
+// its own event's late copy included. The body is not compared: the queue never changes an event's body, so
 // the id, flow and seq name the event. The waived id is not a receipt: a
 // delivery of the same id in another flow answers as Receive says.
 // Errors (nothing written): ErrInvalidInput naming id or flow (CheckID's
 // rule), seq (below 1, or not the seq the flow waits for: its projected
-// seq + 1; a flow applied up to seq P can only waive P+1, or a seq at most P
-// that another event's receipt took; a seq waived already for another
+// seq + 1; a flow applied up to seq P can only waive P+1, a seq at most P
+// that another event's receipt took, or one whose receipt was pruned; a seq waived already for another
 // event is refused naming that event), id (the held events contradict it:
 // heldContradicts),
 // reason (empty,
@@ -132,9 +134,13 @@ func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
 		// queue. Waived, it answers duplicate, and the flow goes on; the
 		// projection stays as the receipt left it (an SRE's report: such a
 		// head had no way out but hand SQL).
+		// A seq with neither receipt nor waiver had its receipt pruned
+		// (PruneReceipts): every delivery at it answers
+		// sequence_conflict, its own event's late copy too, which the
+		// waiver lets through as a duplicate.
 		err = tx.QueryRowContext(ctx, q["ReceiptIDAt"], d.Flow, d.Seq).Scan(&id)
 		switch {
-		case err == nil && id != d.EventID:
+		case err == nil && id != d.EventID, errors.Is(err, sql.ErrNoRows):
 			if err := in.heldContradicts(ctx, tx.Tx, d); err != nil {
 				return err
 			}

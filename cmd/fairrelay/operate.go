@@ -116,10 +116,11 @@ func newPruneCmd() *cobra.Command {
 	var ackedBefore, idsBefore, at int64
 	var limit int
 	var superseded bool
+	var receiptsOlder time.Duration
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "prune (--queue Q --acked-before TICK --ids-before TICK [--limit N] [--at TICK] | --inbox I --superseded-held)",
-		Short: "Delete acked events and old tombstones (SPEC §8 retention), or an inbox's superseded held copies",
+		Use:   "prune (--queue Q --acked-before TICK --ids-before TICK [--limit N] [--at TICK] | --inbox I [--superseded-held] [--receipts-older-than D])",
+		Short: "Delete acked events and old tombstones (SPEC §8 retention), or an inbox's old receipts and superseded held copies",
 		Long: `Deletes every event acked at a tick below --acked-before, with its body and
 attempt history, keeping a tombstone (id, flow, seq, SHA-256 of the body, the
 tick it was acked at) unless it was acked below --ids-before, and deletes the
@@ -138,11 +139,19 @@ seqs applied already under another id or body (a faulty publisher's), which
 can never apply and stay listed by 'fairrelay inspect --inbox I held' (and
 counted in fairrelay_inbox_held{state="superseded"}) until dropped; held
 deliveries that may still apply are untouched. It prints
-{"status":"pruned","held":N}.`,
+{"status":"pruned","held":N}.
+
+With --inbox I --receipts-older-than D it deletes the inbox's receipts written
+longer than D ago (a receipt from before inbox migration 007 counts as written
+when the migration ran), in transactions of 500, and prints
+{"status":"pruned","receipts":N} ("held" too with --superseded-held).
+Projections stay, so a late copy of a pruned event answers sequence_conflict
+and is never applied twice; 'fairrelay waive' lets such a copy through.
+'fairrelay receive --retain-receipts D' prunes on its own.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if inboxDSN != "" || superseded {
-				return pruneInbox(cmd, inboxDSN, queue, superseded)
+			if inboxDSN != "" || superseded || cmd.Flags().Changed("receipts-older-than") {
+				return pruneInbox(cmd, inboxDSN, queue, superseded, receiptsOlder)
 			}
 			pol, err := pf.policy()
 			if err != nil {
@@ -197,6 +206,7 @@ deliveries that may still apply are untouched. It prints
 	f.Int64Var(&at, "at", 0, atUsage)
 	f.StringVar(&inboxDSN, "inbox", "", "with --superseded-held: the inbox (a SQLite file path or a postgres:// URL)")
 	f.BoolVar(&superseded, "superseded-held", false, "delete the inbox's held copies of seqs applied already (they never apply)")
+	f.DurationVar(&receiptsOlder, "receipts-older-than", 0, "delete the inbox's receipts written longer ago than this (e.g. 2160h); a late copy of a pruned event then answers sequence_conflict")
 	pf.registerAdmin(cmd)
 	return cmd
 }
@@ -238,20 +248,27 @@ func checkHorizons(cmd *cobra.Command, q *fairrelay.Queue, at, ackedBefore, idsB
 	return nil
 }
 
-// pruneInbox runs prune --inbox I --superseded-held: the inbox alone, no
-// queue flag.
-func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool) error {
+// pruneInbox runs prune --inbox I with --superseded-held and/or
+// --receipts-older-than: the inbox alone, no queue flag.
+func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool, receiptsOlder time.Duration) error {
+	receipts := cmd.Flags().Changed("receipts-older-than")
+	what := "superseded-held"
+	if receipts && !superseded {
+		what = "receipts-older-than"
+	}
 	switch {
 	case queue != "" && inboxDSN == "":
 		// --queue Q --superseded-held: no --inbox was given to blame (a
 		// fresh user's report).
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "superseded-held", Message: "prunes an inbox: give --inbox I, not --queue"}
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: what, Message: "prunes an inbox: give --inbox I, not --queue"}
 	case queue != "":
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "give --queue or --inbox, not both"}
-	case !superseded:
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "superseded-held", Message: "required with --inbox: what to prune of an inbox"}
+	case !superseded && !receipts:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "superseded-held", Message: "required with --inbox (or --receipts-older-than D): what to prune of an inbox"}
 	case inboxDSN == "":
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "required with --superseded-held"}
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "required with --" + what}
+	case receipts && receiptsOlder <= 0:
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "receipts-older-than", Message: fmt.Sprintf("must be a positive duration such as 2160h, got %s", receiptsOlder)}
 	}
 	for _, name := range []string{"acked-before", "ids-before", "limit", "at"} {
 		if cmd.Flags().Changed(name) {
@@ -270,11 +287,37 @@ func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool) err
 		return err
 	}
 	defer in.Close()
-	n, err := in.DropSuperseded(cmd.Context())
-	if err != nil {
-		return err
+	out := script.Result{"status": "pruned"}
+	if receipts {
+		before := time.Now().Add(-receiptsOlder)
+		var n int64
+		for {
+			r, err := in.PruneReceipts(cmd.Context(), inbox.PruneReceiptsParams{Before: before, Limit: 500})
+			n += r.Deleted
+			if err != nil {
+				var fe *fairrelay.Error
+				if n > 0 && errors.As(err, &fe) {
+					// Deleted and committed before the error.
+					c := *fe
+					c.Message = fmt.Sprintf("after %d receipts were deleted: %s", n, c.Message)
+					return &c
+				}
+				return err
+			}
+			if !r.More {
+				break
+			}
+		}
+		out["receipts"] = n
 	}
-	return printJSON(cmd.OutOrStdout(), script.Result{"status": "pruned", "held": n})
+	if superseded {
+		n, err := in.DropSuperseded(cmd.Context())
+		if err != nil {
+			return err
+		}
+		out["held"] = n
+	}
+	return printJSON(cmd.OutOrStdout(), out)
 }
 
 func newExpediteCmd() *cobra.Command {

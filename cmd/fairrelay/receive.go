@@ -33,6 +33,7 @@ func newReceiveCmd() *cobra.Command {
 		tolerance                                 time.Duration
 		limits                                    serverLimits
 		mustExist                                 bool
+		retain                                    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "receive --inbox I (--addr HOST:PORT [--secret S] | --from URL) [--max-delta N]",
@@ -83,6 +84,9 @@ Broker ` + brokerEnvHelp + `.`,
 			if maxDelta < 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-delta", Message: "must not be negative (0: no limit)"}
 			}
+			if retain < 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "retain-receipts", Message: fmt.Sprintf("must not be negative (0: keep receipts for good), got %s", retain)}
+			}
 			if metricsAddr != "" {
 				if err := checkListenAddr("metrics-addr", metricsAddr); err != nil {
 					return err
@@ -101,7 +105,7 @@ Broker ` + brokerEnvHelp + `.`,
 				if !isBroker(from) {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: fmt.Sprintf("must be a nats:// or amqp:// URL, got %q", redactDSN(from))}
 				}
-				return receiveFromBroker(cmd, inboxDSN, from, metricsAddr, maxDelta, mustExist, log)
+				return receiveFromBroker(cmd, inboxDSN, from, metricsAddr, maxDelta, mustExist, retain, log)
 			}
 			if err := limits.check(); err != nil {
 				return err
@@ -187,9 +191,14 @@ Broker ` + brokerEnvHelp + `.`,
 			if err := printJSON(cmd.OutOrStdout(), map[string]string{"status": "listening", "addr": ln.Addr().String()}); err != nil {
 				return err
 			}
-			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", deltaLimit(maxDelta))
+			log.Info("receive: listening", "addr", ln.Addr().String(), "inbox", redactDSN(inboxDSN), "max_delta", deltaLimit(maxDelta), "retain_receipts", retainShown(retain))
 			ctx, stopWatch := watchInboxFile(ctx, in, isPostgresURL(inboxDSN), log)
 			defer stopWatch()
+			stopRetain, err := retainReceipts(ctx, in, retain, reg, log)
+			if err != nil {
+				return err
+			}
+			defer stopRetain()
 			if err := serveUntilDone(ctx, ln, h, limits, log); err != nil {
 				return err
 			}
@@ -205,6 +214,7 @@ Broker ` + brokerEnvHelp + `.`,
 	f.BoolVar(&mustExist, "must-exist", false, "refuse to start when --inbox holds no inbox, instead of creating one (a SQLite file; a PostgreSQL inbox always must exist): for a service whose inbox 'fairrelay migrate --inbox' makes, so a misspelt path fails at start")
 	f.Int64Var(&maxDelta, "max-delta", 0, "largest ledger delta supported; larger ones answer unsupported_delta (0: no limit)")
 	f.Int64Var(&maxBody, "max-body-bytes", 1<<20, "HTTP: the largest request body read, in bytes; a larger one answers 413 (the queue's default limit on a body, Policy.MaxBodyBytes, is the same 1 MiB: raise both together)")
+	f.DurationVar(&retain, "retain-receipts", 0, "delete receipts written longer ago than this, every minute in short batches (e.g. 2160h for 90 days; longer than the relay's --retain-ids): a late copy of a pruned event then answers sequence_conflict, never applies twice; 0 keeps them for good")
 	f.DurationVar(&tolerance, "tolerance", webhook.DefaultTolerance, "largest accepted distance between webhook-timestamp and this machine's clock")
 	logs.register(f)
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (requests by HTTP status, their durations; with --from, messages by action and outcome, and the deliveries held), and /healthz and /readyz (the inbox answers) (e.g. 127.0.0.1:9091)")
@@ -241,7 +251,7 @@ func (l serverLimits) check() error {
 }
 
 // receiveFromBroker runs receive --from: the inbox as a broker consumer.
-func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, maxDelta int64, mustExist bool, log *slog.Logger) error {
+func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, maxDelta int64, mustExist bool, retain time.Duration, log *slog.Logger) error {
 	ctx := cmd.Context()
 	// Before the inbox is opened: a refused URL or a taken port creates
 	// nothing.
@@ -275,12 +285,17 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 	}
 	ctx, stopWatch := watchInboxFile(ctx, in, isPostgresURL(inboxDSN), log)
 	defer stopWatch()
+	stopRetain, err := retainReceipts(ctx, in, retain, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopRetain()
 	var printErr error
 	err = run(ctx, opts, func() {
 		// Once the stream or queue exists: a relay started after this line
 		// finds it.
 		printErr = printJSON(cmd.OutOrStdout(), map[string]string{"status": "consuming", "from": shown})
-		log.Info("receive: consuming", "from", shown, "inbox", redactDSN(inboxDSN), "max_delta", deltaLimit(maxDelta))
+		log.Info("receive: consuming", "from", shown, "inbox", redactDSN(inboxDSN), "max_delta", deltaLimit(maxDelta), "retain_receipts", retainShown(retain))
 	})
 	if err = errors.Join(err, printErr); err != nil {
 		return err
@@ -452,4 +467,12 @@ func deltaLimit(n int64) any {
 		return "none"
 	}
 	return n
+}
+
+// retainShown is --retain-receipts as the start line gives it.
+func retainShown(d time.Duration) string {
+	if d <= 0 {
+		return "forever"
+	}
+	return d.String()
 }
