@@ -309,15 +309,20 @@ type QuarantinedParams struct {
 	// Prefix, when set, keeps only the heads of flows whose id starts
 	// with it (a range of the index, however many flows there are).
 	Prefix string
+	// Group, when set, keeps only the heads of the flows in that group
+	// (SPEC §8; a flow created without a group is in the group named like
+	// itself, FlowState.Group). A page may take the store longer to fill
+	// than without it: flows of other groups are read and passed over.
+	Group string
 	// Limit is the most heads returned, at least 1.
 	Limit int
 }
 
 // QuarantinedWhere lists quarantined heads by flow as p selects them, in
 // one read transaction. Errors: ErrInvalidInput (field "limit" below 1;
-// "flow" not a valid flow id; "after", "prefix" not valid UTF-8 or holding
-// a control character, which no flow id holds; "reason" not a quarantine
-// reason), ErrBusy, ErrDatabase.
+// "flow" or "group" not a valid flow or group id; "after", "prefix" not
+// valid UTF-8 or holding a control character, which no flow id holds;
+// "reason" not a quarantine reason), ErrBusy, ErrDatabase.
 func (q *Queue) QuarantinedWhere(ctx context.Context, p QuarantinedParams) ([]EventState, error) {
 	afterFlow, limit := p.After, p.Limit
 	if limit < 1 {
@@ -336,6 +341,11 @@ func (q *Queue) QuarantinedWhere(ctx context.Context, p QuarantinedParams) ([]Ev
 			return nil, err
 		}
 	}
+	if p.Group != "" {
+		if err := checkID("group", p.Group); err != nil {
+			return nil, err
+		}
+	}
 	if p.Reason != "" && p.Reason != ReasonBudgetExhausted && Outcome(p.Reason).Class() != ClassPermanent {
 		return nil, invalid("reason", "%s is no quarantine reason: %s or a permanent outcome (id_conflict, sequence_conflict, unsupported_delta, invalid_body, rejected)", quote(p.Reason), ReasonBudgetExhausted)
 	}
@@ -344,7 +354,7 @@ func (q *Queue) QuarantinedWhere(ctx context.Context, p QuarantinedParams) ([]Ev
 		return nil, dbError("quarantined", err)
 	}
 	defer tx.Rollback(ctx)
-	es, err := tx.QuarantinedList(ctx, afterFlow, p.Flow, p.Prefix, p.Reason, limit)
+	es, err := tx.QuarantinedList(ctx, afterFlow, store.QuarantinedFilter{Flow: p.Flow, Prefix: p.Prefix, Reason: p.Reason, Group: p.Group}, limit)
 	if err != nil {
 		return nil, dbError("quarantined", err)
 	}

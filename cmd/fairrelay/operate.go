@@ -321,19 +321,20 @@ func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool, rec
 }
 
 func newExpediteCmd() *cobra.Command {
-	var queue, id, reason, operator, flow string
+	var queue, id, reason, operator, flow, group string
 	var gen, at int64
 	var all bool
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "expedite --queue Q (--id ID --expected-generation G | --all [--flow F]) --reason TEXT [--operator NAME] [--at TICK]",
+		Use:   "expedite --queue Q (--id ID --expected-generation G | --all [--flow F] [--group G]) --reason TEXT [--operator NAME] [--at TICK]",
 		Short: "Cut a head's backoff short: eligible now, attempts unchanged, with an audit row (SPEC §9)",
 		Long: `For a head that is backing off (ready, with next_at after now) at the
 generation given: next_at becomes now. Prints {"status":"ready","next_at":T} or
 {"status":"rejected","reason":...} (empty_reason, not_ready, not_backing_off,
 generation_mismatch; exit 1, nothing changed).
 
---all expedites every head backing off (of --flow, when given) at the
+--all expedites every head backing off (of --flow, of the flows of --group,
+when given) at the
 generation the listing showed — after a receiver's outage, say, when every
 flow's head waits out a backoff of up to the policy's cap — one expedite and
 one audit row each, and prints one JSON line per event with its id. A head
@@ -350,8 +351,12 @@ that changed meanwhile is rejected and left alone (exit 1 when any was).`,
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "all", Message: "give --all or --id with --expected-generation, not both"}
 				}
 				need = []string{"reason"}
-			} else if cmd.Flags().Changed("flow") {
-				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "flow", Message: "narrows --all only: give --all, or --id with --expected-generation"}
+			} else {
+				for _, name := range []string{"flow", "group"} {
+					if cmd.Flags().Changed(name) {
+						return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "narrows --all only: give --all, or --id with --expected-generation"}
+					}
+				}
 			}
 			if err := requireFlags(cmd, need...); err != nil {
 				return err
@@ -365,7 +370,7 @@ that changed meanwhile is rejected and left alone (exit 1 when any was).`,
 			}
 			defer q.Close()
 			if all {
-				return expediteAll(cmd, q, flow, reason, operator, atFlag(cmd, at))
+				return expediteAll(cmd, q, flow, group, reason, operator, atFlag(cmd, at))
 			}
 			r, err := q.Expedite(cmd.Context(), fairrelay.ExpediteParams{EventID: id, ExpectedGeneration: gen, Reason: reason, Operator: operator, At: atFlag(cmd, at)})
 			if err != nil {
@@ -381,19 +386,21 @@ that changed meanwhile is rejected and left alone (exit 1 when any was).`,
 	f.StringVar(&reason, "reason", "", "why; kept in the audit row")
 	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row (default: the OS user running the command)")
 	f.Int64Var(&at, "at", 0, atUsage)
-	f.BoolVar(&all, "all", false, "expedite every head backing off (narrow with --flow)")
+	f.BoolVar(&all, "all", false, "expedite every head backing off (narrow with --flow and --group)")
 	f.StringVar(&flow, "flow", "", "with --all: only this flow")
+	f.StringVar(&group, "group", "", "with --all: only the flows of this group (a tenant's, SPEC §8; a flow without a group is its own)")
 	pf.registerAdmin(cmd)
 	return cmd
 }
 
 // expediteAll expedites the heads backing off (ready, next_at after the
-// stored tick read first) of every flow, or of flow, each in its own
+// stored tick read first) of every flow, or of flow, or of the flows of
+// group, each in its own
 // transaction at the generation it was listed with, and prints one line
 // per event. It pages through the flows by id (keyset), however many
 // there are. Expedite errors stop it; rejections (a head that moved
 // meanwhile) are printed and it goes on.
-func expediteAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reason, operator string, at int64) error {
+func expediteAll(cmd *cobra.Command, q *fairrelay.Queue, flow, group, reason, operator string, at int64) error {
 	ctx := cmd.Context()
 	// The clock first (SPEC §2), also when no head matches.
 	if err := q.CheckTick(ctx, "expedite", at, false); err != nil {
@@ -410,11 +417,17 @@ func expediteAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reason, operator 
 	if at != fairrelay.AtStored {
 		now = max(now, at)
 	}
+	if err := knownGroup(cmd, q, group); err != nil {
+		return err
+	}
 	const page = 1000
 	n, rejected := 0, 0
 	why := map[string]int{}
 	each := func(h fairrelay.Head) error {
 		e := h.Head
+		if group != "" && h.Group != group {
+			return nil
+		}
 		if e == nil || e.State != fairrelay.StateReady || e.NextAt == nil || *e.NextAt <= now {
 			return nil
 		}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"os/user"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -21,17 +23,18 @@ func newRedriveCmd() *cobra.Command {
 	var queue, id, reason, operator string
 	var gen, at int64
 	var all bool
-	var flow, reasonIs string
+	var flow, reasonIs, group string
 	var pf policyFlags
 	cmd := &cobra.Command{
-		Use:   "redrive --queue Q (--id ID --expected-generation G | --all [--flow F] [--reason-is R]) --reason TEXT [--operator NAME] [--at TICK]",
+		Use:   "redrive --queue Q (--id ID --expected-generation G | --all [--flow F] [--group G] [--reason-is R]) --reason TEXT [--operator NAME] [--at TICK]",
 		Short: "Put quarantined heads back in dispatch, each with an audit row (SPEC §2)",
 		Long: `Redrive is the only way out of quarantine. It needs the event's current
 generation (see 'fairrelay inspect quarantined') and a reason; it prints
 {"status":"ready","generation":N} or {"status":"rejected","reason":...}.
 
---all redrives every quarantined head (of --flow, or with the quarantine
-reason --reason-is, when given) at the generation the listing showed, one
+--all redrives every quarantined head (of --flow, of the flows of --group,
+with the quarantine reason --reason-is, when given) at the generation the
+listing showed, one
 redrive and one audit row each, and prints one JSON line per event with its
 id. A head that changed meanwhile answers generation_mismatch and is left
 alone.`,
@@ -52,7 +55,7 @@ alone.`,
 				// A filter given with --id would be ignored: the one event
 				// named is redriven whatever its flow or reason. Refused,
 				// as expedite's --flow (a breaker's report).
-				for _, name := range []string{"flow", "reason-is"} {
+				for _, name := range []string{"flow", "group", "reason-is"} {
 					if cmd.Flags().Changed(name) {
 						return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "narrows --all only: give --all, or --id with --expected-generation"}
 					}
@@ -72,7 +75,7 @@ alone.`,
 			}
 			defer q.Close()
 			if all {
-				return redriveAll(cmd, q, flow, reasonIs, reason, operator, at)
+				return redriveAll(cmd, q, flow, group, reasonIs, reason, operator, at)
 			}
 			r, err := q.Redrive(cmd.Context(), fairrelay.RedriveParams{EventID: id, ExpectedGeneration: gen, Reason: reason, Operator: operator, At: at})
 			if err != nil {
@@ -94,8 +97,9 @@ alone.`,
 	f.StringVar(&reason, "reason", "", "why it is safe to try again; kept in the audit row")
 	f.StringVar(&operator, "operator", "", "who decided; kept in the audit row (default: the OS user running the command)")
 	f.Int64Var(&at, "at", 0, atUsage)
-	f.BoolVar(&all, "all", false, "redrive every quarantined head (narrow with --flow and --reason-is)")
+	f.BoolVar(&all, "all", false, "redrive every quarantined head (narrow with --flow, --group and --reason-is)")
 	f.StringVar(&flow, "flow", "", "with --all: only this flow")
+	f.StringVar(&group, "group", "", "with --all: only the flows of this group (a tenant's, SPEC §8; a flow without a group is its own)")
 	f.StringVar(&reasonIs, "reason-is", "", "with --all: only heads quarantined for this reason (e.g. budget_exhausted)")
 	pf.registerAdmin(cmd)
 	return cmd
@@ -103,11 +107,11 @@ alone.`,
 
 // redriveAll redrives the quarantined heads that match, each in its own
 // transaction at the generation it was listed with, and prints one line per
-// event. The store filters by --flow and --reason-is, and it pages through
+// event. The store filters by --flow, --group and --reason-is, and it pages through
 // every quarantined head that matches (one per flow at most), however many
 // there are.
 // Redrive errors stop it; rejections are printed and it goes on.
-func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, operator string, at int64) error {
+func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, group, reasonIs, reason, operator string, at int64) error {
 	ctx := cmd.Context()
 	// The clock first (SPEC §2), also when no head matches: a tick behind
 	// the store's is clock_regressed, not "no quarantined head matched".
@@ -127,12 +131,15 @@ func redriveAll(cmd *cobra.Command, q *fairrelay.Queue, flow, reasonIs, reason, 
 			return err
 		}
 	}
+	if err := knownGroup(cmd, q, group); err != nil {
+		return err
+	}
 	const page = 1000
 	n, rejected := 0, 0
 	why := map[string]int{} // rejections by reason
 	after := ""
 	for done := false; !done; {
-		es, err := q.QuarantinedWhere(ctx, fairrelay.QuarantinedParams{After: after, Flow: flow, Reason: reasonIs, Limit: page})
+		es, err := q.QuarantinedWhere(ctx, fairrelay.QuarantinedParams{After: after, Flow: flow, Group: group, Reason: reasonIs, Limit: page})
 		if err != nil {
 			return err
 		}
@@ -233,4 +240,47 @@ func generationHint(ctx context.Context, q *fairrelay.Queue, id, reason string) 
 			e.State, e.Seq, e.Flow, e.Generation, shellQuote(e.Flow))
 	}
 	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect quarantined lists each head with the generation a redrive needs)", e.Generation)
+}
+
+// knownGroup refuses a --group (given unless "") that is no valid group
+// name (invalid_input) or that no flow and no configuration knows
+// (not_found): a misspelt --group is not "nothing matched". A group is
+// known when it has a row (inspect groups) or a flow of its name is its
+// own group (SPEC §8).
+func knownGroup(cmd *cobra.Command, q *fairrelay.Queue, group string) error {
+	if group == "" {
+		return nil
+	}
+	if err := fairrelay.CheckID("group", group); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	switch fi, err := q.Flow(ctx, group); {
+	case err == nil && fi.Group == group:
+		return nil
+	case err != nil && !errors.Is(err, fairrelay.ErrNotFound):
+		return err
+	}
+	// The groups with a row, from just before the name: those between
+	// its prefix and it first (few), then it, if it is there.
+	_, size := utf8.DecodeLastRuneInString(group)
+	const page = 100
+	for after := group[:len(group)-size]; ; {
+		gs, err := q.Groups(ctx, after, page)
+		if err != nil {
+			return err
+		}
+		for _, g := range gs {
+			if g.Group == group {
+				return nil
+			}
+			if g.Group > group {
+				break
+			}
+		}
+		if len(gs) < page || gs[len(gs)-1].Group > group {
+			return &fairrelay.Error{Code: fairrelay.CodeNotFound, Field: "group", Message: fmt.Sprintf("no group %q: no flow is in it and none was configured (fairrelay inspect groups)", group)}
+		}
+		after = gs[len(gs)-1].Group
+	}
 }

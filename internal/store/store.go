@@ -764,12 +764,8 @@ type ReadTx interface {
 	EventList(ctx context.Context, afterFlow string, afterSeq int64, limit int) ([]EventRow, error)
 	// QuarantinedList lists quarantined events (each its flow's head, so
 	// one per flow at most) by flow, after the flow afterFlow, at most
-	// limit rows.
-	// flow, prefix and reason, when not empty, keep only that flow's head,
-	// the heads of flows whose id starts with prefix (read as the range
-	// [prefix, PrefixEnd(prefix)) of the index) and heads quarantined for
-	// that reason.
-	QuarantinedList(ctx context.Context, afterFlow, flow, prefix, reason string, limit int) ([]EventRow, error)
+	// limit rows, as f selects them.
+	QuarantinedList(ctx context.Context, afterFlow string, f QuarantinedFilter, limit int) ([]EventRow, error)
 	// FlowSearch lists the flows whose id starts with prefix ("" for all)
 	// by flow id (bytewise), after the given id, at most limit rows: a
 	// range of the primary key.
@@ -811,4 +807,14 @@ type ReadTx interface {
 	// flow table where the backlog needs one anyway (PostgreSQL).
 	FlowTotals(ctx context.Context) (flows, backlog int64, err error)
 	Rollback(ctx context.Context) error
+}
+
+// QuarantinedFilter narrows QuarantinedList; each field, when not empty,
+// keeps only: Flow, that flow's head; Prefix, the heads of flows whose id
+// starts with it (read as the range [Prefix, PrefixEnd(Prefix)) of the
+// index); Reason, heads quarantined for that reason; Group, the heads of
+// the flows in that group (SPEC §8: a flow created without a group is in
+// the group named like itself).
+type QuarantinedFilter struct {
+	Flow, Prefix, Reason, Group string
 }

@@ -172,12 +172,15 @@ FROM event_now WHERE (flow_id, seq) > ($1, $2) ORDER BY flow_id, seq LIMIT $3;
 -- a stored generated column since 013): read them through the partial
 -- index flow_parked_head, one per flow at most. $5 is
 -- a prefix's start ('' for none); QuarantinedRange adds its end $6, so
--- that the index is read as a range.
+-- that the index is read as a range. $6 ($7 in QuarantinedRange) is a
+-- group ('' for any): a flow without group_id is in the group named like
+-- itself.
 SELECT e.event_id, e.flow_id, e.seq, e.body, e.state, e.generation, e.attempts, e.lifetime_attempts, e.reason, e.next_at, e.lease_until, e.enqueued_at, e.claimed_wall, e.acked_at, e.claimed_by
 FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.parked
   AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
   AND f.flow_id >= $5
+  AND ($6 = '' OR coalesce(f.group_id, f.flow_id) = $6)
 ORDER BY f.flow_id LIMIT $2;
 
 -- name: QuarantinedRange
@@ -186,6 +189,7 @@ FROM flow f JOIN event_now e ON e.flow_id = f.flow_id AND e.seq = f.head_seq
 WHERE f.parked
   AND e.state = 'quarantined' AND f.flow_id > $1 AND ($3 = '' OR f.flow_id = $3) AND ($4 = '' OR e.reason = $4)
   AND f.flow_id >= $5 AND f.flow_id < $6
+  AND ($7 = '' OR coalesce(f.group_id, f.flow_id) = $7)
 ORDER BY f.flow_id LIMIT $2;
 
 -- name: AuditList

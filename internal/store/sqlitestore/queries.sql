@@ -204,16 +204,19 @@ FROM event WHERE (flow_id, seq) > (?, ?) ORDER BY flow_id, seq LIMIT ?;
 -- The literal state lets SQLite use the partial index event_quarantined; a
 -- quarantined event is its flow's head, one per flow at most. ?5 is a
 -- prefix's start ('' for none); QuarantinedRange adds its end ?6, so that
--- the index is read as a range.
+-- the index is read as a range. ?6 (?7 in QuarantinedRange) is a group
+-- ('' for any): a flow without group_id is in the group named like itself.
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event WHERE state = 'quarantined' AND flow_id > ?1 AND (?3 = '' OR flow_id = ?3) AND (?4 = '' OR reason = ?4)
   AND flow_id >= ?5
+  AND (?6 = '' OR coalesce((SELECT f.group_id FROM flow f WHERE f.flow_id = event.flow_id), event.flow_id) = ?6)
 ORDER BY flow_id, seq LIMIT ?2;
 
 -- name: QuarantinedRange
 SELECT event_id, flow_id, seq, body, state, generation, attempts, lifetime_attempts, reason, next_at, lease_until, enqueued_at, claimed_wall, acked_at, claimed_by
 FROM event WHERE state = 'quarantined' AND flow_id > ?1 AND (?3 = '' OR flow_id = ?3) AND (?4 = '' OR reason = ?4)
   AND flow_id >= ?5 AND flow_id < ?6
+  AND (?7 = '' OR coalesce((SELECT f.group_id FROM flow f WHERE f.flow_id = event.flow_id), event.flow_id) = ?7)
 ORDER BY flow_id, seq LIMIT ?2;
 
 -- name: AuditInsert

@@ -1375,11 +1375,11 @@ func (t *ReadTx) EventList(ctx context.Context, afterFlow string, afterSeq int64
 }
 
 // QuarantinedList lists quarantined events by flow.
-func (t *ReadTx) QuarantinedList(ctx context.Context, afterFlow, flow, prefix, reason string, limit int) ([]store.EventRow, error) {
-	if end := store.PrefixEnd(prefix); end != "" {
-		return t.events(ctx, "QuarantinedRange", afterFlow, limit, flow, reason, prefix, end)
+func (t *ReadTx) QuarantinedList(ctx context.Context, afterFlow string, f store.QuarantinedFilter, limit int) ([]store.EventRow, error) {
+	if end := store.PrefixEnd(f.Prefix); end != "" {
+		return t.events(ctx, "QuarantinedRange", afterFlow, limit, f.Flow, f.Reason, f.Prefix, end, f.Group)
 	}
-	return t.events(ctx, "QuarantinedList", afterFlow, limit, flow, reason, prefix)
+	return t.events(ctx, "QuarantinedList", afterFlow, limit, f.Flow, f.Reason, f.Prefix, f.Group)
 }
 
 // FlowSearch lists the flows whose id starts with prefix, after the given

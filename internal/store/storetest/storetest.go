@@ -555,24 +555,24 @@ func listings(t *testing.T, open Opener) {
 		if len(events) != 50 || events[0] != "F00a" || events[1] != "F00b" || events[49] != "F24b" {
 			t.Fatalf("events paged by 9: %d %v", len(events), events)
 		}
-		q1, err := rt.QuarantinedList(bg, "", "", "", "", 2)
+		q1, err := rt.QuarantinedList(bg, "", store.QuarantinedFilter{}, 2)
 		if err != nil || len(q1) != 2 || q1[0].ID != "F03a" || q1[1].ID != "F11a" || q1[0].Reason != "id_conflict" {
 			t.Fatalf("quarantined page 1: %+v %v", q1, err)
 		}
-		q2, err := rt.QuarantinedList(bg, "F11", "", "", "", 2)
+		q2, err := rt.QuarantinedList(bg, "F11", store.QuarantinedFilter{}, 2)
 		if err != nil || len(q2) != 1 || q2[0].ID != "F20a" {
 			t.Fatalf("quarantined after F11: %+v %v", q2, err)
 		}
 		// Filtered by the store: a page holds matching heads only.
-		q3, err := rt.QuarantinedList(bg, "", "", "", "id_conflict", 1)
+		q3, err := rt.QuarantinedList(bg, "", store.QuarantinedFilter{Reason: "id_conflict"}, 1)
 		if err != nil || len(q3) != 1 || q3[0].ID != "F03a" {
 			t.Fatalf("quarantined for id_conflict, page of 1: %+v %v", q3, err)
 		}
-		q4, err := rt.QuarantinedList(bg, "F03", "", "", "id_conflict", 5)
+		q4, err := rt.QuarantinedList(bg, "F03", store.QuarantinedFilter{Reason: "id_conflict"}, 5)
 		if err != nil || len(q4) != 1 || q4[0].ID != "F20a" {
 			t.Fatalf("quarantined for id_conflict after F03: %+v %v (F11's reason is another)", q4, err)
 		}
-		q5, err := rt.QuarantinedList(bg, "", "F11", "", "", 5)
+		q5, err := rt.QuarantinedList(bg, "", store.QuarantinedFilter{Flow: "F11"}, 5)
 		if err != nil || len(q5) != 1 || q5[0].ID != "F11a" {
 			t.Fatalf("quarantined of flow F11: %+v %v", q5, err)
 		}
@@ -688,11 +688,11 @@ func consoleReads(t *testing.T, open Opener) {
 		if fs, err = rt.PausedList(bg, "F07", 5); err != nil || len(fs) != 0 {
 			t.Fatalf("paused after F07: %v %v", ids(fs), err)
 		}
-		q, err := rt.QuarantinedList(bg, "", "", "F1", "", 5)
+		q, err := rt.QuarantinedList(bg, "", store.QuarantinedFilter{Prefix: "F1"}, 5)
 		if err != nil || len(q) != 1 || q[0].ID != "F11a" {
 			t.Fatalf("quarantined of prefix F1: %+v %v", q, err)
 		}
-		if q, err = rt.QuarantinedList(bg, "", "", "F", "rejected", 5); err != nil || len(q) != 2 {
+		if q, err = rt.QuarantinedList(bg, "", store.QuarantinedFilter{Prefix: "F", Reason: "rejected"}, 5); err != nil || len(q) != 2 {
 			t.Fatalf("quarantined of prefix F: %+v %v", q, err)
 		}
 		if c, err := rt.Counts(bg, 10); err != nil || c != (store.Counts{Inflight: 1, Quarantined: 2, Paused: 1}) {
