@@ -130,8 +130,10 @@ func ApplyNamed(ctx context.Context, db *sql.DB, table string, migs []Migration,
 	return applied, nil
 }
 
-// newer is ErrNewerSchema (wrapped, naming the version) when have records a
-// migration migs lacks.
+// newer is ErrNewerSchema (wrapped, naming the newest version and how many
+// there are) when have records migrations migs lacks. The same store gives
+// the same message every time: it named whichever unknown version a map
+// yielded first (a fresh user's report: 32, 34, 32, 31 in five runs).
 func newer(have map[int]bool, migs []Migration) error {
 	known := map[int]bool{}
 	last := 0
@@ -139,10 +141,18 @@ func newer(have map[int]bool, migs []Migration) error {
 		known[m.Version] = true
 		last = max(last, m.Version)
 	}
+	unknown, newest := 0, 0
 	for v := range have {
 		if !known[v] {
-			return fmt.Errorf("%w: it records migration %d, and this build knows migrations up to %d; run a fairrelay at least as new as the one that migrated it", ErrNewerSchema, v, last)
+			unknown++
+			newest = max(newest, v)
 		}
+	}
+	switch {
+	case unknown == 1:
+		return fmt.Errorf("%w: it records migration %d, and this build knows migrations up to %d; run a fairrelay at least as new as the one that migrated it", ErrNewerSchema, newest, last)
+	case unknown > 1:
+		return fmt.Errorf("%w: it records %d migrations this build lacks, up to migration %d, and this build knows migrations up to %d; run a fairrelay at least as new as the one that migrated it", ErrNewerSchema, unknown, newest, last)
 	}
 	return nil
 }
