@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
@@ -29,6 +30,12 @@ func TestScriptFieldErrorsComeAfterTheClock(t *testing.T) {
 		{`{"op":"enqueue","id":5,"flow":"A","delta":1,"at":%d}`, "id"},
 		{`{"id":"A2","flow":"A","delta":1,"bogus":true,"op":"enqueue","at":%d}`, "bogus"},
 		{`{"op":"claim","at":%d,"weight":"heavy"}`, "weight"},
+		// A known field of another op (a breaker's report: each was
+		// ignored).
+		{`{"op":"claim","at":%d,"id":"x"}`, "id"},
+		{`{"op":"step","at":%d,"outcome":"accepted"}`, "outcome"},
+		{`{"op":"settle","id":"A1","generation":1,"outcome":"accepted","reason":"x","at":%d}`, "reason"},
+		{`{"op":"pause","flow":"A","reason":"x","id":"A1","at":%d}`, "id"},
 		{`{"op":"settle","id":"A1","generation":"one","outcome":"accepted","at":%d}`, "generation"},
 		{`{"op":"configure","group":"g","weight":"x","at":%d}`, "weight"},
 		// Missing or empty fields the runner refuses itself (a breaker's
@@ -61,6 +68,16 @@ func TestScriptFieldErrorsComeAfterTheClock(t *testing.T) {
 			t.Errorf("%s: %v, want invalid_input naming %s", ahead, r, c.field)
 		}
 	}
+	// Ops that write no tick refuse another op's field at once.
+	for _, c := range []struct{ line, field string }{
+		{`{"op":"inbox","max_delta":3,"at":5}`, "at"},
+		{`{"op":"snapshot","id":"x"}`, "id"},
+		{`{"op":"receive","id":"A1","generation":1,"outcome":"accepted"}`, "outcome"},
+	} {
+		if r := rn.Do(ctx, []byte(c.line)); fmt.Sprint(r["error"]) != string(fairrelay.CodeInvalidInput) || r["field"] != c.field {
+			t.Errorf("%s: %v, want invalid_input naming %s", c.line, r, c.field)
+		}
+	}
 	// A bad op or at is answered at once: the clock cannot be read for it.
 	if r := rn.Do(ctx, []byte(`{"op":"enqueue","id":"A3","flow":"A","delta":1,"at":"3"}`)); fmt.Sprint(r["error"]) != string(fairrelay.CodeInvalidInput) || r["field"] != "at" {
 		t.Errorf("at of the wrong type: %v, want invalid_input naming at", r)
@@ -71,5 +88,49 @@ func TestScriptFieldErrorsComeAfterTheClock(t *testing.T) {
 	}
 	if len(s.Events) != 1 {
 		t.Errorf("%d events stored, want 1: a refused op changed the store", len(s.Events))
+	}
+}
+
+// An at of math.MinInt64 — the library's AtStored sentinel — is a tick
+// below every stored one to a script: every write op answers
+// clock_regressed naming it and changes nothing (it ran at the stored
+// tick). A read op ignores it as before.
+func TestScriptLowestTickIsClockRegressed(t *testing.T) {
+	ctx := context.Background()
+	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	rn := &Runner{Queue: q}
+	if r := rn.Do(ctx, []byte(`{"op":"enqueue","id":"A1","flow":"A","delta":1,"at":100}`)); r["status"] != "created" {
+		t.Fatalf("enqueue at 100: %v", r)
+	}
+	const low = `-9223372036854775808`
+	for _, line := range []string{
+		`{"op":"claim","at":` + low + `}`,
+		`{"op":"step","at":` + low + `}`,
+		`{"op":"enqueue","id":"A2","flow":"A","delta":1,"at":` + low + `}`,
+		`{"op":"settle","id":"A1","generation":1,"outcome":"accepted","at":` + low + `}`,
+		`{"op":"redrive","id":"A1","expected_generation":1,"reason":"x","at":` + low + `}`,
+		`{"op":"expedite","id":"A1","expected_generation":1,"reason":"x","at":` + low + `}`,
+		`{"op":"pause","flow":"A","reason":"x","at":` + low + `}`,
+		`{"op":"resume","flow":"A","reason":"x","at":` + low + `}`,
+		`{"op":"configure","group":"g","weight":2,"at":` + low + `}`,
+		`{"op":"prune","acked_before":0,"ids_before":0,"at":` + low + `}`,
+		`{"op":"claim","bogus":1,"at":` + low + `}`,
+	} {
+		r := rn.Do(ctx, []byte(line))
+		want := fmt.Sprintf("at tick %s: the store is at tick 100", low)
+		if r["error"] != string(fairrelay.CodeClockRegressed) || !strings.Contains(fmt.Sprint(r["message"]), want) {
+			t.Errorf("%s: %v, want clock_regressed (%s)", line, r, want)
+		}
+	}
+	s, err := q.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Clock.Tick != 100 || s.Clock.Ticket != 0 || len(s.Events) != 1 || s.Events[0].State != fairrelay.StateReady {
+		t.Errorf("after the refused writes: clock %+v, events %+v; want tick 100, ticket 0, A1 ready", s.Clock, s.Events)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"slices"
+	"strings"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
@@ -138,6 +140,12 @@ func errResult(err error) Result {
 // the same clock again.
 func (rn *Runner) Do(ctx context.Context, line []byte) Result {
 	o, err := parseOp(line)
+	if o.At != nil && *o.At == fairrelay.AtStored && clockedOps[o.Op] {
+		// The library's sentinel for "the store's tick" is a tick below
+		// every stored one to a script, which names its ticks: the op ran
+		// at the stored tick instead of failing (a breaker's report).
+		return errResult(rn.regressed(ctx, o.Op, *o.At))
+	}
 	var res Result
 	if err == nil {
 		res, err = rn.do(ctx, o)
@@ -149,6 +157,17 @@ func (rn *Runner) Do(ctx context.Context, line []byte) Result {
 		return errResult(err)
 	}
 	return res
+}
+
+// regressed is clock_regressed for a write of op at tick at, below every
+// stored tick, in the words of the queue's own refusal (SPEC §2), or the
+// error of reading the clock.
+func (rn *Runner) regressed(ctx context.Context, op string, at int64) error {
+	c, err := rn.Queue.Clock(ctx)
+	if err != nil {
+		return err
+	}
+	return &fairrelay.Error{Code: fairrelay.CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: the store is at tick %d", op, at, c.Tick)}
 }
 
 // clockedOps are the ops that write the queue store at their at: their
@@ -249,7 +268,37 @@ func parseOp(line []byte) (op, error) {
 			}
 		}
 	}
+	if fields, ok := opFields[o.Op]; ok && first == nil {
+		// A field of another op is not this op's: ignored, it hid a
+		// mistake ({"op":"claim","id":"A1"} claimed whatever was due; a
+		// breaker's report), as an unknown field would have.
+		for _, m := range members {
+			if m.Key != "op" && !slices.Contains(fields, m.Key) {
+				first = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key,
+					Message: fmt.Sprintf("not a field of %s (its fields: %s)", o.Op, strings.Join(fields, ", "))}
+				break
+			}
+		}
+	}
 	return o, first
+}
+
+// opFields are the fields each op takes (SPEC §6, §8, §9): any other known
+// field on its line is refused, naming it.
+var opFields = map[string][]string{
+	"enqueue":   {"id", "flow", "delta", "body", "group", "at"},
+	"claim":     {"at"},
+	"receive":   {"id", "generation"},
+	"settle":    {"id", "generation", "outcome", "at"},
+	"step":      {"at"},
+	"redrive":   {"id", "expected_generation", "reason", "operator", "at"},
+	"expedite":  {"id", "expected_generation", "reason", "operator", "at"},
+	"pause":     {"flow", "reason", "operator", "at"},
+	"resume":    {"flow", "reason", "operator", "at"},
+	"inbox":     {"max_delta", "unavailable"},
+	"snapshot":  {},
+	"configure": {"group", "weight", "max_backlog", "max_flow_backlog", "at"},
+	"prune":     {"acked_before", "ids_before", "at"},
 }
 
 // Members splits one input line into its fields, strictly: the line must be
