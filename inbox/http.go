@@ -129,7 +129,7 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 				writeError(w, http.StatusBadRequest, string(fairrelay.CodeInvalidInput), err.Error())
 				return
 			}
-			if r.Context().Err() != nil {
+			if clientLeft(r, err) {
 				// The client went away before the commit: nothing was
 				// written, and nobody is left to answer. Not an error of
 				// this receiver; the relay delivers again.
@@ -236,4 +236,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+}
+
+// clientLeft reports whether err, Receive's error for request r, is the
+// client's going away: r's context is done and err is that context's
+// (Receive's waits and statements end with it). A database error that came
+// while the client was gone — a commit, which outlives the request, that
+// failed — is the receiver's failure all the same: the client's leaving did
+// not cause it, and taken for it, it was logged at info level only.
+func clientLeft(r *http.Request, err error) bool {
+	ctxErr := r.Context().Err()
+	return ctxErr != nil && errors.Is(err, ctxErr)
 }

@@ -1,0 +1,125 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairrelay/fairrelay/internal/pgtest"
+	"github.com/fairrelay/fairrelay/internal/sqlitetest"
+	"github.com/fairrelay/fairrelay/sink/webhook"
+)
+
+// A commit the database refuses is the receiver's failure, logged at ERROR,
+// also when the client hung up while it ran: the handler took every error
+// that came with the request's context done for the client's leaving, and
+// logged a failed commit at INFO as "the client went away" (an audit of the
+// handler's error paths: a commit that stalls past the relay's timeout and
+// then fails — a full disk, a deferred constraint — showed in no error
+// line, every retry alike). The commit fails for real here: a deferred
+// constraint that the receipt's insert breaks, checked at COMMIT.
+func TestHandlerLogsAFailedCommitAsAnErrorWhenTheClientLeft(t *testing.T) {
+	t.Parallel()
+	commitBackends(t, func(t *testing.T, in *Inbox, dsn string) {
+		if strings.HasPrefix(dsn, "postgres") {
+			pgtest.Exec(t, dsn, `CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'deferred check failed at commit'; END $$;
+CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON receipt DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW EXECUTE FUNCTION refuse_at_commit()`)
+		} else {
+			// A deferred foreign key (the inbox's connections enforce
+			// them) to a parent that never exists: COMMIT fails.
+			sqlitetest.Exec(t, dsn, `CREATE TABLE parent (id INTEGER PRIMARY KEY);
+CREATE TABLE guard (p INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);
+CREATE TRIGGER refuse_at_commit AFTER INSERT ON receipt BEGIN INSERT INTO guard VALUES (1); END`)
+		}
+		var logs recordLog
+		srv := httptest.NewServer(in.Handler(HandlerOptions{Logger: slog.New(&logs)}))
+		t.Cleanup(srv.Close)
+		ctx, hangUp := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		in.commitHook = func(reqCtx context.Context, tx *sql.Tx) error {
+			hangUp()
+			select { // the server notices the closed connection
+			case <-reqCtx.Done():
+			case <-time.After(10 * time.Second):
+				t.Error("the request's context was not cancelled 10s after the client hung up")
+			}
+			err := tx.Commit()
+			done <- err
+			return err
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(string(commitDelivery.Body)))
+		req.Header.Set(webhook.HeaderID, webhook.MessageID(commitDelivery.EventID, commitDelivery.Flow, commitDelivery.Seq))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatal("the request was answered although its client hung up")
+		}
+		if err := <-done; err == nil {
+			t.Fatal("the commit succeeded: the deferred check did not refuse it")
+		}
+		srv.Close() // waits for the handler to return
+		wantApplied(t, in, false)
+		if e := logs.errors(); !strings.Contains(e, "inbox: receive failed") {
+			t.Fatalf("a commit the database refused, its client gone, logged at ERROR: %q; want \"inbox: receive failed\"", e)
+		}
+	})
+}
+
+// The other side of it: a client that goes away while its receive waits
+// (for another writer's lock) ends the receive with its context's error,
+// which is no failure of the receiver: logged at INFO, nothing at ERROR,
+// nothing written.
+func TestHandlerLogsAClientThatLeftWhileItsReceiveWaitedAtInfo(t *testing.T) {
+	t.Parallel()
+	commitBackends(t, func(t *testing.T, in *Inbox, dsn string) {
+		if strings.HasPrefix(dsn, "postgres") {
+			pgtest.LockTable(t, dsn, "receipt") // the receive's read of the receipt waits
+		} else {
+			t.Cleanup(sqlitetest.HoldWriter(t, dsn)) // the receive's BEGIN IMMEDIATE waits
+		}
+		var logs recordLog
+		arrived := make(chan struct{})
+		h := in.Handler(HandlerOptions{Logger: slog.New(&logs)})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(arrived)
+			h.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		ctx, hangUp := context.WithCancel(t.Context())
+		go func() {
+			<-arrived
+			hangUp()
+		}()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(string(commitDelivery.Body)))
+		req.Header.Set(webhook.HeaderID, webhook.MessageID(commitDelivery.EventID, commitDelivery.Flow, commitDelivery.Seq))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatal("the request was answered although its client hung up")
+		}
+		srv.Close() // waits for the handler to return
+		if e := logs.errors(); e != "" {
+			t.Fatalf("logged at ERROR for a client that went away: %s", e)
+		}
+		if !logs.has("inbox: the client went away before the delivery was applied") {
+			t.Fatal("no line said the client went away")
+		}
+	})
+}
+
+// has reports whether a record with message msg was logged.
+func (l *recordLog) has(msg string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.recs {
+		if r.Message == msg {
+			return true
+		}
+	}
+	return false
+}
