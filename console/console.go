@@ -298,8 +298,17 @@ func (s *Server) fail(w http.ResponseWriter, _ *http.Request, status int, msg st
 // failErr answers err: bad input and not found with the library's message
 // (about the request); busy as a 503 and anything else (a database error)
 // as a 500, whose store text goes to the log only, with the context given
-// (key, value pairs).
+// (key, value pairs). An error that is the request's own context's (the
+// client went away) is no failure: logged at info level, not answered.
 func (s *Server) failErr(w http.ResponseWriter, r *http.Request, err error, context ...any) {
+	if ctxErr := r.Context().Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		// The client went away (a browser that navigated on while a read
+		// waited for a lock): its own context ended the store's calls, and
+		// nobody is left to answer. Not a failure of the store; what an
+		// action did before is in the audit, and err says how far it got.
+		s.log.Info("console: the client went away before its request was answered", append(context, "err", err)...)
+		return
+	}
 	st := statusOf(err)
 	if st == http.StatusServiceUnavailable {
 		s.log.Warn("console: store busy", append(context, "err", err)...)
