@@ -536,7 +536,9 @@ var migrationTable = map[string]string{"queue": "fairrelay_migration", "inbox": 
 // migration not committed yet). An existing database with tables of its
 // own and no store is refused: invalid_input naming field, pointing at
 // migrate (the command that makes a store in an existing database on
-// purpose).
+// purpose). A read of the file's tables that fails (but for a file that
+// is not a database, which the open refuses) is an error, with nothing
+// created: readTablesError.
 func creatingIn(ctx context.Context, path, field, migrate string) (string, error) {
 	st, err := os.Stat(path)
 	switch {
@@ -549,9 +551,15 @@ func creatingIn(ctx context.Context, path, field, migrate string) (string, error
 	}
 	tables, marked, err := sqlitestore.HasTables(ctx, path, 5*time.Second, migrationTable[field])
 	switch {
-	case err != nil || !tables:
+	case errors.Is(err, store.ErrNotDatabase), err == nil && !tables:
 		// Not a database (the open says so), or an empty one.
 		return "was an empty database; a store was created in it", nil
+	case err != nil:
+		// The tables could not be read (another process holds the file
+		// under an exclusive lock, a signal): taken for an empty
+		// database, the open wrote the store's tables into another
+		// application's once the lock was released. Nothing is created.
+		return "", readTablesError(path, err)
 	case marked:
 		// A store of this kind, or one another process is making now:
 		// its migrations commit one by one, and one that saw the first
@@ -562,6 +570,18 @@ func creatingIn(ctx context.Context, path, field, migrate string) (string, error
 	}
 	return "", &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field,
 		Message: fmt.Sprintf("%s is a database that holds no %s store (another application's? a misspelt path?); to make one in it on purpose, run %s %s first", path, field, migrate, path)}
+}
+
+// readTablesError is creatingIn's error for a read of path's tables that
+// failed: busy (a lock held past the busy timeout: a daemon starting waits
+// it out, untilStoreAnswers) or a database error, the read's error in the
+// chain (a signal's context.Canceled included).
+func readTablesError(path string, err error) error {
+	code := fairrelay.CodeDatabase
+	if errors.Is(err, store.ErrBusy) {
+		code = fairrelay.CodeBusy
+	}
+	return &fairrelay.Error{Code: code, Message: "read the tables of " + path + " (nothing was created)", Err: err}
 }
 
 // checkBothStores is what migrate and script check of their two store
