@@ -140,6 +140,9 @@ func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writ
 				break
 			}
 			b.add(l)
+			if b.stop != nil {
+				return b.bulkReport, b.stop
+			}
 		}
 		// …then take what is already there, without waiting, until the
 		// batch is full or a line must go in the next one (cut).
@@ -151,6 +154,9 @@ func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writ
 					break more
 				}
 				b.add(l)
+				if b.stop != nil {
+					return b.bulkReport, b.stop
+				}
 			default:
 				break more
 			}
@@ -226,6 +232,9 @@ type bulk struct {
 	// it is refused as a later line of a failed flow.
 	groups map[string]string
 	cut    int
+	// stop, when set, is the database error that stops the run before
+	// the line being added is answered (tickFirst).
+	stop error
 	bulkReport
 }
 
@@ -306,12 +315,22 @@ func (b *bulk) group(i int, a *bulkAnswer) {
 // --at, when it has one, else err: a line's bad field comes after
 // clock_regressed and max_tick_jump, as in every write (SPEC §2 order).
 // Without --at the enqueue is at the stored tick, which the clock allows.
+// A read of the clock that fails (busy, a database error) is no answer of
+// the line's: it stops the run (b.stop), as a failed batch does, and err
+// is returned for the line, which is then not answered.
 func (b *bulk) tickFirst(err error) error {
 	if b.at == fairrelay.AtStored {
 		return err
 	}
-	if terr := b.q.CheckTick(b.ctx, "enqueue", b.at, false); terr != nil {
+	terr := b.q.CheckTick(b.ctx, "enqueue", b.at, false)
+	switch {
+	case terr == nil:
+		return err
+	case errors.Is(terr, fairrelay.ErrClockRegressed), errors.Is(terr, fairrelay.ErrInvalidInput):
 		return terr
+	}
+	if b.stop == nil {
+		b.stop = terr
 	}
 	return err
 }
