@@ -92,7 +92,10 @@ func (e *Error) Is(target error) bool {
 // did leaves its heads leased until their leases end; a settle that did
 // answers stale when sent again. An error the server answered — a
 // statement's, or BEGIN's on a connection an administrator ended — is
-// never ErrCommitUnknown: the COMMIT did not run.
+// never ErrCommitUnknown: the COMMIT did not run. An inbox's Receive and
+// ReceiveHeld (package inbox) answer it too, on either backend, for a
+// commit that reported an error and whose receipt could not be read back:
+// the delivery may have been applied, and answers duplicate sent again.
 var ErrCommitUnknown = store.ErrCommitUnknown
 
 // ErrFileReplaced is in the chain of an ErrDatabase error (errors.Is) from

@@ -578,7 +578,10 @@ func (r *runner) drain(flow string, limit int) {
 	}
 	switch {
 	case err != nil:
-		log.Warn("consume: the flow's held messages could not be applied; retried later", "err", err)
+		// "Stopped on an error", not "could not be applied": a commit
+		// that failed and could not be read back may have applied its
+		// message (fairrelay.ErrCommitUnknown, which err then says).
+		log.Warn("consume: applying the flow's held messages stopped on an error; retried later", "applied", len(res.Applied), "err", err)
 	case res.Stopped.Class() == fairrelay.ClassPermanent && logRefusal:
 		log.Error("consume: the inbox refuses a held event for good; its flow waits in the inbox until the cause is fixed (logged at most once per cap)",
 			"id", res.StoppedID, "outcome", res.Stopped, "cap", r.opts.RedeliverCap)
@@ -685,6 +688,11 @@ func (r *runner) report(a Applied) {
 	case a.Action == ActionHold && a.Err != nil:
 		log.Warn("consume: held in the inbox, but the ack did not reach the broker: the message comes again and is held once",
 			"outcome", a.Outcome, "err", a.Err)
+	case a.Err != nil && errors.Is(a.Err, fairrelay.ErrCommitUnknown):
+		// Not "not applied": the inbox's commit failed and could not be
+		// read back, so it may have applied the message.
+		log.Warn("consume: the inbox's commit failed and could not be read back: the message may have been applied; redelivered later (it answers duplicate if it was)",
+			"after", a.Delay, "err", a.Err)
 	case a.Err != nil:
 		log.Warn("consume: not applied, redelivered later", "outcome", a.Outcome, "after", a.Delay, "err", a.Err)
 	case a.Outcome.Class() == fairrelay.ClassPermanent:

@@ -107,8 +107,9 @@ type HeldResult struct {
 // A refused copy's record of its answer is written on its own: nothing
 // Options.Apply wrote before it refused stays. Errors: ErrInvalidInput
 // naming flow (fairrelay.CheckID's rule) or limit (below 1); database
-// errors and ErrBusy; an error of Options.Apply (ErrApply); each with what
-// was applied before it kept.
+// errors and ErrBusy (with fairrelay.ErrCommitUnknown in the chain of a
+// commit that failed and could not be read back, as Receive's); an error
+// of Options.Apply (ErrApply); each with what was applied before it kept.
 func (in *Inbox) ReceiveHeld(ctx context.Context, flow string, limit int) (HeldResult, error) {
 	var r HeldResult
 	if err := fairrelay.CheckID("flow", flow); err != nil {
@@ -259,11 +260,8 @@ func (in *Inbox) receiveHeldCopy(ctx context.Context, d Delivery, sum []byte) (f
 	if _, err := tx.ExecContext(ctx, q["HeldDeleteOne"], d.EventID, sum, d.Flow, d.Seq); err != nil {
 		return "", dbError("receive held", in.translate(err))
 	}
-	if err := tx.Commit(); err != nil {
-		if applied, rerr := in.applied(context.WithoutCancel(ctx), d); rerr == nil && applied {
-			return out, nil
-		}
-		return "", dbError("receive held: commit", in.translate(err))
+	if err := in.commitReceipt(ctx, tx, d, "receive held"); err != nil {
+		return "", err
 	}
 	return out, nil
 }

@@ -54,7 +54,10 @@ const DefaultMaxConcurrent = 64
 // "cause": webhook.Cause), 405 not POST, 408 a body slower than the
 // server's read timeout, 413 too large, 503 busy or over
 // opts.MaxConcurrent requests at once, 500 a database error or an error of
-// Options.Apply; in every failure nothing is written. A 500's or a busy
+// Options.Apply; in every failure nothing is written, but for a commit
+// that failed and whose receipt could not be read back
+// (fairrelay.ErrCommitUnknown: it may have been applied), which its
+// message says. A 500's or a busy
 // 503's message says which failure it was, never the error's text (which
 // names the store's statements and files): Logger gets that, at error level.
 // Its code is the error's (fairrelay.CodeOf: database, not_a_database, …),
@@ -146,6 +149,10 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 				return
 			}
 			code, msg := fairrelay.CodeOf(err), "the receiver could not record the delivery; nothing was written (the receiver's log has the error)"
+			if errors.Is(err, fairrelay.ErrCommitUnknown) {
+				// Not "nothing was written": the commit may have applied it.
+				msg = "the receiver's commit failed and could not be read back: the delivery may have been applied; sent again, it answers duplicate if it was (the receiver's log has the error)"
+			}
 			if errors.Is(err, ErrApply) {
 				msg = "the receiver's Apply failed; nothing was written (the receiver's log has the error)"
 				if code == "" {

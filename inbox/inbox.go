@@ -493,16 +493,19 @@ func Delta(body []byte) (delta int64, ok, tooLarge bool) {
 // gap; a body that is not a ledger body → invalid_body; delta over
 // MaxDelta → unsupported_delta; otherwise the receipt and the effect commit
 // together → accepted. An event an operator waived (Waive) answers duplicate where
-// the id or seq checks would refuse it. Errors reach the caller and nothing is written; they
-// are never turned into an outcome: ErrInvalidInput naming id or flow (they
+// the id or seq checks would refuse it. Errors reach the caller and nothing is written (but
+// for ErrCommitUnknown, below); they are never turned into an outcome: ErrInvalidInput naming id or flow (they
 // break fairrelay.CheckID's rule) or seq (below 1), checked first; database
 // errors and ErrBusy.
 //
 // ctx bounds the reads and writes; once they are done the commit runs to
 // its end whatever happens to ctx (a client that hangs up mid-commit does
 // not turn a committed receipt into an error), and Receive never reports
-// an error for an effect that is applied: when the commit itself reports
-// one, it reads the receipt back and answers accepted if it is there.
+// an error for an effect it knows is applied: when the commit itself
+// reports one, it reads the receipt back and answers accepted if it is
+// there. When that read fails too, the error (the commit's, with the
+// read's) has fairrelay.ErrCommitUnknown in its chain: the effect may be
+// applied, and a redelivery answers duplicate if it is.
 func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, error) {
 	if err := d.check(); err != nil {
 		return "", err
@@ -529,6 +532,23 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 		return out, nil
 	}
 	faultpoint.Hit(faultpoint.BeforeReceiptCommit)
+	if err := in.commitReceipt(ctx, tx, d, "receive"); err != nil {
+		return "", err
+	}
+	faultpoint.Hit(faultpoint.AfterReceiptCommit)
+	return out, nil
+}
+
+// commitReceipt commits tx, which wrote d's receipt (Receive, and
+// ReceiveHeld for a held copy), and answers nil once the receipt is
+// stored. A failed commit does not prove that nothing was written (a
+// connection lost after the server committed looks the same), so the
+// receipt is read back: nil when it is there; else the commit's error,
+// nothing written; and when the read back fails too, nobody knows: the
+// commit's error with fairrelay.ErrCommitUnknown in its chain (the read's
+// error joined), so that no caller says nothing was written, and a
+// delivery sent again answers duplicate if it was applied.
+func (in *Inbox) commitReceipt(ctx context.Context, tx *sqlitestore.WriteTx, d Delivery, op string) error {
 	commit := func() error { return tx.Commit() }
 	if in.commitHook != nil {
 		commit = func() error {
@@ -537,17 +557,33 @@ func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, er
 			return err
 		}
 	}
-	if err := commit(); err != nil {
-		// A failed commit does not prove that nothing was written: a
-		// connection lost after the server committed looks the same.
-		if applied, rerr := in.applied(context.WithoutCancel(ctx), d); rerr == nil && applied {
-			faultpoint.Hit(faultpoint.AfterReceiptCommit)
-			return out, nil
-		}
-		return "", dbError("receive: commit", in.translate(err))
+	err := commit()
+	if err == nil {
+		return nil
 	}
-	faultpoint.Hit(faultpoint.AfterReceiptCommit)
-	return out, nil
+	applied, rerr := in.applied(context.WithoutCancel(ctx), d)
+	switch {
+	case rerr == nil && applied:
+		return nil
+	case rerr == nil:
+		return dbError(op+": commit", in.translate(err))
+	}
+	// The code is the commit's (not the read's: a busy read must not
+	// answer "busy, nothing changed, try again").
+	code := fairrelay.CodeOf(dbError("", in.translate(err)))
+	return &fairrelay.Error{Code: code, Message: op + ": commit", Err: &commitUnknown{commit: in.translate(err), read: in.translate(rerr)}}
+}
+
+// commitUnknown is the error of a commit that reported an error and whose
+// receipt could not be read back: it may have committed. errors.Is finds
+// fairrelay.ErrCommitUnknown, the commit's error and the read's.
+type commitUnknown struct{ commit, read error }
+
+func (e *commitUnknown) Error() string {
+	return e.commit.Error() + "; whether it committed is unknown (the delivery may have been applied): reading its receipt back failed: " + e.read.Error()
+}
+func (e *commitUnknown) Unwrap() []error {
+	return []error{fairrelay.ErrCommitUnknown, e.commit, e.read}
 }
 
 // applied reports whether d's receipt is stored, with its flow, seq and
