@@ -91,14 +91,22 @@ otherwise, nothing written).`,
 			// one's operator and reason: say so when they are not these,
 			// which an operator would otherwise think recorded (an SRE's
 			// report: a second operator's decision left no trace).
-			if ws, err := in.Waivers(cmd.Context(), flow, seq-1, 1); err == nil && len(ws) == 1 && ws[0].Flow == flow && ws[0].Seq == seq &&
+			ws, rerr := in.Waivers(cmd.Context(), flow, seq-1, 1)
+			if rerr == nil && len(ws) == 1 && ws[0].Flow == flow && ws[0].Seq == seq &&
 				(ws[0].Reason != reason || ws[0].Operator != operator) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: flow %s seq %d was waived already for %s, by %s at %s (reason %q); this --operator and --reason are not recorded\n",
 					flow, seq, id, ws[0].Operator, ws[0].WaivedAt.UTC().Format("2006-01-02T15:04:05Z"), ws[0].Reason)
-			} else if err != nil {
+			}
+			if err := printJSON(cmd.OutOrStdout(), script.Result{"status": "waived"}); err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), script.Result{"status": "waived"})
+			if rerr != nil {
+				// The waiver committed: a failed read after it must not
+				// pass for a waive that failed (it printed the read's error
+				// alone, and the waiver looked not made).
+				return waivedThen(rerr)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -177,4 +185,18 @@ func waivedEvent(cmd *cobra.Command, dsn, id string, flow *string, seq *int64) e
 	}
 	*flow, *seq = e.Flow, e.Seq
 	return nil
+}
+
+// waivedThen is waive's error when the read of the waiver back, after it
+// committed, failed: err's code and chain, its message saying that the
+// waiver is recorded (exit 2 all the same: the database failed).
+func waivedThen(err error) error {
+	const done = "the waiver is recorded; reading it back (to compare with an earlier waiver's operator and reason) failed"
+	var fe *fairrelay.Error
+	if !errors.As(err, &fe) {
+		return fmt.Errorf("%s: %w", done, err)
+	}
+	named := *fe
+	named.Message = done + ": " + fe.Message
+	return &named
 }
