@@ -220,10 +220,12 @@ const receiveTimeout = 30 * time.Second
 // fairrelay.ErrInvalidInput for bad options (naming inbox, lanes,
 // redeliver_base or redeliver_cap); an ErrDatabase error with
 // fairrelay.ErrFileReplaced in its chain once a receive finds the inbox's
-// SQLite file removed or replaced since it was opened (the message is
-// handed back for redelivery, and Run stops as for ctx: no redelivery
-// cures that, and a consumer that went on nacked every message for ever;
-// restart the process); src's error otherwise.
+// SQLite file removed or replaced since it was opened, or an
+// ErrNotDatabase error once it finds the inbox's tables gone (a PostgreSQL
+// schema dropped): the message is handed back for redelivery, and Run
+// stops as for ctx — no redelivery cures that, and a consumer that went on
+// nacked every message for ever; restart the process (after fairrelay
+// migrate --inbox, for tables gone); src's error otherwise.
 func Run(ctx context.Context, src Source, opts Options) error {
 	if opts.Inbox == nil {
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Message: "required"}
@@ -303,7 +305,7 @@ func Run(ctx context.Context, src Source, opts Options) error {
 // fatal is what Run returns once its ctx is done: the error that stopped it
 // (runner.stopOn), or nil when the caller's ctx ended.
 func fatal(ctx context.Context) error {
-	if err := context.Cause(ctx); errors.Is(err, fairrelay.ErrFileReplaced) {
+	if err := context.Cause(ctx); gone(err) {
 		return err
 	}
 	return nil
@@ -499,6 +501,8 @@ func (r *runner) retryHeld(ctx context.Context) {
 			flows, err := r.opts.Inbox.HeldFlows(ctx, after, 100)
 			if err != nil {
 				if ctx.Err() == nil {
+					// An idle consumer meets the inbox gone here first.
+					r.stopOn(err)
 					r.opts.Logger.Warn("consume: could not list the held messages; retried later", "err", err)
 				}
 				break
@@ -658,13 +662,24 @@ func (r *runner) apply(env Envelope, m Message) {
 	r.report(a)
 }
 
-// stopOn stops Run with err when no redelivery cures it: the inbox's SQLite
-// file was removed or replaced (fairrelay.ErrFileReplaced), so every receive
-// fails alike until the process opens the new file.
+// stopOn stops Run with err when no redelivery cures it, so that every
+// receive would fail alike until the process is restarted: the inbox's
+// SQLite file was removed or replaced (fairrelay.ErrFileReplaced; a
+// restart opens the new file), or its tables are gone — a PostgreSQL
+// schema dropped, a SQLite inbox's tables removed (fairrelay.ErrNotDatabase;
+// a restart refuses it until fairrelay migrate --inbox makes it again), as
+// the relay stops on it. Redelivered for ever instead, each message was
+// logged "not applied", and nothing exited for a supervisor to see.
 func (r *runner) stopOn(err error) {
-	if errors.Is(err, fairrelay.ErrFileReplaced) {
+	if gone(err) {
 		r.fail(err)
 	}
+}
+
+// gone reports whether err says the inbox is no longer there to write
+// (stopOn).
+func gone(err error) bool {
+	return errors.Is(err, fairrelay.ErrFileReplaced) || errors.Is(err, fairrelay.ErrNotDatabase)
 }
 
 // backoff is min(base·2^(n-1), cap) for the n-th delivery.
