@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/fsfault"
@@ -503,9 +505,11 @@ func Delta(body []byte) (delta int64, ok, tooLarge bool) {
 // not turn a committed receipt into an error), and Receive never reports
 // an error for an effect it knows is applied: when the commit itself
 // reports one, it reads the receipt back and answers accepted if it is
-// there. When that read fails too, the error (the commit's, with the
-// read's) has fairrelay.ErrCommitUnknown in its chain: the effect may be
-// applied, and a redelivery answers duplicate if it is.
+// there. When that read fails too, or finds no receipt on PostgreSQL after
+// a commit that got no answer from the server (its connection lost: the
+// server may still be committing), the error has
+// fairrelay.ErrCommitUnknown in its chain: the effect may be applied, and
+// a redelivery answers duplicate if it is.
 func (in *Inbox) Receive(ctx context.Context, d Delivery) (fairrelay.Outcome, error) {
 	if err := d.check(); err != nil {
 		return "", err
@@ -565,24 +569,56 @@ func (in *Inbox) commitReceipt(ctx context.Context, tx *sqlitestore.WriteTx, d D
 	switch {
 	case rerr == nil && applied:
 		return nil
-	case rerr == nil:
+	case rerr == nil && !in.commitMayRunOn(err):
 		return dbError(op+": commit", in.translate(err))
 	}
 	// The code is the commit's (not the read's: a busy read must not
 	// answer "busy, nothing changed, try again").
 	code := fairrelay.CodeOf(dbError("", in.translate(err)))
-	return &fairrelay.Error{Code: code, Message: op + ": commit", Err: &commitUnknown{commit: in.translate(err), read: in.translate(rerr)}}
+	why := "its receipt is not there yet, which proves nothing: the connection was lost with the COMMIT sent, and the server may still be committing it"
+	if rerr != nil {
+		why = "reading its receipt back failed: " + in.translate(rerr).Error()
+	}
+	return &fairrelay.Error{Code: code, Message: op + ": commit", Err: &commitUnknown{commit: in.translate(err), read: rerr, why: why}}
 }
 
-// commitUnknown is the error of a commit that reported an error and whose
-// receipt could not be read back: it may have committed. errors.Is finds
-// fairrelay.ErrCommitUnknown, the commit's error and the read's.
-type commitUnknown struct{ commit, read error }
+// commitMayRunOn reports whether a commit that answered err may still
+// commit after it: on PostgreSQL, when no answer of the server's came (the
+// connection was lost once the COMMIT was sent, or the server is shutting
+// down, SQLSTATE class 57P), so that a receipt missing right after proves
+// nothing (a breaker's report: the read back found none, "nothing was
+// written" was answered, and the commit completed three seconds later). A
+// server's answer to COMMIT (a deferred constraint, a serialization
+// failure) and a SQLite commit's error (in this process: it committed or
+// not when it returned) are final.
+func (in *Inbox) commitMayRunOn(err error) bool {
+	if in.path != "" {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "57P")
+	}
+	return true
+}
+
+// commitUnknown is the error of a commit that reported an error and may
+// have committed all the same: its receipt could not be read back (read,
+// the read's error), or was not there yet while the commit may still run
+// (read nil). errors.Is finds fairrelay.ErrCommitUnknown, the commit's
+// error and the read's.
+type commitUnknown struct {
+	commit, read error
+	why          string
+}
 
 func (e *commitUnknown) Error() string {
-	return e.commit.Error() + "; whether it committed is unknown (the delivery may have been applied): reading its receipt back failed: " + e.read.Error()
+	return e.commit.Error() + "; whether it committed is unknown (the delivery may have been applied): " + e.why
 }
 func (e *commitUnknown) Unwrap() []error {
+	if e.read == nil {
+		return []error{fairrelay.ErrCommitUnknown, e.commit}
+	}
 	return []error{fairrelay.ErrCommitUnknown, e.commit, e.read}
 }
 

@@ -15,8 +15,8 @@ type PruneReceiptsParams struct {
 	// receiver's clock when the receipt committed, kept to the
 	// millisecond). A receipt written before inbox migration 007 has no
 	// time of its own and counts as written when that migration ran.
-	// Required, and not after now: ErrInvalidInput naming "before"
-	// otherwise.
+	// Required, from 1970 on and not after now: ErrInvalidInput naming
+	// "before" otherwise.
 	Before time.Time
 	// Limit is the most receipts deleted in the call's one transaction, at
 	// least 1 (ErrInvalidInput naming "limit"). Small batches keep a
@@ -63,6 +63,14 @@ func (in *Inbox) PruneReceipts(ctx context.Context, p PruneReceiptsParams) (Prun
 		return PruneReceiptsResult{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "before",
 			Message: fmt.Sprintf("%s is in the future (now %s): receipts are written at the time they commit, so this would delete ones not written yet",
 				p.Before.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))}
+	}
+	if p.Before.Before(time.UnixMilli(0)) {
+		// Receipts are dated in Unix milliseconds from 1970 on; a time
+		// before that deletes nothing, and one before year -292 million
+		// overflowed to a time far ahead and deleted every receipt (a
+		// breaker's report).
+		return PruneReceiptsResult{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "before",
+			Message: fmt.Sprintf("%s is before 1970-01-01T00:00:00Z, where receipts' times start", p.Before.UTC().Format(time.RFC3339Nano))}
 	}
 	if p.Limit < 1 {
 		return PruneReceiptsResult{}, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "limit",

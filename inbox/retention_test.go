@@ -67,6 +67,10 @@ func TestPruneReceipts(t *testing.T) {
 		}{
 			{inbox.PruneReceiptsParams{Limit: 10}, "before"},
 			{inbox.PruneReceiptsParams{Before: now.Add(time.Hour), Limit: 10}, "before"},
+			// Before 1970; so far back that its Unix milliseconds
+			// overflowed to a time ahead and deleted every receipt.
+			{inbox.PruneReceiptsParams{Before: time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC), Limit: 10}, "before"},
+			{inbox.PruneReceiptsParams{Before: time.Date(-300000000, 1, 1, 0, 0, 0, 0, time.UTC), Limit: 10}, "before"},
 			{inbox.PruneReceiptsParams{Before: now.Add(-time.Hour), Limit: 0}, "limit"},
 		} {
 			_, err := in.PruneReceipts(ctx, bad.p)
@@ -187,6 +191,51 @@ func TestRetainPrunesOldReceipts(t *testing.T) {
 		}
 		if diff := cmp.Diff([]inbox.Receipt{{ID: "A2", Flow: "A", Seq: 2}}, rs); diff != "" {
 			t.Fatalf("receipts after retain (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// Inbox migration 007 records its own time to the millisecond (SQLite's
+// was cut to the second, so that receipts written before it counted as up
+// to a second older than they are), and a receipt written after it
+// without a time — by a process of an older fairrelay still running, whose
+// insert names no received_ms — is dated when written, not taken for one
+// written before the migration and pruned early (a breaker's reports).
+// Both backends.
+func TestReceiptsWrittenAroundMigration007AreDated(t *testing.T) {
+	eachDSN(t, "frindated", func(t *testing.T, dsn string) {
+		ctx := t.Context()
+		start := time.Now().UnixMilli()
+		in, err := inbox.Open(ctx, dsn, inbox.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		end := time.Now().UnixMilli()
+		var epoch int64
+		if err := in.DB().QueryRowContext(ctx, `SELECT migrated_ms FROM receipt_epoch`).Scan(&epoch); err != nil {
+			t.Fatal(err)
+		}
+		if epoch < start || epoch > end+1 {
+			t.Errorf("migration 007 ran between %d and %d ms, and recorded %d", start, end, epoch)
+		}
+		// The insert of a build before migration 007.
+		before := time.Now().UnixMilli()
+		if _, err := in.DB().ExecContext(ctx, `INSERT INTO receipt (event_id, flow_id, seq, body, body_sha256) VALUES ($1, $2, $3, $4, $5)`,
+			"OLD1", "O", 1, []byte{}, make([]byte, 32)); err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now().UnixMilli()
+		var got *int64
+		if err := in.DB().QueryRowContext(ctx, `SELECT received_ms FROM receipt WHERE event_id = $1`, "OLD1").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got == nil || *got < before || *got > after+1 {
+			t.Fatalf("a receipt an older build wrote: received_ms %v, want between %d and %d", got, before, after)
+		}
+		res, err := in.PruneReceipts(ctx, inbox.PruneReceiptsParams{Before: time.UnixMilli(before - 1000), Limit: 10})
+		if err != nil || res.Deleted != 0 {
+			t.Fatalf("prune of receipts older than a second: %+v %v; want the new receipt kept", res, err)
 		}
 	})
 }
