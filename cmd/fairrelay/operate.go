@@ -312,6 +312,13 @@ func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool, rec
 	}
 	if superseded {
 		n, err := in.DropSuperseded(cmd.Context())
+		var fe *fairrelay.Error
+		if err != nil && out["receipts"] != nil && out["receipts"] != int64(0) && errors.As(err, &fe) {
+			// The receipts' deletions committed before it.
+			c := *fe
+			c.Message = fmt.Sprintf("after %d receipts were deleted: %s", out["receipts"], c.Message)
+			return &c
+		}
 		if err != nil {
 			return err
 		}

@@ -274,8 +274,12 @@ func parseOp(line []byte) (op, error) {
 		// breaker's report), as an unknown field would have.
 		for _, m := range members {
 			if m.Key != "op" && !slices.Contains(fields, m.Key) {
+				takes := "it takes none"
+				if len(fields) > 0 {
+					takes = "its fields: " + strings.Join(fields, ", ")
+				}
 				first = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: m.Key,
-					Message: fmt.Sprintf("not a field of %s (its fields: %s)", o.Op, strings.Join(fields, ", "))}
+					Message: fmt.Sprintf("not a field of %s (%s)", o.Op, takes)}
 				break
 			}
 		}
