@@ -710,6 +710,13 @@ func (r *runner) report(a Applied) {
 			"after", a.Delay, "err", a.Err)
 	case a.Err != nil:
 		log.Warn("consume: not applied, redelivered later", "outcome", a.Outcome, "after", a.Delay, "err", a.Err)
+	case a.Outcome == fairrelay.OutcomeSequenceConflict:
+		// A copy of a seq its flow applied already (under another id, or
+		// a late copy whose receipt was pruned): superseded, it holds
+		// nothing up (two breakers read "its flow waits" and found the
+		// flow's next event applied at once).
+		log.Warn("consume: the inbox refused a copy of a seq its flow applied already (sequence_conflict); it is held as superseded and its flow goes on (fairrelay inspect --inbox I held; prune --inbox I --superseded-held drops it)",
+			"id", a.Message.Delivery.EventID, "flow", a.Message.Delivery.Flow, "seq", a.Message.Delivery.Seq)
 	case a.Outcome.Class() == fairrelay.ClassPermanent:
 		log.Error("consume: the inbox refused the event for good; it is held in the inbox and its flow waits there until the cause is fixed",
 			"outcome", a.Outcome, "retried_after", "a backoff from "+r.opts.RedeliverBase.String()+" doubling to "+r.opts.RedeliverCap.String())

@@ -820,3 +820,46 @@ func TestRunLogsAFlowFreedByAWaiver(t *testing.T) {
 		t.Errorf("no line that flow Y goes on after its refused head was waived:\n%s", logs.String())
 	}
 }
+
+// A copy of a seq its flow applied already (sequence_conflict) is held as
+// superseded and holds nothing up: the log says so, at warning level, not
+// "its flow waits there until the cause is fixed" at error level (two
+// breakers' reports: the flow's next event applied at once).
+func TestRunLogsASupersededCopyAsSuch(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t, inbox.Options{})
+	if _, err := in.Receive(t.Context(), inbox.Delivery{EventID: "S1", Flow: "S", Seq: 1, Body: []byte(`{"delta":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "X1", "S", 1, 1, 1), ledger(f, "S2", "S", 2, 1, 1)}
+	var logs syncbuf.Buffer
+	applied := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	bound := time.AfterFunc(20*time.Second, cancel) // a bound on a failure, not synchronisation
+	defer bound.Stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			OnApplied: func(a consume.Applied) {
+				if a.Message.Delivery.EventID == "S2" && a.Outcome == fairrelay.OutcomeAccepted {
+					close(applied)
+				}
+			}})
+	}()
+	select {
+	case <-applied:
+	case <-ctx.Done():
+		t.Fatalf("S2 not applied in 20 s:\n%s", logs.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, `level=WARN msg="consume: the inbox refused a copy of a seq its flow applied already (sequence_conflict); it is held as superseded and its flow goes on`) ||
+		!strings.Contains(out, "id=X1 flow=S seq=1") || strings.Contains(out, "its flow waits there") {
+		t.Errorf("the log of a superseded copy:\n%s", out)
+	}
+}
