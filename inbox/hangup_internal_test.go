@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,9 +87,12 @@ func TestHandlerLogsAClientThatLeftWhileItsReceiveWaitedAtInfo(t *testing.T) {
 		var logs recordLog
 		arrived := make(chan struct{})
 		h := in.Handler(HandlerOptions{Logger: slog.New(&logs)})
+		var status atomic.Int64 // what the handler wrote, as metrics around it see it
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			close(arrived)
-			h.ServeHTTP(w, r)
+			rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+			h.ServeHTTP(rec, r)
+			status.Store(int64(rec.status))
 		}))
 		t.Cleanup(srv.Close)
 		ctx, hangUp := context.WithCancel(t.Context())
@@ -109,7 +113,25 @@ func TestHandlerLogsAClientThatLeftWhileItsReceiveWaitedAtInfo(t *testing.T) {
 		if !logs.has("inbox: the client went away before the delivery was applied") {
 			t.Fatal("no line said the client went away")
 		}
+		// Not 200, which a handler that writes nothing is counted as (an
+		// SRE's drill: the receiver's metrics said 200 for requests
+		// nobody answered).
+		if got := status.Load(); got != StatusClientClosedRequest {
+			t.Errorf("status written for a client that went away: %d, want %d", got, StatusClientClosedRequest)
+		}
 	})
+}
+
+// statusRecorder records the status a handler writes (200 when it writes
+// none, as promhttp's counters take it).
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
 }
 
 // has reports whether a record with message msg was logged.
