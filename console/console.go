@@ -323,8 +323,8 @@ func (s *Server) failErr(w http.ResponseWriter, r *http.Request, err error, cont
 		// The store's tables are gone (a schema dropped, a file replaced):
 		// no retry cures it, and the store's own text ("relation flow does
 		// not exist") did not say so (a fresh user's report).
-		s.log.Error("console: the queue store is gone (its schema or tables dropped?): restart the console once fairrelay migrate has made it again", append(context, "err", err)...)
-		s.fail(w, r, st, "the queue store is gone (its schema or tables dropped?): restart the console once fairrelay migrate has made it again; see the console's log")
+		s.log.Error("console: the queue store is gone (its schema or tables dropped?): restart the console once it is restored from a backup", append(context, "err", err)...)
+		s.fail(w, r, st, "the queue store is gone (its schema or tables dropped?): restart the console once it is restored from a backup; see the console's log")
 		return
 	}
 	s.log.Error("console: request failed", append(context, "err", err)...)

@@ -38,7 +38,7 @@ func TestPagesSayTheStoreIsGone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const want = "the queue store is gone (its schema or tables dropped?): restart the console once fairrelay migrate has made it again"
+	const want = "the queue store is gone (its schema or tables dropped?): restart the console once it is restored from a backup"
 	for _, page := range []string{"/", "/flows", "/flow/A", eventPathOf("A1"), "/quarantine"} {
 		st, body := cl.do("GET", page, nil)
 		if st != http.StatusInternalServerError || !strings.Contains(body, want) {

@@ -349,7 +349,7 @@ func watchInboxFile(ctx context.Context, in *inbox.Inbox, pg bool, log *slog.Log
 				err := in.Ping(pctx)
 				pcancel()
 				if errors.Is(err, fairrelay.ErrNotDatabase) {
-					log.Error("receive: the inbox's schema holds no inbox any more (dropped?); stopping (fairrelay migrate --inbox makes it again)", "err", err)
+					log.Error("receive: the inbox's schema holds no inbox any more (dropped?); stopping: restore it from a backup (an inbox made again empty has no flow's applied seq: every flow with history answers gap for good; docs/operations.md#backups)", "err", err)
 					cancel(err)
 					return
 				}

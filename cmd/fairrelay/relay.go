@@ -298,7 +298,7 @@ charged least; --max-group-slots caps any group's slots (configure
 			if errors.Is(err, fairrelay.ErrNotDatabase) {
 				// The store went under it (a schema dropped): say what to
 				// do, as the start-up refusal does (a fresh user's report).
-				log.Error("relay: the queue store is gone (its schema or tables dropped?); stopping: restart once fairrelay migrate has made it again", "queue", redactDSN(queue))
+				log.Error("relay: the queue store is gone (its schema or tables dropped?); stopping: restore it from a backup, then restart (a store made again empty starts every flow at seq 1, which the receivers' inboxes refuse as sequence_conflict; docs/operations.md#backups)", "queue", redactDSN(queue))
 			}
 			return err
 		},
