@@ -3,6 +3,7 @@ package main
 import (
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
@@ -91,5 +92,42 @@ func TestMigratePolicyMakesAStoreOfThatRule(t *testing.T) {
 	}
 	if out, errOut, code := cli(t, "", "migrate", "--queue", q); code != 0 || !strings.Contains(out, "up to date") {
 		t.Errorf("migrate without --policy of a seed store: exit %d: %s%s", code, out, errOut)
+	}
+}
+
+// relay and receive that migrate their store as they start (an upgrade)
+// say so, as migrate does: an SRE's drill found a receiver that had
+// migrated its inbox without a word.
+func TestDaemonsSayWhatTheyMigrated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	q, in := filepath.Join(dir, "q.db"), filepath.Join(dir, "i.db")
+	if out, errOut, code := cli(t, "", "migrate", "--queue", q, "--inbox", in); code != 0 {
+		t.Fatalf("migrate: exit %d: %s%s", code, out, errOut)
+	}
+	// One migration behind each: the inbox's 5 and the queue's 6 undone.
+	sqlitetest.Exec(t, in, `DROP INDEX waiver_event`)
+	sqlitetest.Exec(t, in, `DELETE FROM `+inbox.MigrationTable+` WHERE version = 5`)
+	sqlitetest.Exec(t, q, `ALTER TABLE event DROP COLUMN claimed_by`)
+	sqlitetest.Exec(t, q, `DELETE FROM fairrelay_migration WHERE version = 6`)
+
+	rc, _ := startReceiver(t, in)
+	if line := rc.waitLine(t, "receive: migrated the inbox"); !strings.Contains(line, "applied=5") {
+		t.Errorf("receive's line: %q, want applied=5", line)
+	}
+	rl := startCLI(t, "relay", "--queue", q, "--sink", "http://127.0.0.1:1/")
+	if line := rl.waitLine(t, "relay: migrated the queue store"); !strings.Contains(line, "applied=6") {
+		t.Errorf("relay's line: %q, want applied=6", line)
+	}
+	for _, d := range []*daemon{rl, rc} {
+		if code := d.signal(t, syscall.SIGTERM); code != 0 {
+			t.Errorf("exit %d: %s", code, d.stderr())
+		}
+	}
+	// Started again on the stores now current, neither says it.
+	rc, _ = startReceiver(t, in)
+	rc.waitLine(t, "receive: listening")
+	if code := rc.signal(t, syscall.SIGTERM); code != 0 || strings.Contains(rc.stderr(), "migrated") {
+		t.Errorf("receive on a current inbox: exit %d: %s", code, rc.stderr())
 	}
 }

@@ -177,6 +177,10 @@ Broker ` + brokerEnvHelp + `.`,
 			defer in.Close()
 			if created != "" {
 				log.Warn("receive: the inbox "+logCreated(created)+"; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
+			} else if m := in.Migrated(); len(m) > 0 {
+				// An upgrade's migration, said as migrate says it (an SRE's
+				// drill: the receiver migrated its inbox without a word).
+				log.Info("receive: migrated the inbox", "inbox", redactDSN(inboxDSN), "applied", versionList(m))
 			}
 			h := in.Handler(opts)
 			if opts.Verify == nil {
@@ -275,6 +279,8 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 	defer in.Close()
 	if created != "" {
 		log.Warn("receive: the inbox "+logCreated(created)+"; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
+	} else if m := in.Migrated(); len(m) > 0 {
+		log.Info("receive: migrated the inbox", "inbox", redactDSN(inboxDSN), "applied", versionList(m))
 	}
 	opts := consume.Options{Inbox: in, Logger: log}
 	if reg != nil {

@@ -249,6 +249,9 @@ charged least; --max-group-slots caps any group's slots (configure
 			log.Info("relay: starting", "queue", redactDSN(queue), "sink", shown, "workers", workers, "policy", pol.Entry)
 			if created != "" {
 				log.Warn("relay: the queue store "+logCreated(created)+"; if --queue is misspelt, stop and fix it", "queue", redactDSN(queue))
+			} else if m := q.Migrated(); len(m) > 0 {
+				// An upgrade's migration, said as migrate says it.
+				log.Info("relay: migrated the queue store", "queue", redactDSN(queue), "applied", versionList(m))
 			}
 			cfg := settings
 			cfg.Queue, cfg.Sink, cfg.Logger = q, s, log
