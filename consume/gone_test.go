@@ -76,8 +76,11 @@ func TestRunStopsWhenItsInboxTablesAreDropped(t *testing.T) {
 			}
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if fmt.Sprint(f.done["A1"]) != "[ack]" || len(f.done["A2"]) != 1 || !strings.HasPrefix(f.done["A2"][0], "redeliver") {
-				t.Errorf("actions %v, want A1 acked and A2 handed back once", f.done)
+			// A2 is handed back once, or never taken when Run met the
+			// drop first elsewhere (its listing of held messages at the
+			// start can run after the drop: CI saw it); never acked.
+			if a2 := f.done["A2"]; fmt.Sprint(f.done["A1"]) != "[ack]" || len(a2) > 1 || (len(a2) == 1 && !strings.HasPrefix(a2[0], "redeliver")) {
+				t.Errorf("actions %v, want A1 acked and A2 handed back once or not taken", f.done)
 			}
 		})
 	}
