@@ -19,9 +19,9 @@ type PruneReceiptsParams struct {
 	// "before" otherwise.
 	Before time.Time
 	// Limit is the most receipts deleted in the call's one transaction, at
-	// least 1 (ErrInvalidInput naming "limit"). Small batches keep a
-	// SQLite inbox's writer free for deliveries: 500 takes a few
-	// milliseconds.
+	// least 1 (ErrInvalidInput naming "limit"). Small batches leave a
+	// SQLite inbox's one writer to deliveries between them (Retain takes
+	// 500 at a time).
 	Limit int
 }
 
