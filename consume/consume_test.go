@@ -782,21 +782,13 @@ func TestRunLogsAFlowFreedByAWaiver(t *testing.T) {
 	in := newInbox(t, inbox.Options{MaxDelta: 5})
 	f := &fake{done: map[string][]string{}}
 	f.queue = []*msg{ledger(f, "Y1", "Y", 1, 100, 1)}
-	var logs syncbuf.Buffer
 	held := make(chan struct{})
-	ctx, cancel := context.WithCancel(t.Context())
-	bound := time.AfterFunc(20*time.Second, cancel) // a bound on a failure, not synchronisation
-	defer bound.Stop()
-	done := make(chan error, 1)
-	go func() {
-		done <- consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1, RedeliverBase: 5 * time.Millisecond, RedeliverCap: 20 * time.Millisecond,
-			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-			OnApplied: func(a consume.Applied) {
-				if a.Action == consume.ActionHold && a.Message.Delivery.EventID == "Y1" {
-					close(held)
-				}
-			}})
-	}()
+	ctx, logs, stop := runLogged(t, f, consume.Options{Inbox: in, Lanes: 1, RedeliverBase: 5 * time.Millisecond, RedeliverCap: 20 * time.Millisecond,
+		OnApplied: func(a consume.Applied) {
+			if a.Action == consume.ActionHold && a.Message.Delivery.EventID == "Y1" {
+				close(held)
+			}
+		}})
 	select {
 	case <-held:
 	case <-ctx.Done():
@@ -812,8 +804,7 @@ func TestRunLogsAFlowFreedByAWaiver(t *testing.T) {
 		case <-time.After(5 * time.Millisecond): // polling the log, bounded by ctx
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logs.String(), want) {
@@ -833,33 +824,43 @@ func TestRunLogsASupersededCopyAsSuch(t *testing.T) {
 	}
 	f := &fake{done: map[string][]string{}}
 	f.queue = []*msg{ledger(f, "X1", "S", 1, 1, 1), ledger(f, "S2", "S", 2, 1, 1)}
-	var logs syncbuf.Buffer
 	applied := make(chan struct{})
-	ctx, cancel := context.WithCancel(t.Context())
-	bound := time.AfterFunc(20*time.Second, cancel) // a bound on a failure, not synchronisation
-	defer bound.Stop()
-	done := make(chan error, 1)
-	go func() {
-		done <- consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1,
-			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-			OnApplied: func(a consume.Applied) {
-				if a.Message.Delivery.EventID == "S2" && a.Outcome == fairrelay.OutcomeAccepted {
-					close(applied)
-				}
-			}})
-	}()
+	ctx, logs, stop := runLogged(t, f, consume.Options{Inbox: in, Lanes: 1,
+		OnApplied: func(a consume.Applied) {
+			if a.Message.Delivery.EventID == "S2" && a.Outcome == fairrelay.OutcomeAccepted {
+				close(applied)
+			}
+		}})
 	select {
 	case <-applied:
 	case <-ctx.Done():
 		t.Fatalf("S2 not applied in 20 s:\n%s", logs.String())
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	out := logs.String()
 	if !strings.Contains(out, `level=WARN msg="consume: the inbox refused a copy of a seq its flow applied already (sequence_conflict); it is held as superseded and its flow goes on`) ||
 		!strings.Contains(out, "id=X1 flow=S seq=1") || strings.Contains(out, "its flow waits there") {
 		t.Errorf("the log of a superseded copy:\n%s", out)
+	}
+}
+
+// runLogged runs consume.Run on f with opts, logging at info level and up
+// to the buffer it returns, under a context that ends after 20 s (a bound on
+// a failure, not synchronisation); stop ends the run and returns Run's
+// error.
+func runLogged(t *testing.T, f *fake, opts consume.Options) (ctx context.Context, logs *syncbuf.Buffer, stop func() error) {
+	t.Helper()
+	logs = &syncbuf.Buffer{}
+	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, cancel := context.WithCancel(t.Context())
+	bound := time.AfterFunc(20*time.Second, cancel)
+	done := make(chan error, 1)
+	go func() { done <- consume.Run(ctx, f, opts) }()
+	return ctx, logs, func() error {
+		bound.Stop()
+		cancel()
+		return <-done
 	}
 }

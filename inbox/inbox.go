@@ -596,10 +596,7 @@ func (in *Inbox) commitMayRunOn(err error) bool {
 		return false
 	}
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return strings.HasPrefix(pe.Code, "57P")
-	}
-	return true
+	return !errors.As(err, &pe) || pgstore.ConnectionLost(err)
 }
 
 // commitUnknown is the error of a commit that reported an error and may

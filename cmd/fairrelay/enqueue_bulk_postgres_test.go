@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -36,23 +34,7 @@ func TestBulkEnqueueStopsOnAFailedReadOfTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	type result struct {
-		rep bulkReport
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rep, err := bulkEnqueue(t.Context(), q, inR, outW, 5)
-		outW.Close()
-		done <- result{rep, err}
-	}()
-	answers := bufio.NewScanner(outR)
-	fmt.Fprintln(inW, `{"id":"E1","flow":"F","delta":1}`)
-	if !answers.Scan() || !strings.Contains(answers.Text(), `"created"`) {
-		t.Fatalf("line 1's answer: %q", answers.Text())
-	}
+	inW, answers, done := startBulk(t, q, 5)
 	release := pgtest.LockTable(t, dsn, "clock")
 	fmt.Fprintln(inW, `{"id":"E2","flow":"G","delta":0}`) // a bad delta: its answer waits for the clock's
 	inW.Close()

@@ -478,27 +478,12 @@ func TestBulkEnqueueStoppedMidwaySaysWhatItKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	type result struct {
-		rep bulkReport
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rep, err := bulkEnqueue(t.Context(), q, inR, outW, fairrelay.AtStored)
-		outW.Close()
-		done <- result{rep, err}
-	}()
-	answers := bufio.NewScanner(outR)
-	fmt.Fprintln(inW, `{"id":"E1","flow":"F","delta":1}`)
-	if !answers.Scan() || !strings.Contains(answers.Text(), `"created"`) {
-		t.Fatalf("line 1's answer: %q", answers.Text())
-	}
+	inW, answers, done := startBulk(t, q, fairrelay.AtStored)
 	release := sqlitetest.HoldWriter(t, path)
 	fmt.Fprintln(inW, `{"id":"E2","flow":"F","delta":1}`)
 	inW.Close()
-	go io.Copy(io.Discard, outR)
+	for answers.Scan() {
+	}
 	r := <-done
 	release()
 	if !errors.Is(r.err, fairrelay.ErrBusy) {
@@ -618,4 +603,32 @@ func TestBulkEnqueueFullLineHoldsItsFlowWhateverGroupLaterLinesName(t *testing.T
 	if got := flowOrder(t, queue, "F"); strings.Join(got, ",") != "F1,F2,F3" {
 		t.Errorf("flow F after the rerun: %v, want F1,F2,F3", got)
 	}
+}
+
+// bulkResult is what a bulk enqueue returned.
+type bulkResult struct {
+	rep bulkReport
+	err error
+}
+
+// startBulk runs bulkEnqueue on q at tick at, fed through a pipe, and
+// fails t unless its first line, E1 onto flow F, answers created: the
+// pipe's writer for the next lines, a scanner of the answers after the
+// first, and what the run returns once the writer is closed.
+func startBulk(t *testing.T, q *fairrelay.Queue, at int64) (*io.PipeWriter, *bufio.Scanner, <-chan bulkResult) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan bulkResult, 1)
+	go func() {
+		rep, err := bulkEnqueue(t.Context(), q, inR, outW, at)
+		outW.Close()
+		done <- bulkResult{rep, err}
+	}()
+	answers := bufio.NewScanner(outR)
+	fmt.Fprintln(inW, `{"id":"E1","flow":"F","delta":1}`)
+	if !answers.Scan() || !strings.Contains(answers.Text(), `"created"`) {
+		t.Fatalf("line 1's answer: %q", answers.Text())
+	}
+	return inW, answers, done
 }

@@ -175,14 +175,7 @@ and is never applied twice; 'fairrelay waive' lets such a copy through.
 				total.Tombstones += r.Tombstones
 				if err != nil {
 					if total.Events > 0 || total.Tombstones > 0 {
-						// Deleted and committed before the error (the
-						// batches before it, and any the error came after).
-						var fe *fairrelay.Error
-						if errors.As(err, &fe) {
-							c := *fe
-							c.Message = fmt.Sprintf("after %d events and %d tombstones were deleted: %s", total.Events, total.Tombstones, c.Message)
-							return &c
-						}
+						return afterDeleting(err, fmt.Sprintf("%d events and %d tombstones", total.Events, total.Tombstones))
 					}
 					return err
 				}
@@ -295,12 +288,8 @@ func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool, rec
 			r, err := in.PruneReceipts(cmd.Context(), inbox.PruneReceiptsParams{Before: before, Limit: 500})
 			n += r.Deleted
 			if err != nil {
-				var fe *fairrelay.Error
-				if n > 0 && errors.As(err, &fe) {
-					// Deleted and committed before the error.
-					c := *fe
-					c.Message = fmt.Sprintf("after %d receipts were deleted: %s", n, c.Message)
-					return &c
+				if n > 0 {
+					return afterDeleting(err, fmt.Sprintf("%d receipts", n))
 				}
 				return err
 			}
@@ -312,19 +301,28 @@ func pruneInbox(cmd *cobra.Command, inboxDSN, queue string, superseded bool, rec
 	}
 	if superseded {
 		n, err := in.DropSuperseded(cmd.Context())
-		var fe *fairrelay.Error
-		if err != nil && out["receipts"] != nil && out["receipts"] != int64(0) && errors.As(err, &fe) {
-			// The receipts' deletions committed before it.
-			c := *fe
-			c.Message = fmt.Sprintf("after %d receipts were deleted: %s", out["receipts"], c.Message)
-			return &c
-		}
 		if err != nil {
+			if r, _ := out["receipts"].(int64); r > 0 {
+				return afterDeleting(err, fmt.Sprintf("%d receipts", r))
+			}
 			return err
 		}
 		out["held"] = n
 	}
 	return printJSON(cmd.OutOrStdout(), out)
+}
+
+// afterDeleting is a prune's error once what (a count: "3 receipts") was
+// deleted and committed before it: the same error, its message saying so,
+// so that nobody reads "nothing was changed" of the whole run.
+func afterDeleting(err error, what string) error {
+	var fe *fairrelay.Error
+	if !errors.As(err, &fe) {
+		return err
+	}
+	c := *fe
+	c.Message = fmt.Sprintf("after %s were deleted: %s", what, c.Message)
+	return &c
 }
 
 func newExpediteCmd() *cobra.Command {

@@ -170,18 +170,11 @@ Broker ` + brokerEnvHelp + `.`,
 				return err
 			}
 			defer ready.stop()
-			in, created, err := openInboxWaiting(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist, log)
+			in, err := openInboxWaiting(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist, log)
 			if err != nil {
 				return err
 			}
 			defer in.Close()
-			if created != "" {
-				log.Warn("receive: the inbox "+logCreated(created)+"; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
-			} else if m := in.Migrated(); len(m) > 0 {
-				// An upgrade's migration, said as migrate says it (an SRE's
-				// drill: the receiver migrated its inbox without a word).
-				log.Info("receive: migrated the inbox", "inbox", redactDSN(inboxDSN), "applied", versionList(m))
-			}
 			h := in.Handler(opts)
 			if opts.Verify == nil {
 				h = loopbackOnly(h)
@@ -272,16 +265,11 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 		return err
 	}
 	defer ready.stop()
-	in, created, err := openInboxWaiting(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist, log)
+	in, err := openInboxWaiting(ctx, inboxDSN, inbox.Options{MaxDelta: maxDelta}, mustExist, log)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	if created != "" {
-		log.Warn("receive: the inbox "+logCreated(created)+"; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(inboxDSN))
-	} else if m := in.Migrated(); len(m) > 0 {
-		log.Info("receive: migrated the inbox", "inbox", redactDSN(inboxDSN), "applied", versionList(m))
-	}
 	opts := consume.Options{Inbox: in, Logger: log}
 	if reg != nil {
 		if opts.Metrics, err = consume.NewMetrics(reg, in); err != nil {

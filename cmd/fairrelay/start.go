@@ -131,16 +131,26 @@ func serveProbesEarly(metricsAddr string, log *slog.Logger) (*prometheus.Registr
 
 // openInboxWaiting is openInboxCreating, waiting while the inbox's
 // database does not answer (untilStoreAnswers); a signal during the wait
-// ends it with context.Canceled (stoppedBeforeStart: a stop, exit 0).
-func openInboxWaiting(ctx context.Context, dsn string, opts inbox.Options, mustExist bool, log *slog.Logger) (in *inbox.Inbox, created string, err error) {
-	err = untilStoreAnswers(ctx, log, "receive", func() (err error) {
+// ends it with context.Canceled (stoppedBeforeStart: a stop, exit 0). It
+// logs an inbox it created (a warning: a misspelt --inbox makes one) or
+// migrated (an upgrade's, said as migrate says it; an SRE's drill: the
+// receiver migrated its inbox without a word).
+func openInboxWaiting(ctx context.Context, dsn string, opts inbox.Options, mustExist bool, log *slog.Logger) (*inbox.Inbox, error) {
+	var in *inbox.Inbox
+	var created string
+	err := untilStoreAnswers(ctx, log, "receive", func() (err error) {
 		in, created, err = openInboxCreating(ctx, namedFor(dsn, "receive"), opts, mustExist)
 		return err
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	return in, created, nil
+	if created != "" {
+		log.Warn("receive: the inbox "+logCreated(created)+"; if --inbox is misspelt, stop and fix it", "inbox", redactDSN(dsn))
+	} else if m := in.Migrated(); len(m) > 0 {
+		log.Info("receive: migrated the inbox", "inbox", redactDSN(dsn), "applied", versionList(m))
+	}
+	return in, nil
 }
 
 // namedFor is dsn with application_name set to "fairrelay " + command (a

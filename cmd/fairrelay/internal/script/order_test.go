@@ -17,15 +17,7 @@ import (
 // read. At a tick the clock allows, the field's error is the answer.
 func TestScriptFieldErrorsComeAfterTheClock(t *testing.T) {
 	ctx := context.Background()
-	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	rn := &Runner{Queue: q}
-	if r := rn.Do(ctx, []byte(`{"op":"enqueue","id":"A1","flow":"A","delta":1,"at":10}`)); r["status"] != "created" {
-		t.Fatalf("enqueue at 10: %v", r)
-	}
+	q, rn := runnerWithA1(t, 10)
 	for _, c := range []struct{ line, field string }{
 		{`{"op":"enqueue","id":5,"flow":"A","delta":1,"at":%d}`, "id"},
 		{`{"id":"A2","flow":"A","delta":1,"bogus":true,"op":"enqueue","at":%d}`, "bogus"},
@@ -94,18 +86,10 @@ func TestScriptFieldErrorsComeAfterTheClock(t *testing.T) {
 // An at of math.MinInt64 — the library's AtStored sentinel — is a tick
 // below every stored one to a script: every write op answers
 // clock_regressed naming it and changes nothing (it ran at the stored
-// tick). A read op ignores it as before.
+// tick).
 func TestScriptLowestTickIsClockRegressed(t *testing.T) {
 	ctx := context.Background()
-	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	rn := &Runner{Queue: q}
-	if r := rn.Do(ctx, []byte(`{"op":"enqueue","id":"A1","flow":"A","delta":1,"at":100}`)); r["status"] != "created" {
-		t.Fatalf("enqueue at 100: %v", r)
-	}
+	q, rn := runnerWithA1(t, 100)
 	const low = `-9223372036854775808`
 	for _, line := range []string{
 		`{"op":"claim","at":` + low + `}`,
@@ -133,4 +117,21 @@ func TestScriptLowestTickIsClockRegressed(t *testing.T) {
 	if s.Clock.Tick != 100 || s.Clock.Ticket != 0 || len(s.Events) != 1 || s.Events[0].State != fairrelay.StateReady {
 		t.Errorf("after the refused writes: clock %+v, events %+v; want tick 100, ticket 0, A1 ready", s.Clock, s.Events)
 	}
+}
+
+// runnerWithA1 is a Runner on a fresh SQLite store under the reference
+// policy, where event A1 (flow A) was enqueued at tick at.
+func runnerWithA1(t *testing.T, at int64) (*fairrelay.Queue, *Runner) {
+	t.Helper()
+	ctx := context.Background()
+	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	rn := &Runner{Queue: q}
+	if r := rn.Do(ctx, fmt.Appendf(nil, `{"op":"enqueue","id":"A1","flow":"A","delta":1,"at":%d}`, at)); r["status"] != "created" {
+		t.Fatalf("enqueue at %d: %v", at, r)
+	}
+	return q, rn
 }
