@@ -267,7 +267,7 @@ func (q *Queue) Settings(ctx context.Context) (Settings, error) {
 }
 
 // GroupInfo is a group as Groups lists it: its settings, place in the
-// rotation, flow count and backlog (events not acked).
+// rotation, flow count, backlog (events not acked) and quarantined heads.
 type GroupInfo struct {
 	GroupState
 	Flows   int64 `json:"flows"`
@@ -275,6 +275,10 @@ type GroupInfo struct {
 	// MaxSlots caps the relay slots the group's deliveries hold at once
 	// (0: none; ConfigureParams.MaxSlots).
 	MaxSlots int64 `json:"max_slots"`
+	// Quarantined counts the quarantined heads of the group's flows: the
+	// heads `redrive --all --group` (QuarantinedParams.Group) would take,
+	// one per flow at most (SPEC §2, §8).
+	Quarantined int64 `json:"quarantined"`
 }
 
 // Groups lists up to limit groups by name after the given one ("" starts
@@ -302,7 +306,7 @@ func (q *Queue) Groups(ctx context.Context, after string, limit int) ([]GroupInf
 	}
 	out := make([]GroupInfo, 0, len(gs))
 	for _, g := range gs {
-		out = append(out, GroupInfo{GroupState: groupState(g.GroupRow), Flows: g.Flows, Backlog: g.Backlog, MaxSlots: g.MaxSlots})
+		out = append(out, GroupInfo{GroupState: groupState(g.GroupRow), Flows: g.Flows, Backlog: g.Backlog, MaxSlots: g.MaxSlots, Quarantined: g.Quarantined})
 	}
 	return out, nil
 }

@@ -553,8 +553,9 @@ func TestCookies(t *testing.T) {
 	}
 }
 
-// The groups page (SPEC §8) lists each group's weight, limits, flows and
-// backlog, fifty to a page, and refuses a bad after.
+// The groups page (SPEC §8) lists each group's weight, limits, flows,
+// backlog and quarantined heads (linked to the quarantine page filtered by
+// group), fifty to a page, and refuses a bad after.
 func TestGroupsPage(t *testing.T) {
 	t.Parallel()
 	q, err := fairrelay.Open(bg, filepath.Join(t.TempDir(), "queue.db"), fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
@@ -578,6 +579,19 @@ func TestGroupsPage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// f1's head (E3) rejected for good: free has a quarantined head.
+	cr, err := q.Claim(bg, fairrelay.ClaimParams{At: fairrelay.AtStored, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range cr.Claims {
+		if cl.Flow != "f1" {
+			continue
+		}
+		if r, err := q.Settle(bg, fairrelay.SettleParams{Token: cl.Token, Outcome: fairrelay.OutcomeRejected, At: fairrelay.AtStored}); err != nil || r.Status != fairrelay.SettleQuarantined {
+			t.Fatalf("settle f1: %+v %v", r, err)
+		}
+	}
 	c := newClient(t, serve(t, console.Config{Queue: q, LocalOperator: "op"}))
 	st, body := c.do("GET", "/groups", nil)
 	if st != http.StatusOK {
@@ -590,12 +604,22 @@ func TestGroupsPage(t *testing.T) {
 		}
 		return body[i : i+strings.Index(body[i:], "</tr>")]
 	}
-	// gold: weight 5, max backlog 100, 2 slots, 2 flows, 3 events not acked.
-	if r := row(body, "gold"); !strings.Contains(r, "<td>5</td><td>100</td><td>2</td><td>2</td><td>3</td>") {
+	// gold: weight 5, max backlog 100, 2 slots, 2 flows, 3 events not
+	// acked, no quarantined head; free: one, linked to its quarantine page.
+	if r := row(body, "gold"); !strings.Contains(r, "<td>5</td><td>100</td><td>2</td><td>2</td><td>3</td><td>0</td>") {
 		t.Errorf("gold's row: %q", r)
 	}
-	if r := row(body, "free"); !strings.Contains(r, "<td>1</td><td>none</td><td>none</td><td>1</td><td>1</td>") {
+	if r := row(body, "free"); !strings.Contains(r, `<td>1</td><td>none</td><td>none</td><td>1</td><td>1</td><td><a href="/quarantine?group=free">1</a></td>`) {
 		t.Errorf("free's row: %q", r)
+	}
+	if _, body := c.do("GET", "/quarantine?group=free", nil); !strings.Contains(body, `value="E3:1"`) {
+		t.Errorf("GET /quarantine?group=free: no E3:\n%.400s", body)
+	}
+	if _, body := c.do("GET", "/quarantine?group=gold", nil); !strings.Contains(body, "no quarantined head") || !strings.Contains(body, `id="fgroup" value="gold"`) {
+		t.Errorf("GET /quarantine?group=gold: want none, the filter kept:\n%.600s", body)
+	}
+	if st, body := c.do("GET", "/quarantine?group=%1b", nil); st != 400 || !strings.Contains(body, "group") {
+		t.Errorf("GET /quarantine?group=%%1b: %d %.200s, want 400 naming group", st, body)
 	}
 	if got := strings.Count(body, "<tr data-group="); got != 50 || !strings.Contains(body, `href="/groups?after=z47"`) {
 		t.Errorf("first page: %d rows, want 50 and a link after z47", got)

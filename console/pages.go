@@ -373,10 +373,10 @@ func (s *Server) flow(r *http.Request) (any, error) {
 }
 
 type quarantineData struct {
-	Reason, Prefix, After string
-	Heads                 []fairrelay.EventState
-	Next                  string
-	Reasons               []string
+	Reason, Prefix, Group, After string
+	Heads                        []fairrelay.EventState
+	Next                         string
+	Reasons                      []string
 }
 
 // quarantineReasons are the reasons a head is quarantined for (SPEC §2).
@@ -384,9 +384,9 @@ var quarantineReasons = []string{"budget_exhausted", "id_conflict", "sequence_co
 
 func (s *Server) quarantine(r *http.Request) (any, error) {
 	qs := r.URL.Query()
-	d := quarantineData{Reason: qs.Get("reason"), Prefix: qs.Get("prefix"), After: qs.Get("after"), Reasons: quarantineReasons}
+	d := quarantineData{Reason: qs.Get("reason"), Prefix: qs.Get("prefix"), Group: qs.Get("group"), After: qs.Get("after"), Reasons: quarantineReasons}
 	var err error
-	d.Heads, err = s.q.QuarantinedWhere(r.Context(), fairrelay.QuarantinedParams{After: d.After, Prefix: d.Prefix, Reason: d.Reason, Limit: pageSize})
+	d.Heads, err = s.q.QuarantinedWhere(r.Context(), fairrelay.QuarantinedParams{After: d.After, Prefix: d.Prefix, Reason: d.Reason, Group: d.Group, Limit: pageSize})
 	if err != nil {
 		return nil, err
 	}

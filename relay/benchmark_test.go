@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -105,68 +106,81 @@ func benchRelay(b *testing.B, dsn string, ordered bool) {
 // gauges on a store of 100 000 flows of one event each (1 000 of them
 // claimed, so inflight), against the read the gauges made before: every
 // flow's head, paged 1000 flows a read transaction (Queue.Heads), which is
-// what "heads-paged" times. ns/op is one scrape.
+// what "heads-paged" times. "grouped" puts the same flows in 1 000 groups
+// (SPEC §8), whose per-group gauges read every grouped flow. ns/op is one
+// scrape.
 //
 //	go test ./relay -run '^$' -bench QueueGaugesScrape -benchtime 20x
 func BenchmarkQueueGaugesScrape(b *testing.B) {
 	const flows = 100000
-	for _, backend := range []string{"sqlite", "postgres"} {
-		b.Run(backend, func(b *testing.B) {
-			ctx := b.Context()
-			dsn := filepath.Join(b.TempDir(), "queue.db")
-			if backend == "postgres" {
-				dsn = pgtest.Schema(b, "relay_gauges_")
+	for _, layout := range []string{"", "/grouped"} {
+		for _, backend := range []string{"sqlite", "postgres"} {
+			benchmarkQueueGaugesScrape(b, backend+layout, flows)
+		}
+	}
+}
+
+func benchmarkQueueGaugesScrape(b *testing.B, name string, flows int) {
+	backend, grouped := strings.CutSuffix(name, "/grouped")
+	b.Run(name, func(b *testing.B) {
+		ctx := b.Context()
+		dsn := filepath.Join(b.TempDir(), "queue.db")
+		if backend == "postgres" {
+			dsn = pgtest.Schema(b, "relay_gauges_")
+		}
+		q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer q.Close()
+		ps := make([]fairrelay.NewEvent, 0, 1000)
+		for i := range flows {
+			e := fairrelay.NewEvent{ID: fmt.Sprintf("e%07d", i), Flow: fmt.Sprintf("f%07d", i), Body: []byte(`{"delta":1}`)}
+			if grouped {
+				e.Group = fmt.Sprintf("g%04d", i%1000)
 			}
-			q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
-			if err != nil {
+			ps = append(ps, e)
+			if len(ps) == cap(ps) {
+				if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 0, Events: ps}); err != nil {
+					b.Fatal(err)
+				}
+				ps = ps[:0]
+			}
+		}
+		for range 10 { // 1 000 heads inflight: 100 workers on each of 10 relays
+			if _, err := q.Claim(ctx, fairrelay.ClaimParams{At: 1, Limit: 100}); err != nil {
 				b.Fatal(err)
 			}
-			defer q.Close()
-			ps := make([]fairrelay.NewEvent, 0, 1000)
-			for i := range flows {
-				ps = append(ps, fairrelay.NewEvent{ID: fmt.Sprintf("e%07d", i), Flow: fmt.Sprintf("f%07d", i), Body: []byte(`{"delta":1}`)})
-				if len(ps) == cap(ps) {
-					if _, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: 0, Events: ps}); err != nil {
-						b.Fatal(err)
-					}
-					ps = ps[:0]
-				}
-			}
-			for range 10 { // 1 000 heads inflight: 100 workers on each of 10 relays
-				if _, err := q.Claim(ctx, fairrelay.ClaimParams{At: 1, Limit: 100}); err != nil {
+		}
+		reg := prometheus.NewRegistry()
+		if err := relay.RegisterQueueGauges(reg, q); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("scrape", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := reg.Gather(); err != nil {
 					b.Fatal(err)
 				}
 			}
-			reg := prometheus.NewRegistry()
-			if err := relay.RegisterQueueGauges(reg, q); err != nil {
-				b.Fatal(err)
-			}
-			b.Run("scrape", func(b *testing.B) {
-				for b.Loop() {
-					if _, err := reg.Gather(); err != nil {
+		})
+		b.Run("heads-paged", func(b *testing.B) {
+			for b.Loop() {
+				n := 0
+				for after := ""; ; {
+					hs, err := q.Heads(ctx, after, 1000)
+					if err != nil {
 						b.Fatal(err)
 					}
-				}
-			})
-			b.Run("heads-paged", func(b *testing.B) {
-				for b.Loop() {
-					n := 0
-					for after := ""; ; {
-						hs, err := q.Heads(ctx, after, 1000)
-						if err != nil {
-							b.Fatal(err)
-						}
-						n += len(hs)
-						if len(hs) < 1000 {
-							break
-						}
-						after = hs[len(hs)-1].Flow
+					n += len(hs)
+					if len(hs) < 1000 {
+						break
 					}
-					if n != flows {
-						b.Fatalf("%d flows paged, want %d", n, flows)
-					}
+					after = hs[len(hs)-1].Flow
 				}
-			})
+				if n != flows {
+					b.Fatalf("%d flows paged, want %d", n, flows)
+				}
+			}
 		})
-	}
+	})
 }

@@ -282,9 +282,11 @@ type queueCollector struct {
 	paused  *prometheus.Desc
 	backlog *prometheus.Desc
 	limit   *prometheus.Desc
-	oldest  *prometheus.Desc
-	up      *prometheus.Desc
-	age     *prometheus.Desc
+	// quarantined counts a group's quarantined heads.
+	quarantined *prometheus.Desc
+	oldest      *prometheus.Desc
+	up          *prometheus.Desc
+	age         *prometheus.Desc
 
 	log     *slog.Logger  // nil: the reads' failures are not logged
 	timeout time.Duration // a scrape's read of the store at most
@@ -329,6 +331,9 @@ const DefaultQueueGaugesReadTimeout = 3 * time.Second
 //     fairrelay_events only, so that a store of a million flows does not
 //     make a million series), paged 1000 groups a read;
 //   - fairrelay_group_max_backlog{group}: its backlog limit (0: none);
+//   - fairrelay_group_quarantined{group}: its quarantined heads, one per
+//     flow at most (the heads redrive --all --group takes), so that an
+//     alert can name the tenant whose events wait for an operator;
 //   - fairrelay_oldest_unacked_age_seconds: how long the event not acked
 //     that was enqueued first has waited, on the store's clock: the stored
 //     tick minus its enqueue tick, in seconds (1 tick = 1 ms, SPEC §7); 0
@@ -355,8 +360,9 @@ const DefaultQueueGaugesReadTimeout = 3 * time.Second
 // flow table on PostgreSQL, the flow count one count of the flow table on
 // both (O(flows), in one statement each; before, a scrape paged through
 // every flow's head, a read per 1000 flows), the state counts O(inflight
-// + quarantined heads), the groups O(groups) (BENCHMARKS.md, "The queue
-// gauges").
+// + quarantined heads), the groups O(groups + their flows: the flow and
+// quarantined-head counts read each group's flows through an index)
+// (BENCHMARKS.md, "The queue gauges").
 func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue, opts ...QueueGaugesOptions) error {
 	var log *slog.Logger
 	timeout := DefaultQueueGaugesReadTimeout
@@ -378,6 +384,8 @@ func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue, opts ...
 		backlog: prometheus.NewDesc("fairrelay_group_backlog", "Events not acked in a group (SPEC §8), for the groups that have a row.",
 			[]string{"group"}, nil),
 		limit: prometheus.NewDesc("fairrelay_group_max_backlog", "A group's backlog limit (0: none).", []string{"group"}, nil),
+		quarantined: prometheus.NewDesc("fairrelay_group_quarantined",
+			"Quarantined heads in a group (SPEC §8), for the groups that have a row: what redrive --all --group would take.", []string{"group"}, nil),
 		oldest: prometheus.NewDesc("fairrelay_oldest_unacked_age_seconds",
 			"How long the oldest event not acked has waited, on the store's clock (its tick now minus the event's enqueue tick; 1 tick = 1 ms); 0 when every event is acked.", nil, nil),
 		up: prometheus.NewDesc("fairrelay_queue_gauges_up",
@@ -393,6 +401,7 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.paused
 	ch <- c.backlog
 	ch <- c.limit
+	ch <- c.quarantined
 	ch <- c.oldest
 	ch <- c.up
 	ch <- c.age
@@ -482,7 +491,8 @@ func (c *queueCollector) read() (ms []prometheus.Metric, err error) {
 				limit = *g.MaxBacklog
 			}
 			ms = append(ms, prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(g.Backlog), g.Group),
-				prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit), g.Group))
+				prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit), g.Group),
+				prometheus.MustNewConstMetric(c.quarantined, prometheus.GaugeValue, float64(g.Quarantined), g.Group))
 		}
 		if len(gs) < page {
 			return ms, nil

@@ -52,6 +52,18 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// openReference opens a queue store of the reference policy in a new
+// SQLite file, closed when the test ends.
+func openReference(t *testing.T) *fairrelay.Queue {
+	t.Helper()
+	q, err := fairrelay.Open(t.Context(), filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
 // series gathers reg as name,label=value,… → the counter's or gauge's
 // value, or the histogram's sample count.
 func series(t *testing.T, reg *prometheus.Registry) map[string]float64 {
@@ -137,12 +149,7 @@ func unlabelled(t *testing.T, reg *prometheus.Registry, name string) *dto.Metric
 // once every event is acked: a gauge to alert on for a stuck head.
 func TestOldestUnackedAgeGauge(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	q, err := fairrelay.Open(ctx, filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	ctx, q := t.Context(), openReference(t)
 	reg := prometheus.NewRegistry()
 	if err := relay.RegisterQueueGauges(reg, q); err != nil {
 		t.Fatal(err)
@@ -203,6 +210,45 @@ func TestOldestUnackedAgeGauge(t *testing.T) {
 	}
 }
 
+// fairrelay_group_quarantined counts each group's quarantined heads: a
+// head rejected for good counts in its group, a ready or inflight one does
+// not, and a group with none reports 0. An operator's alert names the
+// tenant whose events wait for a redrive.
+func TestGroupQuarantinedGauge(t *testing.T) {
+	t.Parallel()
+	ctx, q := t.Context(), openReference(t)
+	for _, e := range []struct{ id, flow, group string }{{"A1", "A", "acme"}, {"B1", "B", "acme"}, {"C1", "C", "beta"}, {"D1", "D", "acme"}} {
+		if _, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: e.id, Flow: e.flow, Group: e.group, Body: []byte(`{"delta":1}`), At: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A1 and C1 rejected (quarantined), B1 left inflight, D1 ready.
+	for range 3 {
+		r, err := q.Claim(ctx, fairrelay.ClaimParams{At: 2})
+		if err != nil || len(r.Claims) != 1 {
+			t.Fatalf("claim: %+v %v", r, err)
+		}
+		if c := r.Claims[0]; c.Flow != "B" {
+			if _, err := q.Settle(ctx, fairrelay.SettleParams{Token: c.Token, Outcome: fairrelay.OutcomeRejected, At: 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reg := prometheus.NewRegistry()
+	if err := relay.RegisterQueueGauges(reg, q); err != nil {
+		t.Fatal(err)
+	}
+	got := series(t, reg)
+	for name, want := range map[string]float64{
+		"fairrelay_group_quarantined,group=acme": 1, "fairrelay_group_quarantined,group=beta": 1,
+		"fairrelay_events,state=quarantined": 2, "fairrelay_events,state=inflight": 1,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+}
+
 // A scrape whose read of the store fails reports the values of the last
 // read that succeeded, with fairrelay_queue_gauges_up 0 and their age, and
 // no gathering error: the gauges went missing when the store could not be
@@ -231,6 +277,7 @@ func TestQueueGaugesKeepTheirLastValuesWhenTheStoreFails(t *testing.T) {
 	want := map[string]float64{
 		"fairrelay_events,state=ready": 3, "fairrelay_events,state=inflight": 0, "fairrelay_events,state=quarantined": 0,
 		"fairrelay_flows": 2, "fairrelay_flows_paused": 0, "fairrelay_group_backlog,group=g": 2, "fairrelay_group_max_backlog,group=g": 0,
+		"fairrelay_group_quarantined,group=g":  0,
 		"fairrelay_oldest_unacked_age_seconds": 0, "fairrelay_queue_gauges_up": 1, "fairrelay_queue_gauges_age_seconds": 0,
 	}
 	if d := cmp.Diff(want, read); d != "" {

@@ -49,6 +49,8 @@ func newInspectCmd() *cobra.Command {
                               yet, so not in the rotation
                  FLOWS        its flows
                  BACKLOG      its events not acked (ready, inflight, quarantined)
+                 QUARANTINED  its quarantined heads, one per flow at most: what
+                              redrive --all --group would take
   settings     the store-wide backlog limits and the backlog
   audit        the operators' decisions (redrive, expedite, pause, resume), as written,
                with the tick and the wall-clock time (UTC, RFC 3339) of each
@@ -296,13 +298,13 @@ can forge lines or drive the terminal.`,
 				}
 				rows = anyRows(gs)
 				table = func(w io.Writer) {
-					fmt.Fprintln(w, "GROUP\tWEIGHT\tMAX BACKLOG\tMAX SLOTS\tSERVED\tFLOWS\tBACKLOG")
+					fmt.Fprintln(w, "GROUP\tWEIGHT\tMAX BACKLOG\tMAX SLOTS\tSERVED\tFLOWS\tBACKLOG\tQUARANTINED")
 					for _, g := range gs {
 						slots := "none"
 						if g.MaxSlots > 0 {
 							slots = strconv.FormatInt(g.MaxSlots, 10)
 						}
-						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%d\n", cell(g.Group), g.Weight, optional(g.MaxBacklog, "none"), slots, optional(g.Served, "-"), g.Flows, g.Backlog)
+						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\n", cell(g.Group), g.Weight, optional(g.MaxBacklog, "none"), slots, optional(g.Served, "-"), g.Flows, g.Backlog, g.Quarantined)
 					}
 				}
 			case "settings":

@@ -171,7 +171,7 @@ func TestInspectHelpExplainsTheGroupsColumns(t *testing.T) {
 		t.Fatalf("inspect groups: exit %d\n%s%s", code, out, errOut)
 	}
 	// One claim of a group of weight 3 leaves its SERVED where it was.
-	if cells := regexp.MustCompile(`\s{2,}`).Split(lines[1], -1); len(cells) != 7 || cells[4] != "0" {
+	if cells := regexp.MustCompile(`\s{2,}`).Split(lines[1], -1); len(cells) != 8 || cells[4] != "0" {
 		t.Fatalf("after one claim, big's row is %q; want SERVED 0", lines[1])
 	}
 	help, _, _ := cli(t, "", "inspect", "--help")

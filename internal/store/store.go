@@ -327,6 +327,9 @@ type GroupInfo struct {
 	// MaxSlots caps the relay slots the group's deliveries hold at once
 	// (0: none; SPEC §11).
 	MaxSlots int64
+	// Quarantined counts the quarantined heads of the group's flows (the
+	// heads QuarantinedFilter.Group selects).
+	Quarantined int64
 }
 
 // GroupSetting is a group's settings alone (SPEC §8, §11): its weight,

@@ -270,6 +270,22 @@ func (t *ReadTx) GroupList(ctx context.Context, after string, limit int) ([]stor
 		out = append(out, g)
 		return nil
 	}, after, limit)
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	n := map[string]int64{}
+	err = t.query(ctx, "GroupQuarantined", func(r scanner) error {
+		var g string
+		var c int64
+		if err := r.Scan(&g, &c); err != nil {
+			return err
+		}
+		n[g] = c
+		return nil
+	}, out[0].Group, out[len(out)-1].Group)
+	for i := range out {
+		out[i].Quarantined = n[out[i].Group]
+	}
 	return out, err
 }
 

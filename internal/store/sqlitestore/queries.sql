@@ -137,6 +137,17 @@ SELECT g.group_id, g.ord, g.served, g.weight, g.credit, g.runnable_flows, g.max_
        (SELECT count(*) FROM flow f WHERE f.group_id = g.group_id), g.max_slots
 FROM grp g WHERE g.group_id > ? ORDER BY g.group_id LIMIT ?;
 
+-- name: GroupQuarantined
+-- The quarantined heads of the groups from ?1 to ?2 (a page of GroupList),
+-- by group: one pass over the partial index event_quarantined, O(quarantined
+-- heads) whatever the groups' flow counts. A flow created without a group
+-- has group_id NULL only while its group has no row (a group row, made by a
+-- flow joining it or by configure, sets it), so a listed group's flows are
+-- its group_id rows.
+SELECT f.group_id, count(*) FROM event e INDEXED BY event_quarantined JOIN flow f ON f.flow_id = e.flow_id
+WHERE e.state = 'quarantined' AND f.group_id >= ?1 AND f.group_id <= ?2
+GROUP BY f.group_id;
+
 -- name: GroupSettings
 -- The groups set apart from a new one's defaults, read from the group rows
 -- alone (GroupList counts every member flow).

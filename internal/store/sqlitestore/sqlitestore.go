@@ -1279,7 +1279,30 @@ func (t *ReadTx) GroupList(ctx context.Context, after string, limit int) ([]stor
 		out = append(out, store.GroupInfo{GroupRow: gc.g, Flows: flows, Backlog: gc.enqueued - gc.ackedN, MaxSlots: slots})
 		return nil
 	}, after, limit)
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	n, err := t.groupQuarantined(ctx, out[0].Group, out[len(out)-1].Group)
+	for i := range out {
+		out[i].Quarantined = n[out[i].Group]
+	}
 	return out, err
+}
+
+// groupQuarantined counts the quarantined heads of the groups from first
+// to last, by group.
+func (t *ReadTx) groupQuarantined(ctx context.Context, first, last string) (map[string]int64, error) {
+	n := map[string]int64{}
+	err := t.each(ctx, "GroupQuarantined", func(r scanner) error {
+		var g string
+		var c int64
+		if err := r.Scan(&g, &c); err != nil {
+			return err
+		}
+		n[g] = c
+		return nil
+	}, first, last)
+	return n, err
 }
 
 // GroupSettings lists the groups whose weight, backlog limit or slot cap
