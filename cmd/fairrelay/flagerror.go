@@ -178,10 +178,16 @@ var nonEmptyFlags = []string{"flow", "reason-is", "group", "operator", "secret",
 
 // refuseEmptyFlags is every command's PreRunE (main sets it): a flag of
 // nonEmptyFlags given as "" is invalid input naming it, and so is a
-// negative value of a tick flag (tickFlags): a tick is a non-negative
-// integer (SPEC §1), and the library would answer a negative --at
-// clock_regressed (SPEC §2 checks the clock first), which tells the user
-// of a typo that the store's clock is ahead of it.
+// negative --acked-before or --ids-before (a tick is a non-negative
+// integer, SPEC §1; with an --at behind the store's tick the clock's
+// answer comes first, clockBeforeFields).
+//
+// A negative --at is not refused here: it is below every stored tick, and
+// SPEC §2 answers a write's tick below the stored one clock_regressed
+// before it looks at any field, as the library and the script do (the
+// command line said invalid_input naming at). Only --at
+// -9223372036854775808 is answered here, as clock_regressed: it is the
+// library's AtStored, which would run the write at the store's tick.
 func refuseEmptyFlags(cmd *cobra.Command, _ []string) error {
 	for _, name := range nonEmptyFlags {
 		f := cmd.Flags().Lookup(name)
@@ -194,8 +200,13 @@ func refuseEmptyFlags(cmd *cobra.Command, _ []string) error {
 		if f == nil || !f.Changed || f.Value.Type() != "int64" {
 			continue
 		}
-		if v, err := strconv.ParseInt(f.Value.String(), 10, 64); err == nil && v < 0 {
+		v, err := strconv.ParseInt(f.Value.String(), 10, 64)
+		switch {
+		case err != nil || v >= 0:
+		case name != "at":
 			return fairrelay.InvalidInput(name, "must be a tick in [0, %d], got %d", int64(fairrelay.MaxTick), v)
+		case v == fairrelay.AtStored:
+			return &fairrelay.Error{Code: fairrelay.CodeClockRegressed, Message: fmt.Sprintf("%s at tick %d: below every store's tick (a tick is non-negative)", cmd.Name(), v)}
 		}
 	}
 	return nil

@@ -138,3 +138,70 @@ func TestRedriveNotQuarantinedNamesTheState(t *testing.T) {
 		t.Errorf("redrive of a ready event: exit %d, %q, stderr %q: want not_quarantined naming its state and where to look", code, out, errOut)
 	}
 }
+
+// A negative --at is below every stored tick, and SPEC §2 answers a write's
+// tick below the stored one clock_regressed before it reads any field: every
+// command with --at answers so, in the words of the library and of script
+// for the same op, exit 2, and changes nothing (the command line answered
+// invalid_input naming at, where script answered clock_regressed). On a
+// missing store enqueue creates none. -9223372036854775808, the library's
+// AtStored, is no exception (it ran the write at the store's tick to the
+// library). A negative --ids-before at a good tick is still the field's
+// error.
+func TestNegativeAtIsClockRegressed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queue := filepath.Join(dir, "q.db")
+	if out, errOut, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "5"); code != exitApplied {
+		t.Fatalf("enqueue at 5: exit %d, %s %s", code, out, errOut)
+	}
+	before, _, _ := cli(t, "", "inspect", "--queue", queue, "events", "--json")
+	for _, c := range []struct {
+		args  []string
+		op    string
+		stdin string
+	}{
+		{[]string{"enqueue", "--id", "A2", "--flow", "A", "--delta", "1"}, "enqueue", ""},
+		{[]string{"enqueue"}, "enqueue", `{"id":"A2","flow":"A","delta":1}` + "\n"},
+		{[]string{"claim"}, "claim", ""},
+		{[]string{"settle", "--id", "A1", "--generation", "1", "--outcome", "accepted"}, "settle", ""},
+		{[]string{"redrive", "--id", "A1", "--expected-generation", "0", "--reason", "r"}, "redrive", ""},
+		{[]string{"expedite", "--id", "A1", "--expected-generation", "0", "--reason", "r"}, "expedite", ""},
+		{[]string{"pause", "--flow", "A", "--reason", "r"}, "pause", ""},
+		{[]string{"resume", "--flow", "A", "--reason", "r"}, "resume", ""},
+		{[]string{"configure", "--max-backlog", "5"}, "configure", ""},
+		{[]string{"prune", "--acked-before", "1", "--ids-before", "0"}, "prune", ""},
+	} {
+		args := append(append([]string{}, c.args...), "--queue", queue, "--at", "-1")
+		out, errOut, code := cli(t, c.stdin, args...)
+		want := "fairrelay: clock_regressed: " + c.op + " at tick -1: the store is at tick 5\n"
+		if code != exitFailed || out != "" || errOut != want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", args, code, out, errOut, want)
+		}
+	}
+	if after, _, _ := cli(t, "", "inspect", "--queue", queue, "events", "--json"); after != before {
+		t.Errorf("the refused writes changed the store:\n%s\nwas\n%s", after, before)
+	}
+	// The library's answer, through script, is the same.
+	out, errOut, code := cli(t, `{"op":"enqueue","id":"A1","flow":"A","delta":1,"at":5}`+"\n"+`{"op":"claim","at":-1}`+"\n",
+		"script", "--queue", filepath.Join(dir, "s.db"), "--inbox", filepath.Join(dir, "si.db"))
+	if want := `{"error":"clock_regressed","message":"claim at tick -1: the store is at tick 5"}`; code != 0 || !strings.HasSuffix(strings.TrimSpace(out), want) {
+		t.Errorf("script claim at -1: exit %d, %q %s; want %s", code, out, errOut, want)
+	}
+	_, errOut, code = cli(t, "", "claim", "--queue", queue, "--at", "-9223372036854775808")
+	if code != exitFailed || !strings.HasPrefix(errOut, "fairrelay: clock_regressed: claim at tick -9223372036854775808: ") {
+		t.Errorf("claim at the AtStored sentinel: exit %d, %q; want clock_regressed", code, errOut)
+	}
+	missing := filepath.Join(dir, "missing.db")
+	_, errOut, code = cli(t, "", "enqueue", "--queue", missing, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "-1")
+	if code != exitFailed || !strings.Contains(errOut, "clock_regressed: enqueue at tick -1") {
+		t.Errorf("enqueue at -1 on a missing store: exit %d, %q; want clock_regressed", code, errOut)
+	}
+	if m, _ := filepath.Glob(missing + "*"); len(m) != 0 {
+		t.Errorf("the refused enqueue created the store: %v", m)
+	}
+	_, errOut, code = cli(t, "", "prune", "--queue", queue, "--acked-before", "1", "--ids-before", "-7", "--at", "6")
+	if code != exitFailed || !strings.Contains(errOut, "invalid_input: ids-before: must be a tick in") {
+		t.Errorf("prune --ids-before -7 at a good tick: exit %d, %q; want invalid_input naming ids-before", code, errOut)
+	}
+}
