@@ -727,10 +727,12 @@ func redactDSN(dsn string) string {
 // an inbox creates either, a store argument that cannot become a store: a
 // PostgreSQL URL that does not parse (a schema name it refuses), a SQLite
 // path whose directory does not exist, a directory, or a file with data
-// that is not a SQLite database (not_a_database naming the flag). What
-// else the open refuses — another kind of store, a database of another
-// version, a server that does not answer — it refuses as before, after
-// the first store may have been made.
+// that is not a SQLite database (not_a_database naming the flag; a file
+// shorter than a database's header is one). A file that cannot be read
+// (an I/O error) is a database error with the read's error, not
+// not_a_database. What else the open refuses — another kind of store, a
+// database of another version, a server that does not answer — it
+// refuses as before, after the first store may have been made.
 func checkStorePaths(queue, inboxDSN string) error {
 	for _, s := range []struct{ field, path string }{{"queue", queue}, {"inbox", inboxDSN}} {
 		if s.path == "" {
@@ -765,15 +767,28 @@ func checkStorePaths(queue, inboxDSN string) error {
 		if err != nil {
 			continue // the open says why
 		}
-		head := make([]byte, 16)
-		n, _ := io.ReadFull(f, head)
+		head := make([]byte, len(sqliteHeader))
+		n, err := io.ReadFull(f, head)
 		f.Close()
-		if string(head[:n]) != "SQLite format 3\x00" {
+		switch {
+		case n == 0 && errors.Is(err, io.EOF):
+			continue // emptied since the stat: an empty file, as above
+		case err != nil && !errors.Is(err, io.ErrUnexpectedEOF):
+			// The disk's or the file system's error, not the file's
+			// content: it was called "not a SQLite database".
+			return &fairrelay.Error{Code: fairrelay.CodeDatabase, Message: "read " + s.path + " (nothing was created)", Err: err}
+		}
+		// A file shorter than the header (ErrUnexpectedEOF) holds data
+		// and no database: SQLite refuses it too (SQLITE_NOTADB).
+		if string(head[:n]) != sqliteHeader {
 			return &fairrelay.Error{Code: fairrelay.CodeNotDatabase, Field: s.field, Message: s.path + " is not a SQLite database"}
 		}
 	}
 	return nil
 }
+
+// sqliteHeader is how every SQLite database file begins.
+const sqliteHeader = "SQLite format 3\x00"
 
 // checkStdin refuses a standard input that cannot give lines — a directory
 // (`< /some/dir`) — before a command that reads it opens, or creates, a
