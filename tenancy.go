@@ -115,7 +115,10 @@ type PruneParams struct {
 
 // PruneResult counts what a prune deleted (SPEC §8: events, tombstones).
 // An event acked before IDsBefore leaves no tombstone and counts in Events
-// only. More reports that Limit stopped the prune with more left to
+// only, and in Forgotten: its id is forgotten with its body (enqueued
+// again, it is a new event), as are the ids of the Tombstones deleted; the
+// other Events - Forgotten ids stay idempotent by their new tombstones.
+// Forgotten is not part of the SPEC §6 answer. More reports that Limit stopped the prune with more left to
 // delete; Tick is the tick it ran at.
 //
 // Held is the longest this call held the store's writer in one write, in
@@ -132,6 +135,7 @@ type PruneParams struct {
 type PruneResult struct {
 	Events     int64         `json:"events"`
 	Tombstones int64         `json:"tombstones"`
+	Forgotten  int64         `json:"-"`
 	More       bool          `json:"-"`
 	Tick       int64         `json:"-"`
 	Held       time.Duration `json:"-"`
@@ -183,7 +187,7 @@ func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 	}
 	r, err := q.store.Prune(ctx, store.PruneParams{At: p.At, Floor: p.Floor, MaxTickJump: q.policy.MaxTickJump,
 		AckedBefore: p.AckedBefore, IDsBefore: p.IDsBefore, Limit: p.Limit, Check: check})
-	res := PruneResult{Events: r.Events, Tombstones: r.Tombstones, More: r.More, Tick: r.Tick, Held: r.Held}
+	res := PruneResult{Events: r.Events, Tombstones: r.Tombstones, Forgotten: r.Forgotten, More: r.More, Tick: r.Tick, Held: r.Held}
 	if err != nil {
 		// Deleted, then an error of the housekeeping after the commit:
 		// the result still says what was deleted.

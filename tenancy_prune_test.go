@@ -23,9 +23,10 @@ import (
 //     event that is not acked: every other event, the flows (seq, served,
 //     group, paused), the groups and the audit are as before, and the clock
 //     moved to the prune's tick only;
-//   - counts the events it deleted, and the tombstones it deleted: those
-//     of events acked before ids_before, pruned earlier; and says how long
-//     it held the writer, a positive time within the call;
+//   - counts the events it deleted, those of them that left no tombstone
+//     (acked before ids_before: Forgotten), and the tombstones it deleted:
+//     those of events acked before ids_before, pruned earlier; and says how
+//     long it held the writer, a positive time within the call;
 //
 // and an id enqueued again after its event was pruned answers as its
 // tombstone says: existing with the event's seq for the same flow and body,
@@ -50,6 +51,9 @@ func TestPruneKeepsWhatIsNotAcked(t *testing.T) {
 		}
 		if p.tombsDeleted == 0 {
 			t.Errorf("no prune deleted a tombstone: the property was not exercised")
+		}
+		if p.forgotten == 0 || p.forgotten == p.deleted {
+			t.Errorf("of %d events pruned, %d left no tombstone: want some of each, or the count was not exercised", p.deleted, p.forgotten)
 		}
 	})
 }
@@ -77,8 +81,8 @@ type pruneRun struct {
 	tokens  []fairrelay.Token
 	nextID  int
 	// what happened, for the log and the coverage checks.
-	prunes, deleted, tombsDeleted int64
-	again                         map[string]int
+	prunes, deleted, tombsDeleted, forgotten int64
+	again                                    map[string]int
 }
 
 func (p *pruneRun) snapshot() *fairrelay.Snapshot {
@@ -175,7 +179,7 @@ func (p *pruneRun) prune() {
 	}
 	after := p.snapshot()
 	// What the prune must have deleted, and what it must have kept.
-	var wantEvents, wantTombs int64
+	var wantEvents, wantTombs, wantForgotten int64
 	kept := []fairrelay.EventState{}
 	for _, e := range before.Events {
 		if e.State == fairrelay.StateAcked && p.ackedAt[e.ID] < ackedBefore {
@@ -183,6 +187,8 @@ func (p *pruneRun) prune() {
 			if p.ackedAt[e.ID] >= idsBefore {
 				ev := p.events[e.ID]
 				p.tombs[e.ID] = pruneTomb{flow: e.Flow, seq: e.Seq, sum: sha256.Sum256(ev.Body), ackedAt: p.ackedAt[e.ID]}
+			} else {
+				wantForgotten++
 			}
 			continue
 		}
@@ -197,8 +203,9 @@ func (p *pruneRun) prune() {
 	if d := cmp.Diff(kept, after.Events); d != "" {
 		p.t.Fatalf("prune at %d (acked_before %d, ids_before %d): events (-want kept +after):\n%s", p.at, ackedBefore, idsBefore, d)
 	}
-	if res.Events != wantEvents || res.Tombstones != wantTombs {
-		p.t.Fatalf("prune at %d (acked_before %d, ids_before %d): answered events %d, tombstones %d; want %d, %d", p.at, ackedBefore, idsBefore, res.Events, res.Tombstones, wantEvents, wantTombs)
+	if res.Events != wantEvents || res.Tombstones != wantTombs || res.Forgotten != wantForgotten {
+		p.t.Fatalf("prune at %d (acked_before %d, ids_before %d): answered events %d, tombstones %d, forgotten %d; want %d, %d, %d",
+			p.at, ackedBefore, idsBefore, res.Events, res.Tombstones, res.Forgotten, wantEvents, wantTombs, wantForgotten)
 	}
 	for id := range p.ackedAt {
 		if !p.present(after, id) {
@@ -213,6 +220,7 @@ func (p *pruneRun) prune() {
 	p.prunes++
 	p.deleted += res.Events
 	p.tombsDeleted += res.Tombstones
+	p.forgotten += res.Forgotten
 }
 
 func (p *pruneRun) present(s *fairrelay.Snapshot, id string) bool {

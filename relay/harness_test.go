@@ -279,18 +279,27 @@ func nextQuarantine(t *testing.T, ch <-chan relay.Quarantine) relay.Quarantine {
 }
 
 // onMessage is a slog.Handler that runs do once, at the first record whose
-// message starts with prefix: the relay logs when it stops claiming.
+// message starts with prefix: the relay logs when it stops claiming. Once
+// do has run, attrs holds that record's attributes.
 type onMessage struct {
 	prefix string
 	do     func()
 	once   sync.Once
+	attrs  map[string]slog.Value
 }
 
 func (h *onMessage) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *onMessage) Handle(_ context.Context, r slog.Record) error {
 	if strings.HasPrefix(r.Message, h.prefix) {
-		h.once.Do(h.do)
+		h.once.Do(func() {
+			h.attrs = map[string]slog.Value{}
+			r.Attrs(func(a slog.Attr) bool {
+				h.attrs[a.Key] = a.Value
+				return true
+			})
+			h.do()
+		})
 	}
 	return nil
 }

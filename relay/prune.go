@@ -45,7 +45,7 @@ func (r *Relay) prune(ctx context.Context) {
 	if r.cfg.RetainIDs > 0 {
 		p.IDsBefore = min(max(0, now-r.cfg.RetainIDs.Milliseconds()), p.AckedBefore)
 	}
-	var events, tombstones int64
+	var events, tombstones, forgotten int64
 	for ctx.Err() == nil {
 		start := r.cfg.Source.Elapsed()
 		res, err := r.q.Prune(ctx, p)
@@ -53,6 +53,7 @@ func (r *Relay) prune(ctx context.Context) {
 			// An error may come after deletions that committed: count them.
 			events += res.Events
 			tombstones += res.Tombstones
+			forgotten += res.Forgotten
 			if res.Events > 0 || res.Tombstones > 0 {
 				r.cfg.Metrics.pruned(res)
 			}
@@ -65,6 +66,7 @@ func (r *Relay) prune(ctx context.Context) {
 		r.clock.Observe(res.Tick)
 		events += res.Events
 		tombstones += res.Tombstones
+		forgotten += res.Forgotten
 		r.cfg.Metrics.pruned(res)
 		if !res.More {
 			break
@@ -80,11 +82,14 @@ func (r *Relay) prune(ctx context.Context) {
 		}
 	}
 	if events > 0 || tombstones > 0 {
-		// ids_before says which of the pruned events kept no tombstone (those
-		// acked below it: their ids are forgotten); 0 when every one did.
-		// tombstones_deleted counts the tombstones of older ids deleted, not
-		// the ids forgotten ("tombstones=0" read as "no id forgotten": a
-		// fresh user's report).
-		r.log.Info("relay: pruned", "events", events, "tombstones_deleted", tombstones, "acked_before", p.AckedBefore, "ids_before", p.IDsBefore)
+		// What became of the ids, counted: ids_kept, the pruned events
+		// that left a tombstone; ids_forgotten, those that left none
+		// (acked below ids_before: with --retain-ids equal to
+		// --retain-acked, every one) and those of the tombstones deleted.
+		// tombstones_deleted alone read as "no id forgotten" (a fresh
+		// user's report, and again with equal retentions: 0 while every
+		// pruned id was forgotten).
+		r.log.Info("relay: pruned", "events", events, "ids_kept", events-forgotten, "ids_forgotten", forgotten+tombstones,
+			"tombstones_deleted", tombstones, "acked_before", p.AckedBefore, "ids_before", p.IDsBefore)
 	}
 }

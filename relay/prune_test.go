@@ -73,3 +73,50 @@ func TestRelayPrunesAckedEvents(t *testing.T) {
 		t.Fatalf("B1: %+v %v, want it kept, not acked", e, err)
 	}
 }
+
+// The relay's prune line counts what became of the pruned events' ids:
+// ids_kept (a tombstone each) and ids_forgotten. With RetainIDs equal to
+// RetainAcked every pruned id goes with its event, which the line said as
+// tombstones_deleted=0 and nothing else; with a longer RetainIDs every one
+// is kept.
+func TestRelayPruneLineCountsTheIDsForgotten(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		retainIDs          time.Duration
+		kept, forgotten    int64
+		enqueueAgainAnswer fairrelay.EnqueueStatus
+	}{
+		{time.Hour, 0, 3, fairrelay.EnqueueCreated},
+		{2 * time.Hour, 3, 0, fairrelay.EnqueueExisting},
+	} {
+		t.Run(c.retainIDs.String(), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, testPolicy())
+			h.enqueue(t, "A", 1, 2, 3)
+			cfg := h.config(t)
+			cfg.RetainAcked, cfg.RetainIDs, cfg.PruneInterval, cfg.PruneBatch = time.Hour, c.retainIDs, time.Millisecond, 2
+			pruned := make(chan struct{})
+			line := &onMessage{prefix: "relay: pruned", do: func() { close(pruned) }}
+			cfg.Logger = slog.New(line)
+			_, stop := h.start(t, cfg)
+			h.until(t, acks(3))
+			h.time.Advance(time.Hour + time.Minute)
+			waitClosed(t, pruned)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int64{"events": 3, "ids_kept": c.kept, "ids_forgotten": c.forgotten, "tombstones_deleted": 0}
+			for k, v := range want {
+				if got, ok := line.attrs[k]; !ok || got.Kind() != slog.KindInt64 || got.Int64() != v {
+					t.Errorf("relay: pruned %s=%v, want %d (the line: %v)", k, got, v, line.attrs)
+				}
+			}
+			// What the line says is what the store did: an id kept
+			// answers existing, a forgotten one is a new event.
+			r, err := h.q.Enqueue(t.Context(), fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+			if err != nil || r.Status != c.enqueueAgainAnswer {
+				t.Errorf("A1 enqueued again: %+v %v, want %s", r, err, c.enqueueAgainAnswer)
+			}
+		})
+	}
+}

@@ -131,7 +131,11 @@ heads, seqs, served and the audit are never touched. Ticks are the store's
 
 It runs in transactions of --limit events (default 1000, 0 for one
 transaction) until nothing is left, so it never holds the write lock long
-beside a running relay, and prints {"events":N,"status":"pruned","tombstones":M}.
+beside a running relay, and prints
+{"events":N,"ids_forgotten":F,"ids_kept":K,"status":"pruned","tombstones":M}:
+N events deleted, K of them leaving a tombstone, M older tombstones deleted,
+and F ids no longer idempotent (N - K events acked below --ids-before, and
+the M tombstones' ids).
 'fairrelay relay --retain-acked D --retain-ids D' prunes on its own.
 
 With --inbox I --superseded-held it deletes instead the inbox's held copies of
@@ -173,6 +177,7 @@ and is never applied twice; 'fairrelay waive' lets such a copy through.
 				r, err := q.Prune(cmd.Context(), fairrelay.PruneParams{At: atFlag(cmd, at), AckedBefore: ackedBefore, IDsBefore: idsBefore, Limit: limit})
 				total.Events += r.Events
 				total.Tombstones += r.Tombstones
+				total.Forgotten += r.Forgotten
 				if err != nil {
 					if total.Events > 0 || total.Tombstones > 0 {
 						return afterDeleting(err, fmt.Sprintf("%d events and %d tombstones", total.Events, total.Tombstones))
@@ -183,12 +188,16 @@ and is never applied twice; 'fairrelay waive' lets such a copy through.
 					break
 				}
 			}
-			if total.Events > 0 && idsBefore == ackedBefore {
+			if total.Forgotten > 0 && idsBefore == ackedBefore {
 				// Legal (SPEC §8), and easy to type by mistake: say what it
 				// did to idempotency (a fresh user's report).
-				fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: prune: --ids-before equals --acked-before, so the events it pruned (%d) left no tombstone: their ids are forgotten: an id sent again becomes a new event, which a receiver that applied the old one answers id_conflict, quarantining its flow\n", total.Events)
+				fmt.Fprintf(cmd.ErrOrStderr(), "fairrelay: prune: --ids-before equals --acked-before, so the events it pruned (%d) left no tombstone: their ids are forgotten: an id sent again becomes a new event, which a receiver that applied the old one answers id_conflict, quarantining its flow\n", total.Forgotten)
 			}
-			return printJSON(cmd.OutOrStdout(), script.Result{"status": "pruned", "events": total.Events, "tombstones": total.Tombstones})
+			// The SPEC's answer (events, and tombstones: those deleted),
+			// and what became of the ids: "tombstones":0 read as "no id
+			// forgotten" where every pruned id went with its event.
+			return printJSON(cmd.OutOrStdout(), script.Result{"status": "pruned", "events": total.Events, "tombstones": total.Tombstones,
+				"ids_kept": total.Events - total.Forgotten, "ids_forgotten": total.Forgotten + total.Tombstones})
 		},
 	}
 	f := cmd.Flags()

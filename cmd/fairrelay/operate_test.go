@@ -83,7 +83,7 @@ func TestTenancyAndOperatorCommands(t *testing.T) {
 			t.Fatalf("settle %s: %s", cl.ID, got)
 		}
 	}
-	if got := run(0, "prune", "--queue", q, "--acked-before", "10", "--ids-before", "0", "--at", "10"); got != `{"events":2,"status":"pruned","tombstones":0}` {
+	if got := run(0, "prune", "--queue", q, "--acked-before", "10", "--ids-before", "0", "--at", "10"); got != `{"events":2,"ids_forgotten":0,"ids_kept":2,"status":"pruned","tombstones":0}` {
 		t.Fatalf("prune: %s", got)
 	}
 	if got := run(0, "enqueue", "--queue", q, "--id", "A1", "--flow", "A", "--delta", "1", "--at", "10"); got != `{"seq":1,"status":"existing"}` {
@@ -404,7 +404,7 @@ func TestPruneRefusesAHorizonBeyondTheClock(t *testing.T) {
 	if got := run(0, "enqueue", "--queue", q, "--id", "E1", "--flow", "E", "--delta", "1"); got != `{"seq":1,"status":"existing"}` {
 		t.Fatalf("E1 again after the refused prunes: %s, want existing seq 1", got)
 	}
-	if got := run(0, "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1"); got != `{"events":0,"status":"pruned","tombstones":1}` {
+	if got := run(0, "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1"); got != `{"events":0,"ids_forgotten":1,"ids_kept":0,"status":"pruned","tombstones":1}` {
 		t.Fatalf("prune at the stored tick + 1: %s", got)
 	}
 }
@@ -423,7 +423,10 @@ func cliExit(t *testing.T, want int, args ...string) string {
 // A prune with --ids-before equal to --acked-before that deleted events
 // says on stderr that their ids are forgotten (legal, SPEC §8, and easy to
 // type by mistake: a fresh user's report); one that keeps tombstones, or
-// deleted nothing, says nothing.
+// deleted nothing, says nothing. Its answer counts the ids kept (a
+// tombstone each) and forgotten (the events' that left none, and the
+// tombstones' deleted): "tombstones":2 alone, the tombstones deleted, read
+// as if the ids were kept.
 func TestPruneWarnsWhenIDsGoWithTheEvents(t *testing.T) {
 	t.Parallel()
 	q := filepath.Join(t.TempDir(), "q.db")
@@ -432,15 +435,15 @@ func TestPruneWarnsWhenIDsGoWithTheEvents(t *testing.T) {
 		cliExit(t, 0, "claim", "--queue", q, "--at", "0")
 		cliExit(t, 0, "settle", "--queue", q, "--id", id, "--generation", "1", "--outcome", "accepted", "--at", "0")
 	}
-	_, errOut, code := cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "0", "--limit", "1")
-	if code != 0 || errOut != "" {
-		t.Fatalf("prune keeping tombstones: exit %d, stderr %q; want 0 and no warning", code, errOut)
+	out, errOut, code := cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "0", "--limit", "1")
+	if code != 0 || errOut != "" || strings.TrimSpace(out) != `{"events":2,"ids_forgotten":0,"ids_kept":2,"status":"pruned","tombstones":0}` {
+		t.Fatalf("prune keeping tombstones: exit %d, stdout %q, stderr %q; want 0, two ids kept and no warning", code, out, errOut)
 	}
 	cliExit(t, 0, "enqueue", "--queue", q, "--id", "E3", "--flow", "E3", "--delta", "1", "--at", "0")
 	cliExit(t, 0, "claim", "--queue", q, "--at", "0")
 	cliExit(t, 0, "settle", "--queue", q, "--id", "E3", "--generation", "1", "--outcome", "accepted", "--at", "0")
-	out, errOut, code := cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1")
-	if code != 0 || strings.TrimSpace(out) != `{"events":1,"status":"pruned","tombstones":2}` || !strings.Contains(errOut, "the events it pruned (1) left no tombstone") || !strings.Contains(errOut, "answers id_conflict, quarantining its flow") {
+	out, errOut, code = cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1")
+	if code != 0 || strings.TrimSpace(out) != `{"events":1,"ids_forgotten":3,"ids_kept":0,"status":"pruned","tombstones":2}` || !strings.Contains(errOut, "the events it pruned (1) left no tombstone") || !strings.Contains(errOut, "answers id_conflict, quarantining its flow") {
 		t.Fatalf("prune with equal horizons: exit %d, stdout %q, stderr %q; want the warning", code, out, errOut)
 	}
 	if _, errOut, _ = cli(t, "", "prune", "--queue", q, "--acked-before", "1", "--ids-before", "1"); errOut != "" {

@@ -607,9 +607,12 @@ type PruneParams struct {
 type PruneResult struct {
 	Events     int64
 	Tombstones int64
-	Tick       int64
-	More       bool
-	Held       time.Duration
+	// Forgotten counts the events among Events that left no tombstone
+	// (acked before IDsBefore).
+	Forgotten int64
+	Tick      int64
+	More      bool
+	Held      time.Duration
 }
 
 // ReadSet is what a write transaction asks before it decides, answered in

@@ -81,6 +81,8 @@ func (m *Model) Prune(p fairrelay.PruneParams) (fairrelay.PruneResult, error) {
 			}
 			if e.ackedAt >= p.IDsBefore {
 				m.tombstones[e.id] = tombstone{flow: e.flow, seq: e.seq, sum: sha256.Sum256(e.body), ackedAt: e.ackedAt}
+			} else {
+				res.Forgotten++
 			}
 			delete(m.events, e.id)
 			res.Events++

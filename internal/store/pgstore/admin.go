@@ -378,7 +378,7 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 			return err
 		}
 		res.Tombstones = tag.RowsAffected()
-		var n int64
+		var n, forgotten int64
 		err = tx.QueryRow(ctx, `WITH due AS (
 				SELECT event_id FROM event WHERE acked_at IS NOT NULL AND acked_at < $1 ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED
 			), del AS (
@@ -388,11 +388,11 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at)
 				SELECT event_id, flow_id, seq, sha256(body), acked_at FROM del WHERE acked_at >= $3 ON CONFLICT DO NOTHING
 			)
-			SELECT count(*) FROM del`, p.AckedBefore, limit, p.IDsBefore).Scan(&n)
+			SELECT count(*), count(*) FILTER (WHERE acked_at < $3) FROM del`, p.AckedBefore, limit, p.IDsBefore).Scan(&n, &forgotten)
 		if err != nil {
 			return err
 		}
-		res.Events = n
+		res.Events, res.Forgotten = n, forgotten
 		var rest *int64
 		if limit != nil {
 			r := *limit - n
@@ -414,11 +414,12 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at)
 				SELECT event_id, flow_id, seq, sha256(body), acked_at FROM del WHERE acked_at >= $3 ON CONFLICT DO NOTHING
 			)
-			SELECT count(*) FROM del`, p.AckedBefore, rest, p.IDsBefore).Scan(&n)
+			SELECT count(*), count(*) FILTER (WHERE acked_at < $3) FROM del`, p.AckedBefore, rest, p.IDsBefore).Scan(&n, &forgotten)
 		if err != nil {
 			return err
 		}
 		res.Events += n
+		res.Forgotten += forgotten
 		return nil
 	})
 	if err != nil {

@@ -205,6 +205,8 @@ scan:
 				if err := c.exec(ctx, "TombstoneInsert", a.id, a.flow, a.seq, a.sum[:], a.at); err != nil {
 					return store.PruneResult{}, err
 				}
+			} else {
+				res.Forgotten++
 			}
 			if err := c.exec(ctx, "EventDelete", a.id); err != nil {
 				return store.PruneResult{}, err
