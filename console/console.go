@@ -27,9 +27,11 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"embed"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net"
@@ -205,11 +207,33 @@ func LoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// ErrCertificate is in the chain of Serve's error when it could not load
+// its certFile and keyFile (unreadable, not PEM, not a matching pair):
+// it served nothing.
+var ErrCertificate = errors.New("cannot load the TLS certificate and key")
+
 // Serve serves the console on ln until ctx is done, then shuts down
-// within 5 seconds. With certFile and keyFile it serves TLS.
+// within 5 seconds, and returns nil. With certFile and keyFile it serves
+// TLS, with the pair it loads when it starts. Errors (logged at error
+// level too, "console: server stopped"): ErrCertificate (wrapped), or the
+// server's when it stops on its own; ln is closed then.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, certFile, keyFile string, log *slog.Logger) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
+	if certFile != "" {
+		// Loaded here, not by ServeTLS, so that a pair that cannot be
+		// loaded says so (ErrCertificate) apart from a server's error.
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			ln.Close()
+			err = fmt.Errorf("%w: %w", ErrCertificate, err)
+			if log != nil {
+				log.Error("console: server stopped", "err", err)
+			}
+			return err
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -220,7 +244,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, certFile, keyFi
 	}()
 	var err error
 	if certFile != "" {
-		err = srv.ServeTLS(ln, certFile, keyFile)
+		err = srv.ServeTLS(ln, "", "")
 	} else {
 		err = srv.Serve(ln)
 	}

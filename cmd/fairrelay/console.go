@@ -98,8 +98,11 @@ func listenConsole(field, addr string) (net.Listener, error) {
 
 // start serves the console on ln until ctx is done (closing ln on an
 // error); it returns the console's URL, and wait, which waits for the
-// server to stop.
-func (c *consoleFlags) start(ctx context.Context, ln net.Listener, cfg console.Config) (url string, wait func(), err error) {
+// server to stop. A server that stops on an error calls fail ("the
+// console", and the error: invalid_input naming tls-cert for a
+// certificate and key it could not load when it began to serve, changed
+// since config checked them), so that the daemon stops with it (serving).
+func (c *consoleFlags) start(ctx context.Context, ln net.Listener, cfg console.Config, fail func(what string, err error)) (url string, wait func(), err error) {
 	srv, err := console.New(cfg)
 	if err != nil {
 		ln.Close()
@@ -112,7 +115,13 @@ func (c *consoleFlags) start(ctx context.Context, ln net.Listener, cfg console.C
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		console.Serve(ctx, ln, srv, c.certFile, c.keyFile, cfg.Logger)
+		err := console.Serve(ctx, ln, srv, c.certFile, c.keyFile, cfg.Logger)
+		if errors.Is(err, console.ErrCertificate) {
+			err = &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "tls-cert", Message: "the console could not serve", Err: err}
+		}
+		if err != nil {
+			fail("the console", err)
+		}
 	}()
 	return scheme + "://" + ln.Addr().String() + "/", func() { <-done }, nil
 }
@@ -135,8 +144,8 @@ with 'fairrelay console token add NAME --tokens FILE'). --auth-header H trusts
 the header H, set by an authenticating proxy, to name the user.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			defer func() { err = stoppedBeforeStart(cmd, err) }()
-			ctx := cmd.Context()
+			ctx, fail := serving(cmd.Context())
+			defer func() { err = stoppedBeforeStart(cmd, serverFailed(ctx, err)) }()
 			log, err := logs.logger()
 			if err != nil {
 				return err
@@ -176,13 +185,13 @@ the header H, set by an authenticating proxy, to name the user.`,
 			if err != nil {
 				return err
 			}
-			url, wait, err := cf.start(ctx, ln, cfg)
+			url, wait, err := cf.start(ctx, ln, cfg, fail)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "{\"status\":\"listening\",\"url\":%q}\n", url)
 			wait()
-			return nil
+			return nil // or the server's error: serverFailed
 		},
 	}
 	f := cmd.Flags()

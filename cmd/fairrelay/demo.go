@@ -143,6 +143,11 @@ func demoWorkload(flows, events int) []demoEvent {
 }
 
 func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) (err error) {
+	// A server of the demo's (its console, its receiver) that stops on an
+	// error ends the demo with that error: the console was the only thing
+	// left running after the story, and the demo waited on without it.
+	parent, fail := serving(parent)
+	defer func() { err = serverFailed(parent, err) }()
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
 	defer func() {
@@ -171,7 +176,7 @@ func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) (err 
 			return err
 		}
 		url, wait, err := cf.start(cctx, ln, console.Config{Queue: q, Inbox: in, LocalOperator: "demo-operator",
-			Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+			Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))}, fail)
 		if err != nil {
 			return err
 		}
@@ -195,7 +200,13 @@ func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) (err 
 	handler := flaky(in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(key).Verify, Logger: quiet}), o.flakyPer)
 	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- serveUntilDone(srvCtx, ln, handler, defaultLimits, quiet) }()
+	go func() {
+		err := serveUntilDone(srvCtx, ln, handler, defaultLimits, quiet)
+		if err != nil {
+			fail("the demo's receiver", err)
+		}
+		srvDone <- err
+	}()
 	defer func() { stopSrv(); <-srvDone }()
 
 	// The relay: a webhook sink to that receiver.

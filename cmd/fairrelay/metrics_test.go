@@ -38,7 +38,7 @@ func TestMetricsPageSurvivesAFailingCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logged strings.Builder
-	stop := serveMetrics(ln, reg, func(context.Context) error { return nil }, slog.New(slog.NewTextHandler(&logged, nil)))
+	stop := serveMetrics(ln, reg, func(context.Context) error { return nil }, slog.New(slog.NewTextHandler(&logged, nil)), serverMustNotFail(t))
 	defer stop()
 	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
 	if err != nil {
@@ -104,7 +104,7 @@ func TestReadyzAnswersWithinAProbeTimeout(t *testing.T) {
 		given <- time.Until(dl)
 		<-ctx.Done() // a store that does not answer
 		return fmt.Errorf("read the store's clock: %w", ctx.Err())
-	}, slog.New(slog.DiscardHandler))
+	}, slog.New(slog.DiscardHandler), serverMustNotFail(t))
 	defer stop()
 	resp, err := http.Get("http://" + ln.Addr().String() + "/readyz")
 	if err != nil {

@@ -71,12 +71,15 @@ answers: its database is reachable and still holds it).
 Broker ` + brokerEnvHelp + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			defer func() { err = stoppedBeforeStart(cmd, err) }()
+			// Its metrics server stopping on an error stops it too, and
+			// it exits with that error.
+			sctx, fail := serving(cmd.Context())
+			defer func() { err = stoppedBeforeStart(cmd, serverFailed(sctx, err)) }()
+			ctx := sctx
 			secret, err := secretFlag(cmd, secret)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
 			log, err := logs.logger()
 			if err != nil {
 				return err
@@ -105,7 +108,7 @@ Broker ` + brokerEnvHelp + `.`,
 				if !isBroker(from) {
 					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "from", Message: fmt.Sprintf("must be a nats:// or amqp:// URL, got %q", redactDSN(from))}
 				}
-				return receiveFromBroker(cmd, inboxDSN, from, metricsAddr, maxDelta, mustExist, retain, log)
+				return receiveFromBroker(ctx, fail, cmd, inboxDSN, from, metricsAddr, maxDelta, mustExist, retain, log)
 			}
 			if err := limits.check(); err != nil {
 				return err
@@ -165,7 +168,7 @@ Broker ` + brokerEnvHelp + `.`,
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "addr", Message: err.Error()}
 			}
 			defer ln.Close() // for a return before it serves
-			reg, ready, err := serveProbesEarly(metricsAddr, log)
+			reg, ready, err := serveProbesEarly(metricsAddr, log, fail)
 			if err != nil {
 				return err
 			}
@@ -247,9 +250,9 @@ func (l serverLimits) check() error {
 	return nil
 }
 
-// receiveFromBroker runs receive --from: the inbox as a broker consumer.
-func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, maxDelta int64, mustExist bool, retain time.Duration, log *slog.Logger) error {
-	ctx := cmd.Context()
+// receiveFromBroker runs receive --from: the inbox as a broker consumer,
+// until ctx ends (serving's: fail stops it).
+func receiveFromBroker(ctx context.Context, fail func(what string, err error), cmd *cobra.Command, inboxDSN, from, metricsAddr string, maxDelta int64, mustExist bool, retain time.Duration, log *slog.Logger) error {
 	// Before the inbox is opened: a refused URL or a taken port creates
 	// nothing.
 	shown, run, release, err := brokerConsumer(from, log)
@@ -260,7 +263,7 @@ func receiveFromBroker(cmd *cobra.Command, inboxDSN, from, metricsAddr string, m
 	// Every start, since nothing else tells the operator (a breaker forged
 	// a message with plain NATS and its effect was applied).
 	log.Warn("receive: broker messages are not signed: whoever may publish to the stream's subjects or the exchange's routing keys writes to the inbox; give that right to the relay's credentials alone (docs/receiver.md)", "from", shown)
-	reg, ready, err := serveProbesEarly(metricsAddr, log)
+	reg, ready, err := serveProbesEarly(metricsAddr, log, fail)
 	if err != nil {
 		return err
 	}

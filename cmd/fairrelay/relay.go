@@ -91,12 +91,14 @@ charged least; --max-group-slots caps any group's slots (configure
 --max-slots sets one group's cap). See docs/relay.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			defer func() { err = stoppedBeforeStart(cmd, err) }()
+			// A server of its own (metrics and probes, the console) that
+			// stops on an error stops the relay, which exits with it.
+			ctx, fail := serving(cmd.Context())
+			defer func() { err = stoppedBeforeStart(cmd, serverFailed(ctx, err)) }()
 			secret, err := secretFlag(cmd, secret)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
 			log, err := logs.logger()
 			if err != nil {
 				return err
@@ -219,7 +221,7 @@ charged least; --max-group-slots caps any group's slots (configure
 			}
 			// The probes answer from here on (/readyz: starting), so that a
 			// liveness probe does not kill a relay that waits for its store.
-			reg, ready, err := serveProbesEarly(metricsAddr, log)
+			reg, ready, err := serveProbesEarly(metricsAddr, log, fail)
 			if err != nil {
 				return err
 			}
@@ -278,7 +280,7 @@ charged least; --max-group-slots caps any group's slots (configure
 					return err
 				}
 				cctx, stop := context.WithCancel(ctx)
-				url, wait, err := cf.start(cctx, consoleLn, ccfg)
+				url, wait, err := cf.start(cctx, consoleLn, ccfg, fail)
 				if err != nil {
 					stop()
 					return err
@@ -296,7 +298,8 @@ charged least; --max-group-slots caps any group's slots (configure
 				// start line said retain_ids=1h, and none was ever deleted).
 				log.Warn("relay: --retain-ids has no effect with --retain-acked 0: the relay prunes nothing; tombstones from a manual prune stay until fairrelay prune --ids-before deletes them")
 			}
-			// A second signal stops the process at once (main).
+			// A second signal stops the process at once (main); a server
+			// that stopped on an error stops it as a first one does.
 			err = r.Run(ctx)
 			if errors.Is(err, fairrelay.ErrNotDatabase) {
 				// The store went under it (a schema dropped): say what to
@@ -395,8 +398,12 @@ const readyWithin = 900 * time.Millisecond
 // /metrics (a metric whose collection fails is left out and logged at warn
 // level, the rest served) and two probes: /healthz answers 200 while the process serves
 // HTTP at all, /readyz 200 when ready returns nil, else 503 with its error
-// (within readyWithin). stop closes ln.
-func serveMetrics(ln net.Listener, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (stop func()) {
+// (within readyWithin). stop closes ln. A server that stops on an error
+// logs it and calls fail ("the metrics server", and the error), so that
+// the daemon stops with it (serving): without its probes it looked
+// healthy to nothing, and a daemon without a liveness probe ran on
+// unwatched.
+func serveMetrics(ln net.Listener, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger, fail func(what string, err error)) (stop func()) {
 	mux := http.NewServeMux()
 	// A metric that cannot be read now (the inbox's held count while its
 	// database is slow or gone) is left out and logged: the page keeps the
@@ -419,7 +426,8 @@ func serveMetrics(ln net.Listener, reg *prometheus.Registry, ready func(context.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
+			log.Error("metrics: the server stopped on an error; stopping", "err", err)
+			fail("the metrics server", err)
 		}
 	}()
 	log.Info("metrics: serving", "url", "http://"+ln.Addr().String()+"/metrics")

@@ -113,9 +113,10 @@ func (p *earlyProbes) stop() {
 
 // serveProbesEarly serves /metrics, /healthz and /readyz (starting, until
 // set) on --metrics-addr, when given, before the daemon opens its store;
-// reg is nil without it. Errors: the address's (invalid_input naming
+// reg is nil without it. A server that stops on an error calls fail
+// (serveMetrics). Errors: the address's (invalid_input naming
 // metrics-addr).
-func serveProbesEarly(metricsAddr string, log *slog.Logger) (*prometheus.Registry, *earlyProbes, error) {
+func serveProbesEarly(metricsAddr string, log *slog.Logger, fail func(what string, err error)) (*prometheus.Registry, *earlyProbes, error) {
 	p := &earlyProbes{}
 	if metricsAddr == "" {
 		return nil, p, nil
@@ -125,7 +126,7 @@ func serveProbesEarly(metricsAddr string, log *slog.Logger) (*prometheus.Registr
 		return nil, p, err
 	}
 	reg := newMetricsRegistry()
-	p.stopServing = serveMetrics(ln, reg, p.ready, log)
+	p.stopServing = serveMetrics(ln, reg, p.ready, log, fail)
 	return reg, p, nil
 }
 
