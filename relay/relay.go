@@ -97,9 +97,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/logcap"
 	"github.com/fairrelay/fairrelay/sink"
 )
 
@@ -421,11 +420,8 @@ type Relay struct {
 	// delivery, so that a lease another relay grants at a clock that far
 	// behind still outlasts its delivery (claimLoop).
 	heartbeat int64
-	writeMu   sync.Mutex // orders this process's writes by tick when serial
-	// failLog bounds the WARN lines of failed deliveries (report);
-	// failQuiet counts those logged at DEBUG instead since the last WARN.
-	failLog   *rate.Limiter
-	failQuiet atomic.Int64
+	writeMu   sync.Mutex    // orders this process's writes by tick when serial
+	failLog   *logcap.Cap   // bounds the WARN lines of failed deliveries (report)
 	wake      chan struct{} // a token that ends the claimer's idle wait
 	changed   chan struct{} // the same, from the queue's change signal
 	running   atomic.Bool
@@ -453,7 +449,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		serial: !cfg.Queue.ConcurrentWriters(), mode: besideClaims{}, wake: make(chan struct{}, 1), changed: make(chan struct{}, 1),
 		heartbeat: max(1, (cfg.Queue.Policy().Lease-(cfg.DeliveryTimeout+cfg.LeaseMargin).Milliseconds())/2),
 		health:    newHealth(cfg.Source, cfg.Logger, cfg.Metrics),
-		failLog:   rate.NewLimiter(failLogRate, failLogBurst),
+		failLog:   logcap.New(),
 		ts:        newTimeshare(cfg.Source, cfg.Workers, cfg.Quantum, cfg.MaxGroupSlots, cfg.Metrics),
 	}
 	if err := r.ts.refresh(ctx, cfg.Queue); err != nil {

@@ -6,8 +6,6 @@ import (
 
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/fairrelay/fairrelay"
 )
 
@@ -25,16 +23,14 @@ func (r *Relay) reportSettles(as []answer, settled []Settled, ran int64) (held [
 	return held, reports
 }
 
-// failLogRate and failLogBurst bound the failed deliveries a relay logs at
-// WARN: 20 at once, then one a second (report).
-const (
-	failLogRate  = rate.Limit(1)
-	failLogBurst = 20
-)
+// failedKind is the kind of the failed deliveries' WARN lines, which
+// Relay.failLog caps (report).
+const failedKind = "relay: delivery failed"
 
 func (r *Relay) report(s Settled) {
 	r.cfg.Metrics.settled(s)
 	level, msg := slog.LevelDebug, "relay: settled"
+	var quiet int64 // failed deliveries logged at DEBUG before this one
 	switch {
 	case s.LeaseLost && s.Result.Held:
 		level, msg = slog.LevelWarn, "relay: another transaction held the flow until the shutdown deadline; not settled"
@@ -48,13 +44,15 @@ func (r *Relay) report(s Settled) {
 		// A failed delivery is worth an operator's eye: repeated, it ends in
 		// budget_exhausted. But a receiver down for 8 s behind 100 waiting
 		// flows gave 223 lines, and 10 000 flows would give hundreds of
-		// thousands (an operator's drill): at most failLogBurst at once and
-		// failLogRate after that at WARN, the rest at DEBUG, counted in the
+		// thousands (an operator's drill): at most logcap.Burst at once and
+		// logcap.Rate after that at WARN, the rest at DEBUG, counted in the
 		// next WARN line (failures_at_debug_only) and always in the metrics.
 		level, msg = slog.LevelWarn, "relay: delivery failed; will retry"
-		if r.failLog != nil && !r.failLog.AllowN(time.Unix(0, 0).Add(r.cfg.Source.Elapsed()), 1) {
-			level = slog.LevelDebug
-			r.failQuiet.Add(1)
+		if r.failLog != nil {
+			var ok bool
+			if ok, quiet = r.failLog.Allow(failedKind, time.Unix(0, 0).Add(r.cfg.Source.Elapsed())); !ok {
+				level = slog.LevelDebug
+			}
 		}
 	}
 	// The attributes are built only for a record the logger keeps: the
@@ -69,10 +67,8 @@ func (r *Relay) report(s Settled) {
 			attrs = append(attrs, "reason", quarantineReason(s.Outcome))
 		case s.Result.Status == fairrelay.SettleReady:
 			attrs = append(attrs, "next_at", s.Result.NextAt)
-			if level == slog.LevelWarn {
-				if n := r.failQuiet.Swap(0); n > 0 {
-					attrs = append(attrs, "failures_at_debug_only", n)
-				}
+			if quiet > 0 {
+				attrs = append(attrs, "failures_at_debug_only", quiet)
 			}
 		default:
 			attrs = append(attrs, "status", s.Result.Status)

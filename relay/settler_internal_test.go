@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/internal/harness/queuetest"
+	"github.com/fairrelay/fairrelay/internal/logcap"
 )
 
 // The settler takes every answer waiting into one transaction: 16 answers,
@@ -152,7 +151,7 @@ func TestFailedDeliveriesAreLoggedAtABoundedRate(t *testing.T) {
 	var logged bytes.Buffer
 	src := &stepTime{}
 	r := &Relay{log: slog.New(slog.NewTextHandler(&logged, nil)), cfg: Config{Source: src},
-		failLog: rate.NewLimiter(failLogRate, failLogBurst)}
+		failLog: logcap.New()}
 	failed := Settled{Claim: fairrelay.Claim{Flow: "A"}, Outcome: fairrelay.OutcomeRetry, Result: fairrelay.SettleResult{Status: fairrelay.SettleReady}}
 	warns := func() int {
 		return strings.Count(logged.String(), `level=WARN msg="relay: delivery failed; will retry"`)
@@ -160,13 +159,13 @@ func TestFailedDeliveriesAreLoggedAtABoundedRate(t *testing.T) {
 	for range 100 {
 		r.report(failed)
 	}
-	if n := warns(); n != failLogBurst {
-		t.Fatalf("100 failures at once: %d WARN lines, want %d", n, failLogBurst)
+	if n := warns(); n != logcap.Burst {
+		t.Fatalf("100 failures at once: %d WARN lines, want %d", n, logcap.Burst)
 	}
 	src.d += time.Second
 	r.report(failed)
-	if n := warns(); n != failLogBurst+1 || !strings.Contains(logged.String(), "failures_at_debug_only=80") {
-		t.Fatalf("a second later: %d WARN lines, want %d, the last saying failures_at_debug_only=80:\n%s", n, failLogBurst+1, logged.String())
+	if n := warns(); n != logcap.Burst+1 || !strings.Contains(logged.String(), "failures_at_debug_only=80") {
+		t.Fatalf("a second later: %d WARN lines, want %d, the last saying failures_at_debug_only=80:\n%s", n, logcap.Burst+1, logged.String())
 	}
 	for range 30 {
 		r.report(Settled{Claim: fairrelay.Claim{Flow: "A"}, Outcome: fairrelay.OutcomeRetry, Result: fairrelay.SettleResult{Status: fairrelay.SettleQuarantined}})

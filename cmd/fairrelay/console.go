@@ -150,6 +150,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 			if err != nil {
 				return err
 			}
+			log = capRepeats(log) // a failing store fails every request alike
 			// Checked, and listening, before any store is opened.
 			if _, err := cf.config("addr", addr, nil, nil, log); err != nil {
 				return err

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"database/sql"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,5 +129,41 @@ func TestDemoKeepsTheConsoleUp(t *testing.T) {
 	}
 	if code := d.signal(t, syscall.SIGINT); code != 0 {
 		t.Fatalf("demo exit %d on SIGINT: %s", code, d.stderr())
+	}
+}
+
+// A console whose queue store went (a table dropped under it) logs the
+// first 20 failed pages at ERROR, then one a second, the others at DEBUG:
+// it wrote an ERROR line per request.
+func TestConsoleCapsRepeatedErrorLines(t *testing.T) {
+	t.Parallel()
+	const n = 60
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	if out, errOut, code := cli(t, "", "enqueue", "--queue", queue, "--id", "A1", "--flow", "A", "--delta", "1"); code != 0 {
+		t.Fatalf("enqueue: %d %s%s", code, out, errOut)
+	}
+	d := startCLI(t, "console", "--queue", queue, "--addr", "127.0.0.1:0", "--log-level", "debug")
+	var l struct{ Status, URL string }
+	if line := <-d.firstLine; json.Unmarshal(line, &l) != nil || l.Status != "listening" {
+		t.Fatalf("console printed %q; stderr: %s", line, d.stderr())
+	}
+	db, err := sql.Open("sqlite", queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.ExecContext(t.Context(), "DROP TABLE event")
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	for i := range n {
+		if st, _ := get(t, l.URL+"flows"); st != http.StatusInternalServerError {
+			t.Fatalf("page %d of a store without its events: %d, want 500", i+1, st)
+		}
+	}
+	checkCapped(t, d, "ERROR", "console: the queue store is gone (its schema or tables dropped?): restart the console once it is restored from a backup", n, time.Since(began))
+	if code := d.signal(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("console exit %d: %s", code, d.stderr())
 	}
 }

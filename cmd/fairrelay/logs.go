@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/logcap"
 )
 
 // logFlags are the daemons' logging flags (relay, receive, console):
@@ -68,4 +69,18 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "log-format", Message: fmt.Sprintf("must be text or json, got %q", format)}
+}
+
+// repeatsKey is the attribute of a capped line that counts the lines of
+// its kind logged at DEBUG since the last one at its level (capRepeats).
+const repeatsKey = "repeats_at_debug_only"
+
+// capRepeats is log with its WARN and ERROR lines capped per kind, as the
+// relay caps its failed deliveries (package logcap): receive and the
+// console wrote one line per request or message while their store failed
+// under load. Of each kind (the message, and the error's code) the first
+// 20 lines and then one a second keep their level; the others go out at
+// DEBUG, and the next line kept counts them (repeats_at_debug_only).
+func capRepeats(log *slog.Logger) *slog.Logger {
+	return slog.New(logcap.NewHandler(log.Handler(), nil, repeatsKey, func(err error) string { return string(fairrelay.CodeOf(err)) }))
 }

@@ -84,6 +84,9 @@ Broker ` + brokerEnvHelp + `.`,
 			if err != nil {
 				return err
 			}
+			// A failing inbox under load fails every request (or
+			// message) alike: its lines are capped.
+			log = capRepeats(log)
 			if maxDelta < 0 {
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "max-delta", Message: "must not be negative (0: no limit)"}
 			}

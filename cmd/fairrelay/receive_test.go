@@ -244,22 +244,7 @@ func TestReceiveAcceptsThePreviousSecretDuringARotation(t *testing.T) {
 	const oldSecret, newSecret = "whsec_b2xkIHNlY3JldCBieXRlcw==", "the new secret"
 	recv, addr := startReceiver(t, filepath.Join(t.TempDir(), "i.db"), "--secret", newSecret, "--previous-secret", oldSecret)
 	post := func(secret string, seq int64) int {
-		t.Helper()
-		key, err := webhook.ParseSecret(secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, now, body := webhook.MessageID(fmt.Sprintf("E%d", seq), "F", seq), time.Now(), []byte(`{"delta":1}`)
-		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/", strings.NewReader(string(body)))
-		req.Header.Set(webhook.HeaderID, id)
-		req.Header.Set(webhook.HeaderTimestamp, fmt.Sprint(now.Unix()))
-		req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, id, now, body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return postSigned(t, addr, secret, fmt.Sprintf("E%d", seq), "F", seq)
 	}
 	if got := post(oldSecret, 1); got != http.StatusOK {
 		t.Errorf("signed with the previous secret: %d, want 200", got)
@@ -335,5 +320,85 @@ func TestUnsignedReceiverAnswersLoopbackNamesOnly(t *testing.T) {
 	rs, err := in.Receipts(t.Context(), "", 0, 10)
 	if err != nil || len(rs) != 2 {
 		t.Errorf("receipts %+v %v, want E1 and E2 only", rs, err)
+	}
+}
+
+// postSigned posts event id (flow, seq, delta 1) to the receiver at addr,
+// signed with secret as the relay signs, and returns the HTTP status.
+func postSigned(t *testing.T, addr, secret, id, flow string, seq int64) int {
+	t.Helper()
+	key, err := webhook.ParseSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgID, now, body := webhook.MessageID(id, flow, seq), time.Now(), []byte(`{"delta":1}`)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/", strings.NewReader(string(body)))
+	req.Header.Set(webhook.HeaderID, msgID)
+	req.Header.Set(webhook.HeaderTimestamp, fmt.Sprint(now.Unix()))
+	req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, msgID, now, body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A receiver whose inbox fails every request (its receipt table dropped
+// under it) logs the first 20 failures at ERROR, then one a second, and
+// the others at DEBUG, as the relay caps its failed deliveries: it wrote
+// an ERROR line per request. The first line of another kind (a request
+// without a valid signature, at WARN) is logged at its level all the same.
+// The bound on the ERROR lines is the cap's over the time the requests
+// took: 20, and one for each second begun.
+func TestReceiveCapsRepeatedErrorLines(t *testing.T) {
+	t.Parallel()
+	const secret, n = "the relay's secret", 60
+	inboxPath := filepath.Join(t.TempDir(), "i.db")
+	recv, addr := startReceiver(t, inboxPath, "--secret", secret, "--log-level", "debug")
+	in, err := inbox.Open(t.Context(), inboxPath, inbox.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = in.DB().ExecContext(t.Context(), "DROP TABLE receipt")
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	for i := range int64(n) {
+		if code := postSigned(t, addr, secret, fmt.Sprintf("E%d", i+1), "F", i+1); code != http.StatusInternalServerError {
+			t.Fatalf("request %d to a broken inbox: %d, want 500", i+1, code)
+		}
+	}
+	checkCapped(t, recv, "ERROR", "inbox: receive failed", n, time.Since(began))
+	if code := postSigned(t, addr, "another secret", "X1", "F", 1); code != http.StatusUnauthorized {
+		t.Fatalf("a request signed with another secret: %d, want 401", code)
+	}
+	if l := recv.waitLine(t, "inbox: rejected an unverified request"); !strings.Contains(l, "level=WARN") {
+		t.Errorf("the first unverified request after %d failures: %q, want it at WARN", n, l)
+	}
+	if code := recv.signal(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("receive exit %d: %s", code, recv.stderr())
+	}
+}
+
+// checkCapped checks the n lines with message msg, one per request that d
+// (at --log-level debug) answered in took, logged at level, as
+// capRepeats caps them: the first 20 at level, then at most one a
+// second begun, the others at DEBUG. Each request is logged before it is
+// answered; its line is read from the child's stderr as it comes.
+func checkCapped(t *testing.T, d *daemon, level, msg string, n int, took time.Duration) {
+	t.Helper()
+	m := `msg="` + msg + `"`
+	d.waitLines(t, m, n)
+	atLevel, atDebug := strings.Count(d.stderr(), "level="+level+" "+m), strings.Count(d.stderr(), "level=DEBUG "+m)
+	most := 20 + int(took/time.Second) + 1
+	if atLevel+atDebug != n || atLevel < 20 || atLevel > most || atLevel >= n {
+		t.Errorf("%d failed requests in %v: %d logged at %s, %d at DEBUG; want the first 20 at %s, at most %d in all, the rest at DEBUG:\n%s",
+			n, took, atLevel, level, atDebug, level, most, d.stderr())
+	}
+	if first := d.line(m); !strings.Contains(first, "level="+level) {
+		t.Errorf("the first failure: %q, want it at %s", first, level)
 	}
 }

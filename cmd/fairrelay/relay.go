@@ -275,7 +275,9 @@ charged least; --max-group-slots caps any group's slots (configure
 			}
 			ready.set(r.Ready)
 			if consoleAddr != "" {
-				ccfg, err := cf.config("console-addr", consoleAddr, q, nil, log)
+				// The console's failed requests are capped as receive's
+				// (capRepeats); the relay's own lines have their caps.
+				ccfg, err := cf.config("console-addr", consoleAddr, q, nil, capRepeats(log))
 				if err != nil {
 					return err
 				}

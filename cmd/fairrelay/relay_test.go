@@ -153,6 +153,22 @@ func (d *daemon) waitStdout(t *testing.T, want string) {
 	}
 }
 
+// waitLines waits up to 30 s for n stderr lines that contain want, failing
+// the test if the child exits first.
+func (d *daemon) waitLines(t *testing.T, want string, n int) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for strings.Count(d.stderr(), want) < n {
+		select {
+		case <-d.grew:
+		case <-d.exited:
+			t.Fatalf("exited (%d) before %d stderr lines with %q:\n%s", d.code, n, want, d.stderr())
+		case <-deadline:
+			t.Fatalf("fewer than %d stderr lines with %q within 30 s:\n%s", n, want, d.stderr())
+		}
+	}
+}
+
 // waitLine returns the first stderr line that contains want, waiting for
 // it up to 30 s, or until the child exits without writing it.
 func (d *daemon) waitLine(t *testing.T, want string) string {
