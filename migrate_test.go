@@ -101,8 +101,8 @@ func TestOpenUnderTheOtherEntryRuleMigratesNothing(t *testing.T) {
 			return v
 		}
 		check(t, path, func() int {
-			// Migration 006: a column.
-			sqlitetest.Exec(t, path, `ALTER TABLE event DROP COLUMN claimed_by; DELETE FROM fairrelay_migration WHERE version = 6`)
+			// Migration 007: a column.
+			sqlitetest.Exec(t, path, `ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 7`)
 			return latest()
 		}, latest)
 	})
@@ -115,8 +115,8 @@ func TestOpenUnderTheOtherEntryRuleMigratesNothing(t *testing.T) {
 			return v
 		}
 		check(t, dsn, func() int {
-			// The latest migration runs again as it is (027: columns added
-			// if missing, a view restated): undone by forgetting it.
+			// The latest migration runs again as it is (036: a column added
+			// if missing): undone by forgetting it.
 			pgtest.Exec(t, dsn, `DELETE FROM fairrelay_migration WHERE version = (SELECT max(version) FROM fairrelay_migration)`)
 			return latest()
 		}, latest)
@@ -201,9 +201,9 @@ func TestReadOnlyOpenWritesNothing(t *testing.T) {
 			return s
 		}
 		check(t, path, filepath.Join(dir, "missing.db"),
-			// Migration 006: a column.
+			// Migration 007: a column.
 			func() {
-				exec(`ALTER TABLE event DROP COLUMN claimed_by; DELETE FROM fairrelay_migration WHERE version = 6`)
+				exec(`ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 7`)
 			},
 			func() { exec(`UPDATE settings SET entry = NULL WHERE id = 1`) }, read)
 		if _, err := os.Stat(filepath.Join(dir, "missing.db")); !errors.Is(err, os.ErrNotExist) {

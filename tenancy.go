@@ -111,6 +111,21 @@ type PruneParams struct {
 	// dispatch waits behind it.
 	// 0 deletes everything due in one transaction.
 	Limit int
+	// AckedMinAge and IDsMinAge, when positive, also hold back by the wall
+	// clock what the ticks would delete: an event is deleted only if its
+	// last claim was at least AckedMinAge ago by the queue's wall clock
+	// (Config.Now; the claim's time is Attempt.ClaimedWall), and a
+	// tombstone only if its event's last claim was at least IDsMinAge ago.
+	// A retention counted back from the store's tick (the relay's
+	// --retain-acked and --retain-ids) sets them to the same durations, so
+	// that a tick that jumped ahead (wall-clock milliseconds given as a
+	// tick, SPEC §7's max_tick_jump off) does not delete at once every
+	// event and id acked before it: the prune keeps them, counts them in
+	// PruneResult.WallKept, and deletes them once they are that old by the
+	// wall clock too. Events and tombstones from before the wall-clock
+	// time was kept (claimed_wall 0) are held back by nothing. Not part of
+	// SPEC §8's prune (0: ticks alone).
+	AckedMinAge, IDsMinAge time.Duration
 }
 
 // PruneResult counts what a prune deleted (SPEC §8: events, tombstones).
@@ -119,7 +134,11 @@ type PruneParams struct {
 // again, it is a new event), as are the ids of the Tombstones deleted; the
 // other Events - Forgotten ids stay idempotent by their new tombstones.
 // Forgotten is not part of the SPEC §6 answer. More reports that Limit stopped the prune with more left to
-// delete; Tick is the tick it ran at.
+// delete; Tick is the tick it ran at. WallKept counts the events and
+// tombstones due by their ticks that AckedMinAge or IDsMinAge kept, of
+// those the prune read (on SQLite the first such event ends the prune's
+// pass; on both, a call reads at most Limit of each): when positive, the
+// store's tick runs ahead of the wall clock.
 //
 // Held is the longest this call held the store's writer in one write, in
 // wall-clock time: on SQLite (one writer for the whole file, which
@@ -136,6 +155,7 @@ type PruneResult struct {
 	Events     int64         `json:"events"`
 	Tombstones int64         `json:"tombstones"`
 	Forgotten  int64         `json:"-"`
+	WallKept   int64         `json:"-"`
 	More       bool          `json:"-"`
 	Tick       int64         `json:"-"`
 	Held       time.Duration `json:"-"`
@@ -156,7 +176,8 @@ type PruneResult struct {
 // that an open transaction's enqueue answered existing or conflict from.
 // Errors (SPEC §2 order): ErrClockRegressed;
 // ErrInvalidInput naming at, acked_before or ids_before (not a tick in
-// [0, MaxTick]), ids_before (above acked_before), limit (negative), or
+// [0, MaxTick]), ids_before (above acked_before), limit, acked_min_age or
+// ids_min_age (negative), or
 // acked_before or ids_before further ahead of the prune's tick than the
 // policy's MaxTickJump (when positive, and not under Floor: wall-clock
 // milliseconds given for a tick would delete every tombstone; the
@@ -183,11 +204,25 @@ func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 		if p.Limit < 0 {
 			return invalid("limit", "must not be negative, got %d", p.Limit)
 		}
+		if p.AckedMinAge < 0 {
+			return invalid("acked_min_age", "must not be negative, got %s", p.AckedMinAge)
+		}
+		if p.IDsMinAge < 0 {
+			return invalid("ids_min_age", "must not be negative, got %s", p.IDsMinAge)
+		}
 		return nil
 	}
+	now := q.now()
+	wallBefore := func(age time.Duration) int64 {
+		if age <= 0 {
+			return 0 // no wall-clock check (store.PruneParams.Walls)
+		}
+		return max(1, now.Add(-age).UnixMilli())
+	}
 	r, err := q.store.Prune(ctx, store.PruneParams{At: p.At, Floor: p.Floor, MaxTickJump: q.policy.MaxTickJump,
-		AckedBefore: p.AckedBefore, IDsBefore: p.IDsBefore, Limit: p.Limit, Check: check})
-	res := PruneResult{Events: r.Events, Tombstones: r.Tombstones, Forgotten: r.Forgotten, More: r.More, Tick: r.Tick, Held: r.Held}
+		AckedBefore: p.AckedBefore, IDsBefore: p.IDsBefore, Limit: p.Limit, Check: check,
+		AckedWallBefore: wallBefore(p.AckedMinAge), IDsWallBefore: wallBefore(p.IDsMinAge)})
+	res := PruneResult{Events: r.Events, Tombstones: r.Tombstones, Forgotten: r.Forgotten, WallKept: r.WallKept, More: r.More, Tick: r.Tick, Held: r.Held}
 	if err != nil {
 		// Deleted, then an error of the housekeeping after the commit:
 		// the result still says what was deleted.

@@ -3,8 +3,10 @@ package fairrelay_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,5 +310,88 @@ func (p *pruneRun) enqueueAgain() {
 		if d := cmp.Diff(s, after); d != "" {
 			p.t.Fatalf("enqueue of pruned id %s answered %s but changed the store (-before +after):\n%s", id, got, d)
 		}
+	}
+}
+
+// PruneParams.AckedMinAge and IDsMinAge hold back by the queue's wall clock
+// what the ticks make due: an event claimed less than AckedMinAge ago stays
+// (counted in WallKept) whatever its tick; once deleted, its id stays in a
+// tombstone until IDsMinAge, though its tick is below IDsBefore; the
+// tombstone goes once that old. A negative age is refused naming it. Both
+// backends.
+func TestPruneHoldsBackByTheWallClock(t *testing.T) {
+	t.Parallel()
+	for _, b := range conformance.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			path, _ := b.New(t)
+			var wall atomic.Int64
+			wall.Store(time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC).UnixMilli())
+			q, err := fairrelay.Open(ctx, path, fairrelay.Config{Policy: fairrelay.ReferencePolicy(),
+				Now: func() time.Time { return time.UnixMilli(wall.Load()) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { q.Close() })
+			enqueueAt(t, q, 1, []fairrelay.EnqueueParams{{ID: "A1", Flow: "A"}, {ID: "A2", Flow: "A"}})
+			for range 2 {
+				r, err := q.Claim(ctx, fairrelay.ClaimParams{At: 2})
+				if err != nil || len(r.Claims) != 1 {
+					t.Fatalf("claim: %+v %v", r, err)
+				}
+				if s, err := q.Settle(ctx, fairrelay.SettleParams{Token: r.Claims[0].Token, Outcome: fairrelay.OutcomeAccepted, At: 2}); err != nil || s.Status != fairrelay.SettleAcked {
+					t.Fatalf("settle: %+v %v", s, err)
+				}
+			}
+			// Every tick is far behind: by the ticks alone both events and
+			// their ids are due.
+			prune := func(want fairrelay.PruneResult) {
+				t.Helper()
+				r, err := q.Prune(ctx, fairrelay.PruneParams{At: 1000, AckedBefore: 1000, IDsBefore: 1000, Limit: 10,
+					AckedMinAge: time.Hour, IDsMinAge: 2 * time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := fairrelay.PruneResult{Events: r.Events, Tombstones: r.Tombstones, Forgotten: r.Forgotten, WallKept: r.WallKept}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("prune at wall %s (-want +got):\n%s", time.UnixMilli(wall.Load()).UTC().Format(time.TimeOnly), diff)
+				}
+			}
+			again := func(want fairrelay.EnqueueStatus) {
+				t.Helper()
+				r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: 1000})
+				if err != nil || r.Status != want {
+					t.Fatalf("A1 again: %+v %v, want %s", r, err, want)
+				}
+			}
+			// SQLite's pass ends at the first event kept; PostgreSQL reads
+			// its batches whole (A1 from the events, A2 from its flow).
+			kept := int64(1)
+			if b.Name == "postgres" {
+				kept = 2
+			}
+			prune(fairrelay.PruneResult{WallKept: kept})
+			again(fairrelay.EnqueueExisting)
+			wall.Add((time.Hour + time.Second).Milliseconds())
+			prune(fairrelay.PruneResult{Events: 2})
+			again(fairrelay.EnqueueExisting) // the tombstone, though tick 2 < IDsBefore
+			wall.Add((time.Hour).Milliseconds())
+			prune(fairrelay.PruneResult{Tombstones: 2})
+			again(fairrelay.EnqueueCreated)
+			for _, c := range []struct {
+				p     fairrelay.PruneParams
+				field string
+			}{
+				{fairrelay.PruneParams{At: 1000, AckedMinAge: -time.Second}, "acked_min_age"},
+				{fairrelay.PruneParams{At: 1000, IDsMinAge: -time.Second}, "ids_min_age"},
+			} {
+				_, err := q.Prune(ctx, c.p)
+				var fe *fairrelay.Error
+				if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != c.field {
+					t.Errorf("%+v: %v, want invalid_input naming %s", c.p, err, c.field)
+				}
+			}
+		})
 	}
 }

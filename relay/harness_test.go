@@ -74,7 +74,11 @@ func newHarnessOn(t *testing.T, pol fairrelay.Policy, queueDSN, inboxDSN string)
 	h := &harness{queue: queueDSN, time: &manualTime{}, settled: make(chan relay.Settled, 4096),
 		inflight: map[string]int{}, key: []byte("test secret")}
 	var err error
-	if h.q, err = fairrelay.Open(t.Context(), h.queue, fairrelay.Config{Policy: pol}); err != nil {
+	// The queue's wall clock (claims' ClaimedWall, the relay's retention by
+	// the wall clock) runs with the manual clock from now.
+	start := time.Now()
+	now := func() time.Time { return start.Add(h.time.Elapsed()) }
+	if h.q, err = fairrelay.Open(t.Context(), h.queue, fairrelay.Config{Policy: pol, Now: now}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.q.Close() })

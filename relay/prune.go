@@ -45,7 +45,18 @@ func (r *Relay) prune(ctx context.Context) {
 	if r.cfg.RetainIDs > 0 {
 		p.IDsBefore = min(max(0, now-r.cfg.RetainIDs.Milliseconds()), p.AckedBefore)
 	}
-	var events, tombstones, forgotten int64
+	// The same retentions by the wall clock, less the jump a write may
+	// make (the policy's max_tick_jump, 1 tick = 1 ms): a store whose tick
+	// jumped further ahead (epoch milliseconds given as a tick, with
+	// max_tick_jump off, or written before it was checked) made every
+	// event acked before the jump due at once, and this prune, the first
+	// at the relay's start, deleted them and forgot their ids (a fresh
+	// user's report): an id sent again became a new event, a duplicate
+	// delivery. A store's tick runs no faster than the wall clock but by
+	// such jumps, so this holds nothing back otherwise.
+	slack := time.Duration(r.q.Policy().MaxTickJump) * time.Millisecond
+	p.AckedMinAge, p.IDsMinAge = max(0, r.cfg.RetainAcked-slack), max(0, r.cfg.RetainIDs-slack)
+	var events, tombstones, forgotten, kept int64
 	for ctx.Err() == nil {
 		start := r.cfg.Source.Elapsed()
 		res, err := r.q.Prune(ctx, p)
@@ -67,6 +78,7 @@ func (r *Relay) prune(ctx context.Context) {
 		events += res.Events
 		tombstones += res.Tombstones
 		forgotten += res.Forgotten
+		kept += res.WallKept
 		r.cfg.Metrics.pruned(res)
 		if !res.More {
 			break
@@ -80,6 +92,15 @@ func (r *Relay) prune(ctx context.Context) {
 			rest.Stop()
 		case <-rest.C:
 		}
+	}
+	switch {
+	case kept > 0 && !r.pruneWallKept:
+		r.log.Warn("relay: retention keeps events or ids that are due by the store's tick but were claimed more recently than the retention by the wall clock: the store's tick runs ahead of time (wall-clock milliseconds given as a tick?); they are pruned once they are that old by the wall clock too (docs/operations.md: a poisoned tick)",
+			"kept", kept, "tick", now, "acked_before", p.AckedBefore, "ids_before", p.IDsBefore)
+		r.pruneWallKept = true
+	case kept == 0 && r.pruneWallKept && ctx.Err() == nil:
+		r.log.Info("relay: retention no longer keeps anything back by the wall clock")
+		r.pruneWallKept = false
 	}
 	if events > 0 || tombstones > 0 {
 		// What became of the ids, counted: ids_kept, the pruned events

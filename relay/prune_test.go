@@ -1,15 +1,18 @@
 package relay_test
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/pgtest"
 	"github.com/fairrelay/fairrelay/relay"
 )
 
@@ -118,5 +121,98 @@ func TestRelayPruneLineCountsTheIDsForgotten(t *testing.T) {
 				t.Errorf("A1 enqueued again: %+v %v, want %s", r, err, c.enqueueAgainAnswer)
 			}
 		})
+	}
+}
+
+// A store whose tick jumped far ahead (wall-clock milliseconds given as a
+// tick, max_tick_jump off) made every event acked before the jump due for
+// pruning at once, and the relay's first prune, at its start, deleted them
+// and forgot their ids (an id sent again became a new event: a duplicate
+// delivery; a fresh user's report). The relay's retention holds back by
+// the wall clock too: the acked event stays, warned about, until it is
+// RetainAcked old by the wall clock, then its id stays in a tombstone
+// until it is RetainIDs old. Both backends.
+func TestRelayRetentionSurvivesATickJump(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			var h *harness
+			if backend == "postgres" {
+				h = newHarnessOn(t, testPolicy(), pgtest.Schema(t, "relay_q_"), pgtest.Schema(t, "relay_i_"))
+			} else {
+				h = newHarness(t, testPolicy())
+			}
+			ctx := t.Context()
+			h.enqueue(t, "A", 1)
+			_, stop := h.start(t, h.config(t))
+			h.until(t, acks(1))
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			// The jump: a claim at an epoch-millisecond tick.
+			jump := time.Now().UnixMilli()
+			if _, err := h.q.Claim(ctx, fairrelay.ClaimParams{At: jump}); err != nil {
+				t.Fatal(err)
+			}
+			logs := &messages{ch: make(chan string, 100)}
+			cfg := h.config(t)
+			cfg.RetainAcked, cfg.RetainIDs, cfg.PruneInterval, cfg.PruneBatch = time.Hour, 2*time.Hour, time.Millisecond, 2
+			cfg.Logger = slog.New(logs)
+			_, stop = h.start(t, cfg)
+			logs.wait(t, "relay: retention keeps events or ids")
+			again := func(want fairrelay.EnqueueStatus) {
+				t.Helper()
+				r, err := h.q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+				if err != nil || r.Status != want || (want == fairrelay.EnqueueExisting && r.Seq != 1) {
+					t.Fatalf("A1 enqueued again: %+v %v, want %s", r, err, want)
+				}
+			}
+			if e, err := h.q.Event(ctx, "A1"); err != nil || e.State != fairrelay.StateAcked {
+				t.Fatalf("A1 after the jump: %+v %v, want it kept, acked", e, err)
+			}
+			again(fairrelay.EnqueueExisting)
+			// An hour later by the wall clock: pruned, its id kept.
+			h.time.Advance(time.Hour + time.Minute)
+			logs.wait(t, "relay: pruned")
+			if _, err := h.q.Event(ctx, "A1"); !errors.Is(err, fairrelay.ErrNotFound) {
+				t.Fatalf("A1 an hour later: %v, want pruned", err)
+			}
+			again(fairrelay.EnqueueExisting)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// messages is a slog handler that sends every message to ch.
+type messages struct{ ch chan string }
+
+func (m *messages) Enabled(context.Context, slog.Level) bool { return true }
+func (m *messages) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case m.ch <- r.Message:
+	default:
+	}
+	return nil
+}
+func (m *messages) WithAttrs([]slog.Attr) slog.Handler { return m }
+func (m *messages) WithGroup(string) slog.Handler      { return m }
+
+// wait reads messages until one starts with prefix, failing the test after
+// 10 seconds.
+func (m *messages) wait(t *testing.T, prefix string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case msg := <-m.ch:
+			if strings.HasPrefix(msg, prefix) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no log line %q in 10 s", prefix)
+		}
 	}
 }

@@ -428,6 +428,9 @@ type Relay struct {
 	phase     atomic.Int32 // phaseNew … phaseStopped, for Ready
 	health    *health      // the store round trips: error streaks, readiness
 	ts        *timeshare   // fair by worker time (SPEC §11)
+	// pruneWallKept: the last prune kept back by the wall clock what its
+	// ticks made due (warned once per streak; pruneLoop's goroutine only).
+	pruneWallKept bool
 }
 
 // New validates cfg, starts the daemon clock at the queue's stored tick

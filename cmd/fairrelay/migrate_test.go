@@ -27,7 +27,7 @@ func TestMigrateSaysWhatItApplied(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
-	if got, want := run("migrate", "--queue", q, "--inbox", in), "queue "+q+": created (migrations 1–6)\ninbox "+in+": created (migrations 1–7)"; got != want {
+	if got, want := run("migrate", "--queue", q, "--inbox", in), "queue "+q+": created (migrations 1–7)\ninbox "+in+": created (migrations 1–7)"; got != want {
 		t.Fatalf("first migrate:\n%s\nwant\n%s", got, want)
 	}
 	sqlitetest.Exec(t, in, `DROP INDEX waiver_event`)

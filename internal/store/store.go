@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -591,9 +592,28 @@ type PruneParams struct {
 	MaxTickJump int64
 	AckedBefore int64
 	IDsBefore   int64
-	Limit       int
+	// AckedWallBefore and IDsWallBefore (milliseconds since the Unix
+	// epoch), when positive, keep, whatever their ticks, the events and
+	// the tombstones whose event was last claimed at or after them
+	// (claimed_wall); 0 keeps nothing back (Walls).
+	AckedWallBefore int64
+	IDsWallBefore   int64
+	Limit           int
 	// Check as ConfigureParams.Check.
 	Check func() error
+}
+
+// Walls returns AckedWallBefore and IDsWallBefore as the backends compare
+// them: math.MaxInt64 (every claim is before it) for 0.
+func (p PruneParams) Walls() (acked, ids int64) {
+	acked, ids = p.AckedWallBefore, p.IDsWallBefore
+	if acked <= 0 {
+		acked = math.MaxInt64
+	}
+	if ids <= 0 {
+		ids = math.MaxInt64
+	}
+	return acked, ids
 }
 
 // PruneResult counts what a prune deleted, and the tick it ran at. More
@@ -610,9 +630,13 @@ type PruneResult struct {
 	// Forgotten counts the events among Events that left no tombstone
 	// (acked before IDsBefore).
 	Forgotten int64
-	Tick      int64
-	More      bool
-	Held      time.Duration
+	// WallKept counts the events and tombstones due by their ticks that
+	// AckedWallBefore or IDsWallBefore kept, of those the prune read (an
+	// event stops a SQLite prune's pass: the first one kept ends it).
+	WallKept int64
+	Tick     int64
+	More     bool
+	Held     time.Duration
 }
 
 // ReadSet is what a write transaction asks before it decides, answered in

@@ -372,27 +372,41 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		if err := store.CheckHorizons(p, at); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM tombstone WHERE event_id IN
-			(SELECT event_id FROM tombstone WHERE acked_at < $1 ORDER BY acked_at LIMIT $2)`, p.IDsBefore, limit)
+		// Each statement reads a batch in tick order and deletes those of
+		// it that the wall clock lets go (p.AckedWallBefore,
+		// p.IDsWallBefore: their event's last claim before it), counting
+		// the others (WallKept): never a scan past the batch. A deleted
+		// event's id is forgotten only when it is old by both clocks.
+		ackedWall, idsWall := p.Walls()
+		var kept int64
+		err := tx.QueryRow(ctx, `WITH due AS (
+				SELECT event_id, claimed_wall FROM tombstone WHERE acked_at < $1 ORDER BY acked_at LIMIT $2
+			), del AS (
+				DELETE FROM tombstone t USING due WHERE t.event_id = due.event_id AND due.claimed_wall < $3 RETURNING 1
+			)
+			SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM due WHERE claimed_wall >= $3)`,
+			p.IDsBefore, limit, idsWall).Scan(&res.Tombstones, &kept)
 		if err != nil {
 			return err
 		}
-		res.Tombstones = tag.RowsAffected()
+		res.WallKept = kept
 		var n, forgotten int64
 		err = tx.QueryRow(ctx, `WITH due AS (
-				SELECT event_id FROM event WHERE acked_at IS NOT NULL AND acked_at < $1 ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED
+				SELECT event_id, claimed_wall FROM event WHERE acked_at IS NOT NULL AND acked_at < $1 ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED
 			), del AS (
-				DELETE FROM event e USING due WHERE e.event_id = due.event_id
-				RETURNING e.event_id, e.flow_id, e.seq, e.body, e.acked_at
+				DELETE FROM event e USING due WHERE e.event_id = due.event_id AND due.claimed_wall < $4
+				RETURNING e.event_id, e.flow_id, e.seq, e.body, e.acked_at, e.claimed_wall
 			), tomb AS (
-				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at)
-				SELECT event_id, flow_id, seq, sha256(body), acked_at FROM del WHERE acked_at >= $3 ON CONFLICT DO NOTHING
+				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wall)
+				SELECT event_id, flow_id, seq, sha256(body), acked_at, claimed_wall FROM del WHERE acked_at >= $3 OR claimed_wall >= $5 ON CONFLICT DO NOTHING
 			)
-			SELECT count(*), count(*) FILTER (WHERE acked_at < $3) FROM del`, p.AckedBefore, limit, p.IDsBefore).Scan(&n, &forgotten)
+			SELECT count(*), count(*) FILTER (WHERE acked_at < $3 AND claimed_wall < $5), (SELECT count(*) FROM due WHERE claimed_wall >= $4) FROM del`,
+			p.AckedBefore, limit, p.IDsBefore, ackedWall, idsWall).Scan(&n, &forgotten, &kept)
 		if err != nil {
 			return err
 		}
 		res.Events, res.Forgotten = n, forgotten
+		res.WallKept += kept
 		var rest *int64
 		if limit != nil {
 			r := *limit - n
@@ -402,24 +416,26 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 			rest = &r
 		}
 		err = tx.QueryRow(ctx, `WITH fl AS (
-				SELECT flow_id, head_state_seq, head_acked_at FROM flow
+				SELECT flow_id, head_state_seq, head_acked_at, coalesce(head_claimed_wall, 0) AS claimed_wall FROM flow
 				WHERE head_state = 'acked' AND head_acked_at < $1 ORDER BY head_acked_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED
 			), cleared AS (
-				UPDATE flow f SET head_state_seq = NULL, head_state = NULL FROM fl WHERE f.flow_id = fl.flow_id
-				RETURNING fl.flow_id, fl.head_state_seq AS seq, fl.head_acked_at AS acked_at
+				UPDATE flow f SET head_state_seq = NULL, head_state = NULL FROM fl WHERE f.flow_id = fl.flow_id AND fl.claimed_wall < $4
+				RETURNING fl.flow_id, fl.head_state_seq AS seq, fl.head_acked_at AS acked_at, fl.claimed_wall
 			), del AS (
 				DELETE FROM event e USING cleared c WHERE e.flow_id = c.flow_id AND e.seq = c.seq
-				RETURNING e.event_id, e.flow_id, e.seq, e.body, c.acked_at
+				RETURNING e.event_id, e.flow_id, e.seq, e.body, c.acked_at, c.claimed_wall
 			), tomb AS (
-				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at)
-				SELECT event_id, flow_id, seq, sha256(body), acked_at FROM del WHERE acked_at >= $3 ON CONFLICT DO NOTHING
+				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wall)
+				SELECT event_id, flow_id, seq, sha256(body), acked_at, claimed_wall FROM del WHERE acked_at >= $3 OR claimed_wall >= $5 ON CONFLICT DO NOTHING
 			)
-			SELECT count(*), count(*) FILTER (WHERE acked_at < $3) FROM del`, p.AckedBefore, rest, p.IDsBefore).Scan(&n, &forgotten)
+			SELECT count(*), count(*) FILTER (WHERE acked_at < $3 AND claimed_wall < $5), (SELECT count(*) FROM fl WHERE claimed_wall >= $4) FROM del`,
+			p.AckedBefore, rest, p.IDsBefore, ackedWall, idsWall).Scan(&n, &forgotten, &kept)
 		if err != nil {
 			return err
 		}
 		res.Events += n
 		res.Forgotten += forgotten
+		res.WallKept += kept
 		return nil
 	})
 	if err != nil {

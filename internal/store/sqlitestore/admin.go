@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -148,18 +149,24 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		limit = -1 // SQLite: no limit
 	}
 	res := store.PruneResult{Tick: at}
-	r, err := tx.ExecContext(ctx, q["TombstonePrune"], p.IDsBefore, limit)
+	ackedWall, idsWall := p.Walls()
+	r, err := tx.ExecContext(ctx, q["TombstonePrune"], p.IDsBefore, limit, idsWall)
 	if err != nil {
 		return store.PruneResult{}, Translate(fmt.Errorf("TombstonePrune: %w", err))
 	}
 	if res.Tombstones, err = r.RowsAffected(); err != nil {
 		return store.PruneResult{}, Translate(err)
 	}
+	if idsWall != math.MaxInt64 {
+		if err := c.queryRow(ctx, "TombstoneWallKept", p.IDsBefore, limit, idsWall).Scan(&res.WallKept); err != nil {
+			return store.PruneResult{}, Translate(fmt.Errorf("TombstoneWallKept: %w", err))
+		}
+	}
 	type acked struct {
 		id, flow string
 		seq      int64
 		sum      [sha256.Size]byte
-		at       int64
+		at, wall int64
 	}
 	// The due events are read a chunk at a time, each deleted before the
 	// next chunk is read: a batched prune (Limit) ends its transaction
@@ -186,7 +193,7 @@ scan:
 		err = c.each(ctx, "AckedBefore", func(r scanner) error {
 			var a acked
 			var body []byte
-			if err := r.Scan(&a.id, &a.flow, &a.seq, &body, &a.at); err != nil {
+			if err := r.Scan(&a.id, &a.flow, &a.seq, &body, &a.at, &a.wall); err != nil {
 				return err
 			}
 			a.sum = sha256.Sum256(body)
@@ -201,8 +208,18 @@ scan:
 				stopped = true
 				break scan
 			}
-			if a.at >= p.IDsBefore {
-				if err := c.exec(ctx, "TombstoneInsert", a.id, a.flow, a.seq, a.sum[:], a.at); err != nil {
+			if a.wall >= ackedWall {
+				// Due by its tick, claimed too recently by the wall
+				// clock: the store's tick ran ahead. The events after it
+				// were acked later still; this pass ends here, without
+				// reading them (a pass that skipped it would read it
+				// again with every chunk).
+				res.WallKept++
+				break scan
+			}
+			if a.at >= p.IDsBefore || a.wall >= idsWall {
+				// Its id is kept unless it is old by both clocks.
+				if err := c.exec(ctx, "TombstoneInsert", a.id, a.flow, a.seq, a.sum[:], a.at, a.wall); err != nil {
 					return store.PruneResult{}, err
 				}
 			} else {

@@ -165,16 +165,26 @@ UPDATE settings SET max_backlog = ?, max_flow_backlog = ? WHERE id = 1;
 SELECT flow_id, seq, body_sha256 FROM tombstone WHERE event_id = ?;
 
 -- name: TombstoneInsert
-INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at) VALUES (?, ?, ?, ?, ?);
+INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wall) VALUES (?, ?, ?, ?, ?, ?);
 
 -- name: TombstonePrune
--- The oldest tombstones acked before ?1, at most ?2.
+-- Of the oldest tombstones acked before ?1, at most ?2, those whose event
+-- was last claimed before the wall-clock time ?3 (PruneParams.IDsWallBefore;
+-- the largest integer when no wall clock is asked): a batch read in tick
+-- order, never a scan past it.
 DELETE FROM tombstone WHERE event_id IN
-    (SELECT event_id FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2);
+    (SELECT event_id FROM (SELECT event_id, claimed_wall FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2)
+     WHERE claimed_wall < ?3);
+
+-- name: TombstoneWallKept
+-- How many of TombstonePrune's batch the wall clock kept.
+SELECT count(*) FROM (SELECT claimed_wall FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2)
+WHERE claimed_wall >= ?3;
 
 -- name: AckedBefore
--- The oldest acked events acked before ?1, at most ?2, with their bodies.
-SELECT event_id, flow_id, seq, body, acked_at FROM event INDEXED BY event_acked
+-- The oldest acked events acked before ?1, at most ?2, with their bodies
+-- and the wall-clock time of their last claim.
+SELECT event_id, flow_id, seq, body, acked_at, claimed_wall FROM event INDEXED BY event_acked
 WHERE acked_at IS NOT NULL AND acked_at < ?1 ORDER BY acked_at LIMIT ?2;
 
 -- name: EventDelete
