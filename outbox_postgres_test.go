@@ -415,9 +415,13 @@ func TestPostgresSQLEnqueueAnswersAsEnqueueTx(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	var mu sync.Mutex
+	ran := false // a subtest reached PostgreSQL (without it each skips)
 	t.Cleanup(func() {
 		// The vectors must exercise every answer, or the test proves less
 		// than it says.
+		if !ran {
+			return
+		}
 		for _, want := range []string{"created", "existing", "conflict", "error clock_regressed"} {
 			if !seen[want] {
 				t.Errorf("no enqueue line of the vectors answered %s", want)
@@ -437,6 +441,9 @@ func TestPostgresSQLEnqueueAnswersAsEnqueueTx(t *testing.T) {
 			}
 			q, pool, _ := outboxStore(t, "frvec_go", pol)
 			_, sqlPool, schema := outboxStore(t, "frvec_sql", pol)
+			mu.Lock()
+			ran = true
+			mu.Unlock()
 			conn, err := sqlPool.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
