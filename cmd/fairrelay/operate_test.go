@@ -36,7 +36,7 @@ func TestTenancyAndOperatorCommands(t *testing.T) {
 	if got := run(2, "enqueue", "--queue", q, "--id", "A3", "--flow", "A", "--group", "other", "--delta", "1", "--at", "0"); got != "" {
 		t.Fatalf("another group for flow A: %s", got)
 	}
-	if got := run(0, "inspect", "--queue", q, "groups", "--json"); got != `{"group":"acme","weight":3,"served":0,"max_backlog":1,"flows":1,"backlog":1,"max_slots":0}` {
+	if got := run(0, "inspect", "--queue", q, "groups", "--json"); got != `{"group":"acme","weight":3,"served":0,"max_backlog":1,"flows":1,"backlog":1,"max_slots":0,"quarantined":0}` {
 		t.Fatalf("inspect groups: %s", got)
 	}
 	run(0, "configure", "--queue", q, "--max-flow-backlog", "5", "--at", "0")
