@@ -57,6 +57,7 @@ func (r *Relay) prune(ctx context.Context) {
 	slack := time.Duration(r.q.Policy().MaxTickJump) * time.Millisecond
 	p.AckedMinAge, p.IDsMinAge = max(0, r.cfg.RetainAcked-slack), max(0, r.cfg.RetainIDs-slack)
 	var events, tombstones, forgotten, kept int64
+	failed := false // a batch failed: what the prune holds back is not known
 	for ctx.Err() == nil {
 		start := r.cfg.Source.Elapsed()
 		res, err := r.q.Prune(ctx, p)
@@ -72,6 +73,7 @@ func (r *Relay) prune(ctx context.Context) {
 				r.log.Warn("relay: prune failed; trying again at the next prune", "err", err)
 				r.cfg.Metrics.storeError()
 			}
+			failed = true
 			break
 		}
 		r.clock.Observe(res.Tick)
@@ -98,7 +100,10 @@ func (r *Relay) prune(ctx context.Context) {
 		r.log.Warn("relay: retention keeps events or ids that are due by the store's tick but were claimed more recently than the retention by the wall clock: the store's tick runs ahead of time (wall-clock milliseconds given as a tick?); they are pruned once they are that old by the wall clock too (docs/operations.md: a poisoned tick)",
 			"kept", kept, "tick", now, "acked_before", p.AckedBefore, "ids_before", p.IDsBefore)
 		r.pruneWallKept = true
-	case kept == 0 && r.pruneWallKept && ctx.Err() == nil:
+	case kept == 0 && r.pruneWallKept && ctx.Err() == nil && !failed:
+		// Only a prune that read its batches to the end says the hold
+		// ended: one that failed before its first batch counted nothing
+		// (it said so, then warned again at the next prune).
 		r.log.Info("relay: retention no longer keeps anything back by the wall clock")
 		r.pruneWallKept = false
 	}
