@@ -122,9 +122,16 @@ type PruneParams struct {
 	// tick, SPEC §7's max_tick_jump off) does not delete at once every
 	// event and id acked before it: the prune keeps them, counts them in
 	// PruneResult.WallKept, and deletes them once they are that old by the
-	// wall clock too. Events and tombstones from before the wall-clock
-	// time was kept (claimed_wall 0) are held back by nothing. Not part of
-	// SPEC §8's prune (0: ticks alone).
+	// wall clock too. A claim stamped later than the queue's wall clock
+	// now (by a clock ahead of this one) holds nothing back: the ticks
+	// alone decide it, so that one relay whose clock was years ahead does
+	// not stall every prune. Events from before the wall-clock time was
+	// kept (claimed_wall 0) are held back by nothing; the tombstones
+	// written before it was kept (SQLite migration 007, PostgreSQL 036) are
+	// dated at that migration by the store's tick: the migration's wall
+	// time less their age in ticks (a tick runs no faster than the wall
+	// clock, so no earlier than their claim). Not part of SPEC §8's prune
+	// (0: ticks alone).
 	AckedMinAge, IDsMinAge time.Duration
 }
 
@@ -134,11 +141,13 @@ type PruneParams struct {
 // again, it is a new event), as are the ids of the Tombstones deleted; the
 // other Events - Forgotten ids stay idempotent by their new tombstones.
 // Forgotten is not part of the SPEC §6 answer. More reports that Limit stopped the prune with more left to
-// delete; Tick is the tick it ran at. WallKept counts the events and
-// tombstones due by their ticks that AckedMinAge or IDsMinAge kept, of
-// those the prune read (on SQLite the first such event ends the prune's
-// pass; on both, a call reads at most Limit of each): when positive, the
-// store's tick runs ahead of the wall clock.
+// delete; Tick is the tick it ran at. WallKept counts the events and ids
+// due by their ticks that AckedMinAge or IDsMinAge kept, of those the
+// prune read: events not deleted, tombstones not deleted, and tombstones
+// written for deleted events whose ids the ticks alone would have
+// forgotten (on SQLite the first event held ends the prune's pass; on
+// both, a call reads at most Limit of each): when positive, the store's
+// tick runs ahead of the wall clock.
 //
 // Held is the longest this call held the store's writer in one write, in
 // wall-clock time: on SQLite (one writer for the whole file, which
@@ -221,7 +230,7 @@ func (q *Queue) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 	}
 	r, err := q.store.Prune(ctx, store.PruneParams{At: p.At, Floor: p.Floor, MaxTickJump: q.policy.MaxTickJump,
 		AckedBefore: p.AckedBefore, IDsBefore: p.IDsBefore, Limit: p.Limit, Check: check,
-		AckedWallBefore: wallBefore(p.AckedMinAge), IDsWallBefore: wallBefore(p.IDsMinAge)})
+		AckedWallBefore: wallBefore(p.AckedMinAge), IDsWallBefore: wallBefore(p.IDsMinAge), WallNow: now.UnixMilli()})
 	res := PruneResult{Events: r.Events, Tombstones: r.Tombstones, Forgotten: r.Forgotten, WallKept: r.WallKept, More: r.More, Tick: r.Tick, Held: r.Held}
 	if err != nil {
 		// Deleted, then an error of the housekeeping after the commit:

@@ -374,8 +374,8 @@ func TestPruneHoldsBackByTheWallClock(t *testing.T) {
 			prune(fairrelay.PruneResult{WallKept: kept})
 			again(fairrelay.EnqueueExisting)
 			wall.Add((time.Hour + time.Second).Milliseconds())
-			prune(fairrelay.PruneResult{Events: 2})
-			again(fairrelay.EnqueueExisting) // the tombstone, though tick 2 < IDsBefore
+			prune(fairrelay.PruneResult{Events: 2, WallKept: 2}) // ids the ticks alone would forget
+			again(fairrelay.EnqueueExisting)                     // the tombstone, though tick 2 < IDsBefore
 			wall.Add((time.Hour).Milliseconds())
 			prune(fairrelay.PruneResult{Tombstones: 2})
 			again(fairrelay.EnqueueCreated)

@@ -594,26 +594,36 @@ type PruneParams struct {
 	IDsBefore   int64
 	// AckedWallBefore and IDsWallBefore (milliseconds since the Unix
 	// epoch), when positive, keep, whatever their ticks, the events and
-	// the tombstones whose event was last claimed at or after them
-	// (claimed_wall); 0 keeps nothing back (Walls).
+	// the ids (tombstones) whose event was last claimed (claimed_wall) at
+	// or after them and not after WallNow, the pruner's wall clock: a
+	// claim stamped later than that came from a clock ahead of it, which
+	// proves nothing about the tick, and the ticks alone decide it (else
+	// one claim of a relay whose clock was years ahead held every prune).
+	// 0 keeps nothing back (Walls).
 	AckedWallBefore int64
 	IDsWallBefore   int64
+	WallNow         int64
 	Limit           int
 	// Check as ConfigureParams.Check.
 	Check func() error
 }
 
-// Walls returns AckedWallBefore and IDsWallBefore as the backends compare
-// them: math.MaxInt64 (every claim is before it) for 0.
-func (p PruneParams) Walls() (acked, ids int64) {
-	acked, ids = p.AckedWallBefore, p.IDsWallBefore
+// Walls returns AckedWallBefore, IDsWallBefore and WallNow as the
+// backends compare them: a row is held when before <= claimed_wall <= now;
+// math.MaxInt64 (every claim is before it) for a 0 before, and for now
+// when 0.
+func (p PruneParams) Walls() (acked, ids, now int64) {
+	acked, ids, now = p.AckedWallBefore, p.IDsWallBefore, p.WallNow
 	if acked <= 0 {
 		acked = math.MaxInt64
 	}
 	if ids <= 0 {
 		ids = math.MaxInt64
 	}
-	return acked, ids
+	if now <= 0 {
+		now = math.MaxInt64
+	}
+	return acked, ids, now
 }
 
 // PruneResult counts what a prune deleted, and the tick it ran at. More
@@ -630,9 +640,11 @@ type PruneResult struct {
 	// Forgotten counts the events among Events that left no tombstone
 	// (acked before IDsBefore).
 	Forgotten int64
-	// WallKept counts the events and tombstones due by their ticks that
+	// WallKept counts the events and the ids due by their ticks that
 	// AckedWallBefore or IDsWallBefore kept, of those the prune read (an
-	// event stops a SQLite prune's pass: the first one kept ends it).
+	// event stops a SQLite prune's pass: the first one kept ends it): an
+	// event not deleted, a tombstone not deleted, or a tombstone written
+	// for a deleted event whose id the ticks alone would have forgotten.
 	WallKept int64
 	Tick     int64
 	More     bool

@@ -377,31 +377,38 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		// p.IDsWallBefore: their event's last claim before it), counting
 		// the others (WallKept): never a scan past the batch. A deleted
 		// event's id is forgotten only when it is old by both clocks.
-		ackedWall, idsWall := p.Walls()
+		ackedWall, idsWall, wallNow := p.Walls()
 		var kept int64
 		err := tx.QueryRow(ctx, `WITH due AS (
 				SELECT event_id, claimed_wall FROM tombstone WHERE acked_at < $1 ORDER BY acked_at LIMIT $2
 			), del AS (
-				DELETE FROM tombstone t USING due WHERE t.event_id = due.event_id AND due.claimed_wall < $3 RETURNING 1
+				DELETE FROM tombstone t USING due WHERE t.event_id = due.event_id AND (due.claimed_wall < $3 OR due.claimed_wall > $4) RETURNING 1
 			)
-			SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM due WHERE claimed_wall >= $3)`,
-			p.IDsBefore, limit, idsWall).Scan(&res.Tombstones, &kept)
+			SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM due WHERE claimed_wall >= $3 AND claimed_wall <= $4)`,
+			p.IDsBefore, limit, idsWall, wallNow).Scan(&res.Tombstones, &kept)
 		if err != nil {
 			return err
 		}
 		res.WallKept = kept
+		// $4 and $5: the events' and the ids' wall-clock bounds, $6 the
+		// pruner's wall clock (store.PruneParams.Walls): a row is held
+		// when bound <= claimed_wall <= $6. kept counts the events held
+		// and the ids kept by the wall clock alone.
 		var n, forgotten int64
 		err = tx.QueryRow(ctx, `WITH due AS (
 				SELECT event_id, claimed_wall FROM event WHERE acked_at IS NOT NULL AND acked_at < $1 ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED
 			), del AS (
-				DELETE FROM event e USING due WHERE e.event_id = due.event_id AND due.claimed_wall < $4
-				RETURNING e.event_id, e.flow_id, e.seq, e.body, e.acked_at, e.claimed_wall
+				DELETE FROM event e USING due WHERE e.event_id = due.event_id AND (due.claimed_wall < $4 OR due.claimed_wall > $6)
+				RETURNING e.event_id, e.flow_id, e.seq, e.body, e.acked_at, e.claimed_wall,
+				          e.claimed_wall >= $5 AND e.claimed_wall <= $6 AS id_held
 			), tomb AS (
 				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wall)
-				SELECT event_id, flow_id, seq, sha256(body), acked_at, claimed_wall FROM del WHERE acked_at >= $3 OR claimed_wall >= $5 ON CONFLICT DO NOTHING
+				SELECT event_id, flow_id, seq, sha256(body), acked_at, claimed_wall FROM del WHERE acked_at >= $3 OR id_held ON CONFLICT DO NOTHING
 			)
-			SELECT count(*), count(*) FILTER (WHERE acked_at < $3 AND claimed_wall < $5), (SELECT count(*) FROM due WHERE claimed_wall >= $4) FROM del`,
-			p.AckedBefore, limit, p.IDsBefore, ackedWall, idsWall).Scan(&n, &forgotten, &kept)
+			SELECT count(*), count(*) FILTER (WHERE acked_at < $3 AND NOT id_held),
+			       (SELECT count(*) FROM due WHERE claimed_wall >= $4 AND claimed_wall <= $6) + count(*) FILTER (WHERE acked_at < $3 AND id_held)
+			FROM del`,
+			p.AckedBefore, limit, p.IDsBefore, ackedWall, idsWall, wallNow).Scan(&n, &forgotten, &kept)
 		if err != nil {
 			return err
 		}
@@ -419,17 +426,21 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 				SELECT flow_id, head_state_seq, head_acked_at, coalesce(head_claimed_wall, 0) AS claimed_wall FROM flow
 				WHERE head_state = 'acked' AND head_acked_at < $1 ORDER BY head_acked_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED
 			), cleared AS (
-				UPDATE flow f SET head_state_seq = NULL, head_state = NULL FROM fl WHERE f.flow_id = fl.flow_id AND fl.claimed_wall < $4
-				RETURNING fl.flow_id, fl.head_state_seq AS seq, fl.head_acked_at AS acked_at, fl.claimed_wall
+				UPDATE flow f SET head_state_seq = NULL, head_state = NULL FROM fl
+				WHERE f.flow_id = fl.flow_id AND (fl.claimed_wall < $4 OR fl.claimed_wall > $6)
+				RETURNING fl.flow_id, fl.head_state_seq AS seq, fl.head_acked_at AS acked_at, fl.claimed_wall,
+				          fl.claimed_wall >= $5 AND fl.claimed_wall <= $6 AS id_held
 			), del AS (
 				DELETE FROM event e USING cleared c WHERE e.flow_id = c.flow_id AND e.seq = c.seq
-				RETURNING e.event_id, e.flow_id, e.seq, e.body, c.acked_at, c.claimed_wall
+				RETURNING e.event_id, e.flow_id, e.seq, e.body, c.acked_at, c.claimed_wall, c.id_held
 			), tomb AS (
 				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wall)
-				SELECT event_id, flow_id, seq, sha256(body), acked_at, claimed_wall FROM del WHERE acked_at >= $3 OR claimed_wall >= $5 ON CONFLICT DO NOTHING
+				SELECT event_id, flow_id, seq, sha256(body), acked_at, claimed_wall FROM del WHERE acked_at >= $3 OR id_held ON CONFLICT DO NOTHING
 			)
-			SELECT count(*), count(*) FILTER (WHERE acked_at < $3 AND claimed_wall < $5), (SELECT count(*) FROM fl WHERE claimed_wall >= $4) FROM del`,
-			p.AckedBefore, rest, p.IDsBefore, ackedWall, idsWall).Scan(&n, &forgotten, &kept)
+			SELECT count(*), count(*) FILTER (WHERE acked_at < $3 AND NOT id_held),
+			       (SELECT count(*) FROM fl WHERE claimed_wall >= $4 AND claimed_wall <= $6) + count(*) FILTER (WHERE acked_at < $3 AND id_held)
+			FROM del`,
+			p.AckedBefore, rest, p.IDsBefore, ackedWall, idsWall, wallNow).Scan(&n, &forgotten, &kept)
 		if err != nil {
 			return err
 		}

@@ -149,18 +149,21 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		limit = -1 // SQLite: no limit
 	}
 	res := store.PruneResult{Tick: at}
-	ackedWall, idsWall := p.Walls()
-	r, err := tx.ExecContext(ctx, q["TombstonePrune"], p.IDsBefore, limit, idsWall)
+	ackedWall, idsWall, wallNow := p.Walls()
+	// held: the wall clock keeps a row claimed at wall that the ticks
+	// make due (store.PruneParams.Walls).
+	held := func(wall, before int64) bool { return wall >= before && wall <= wallNow }
+	if idsWall != math.MaxInt64 {
+		if err := c.queryRow(ctx, "TombstoneWallKept", p.IDsBefore, limit, idsWall, wallNow).Scan(&res.WallKept); err != nil {
+			return store.PruneResult{}, Translate(fmt.Errorf("TombstoneWallKept: %w", err))
+		}
+	}
+	r, err := tx.ExecContext(ctx, q["TombstonePrune"], p.IDsBefore, limit, idsWall, wallNow)
 	if err != nil {
 		return store.PruneResult{}, Translate(fmt.Errorf("TombstonePrune: %w", err))
 	}
 	if res.Tombstones, err = r.RowsAffected(); err != nil {
 		return store.PruneResult{}, Translate(err)
-	}
-	if idsWall != math.MaxInt64 {
-		if err := c.queryRow(ctx, "TombstoneWallKept", p.IDsBefore, limit, idsWall).Scan(&res.WallKept); err != nil {
-			return store.PruneResult{}, Translate(fmt.Errorf("TombstoneWallKept: %w", err))
-		}
 	}
 	type acked struct {
 		id, flow string
@@ -208,7 +211,7 @@ scan:
 				stopped = true
 				break scan
 			}
-			if a.wall >= ackedWall {
+			if held(a.wall, ackedWall) {
 				// Due by its tick, claimed too recently by the wall
 				// clock: the store's tick ran ahead. The events after it
 				// were acked later still; this pass ends here, without
@@ -217,8 +220,11 @@ scan:
 				res.WallKept++
 				break scan
 			}
-			if a.at >= p.IDsBefore || a.wall >= idsWall {
+			if idKept := held(a.wall, idsWall); a.at >= p.IDsBefore || idKept {
 				// Its id is kept unless it is old by both clocks.
+				if a.at < p.IDsBefore {
+					res.WallKept++ // the ticks alone would forget it
+				}
 				if err := c.exec(ctx, "TombstoneInsert", a.id, a.flow, a.seq, a.sum[:], a.at, a.wall); err != nil {
 					return store.PruneResult{}, err
 				}

@@ -168,18 +168,19 @@ SELECT flow_id, seq, body_sha256 FROM tombstone WHERE event_id = ?;
 INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wall) VALUES (?, ?, ?, ?, ?, ?);
 
 -- name: TombstonePrune
--- Of the oldest tombstones acked before ?1, at most ?2, those whose event
--- was last claimed before the wall-clock time ?3 (PruneParams.IDsWallBefore;
--- the largest integer when no wall clock is asked): a batch read in tick
--- order, never a scan past it.
+-- Of the oldest tombstones acked before ?1, at most ?2, those the wall
+-- clock does not hold: their event last claimed before ?3
+-- (PruneParams.IDsWallBefore; the largest integer when no wall clock is
+-- asked) or after ?4 (WallNow: a clock ahead of the pruner's). A batch read
+-- in tick order, never a scan past it.
 DELETE FROM tombstone WHERE event_id IN
     (SELECT event_id FROM (SELECT event_id, claimed_wall FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2)
-     WHERE claimed_wall < ?3);
+     WHERE claimed_wall < ?3 OR claimed_wall > ?4);
 
 -- name: TombstoneWallKept
--- How many of TombstonePrune's batch the wall clock kept.
+-- How many of TombstonePrune's batch the wall clock holds (read before it).
 SELECT count(*) FROM (SELECT claimed_wall FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2)
-WHERE claimed_wall >= ?3;
+WHERE claimed_wall >= ?3 AND claimed_wall <= ?4;
 
 -- name: AckedBefore
 -- The oldest acked events acked before ?1, at most ?2, with their bodies
