@@ -102,7 +102,7 @@ func TestOpenUnderTheOtherEntryRuleMigratesNothing(t *testing.T) {
 		}
 		check(t, path, func() int {
 			// Migration 007: a column.
-			sqlitetest.Exec(t, path, `DROP TRIGGER tombstone_dated; ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 7`)
+			sqlitetest.Exec(t, path, `DROP TRIGGER tombstone_dated; DROP TABLE tombstone_epoch; ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 7`)
 			return latest()
 		}, latest)
 	})
@@ -203,7 +203,7 @@ func TestReadOnlyOpenWritesNothing(t *testing.T) {
 		check(t, path, filepath.Join(dir, "missing.db"),
 			// Migration 007: a column.
 			func() {
-				exec(`DROP TRIGGER tombstone_dated; ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 7`)
+				exec(`DROP TRIGGER tombstone_dated; DROP TABLE tombstone_epoch; ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 7`)
 			},
 			func() { exec(`UPDATE settings SET entry = NULL WHERE id = 1`) }, read)
 		if _, err := os.Stat(filepath.Join(dir, "missing.db")); !errors.Is(err, os.ErrNotExist) {

@@ -101,68 +101,87 @@ func TestPruneIsNotStalledByAClaimFromAClockFarAhead(t *testing.T) {
 }
 
 // The tombstones a store held before migration 007 (SQLite) or 036
-// (PostgreSQL) are dated by the migration: its wall time less their age in
-// ticks, so that a tick that jumps after the upgrade does not forget them
-// (a breaker's report: dated 0, they were left to the ticks alone, and a
-// jump forgot every id pruned in the month before the upgrade). A
-// tombstone an older build writes after the migration is dated when it
-// is written. Both backends.
-func TestTombstonesWrittenAroundMigrationAreDated(t *testing.T) {
+// (PostgreSQL) are dated by the migration's epoch: its wall time less
+// their age in ticks, so that a tick that jumps after the upgrade does not
+// forget them (a breaker's report: left undated, they were left to the
+// ticks alone, and a jump forgot every id pruned in the month before the
+// upgrade); no row is rewritten by the migration. On SQLite a tombstone an
+// older build writes after the migration takes its event's claim time.
+// Both backends.
+func TestTombstonesWrittenBeforeMigrationAreDated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	type backend struct {
-		name     string
-		dsn      string
-		undo     string
-		exec     func(t testing.TB, dsn, sql string)
-		queryRow func(t testing.TB, dsn, query string, dest ...any)
-	}
-	path := filepath.Join(t.TempDir(), "q.db")
-	for _, b := range []backend{
-		{name: "sqlite", dsn: path,
-			undo: `DROP TRIGGER tombstone_dated; ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 7`,
-			exec: sqlitetest.Exec, queryRow: sqlitetest.QueryRow},
-		{name: "postgres", undo: `ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 36`,
-			exec: pgtest.Exec, queryRow: pgtest.QueryRow},
+	for _, b := range []struct {
+		name, undo string
+		exec       func(t testing.TB, dsn, sql string)
+		queryRow   func(t testing.TB, dsn, query string, dest ...any)
+	}{
+		{"sqlite", `DROP TRIGGER tombstone_dated; DROP TABLE tombstone_epoch; ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 7`,
+			sqlitetest.Exec, sqlitetest.QueryRow},
+		{"postgres", `DROP TABLE tombstone_epoch; ALTER TABLE tombstone DROP COLUMN claimed_wall; DELETE FROM fairrelay_migration WHERE version = 36`,
+			pgtest.Exec, pgtest.QueryRow},
 	} {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := filepath.Join(t.TempDir(), "q.db")
 			if b.name == "postgres" {
-				b.dsn = pgtest.Schema(t, "frtombwall")
+				dsn = pgtest.Schema(t, "frtombwall")
 			}
-			q, err := fairrelay.Open(ctx, b.dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
-			if err != nil {
-				t.Fatal(err)
+			var shift atomic.Int64 // the queue's wall clock runs ahead of time.Now by this many ms
+			open := func() *fairrelay.Queue {
+				q, err := fairrelay.Open(ctx, dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy(),
+					Now: func() time.Time { return time.Now().Add(time.Duration(shift.Load()) * time.Millisecond) }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return q
 			}
+			q := open()
 			enqueueAt(t, q, 1, []fairrelay.EnqueueParams{{ID: "A1", Flow: "A"}})
 			ackAll(t, q, 5)
 			if r, err := q.Prune(ctx, fairrelay.PruneParams{At: 10, AckedBefore: 10}); err != nil || r.Events != 1 {
 				t.Fatalf("prune: %+v %v", r, err)
 			}
-			// The clock moves on to 5 000: A1's tombstone (acked at 5) is
-			// 4 995 ticks old.
+			// The clock moves on to 5 000 and the store goes back to before
+			// the migration, with A1's tombstone.
 			if _, err := q.Claim(ctx, fairrelay.ClaimParams{At: 5000}); err != nil {
 				t.Fatal(err)
 			}
 			q.Close()
-			b.exec(t, b.dsn, b.undo)
-			before := time.Now().UnixMilli()
-			if q, err = fairrelay.Open(ctx, b.dsn, fairrelay.Config{Policy: fairrelay.ReferencePolicy()}); err != nil {
-				t.Fatal(err)
-			}
-			after := time.Now().UnixMilli()
+			b.exec(t, dsn, b.undo)
+			q = open() // migrates: A1's tombstone is 4 995 ticks old at its epoch
 			defer q.Close()
-			var wall int64
-			b.queryRow(t, b.dsn, `SELECT claimed_wall FROM tombstone WHERE event_id = 'A1'`, &wall)
-			if age := int64(5000 - 5); wall < before-age || wall > after-age {
-				t.Errorf("A1's tombstone dated %d, want the migration's wall time (%d to %d) less its age, %d ticks", wall, before, after, age)
+			prune := func(want fairrelay.PruneResult) {
+				t.Helper()
+				r, err := q.Prune(ctx, fairrelay.PruneParams{At: 6000, AckedBefore: 6000, IDsBefore: 6000, IDsMinAge: time.Hour, AckedMinAge: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := (fairrelay.PruneResult{Tombstones: r.Tombstones, WallKept: r.WallKept}); got != want {
+					t.Errorf("prune: %+v, want %+v", got, want)
+				}
 			}
-			// An older build's insert names no claimed_wall.
-			before = time.Now().UnixMilli()
-			b.exec(t, b.dsn, `INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at) VALUES ('Z1', 'Z', 1, '\x00', 7)`)
-			after = time.Now().UnixMilli()
-			b.queryRow(t, b.dsn, `SELECT claimed_wall FROM tombstone WHERE event_id = 'Z1'`, &wall)
-			if wall < before || wall > after {
-				t.Errorf("a tombstone written without claimed_wall dated %d, want its write's wall time (%d to %d)", wall, before, after)
+			// Due by its tick, dated seconds ago by the epoch: kept.
+			prune(fairrelay.PruneResult{WallKept: 1})
+			if r, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: 6000}); err != nil || r.Status != fairrelay.EnqueueExisting {
+				t.Fatalf("A1 again: %+v %v, want existing", r, err)
+			}
+			// Two hours later by the wall clock: forgotten.
+			shift.Store((2 * time.Hour).Milliseconds())
+			prune(fairrelay.PruneResult{Tombstones: 1})
+			if b.name != "sqlite" {
+				return
+			}
+			// An older build's tombstone names no claimed_wall: it takes its
+			// event's, written by the claim.
+			enqueueAt(t, q, 6000, []fairrelay.EnqueueParams{{ID: "B1", Flow: "B"}})
+			ackAll(t, q, 6001)
+			var claimed, dated int64
+			b.queryRow(t, dsn, `SELECT claimed_wall FROM event WHERE event_id = 'B1'`, &claimed)
+			b.exec(t, dsn, `INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at) VALUES ('B1', 'B', 1, x'00', 6001)`)
+			b.queryRow(t, dsn, `SELECT claimed_wall FROM tombstone WHERE event_id = 'B1'`, &dated)
+			if claimed == 0 || dated != claimed {
+				t.Errorf("a tombstone written without claimed_wall dated %d, want its event's claim time %d", dated, claimed)
 			}
 		})
 	}

@@ -128,10 +128,10 @@ type PruneParams struct {
 	// not stall every prune. Events from before the wall-clock time was
 	// kept (claimed_wall 0) are held back by nothing; the tombstones
 	// written before it was kept (SQLite migration 007, PostgreSQL 036) are
-	// dated at that migration by the store's tick: the migration's wall
-	// time less their age in ticks (a tick runs no faster than the wall
-	// clock, so no earlier than their claim). Not part of SPEC §8's prune
-	// (0: ticks alone).
+	// dated, when a prune reads them, by that migration's epoch: its wall
+	// time less their age in ticks then (a tick runs no faster than the
+	// wall clock, so no earlier than their claim; the migration rewrites no
+	// row). Not part of SPEC §8's prune (0: ticks alone).
 	AckedMinAge, IDsMinAge time.Duration
 }
 

@@ -380,7 +380,10 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 		ackedWall, idsWall, wallNow := p.Walls()
 		var kept int64
 		err := tx.QueryRow(ctx, `WITH due AS (
-				SELECT event_id, claimed_wall FROM tombstone WHERE acked_at < $1 ORDER BY acked_at LIMIT $2
+				-- claimed_wall 0: written before migration 036, dated by its epoch
+				SELECT event_id, CASE WHEN claimed_wall <> 0 THEN claimed_wall
+				                      ELSE coalesce((SELECT migrated_ms - (migrated_tick - acked_at) FROM tombstone_epoch), 0) END AS claimed_wall
+				FROM tombstone WHERE acked_at < $1 ORDER BY acked_at LIMIT $2
 			), del AS (
 				DELETE FROM tombstone t USING due WHERE t.event_id = due.event_id AND (due.claimed_wall < $3 OR due.claimed_wall > $4) RETURNING 1
 			)

@@ -172,15 +172,21 @@ INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wa
 -- clock does not hold: their event last claimed before ?3
 -- (PruneParams.IDsWallBefore; the largest integer when no wall clock is
 -- asked) or after ?4 (WallNow: a clock ahead of the pruner's). A batch read
--- in tick order, never a scan past it.
+-- in tick order, never a scan past it. A tombstone whose claimed_wall is
+-- not known (0: written before migration 007) is dated by tombstone_epoch:
+-- the migration's wall time less its age in ticks then.
 DELETE FROM tombstone WHERE event_id IN
-    (SELECT event_id FROM (SELECT event_id, claimed_wall FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2)
-     WHERE claimed_wall < ?3 OR claimed_wall > ?4);
+    (SELECT event_id FROM (SELECT event_id, CASE WHEN claimed_wall <> 0 THEN claimed_wall
+                 ELSE coalesce((SELECT migrated_ms - (migrated_tick - acked_at) FROM tombstone_epoch), 0) END AS wall
+                           FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2)
+     WHERE wall < ?3 OR wall > ?4);
 
 -- name: TombstoneWallKept
 -- How many of TombstonePrune's batch the wall clock holds (read before it).
-SELECT count(*) FROM (SELECT claimed_wall FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2)
-WHERE claimed_wall >= ?3 AND claimed_wall <= ?4;
+SELECT count(*) FROM (SELECT CASE WHEN claimed_wall <> 0 THEN claimed_wall
+                 ELSE coalesce((SELECT migrated_ms - (migrated_tick - acked_at) FROM tombstone_epoch), 0) END AS wall
+                      FROM tombstone WHERE acked_at < ?1 ORDER BY acked_at LIMIT ?2)
+WHERE wall >= ?3 AND wall <= ?4;
 
 -- name: AckedBefore
 -- The oldest acked events acked before ?1, at most ?2, with their bodies
