@@ -13,6 +13,8 @@
 -- than the wall clock but by the jumps max_tick_jump allows, so that is no
 -- earlier than their claim, and a tick that jumps after the upgrade does
 -- not forget them (a breaker's report: left to the ticks alone, they were).
+-- tombstone_epoch.migrated_tick is a tick column: the poisoned-tick repair
+-- of docs/operations.md shifts it with the others.
 -- A tombstone an older build still running writes keeps 0 and is dated the
 -- same way. IF NOT EXISTS and ON CONFLICT: it may run again as it is.
 ALTER TABLE tombstone ADD COLUMN IF NOT EXISTS claimed_wall BIGINT NOT NULL DEFAULT 0;

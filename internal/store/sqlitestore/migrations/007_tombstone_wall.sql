@@ -13,6 +13,8 @@
 -- the jumps max_tick_jump allows, so that is no earlier than their claim,
 -- and a tick that jumps after the upgrade does not forget them (a
 -- breaker's report: left to the ticks alone, they were).
+-- tombstone_epoch.migrated_tick is a tick column: the poisoned-tick repair
+-- of docs/operations.md shifts it with the others.
 ALTER TABLE tombstone ADD COLUMN claimed_wall INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE tombstone_epoch (
     id            INTEGER PRIMARY KEY CHECK (id = 1),
