@@ -426,6 +426,10 @@ func TestOverviewSaysWhetherDeliveriesAreSettled(t *testing.T) {
 	c = newClient(t, serve(t, console.Config{Queue: empty, LocalOperator: "op"}))
 	if st, body := c.do("GET", "/", nil); st != http.StatusOK || !strings.Contains(body, `id="last-settle">None settled in the last hour</p>`) {
 		t.Errorf("GET / on an empty store: %d, want none settled and no question:\n%.3000s", st, body)
+	} else if !strings.Contains(body, `id="settled">0 settled: no latency to show.</p>`) || strings.Contains(body, "latency p50") {
+		// A p50 of "<1ms" over no delivery read as measured (a fresh
+		// user's report).
+		t.Errorf("GET / on an empty store: want no latency over no delivery:\n%.3000s", body)
 	}
 }
 

@@ -192,6 +192,9 @@ the header H, set by an authenticating proxy, to name the user.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "{\"status\":\"listening\",\"url\":%q}\n", url)
 			wait()
+			// As relay and receive end: a stopped console said nothing
+			// after "stopping gracefully" (a fresh user's report).
+			log.Info("console: stopped")
 			return nil // or the server's error: serverFailed
 		},
 	}

@@ -65,6 +65,10 @@ func TestConsoleCommand(t *testing.T) {
 	if code := d.signal(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("console exit %d on SIGTERM: %s", code, d.stderr())
 	}
+	// It says it stopped, as relay and receive do.
+	if !strings.Contains(d.stderr(), `msg="console: stopped"`) {
+		t.Errorf("console's log has no stop line:\n%s", d.stderr())
+	}
 }
 
 // `relay --console-addr` serves the console on the relay's queue.
