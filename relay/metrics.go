@@ -28,10 +28,12 @@ type Metrics struct {
 	prunedEv  prometheus.Counter
 	prunedTS  prometheus.Counter
 	pruneHeld prometheus.Histogram
-	slotSecs  *prometheus.CounterVec
-	slots     *prometheus.GaugeVec
-	labelMu   sync.Mutex
-	labelled  map[string]bool // the groups with series of their own
+	// wallKept: what the last prune held back by the wall clock.
+	wallKept prometheus.Gauge
+	slotSecs *prometheus.CounterVec
+	slots    *prometheus.GaugeVec
+	labelMu  sync.Mutex
+	labelled map[string]bool // the groups with series of their own
 }
 
 // MetricGroups is how many groups get series of their own in
@@ -82,6 +84,11 @@ const OtherGroups = "(other)"
 //     batches held the store's writer in one write, in seconds
 //     (fairrelay.PruneResult.Held: on SQLite what a dispatch step can wait
 //     behind a prune);
+//   - fairrelay_prune_wall_kept: the events and ids the last prune kept
+//     although due by the store's tick, because the wall clock says they
+//     are younger than the retention (fairrelay.PruneResult.WallKept,
+//     summed over its batches): above 0, the store's tick runs ahead of
+//     time; the relay warns too;
 //   - fairrelay_relay_group_slot_seconds_total{group}: the slot time of the
 //     group's ended deliveries, from claim to answer, in seconds (SPEC §11:
 //     what the relay's time sharing charges, before the weight);
@@ -125,6 +132,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		pruneHeld: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fairrelay_prune_write_seconds", Help: "How long each prune batch of the relay held the store's writer in one write (SQLite: what dispatch waits behind).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
+		wallKept: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fairrelay_prune_wall_kept", Help: "Events and ids the relay's last prune kept although due by the store's tick, because the wall clock says they are younger than the retention: above 0, the store's tick runs ahead of time (docs/operations.md, a poisoned tick)."}),
 		storeErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairrelay_store_errors_total", Help: "Store round trips that failed and were tried again after a pause."}),
 		slotSecs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -144,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, kind := range []string{txClaim, txSettle, txSettleAndClaim} {
 		m.txs.WithLabelValues(kind)
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.claimQuar, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS, m.pruneHeld, m.slotSecs, m.slots} {
+	for _, c := range []prometheus.Collector{m.claims, m.idles, m.settles, m.leaseLost, m.claimQuar, m.held, m.latency, m.txs, m.storeErrs, m.prunedEv, m.prunedTS, m.pruneHeld, m.wallKept, m.slotSecs, m.slots} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -217,6 +226,14 @@ func (m *Metrics) pruned(res fairrelay.PruneResult) {
 	m.prunedEv.Add(float64(res.Events))
 	m.prunedTS.Add(float64(res.Tombstones))
 	m.pruneHeld.Observe(res.Held.Seconds())
+}
+
+// pruneWallKept sets what the last prune that read its batches to the end
+// held back by the wall clock.
+func (m *Metrics) pruneWallKept(n int64) {
+	if m != nil {
+		m.wallKept.Set(float64(n))
+	}
 }
 
 func (m *Metrics) claimQuarantined(n int) {

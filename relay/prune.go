@@ -95,6 +95,9 @@ func (r *Relay) prune(ctx context.Context) {
 		case <-rest.C:
 		}
 	}
+	if !failed {
+		r.cfg.Metrics.pruneWallKept(kept)
+	}
 	switch {
 	case kept > 0 && !r.pruneWallKept:
 		r.log.Warn("relay: retention keeps events or ids that are due by the store's tick but were claimed more recently than the retention by the wall clock: the store's tick runs ahead of time (wall-clock milliseconds given as a tick?); they are pruned once they are that old by the wall clock too (docs/operations.md: a poisoned tick)",

@@ -159,8 +159,18 @@ func TestRelayRetentionSurvivesATickJump(t *testing.T) {
 			cfg := h.config(t)
 			cfg.RetainAcked, cfg.RetainIDs, cfg.PruneInterval, cfg.PruneBatch = time.Hour, 2*time.Hour, time.Millisecond, 2
 			cfg.Logger = slog.New(logs)
+			reg := prometheus.NewRegistry()
+			m, err := relay.NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Metrics = m
 			_, stop = h.start(t, cfg)
 			logs.wait(t, "relay: retention keeps events or ids")
+			// The gauge says so too (set before the warning is logged).
+			if v := series(t, reg)["fairrelay_prune_wall_kept"]; v < 1 {
+				t.Errorf("fairrelay_prune_wall_kept = %v, want at least 1 (A1 held)", v)
+			}
 			again := func(want fairrelay.EnqueueStatus) {
 				t.Helper()
 				r, err := h.q.Enqueue(ctx, fairrelay.EnqueueParams{ID: "A1", Flow: "A", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
