@@ -183,6 +183,14 @@ func TestPostgresWriteAnswersWhatItsCommitDid(t *testing.T) {
 			t.Errorf("%s: answered %v (code %s), but it committed", op.name, err, fairrelay.CodeOf(err))
 		case err == nil && !stored:
 			t.Errorf("%s: answered success, but nothing is stored", op.name)
+		case err != nil && errors.Is(err, context.Canceled):
+			// An error, and nothing stored: the cancel reached a statement
+			// before the COMMIT (CI saw enqueue_many cancelled, SQLSTATE
+			// 57014), so the COMMIT seen running was another connection's
+			// of the same pool; a COMMIT that runs is never undone, so
+			// this is the window missed, not a wrong answer (that is the
+			// first case). Again on a new store.
+			return false
 		case err != nil:
 			t.Errorf("%s: answered %v for a ctx cancelled in its COMMIT, which went on; want its answer", op.name, err)
 		}
@@ -191,9 +199,9 @@ func TestPostgresWriteAnswersWhatItsCommitDid(t *testing.T) {
 	for n, op := range ops {
 		for attempt := 1; !try(n, op); attempt++ {
 			if attempt == 5 {
-				t.Fatalf("%s: answered before its COMMIT was seen running, %d times", op.name, attempt)
+				t.Fatalf("%s: the cancel missed its COMMIT %d times", op.name, attempt)
 			}
-			t.Logf("%s: answered before its COMMIT was seen running (attempt %d); again on a new store", op.name, attempt)
+			t.Logf("%s: the cancel missed its COMMIT (attempt %d); again on a new store", op.name, attempt)
 		}
 	}
 }
