@@ -98,23 +98,7 @@ func fillAcked(t *testing.T, q *fairrelay.Queue, n int) {
 			t.Fatal(err)
 		}
 	}
-	var held []fairrelay.Settlement
-	acked := 0
-	for {
-		res, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: 2, Settles: held, ClaimLimit: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		acked += len(res.Results)
-		if len(res.Claims) == 0 {
-			break
-		}
-		held = held[:0]
-		for _, c := range res.Claims {
-			held = append(held, fairrelay.Settlement{Token: c.Token, Outcome: fairrelay.OutcomeAccepted})
-		}
-	}
-	if acked != n {
+	if acked := ackAll(t, q, 2); acked != n {
 		t.Fatalf("acked %d, want %d", acked, n)
 	}
 }

@@ -1,11 +1,9 @@
 package relay_test
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -144,18 +142,8 @@ func TestRelayRetentionSurvivesATickJump(t *testing.T) {
 				h = newHarness(t, testPolicy())
 			}
 			ctx := t.Context()
-			h.enqueue(t, "A", 1)
-			_, stop := h.start(t, h.config(t))
-			h.until(t, acks(1))
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			// The jump: a claim at an epoch-millisecond tick.
-			jump := time.Now().UnixMilli()
-			if _, err := h.q.Claim(ctx, fairrelay.ClaimParams{At: jump}); err != nil {
-				t.Fatal(err)
-			}
-			logs := &messages{ch: make(chan string, 100)}
+			ackedThenJumped(t, h)
+			logs := &logCounter{}
 			cfg := h.config(t)
 			cfg.RetainAcked, cfg.RetainIDs, cfg.PruneInterval, cfg.PruneBatch = time.Hour, 2*time.Hour, time.Millisecond, 2
 			cfg.Logger = slog.New(logs)
@@ -165,8 +153,8 @@ func TestRelayRetentionSurvivesATickJump(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.Metrics = m
-			_, stop = h.start(t, cfg)
-			logs.wait(t, "relay: retention keeps events or ids")
+			_, stop := h.start(t, cfg)
+			logs.until(t, "relay: retention keeps events or ids")
 			// The gauge says so too (set before the warning is logged).
 			if v := series(t, reg)["fairrelay_prune_wall_kept"]; v < 1 {
 				t.Errorf("fairrelay_prune_wall_kept = %v, want at least 1 (A1 held)", v)
@@ -184,7 +172,7 @@ func TestRelayRetentionSurvivesATickJump(t *testing.T) {
 			again(fairrelay.EnqueueExisting)
 			// An hour later by the wall clock: pruned, its id kept.
 			h.time.Advance(time.Hour + time.Minute)
-			logs.wait(t, "relay: pruned")
+			logs.until(t, "relay: pruned")
 			if _, err := h.q.Event(ctx, "A1"); !errors.Is(err, fairrelay.ErrNotFound) {
 				t.Fatalf("A1 an hour later: %v, want pruned", err)
 			}
@@ -196,33 +184,25 @@ func TestRelayRetentionSurvivesATickJump(t *testing.T) {
 	}
 }
 
-// messages is a slog handler that sends every message to ch.
-type messages struct{ ch chan string }
-
-func (m *messages) Enabled(context.Context, slog.Level) bool { return true }
-func (m *messages) Handle(_ context.Context, r slog.Record) error {
-	select {
-	case m.ch <- r.Message:
-	default:
-	}
-	return nil
-}
-func (m *messages) WithAttrs([]slog.Attr) slog.Handler { return m }
-func (m *messages) WithGroup(string) slog.Handler      { return m }
-
-// wait reads messages until one starts with prefix, failing the test after
-// 10 seconds.
-func (m *messages) wait(t *testing.T, prefix string) {
+// ackedThenJumped has a relay deliver A1 (flow A) and stops it, then
+// moves the store's tick far ahead, as a claim at an epoch-millisecond
+// tick does (max_tick_jump off).
+func ackedThenJumped(t *testing.T, h *harness) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case msg := <-m.ch:
-			if strings.HasPrefix(msg, prefix) {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no log line %q in 10 s", prefix)
-		}
+	h.enqueue(t, "A", 1)
+	_, stop := h.start(t, h.config(t))
+	h.until(t, acks(1))
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := h.q.Claim(t.Context(), fairrelay.ClaimParams{At: time.Now().UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// until waits (10 s at most) for a record whose message starts with
+// prefix.
+func (l *logCounter) until(t *testing.T, prefix string) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, func() bool { return l.count(prefix) > 0 }, func() string { return "no log line " + prefix })
 }

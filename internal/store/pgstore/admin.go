@@ -404,13 +404,7 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 				DELETE FROM event e USING due WHERE e.event_id = due.event_id AND (due.claimed_wall < $4 OR due.claimed_wall > $6)
 				RETURNING e.event_id, e.flow_id, e.seq, e.body, e.acked_at, e.claimed_wall,
 				          e.claimed_wall >= $5 AND e.claimed_wall <= $6 AS id_held
-			), tomb AS (
-				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wall)
-				SELECT event_id, flow_id, seq, sha256(body), acked_at, claimed_wall FROM del WHERE acked_at >= $3 OR id_held ON CONFLICT DO NOTHING
-			)
-			SELECT count(*), count(*) FILTER (WHERE acked_at < $3 AND NOT id_held),
-			       (SELECT count(*) FROM due WHERE claimed_wall >= $4 AND claimed_wall <= $6) + count(*) FILTER (WHERE acked_at < $3 AND id_held)
-			FROM del`,
+			`+pruneTombstonesAndCount("due"),
 			p.AckedBefore, limit, p.IDsBefore, ackedWall, idsWall, wallNow).Scan(&n, &forgotten, &kept)
 		if err != nil {
 			return err
@@ -436,13 +430,7 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 			), del AS (
 				DELETE FROM event e USING cleared c WHERE e.flow_id = c.flow_id AND e.seq = c.seq
 				RETURNING e.event_id, e.flow_id, e.seq, e.body, c.acked_at, c.claimed_wall, c.id_held
-			), tomb AS (
-				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wall)
-				SELECT event_id, flow_id, seq, sha256(body), acked_at, claimed_wall FROM del WHERE acked_at >= $3 OR id_held ON CONFLICT DO NOTHING
-			)
-			SELECT count(*), count(*) FILTER (WHERE acked_at < $3 AND NOT id_held),
-			       (SELECT count(*) FROM fl WHERE claimed_wall >= $4 AND claimed_wall <= $6) + count(*) FILTER (WHERE acked_at < $3 AND id_held)
-			FROM del`,
+			`+pruneTombstonesAndCount("fl"),
 			p.AckedBefore, rest, p.IDsBefore, ackedWall, idsWall, wallNow).Scan(&n, &forgotten, &kept)
 		if err != nil {
 			return err
@@ -459,4 +447,22 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 	res.More = limit != nil && (res.Events == *limit || res.Tombstones == *limit)
 	res.Held = time.Since(began)
 	return res, nil
+}
+
+// pruneTombstonesAndCount ends Prune's two deleting statements, whose del
+// returns the deleted events (event_id, flow_id, seq, body, acked_at,
+// claimed_wall, id_held) and batch names the CTE of the rows they read
+// (with their claimed_wall): it writes the tombstone of each event
+// whose id stays ($3: IDsBefore; id_held: the wall clock keeps it) and
+// answers the events deleted, the ids forgotten, and what the wall clock
+// kept ($4 to $6: store.PruneParams.Walls): the batch's rows held, and the
+// ids kept by the wall clock alone.
+func pruneTombstonesAndCount(batch string) string {
+	return `), tomb AS (
+				INSERT INTO tombstone (event_id, flow_id, seq, body_sha256, acked_at, claimed_wall)
+				SELECT event_id, flow_id, seq, sha256(body), acked_at, claimed_wall FROM del WHERE acked_at >= $3 OR id_held ON CONFLICT DO NOTHING
+			)
+			SELECT count(*), count(*) FILTER (WHERE acked_at < $3 AND NOT id_held),
+			       (SELECT count(*) FROM ` + batch + ` WHERE claimed_wall >= $4 AND claimed_wall <= $6) + count(*) FILTER (WHERE acked_at < $3 AND id_held)
+			FROM del`
 }
