@@ -52,8 +52,13 @@ import (
 // flows within a group by served (SPEC §2) and still spends the flow's turn
 // at claim time.
 //
-// Idle groups. A group claimed while inactive starts at V: no banked credit
-// (SPEC §11), as a new flow joins at clock.ticket under fair; an active
+// Idle groups. A group claimed while inactive re-enters at the smallest
+// effective charge among the groups active before that claim (SPEC §11:
+// "the current smallest charge of the active groups"), or at V when no
+// group is active: no banked credit, as a new flow joins at clock.ticket
+// under fair. That charge can sit below V (a group that cannot use its
+// share trails it), and the group then competes with the least charged
+// one, as the SPEC says, not from V behind every group near it; an active
 // group claimed further behind V than the most weighted slot time another
 // active group can hold at once (at least a quantum: see Overruns) is
 // raised to that distance, so a share it did not use is not banked beyond
@@ -412,10 +417,14 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 	// largest overruns (what a group may bank).
 	var activeW int64
 	var ov overruns
+	entry, anyActive := ts.floor, false // where an idle group re-enters
 	for name, g := range ts.groups {
 		if ts.active(g, now) {
 			activeW += ts.weight(name)
 			ov.raise(name, ts.overrunOf(name, g))
+			if e := ts.effective(name, g, now); !anyActive || e < entry {
+				entry, anyActive = e, true
+			}
 		}
 	}
 	seen := map[string]bool{}
@@ -442,8 +451,10 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 				g.charge += low - e
 			}
 		} else {
-			// Idle: no banked credit (a debt is kept).
-			g.charge = max(g.charge, ts.floor)
+			// Idle: it re-enters at the smallest charge of the groups
+			// active before this claim (SPEC §11), V when none is; no
+			// banked credit, and a debt is kept.
+			g.charge = max(g.charge, entry)
 		}
 		g.held++
 		g.peak = max(g.peak, g.held)
@@ -459,7 +470,7 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 		ts.metrics.groupSlots(c.Group, 1)
 	}
 	if len(ts.groups) > maxTracked {
-		ts.forget(now)
+		ts.forget(now, entry)
 	}
 	return now
 }
@@ -519,10 +530,12 @@ func (o *overruns) besides(name string) float64 {
 	return o.best
 }
 
-// forget drops the idle groups without debt. mu must be held.
-func (ts *timeshare) forget(now time.Duration) {
+// forget drops the idle groups without debt: those whose charge is at most
+// entry, where an idle group re-enters (see claimed), so that one
+// forgotten comes back where it would have. mu must be held.
+func (ts *timeshare) forget(now time.Duration, entry float64) {
 	for name, g := range ts.groups {
-		if !ts.active(g, now) && g.charge <= ts.floor {
+		if !ts.active(g, now) && g.charge <= entry {
 			delete(ts.groups, name)
 		}
 	}
