@@ -9,6 +9,9 @@
 //   - TestEightProcessClaimRace: SPEC §5 item 7 on PostgreSQL.
 //   - TestCrashMatrix: SPEC §5 item 8 on PostgreSQL, a child process exiting
 //     at each fault point.
+//   - TestAStoppedProcessHoldsTheStoreOnlyUntilItsSessionTimesOut: a child
+//     SIGSTOPped inside a transaction that holds a writer lane; another
+//     process claims again once the server ends its session.
 //
 // The package has no API: it exists for its tests. Run them with
 //

@@ -22,7 +22,7 @@ import (
 // The test binary is its own child process: with childEnv set, TestMain runs
 // one child mode instead of the tests.
 const (
-	childEnv   = "FAIRRELAY_PGSTRESS_CHILD" // drain | race | deliver
+	childEnv   = "FAIRRELAY_PGSTRESS_CHILD" // drain | race | deliver | spin
 	queueEnv   = "FAIRRELAY_PGSTRESS_QUEUE"
 	inboxEnv   = "FAIRRELAY_PGSTRESS_INBOX"
 	workersEnv = "FAIRRELAY_PGSTRESS_WORKERS"
@@ -43,6 +43,8 @@ func TestMain(m *testing.M) {
 		err = childRace(ctx)
 	case "deliver":
 		err = childDeliver(ctx)
+	case "spin":
+		err = childSpin(ctx)
 	default:
 		err = fmt.Errorf("unknown child mode %q", mode)
 	}

@@ -259,6 +259,34 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 	return cfg, schema, nil
 }
 
+// IdleInTransactionTimeout is idle_in_transaction_session_timeout on the
+// queue store's connections (not the inbox's, whose transactions run the
+// receiver's Apply), unless the URL sets it (a parameter, or a -c setting
+// of options; 0 turns it off): the server ends a session of the store that
+// sits inside a transaction, between statements, that long. The store's
+// own transactions run statement after statement (their longest pause, 40
+// ms, is a configure's wait for the flow table), so only a process that
+// stopped mid-transaction — SIGSTOP, a paused VM, a host gone without
+// closing its connection — is ended; until then its locks (a writer lane's,
+// the clock row, flow rows) held every other relay and the producers'
+// enqueues onto its flows, for as long as it stayed stopped: its leases
+// could not run out where nobody could claim (a fresh user's report). Its
+// transaction rolls back, and the process, when it resumes, finds its
+// connection closed and goes on (a store error the relay rides out).
+const IdleInTransactionTimeout = 10 * time.Second
+
+// urlSets reports whether a URL's runtime parameters set name: as a
+// parameter in any case, or as a -c (or --NAME=) setting of options.
+func urlSets(params map[string]string, name string) bool {
+	for key, value := range params {
+		opts := strings.ReplaceAll(strings.ToLower(value), "-", "_")
+		if strings.EqualFold(key, name) || strings.EqualFold(key, "options") && strings.Contains(opts, name) {
+			return true
+		}
+	}
+	return false
+}
+
 // refuseOwnSettings refuses, in a URL's runtime parameters, the settings
 // the store makes itself: lock_timeout always, search_path when the URL
 // names a schema; as a parameter in any case or as a -c (or --NAME=)
@@ -270,13 +298,10 @@ func refuseOwnSettings(params map[string]string, schema bool) error {
 	if schema {
 		own = append(own, struct{ name, why string }{"search_path", "the store sets it from schema="})
 	}
-	for key, value := range params {
-		// -c lock_timeout=2s, --lock-timeout=2s: dashes and case aside.
-		opts := strings.ReplaceAll(strings.ToLower(value), "-", "_")
-		for _, o := range own {
-			if strings.EqualFold(key, o.name) || strings.EqualFold(key, "options") && strings.Contains(opts, o.name) {
-				return fmt.Errorf("%s: %s; leave it out of the URL", o.name, o.why)
-			}
+	// -c lock_timeout=2s, --lock-timeout=2s: dashes and case aside.
+	for _, o := range own {
+		if urlSets(params, o.name) {
+			return fmt.Errorf("%s: %s; leave it out of the URL", o.name, o.why)
 		}
 	}
 	return nil
@@ -405,6 +430,9 @@ func open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, schema, err := PoolConfig(dsn, opts.LockTimeout)
 	if err != nil {
 		return nil, err
+	}
+	if !urlSets(cfg.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout") {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTransactionTimeout.Milliseconds(), 10)
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
