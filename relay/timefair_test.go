@@ -321,7 +321,7 @@ func fastBesideSlow(t *testing.T, fail func(format string, args ...any)) {
 		t.Fatal(err)
 	}
 	r, stop := startRelay(t, relay.Config{Queue: q, Quantum: 20 * time.Millisecond, Metrics: m}, rc)
-	// Warm-up: every slow group enters once (at the smallest active charge).
+	// Warm-up: every slow group enters once at the floor.
 	wait(t, rc.reached("slow", 20), "the warm-up")
 	rc.resetPeak("slow")
 	w := measure(t, rc, "slow", 20, 60, r)
@@ -436,7 +436,7 @@ func TestTimeFairFastBesideSlowTwoRelays(t *testing.T) {
 		enqueueFlows(t.Context(), t, q, fairrelay.AtStored,
 			tfFlows{class: "slow", flows: 10, events: 40}, tfFlows{class: "fast", flows: 10, events: 1000})
 	})
-	// Warm-up: every slow group enters once on each relay (at its smallest active charge).
+	// Warm-up: every slow group enters once at the floor of each relay.
 	// Then 120 slow deliveries (about 2.5 s): each relay shares its own
 	// 4 slots, so one slow delivery is a quarter of a relay's slots for
 	// 100 ms, and over 60 of them (1.3 s) CI once saw 4.81 slots.

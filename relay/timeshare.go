@@ -52,13 +52,20 @@ import (
 // flows within a group by served (SPEC §2) and still spends the flow's turn
 // at claim time.
 //
-// Idle groups. A group claimed while inactive re-enters at the smallest
-// effective charge among the groups active before that claim (SPEC §11:
-// "the current smallest charge of the active groups"), or at V when no
-// group is active: no banked credit, as a new flow joins at clock.ticket
-// under fair. That charge can sit below V (a group that cannot use its
-// share trails it), and the group then competes with the least charged
-// one, as the SPEC says, not from V behind every group near it; an active
+// Idle groups. A group claimed while inactive starts at V: no banked credit
+// (SPEC §11), as a new flow joins at clock.ticket under fair. SPEC §11 says
+// "re-enters at the current smallest charge of the active groups"; V is
+// never below that charge (it never stays below the smallest charge of the
+// active groups), so a group entering at V banks no more than the SPEC
+// allows, and may bank less. The letter was tried (commit abe4746) and
+// dropped: with charges kept per relay, a relay cannot tell a group idle
+// everywhere from one whose heads other relays hold, so on 4 relays every
+// slow group (2 s deliveries) came back "idle" to each relay and entered at
+// the fast groups' charge (those that cannot use their share trail V by up
+// to B, below), ahead of them: bench timefair --relays 4, runs alternating
+// with this rule, the slow groups held 7.6-7.7 of the 8 slots and the fast
+// flows ran at 0.03-0.05 of their rate alone (this rule: 4.1-4.2 slots,
+// 0.57-1.01). An active
 // group claimed further behind V than the most weighted slot time another
 // active group can hold at once (at least a quantum: see Overruns) is
 // raised to that distance, so a share it did not use is not banked beyond
@@ -417,14 +424,10 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 	// largest overruns (what a group may bank).
 	var activeW int64
 	var ov overruns
-	entry, anyActive := ts.floor, false // where an idle group re-enters
 	for name, g := range ts.groups {
 		if ts.active(g, now) {
 			activeW += ts.weight(name)
 			ov.raise(name, ts.overrunOf(name, g))
-			if e := ts.effective(name, g, now); !anyActive || e < entry {
-				entry, anyActive = e, true
-			}
 		}
 	}
 	seen := map[string]bool{}
@@ -451,10 +454,8 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 				g.charge += low - e
 			}
 		} else {
-			// Idle: it re-enters at the smallest charge of the groups
-			// active before this claim (SPEC §11), V when none is; no
-			// banked credit, and a debt is kept.
-			g.charge = max(g.charge, entry)
+			// Idle: no banked credit (a debt is kept).
+			g.charge = max(g.charge, ts.floor)
 		}
 		g.held++
 		g.peak = max(g.peak, g.held)
@@ -470,7 +471,7 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 		ts.metrics.groupSlots(c.Group, 1)
 	}
 	if len(ts.groups) > maxTracked {
-		ts.forget(now, entry)
+		ts.forget(now)
 	}
 	return now
 }
@@ -530,12 +531,10 @@ func (o *overruns) besides(name string) float64 {
 	return o.best
 }
 
-// forget drops the idle groups without debt: those whose charge is at most
-// entry, where an idle group re-enters (see claimed), so that one
-// forgotten comes back where it would have. mu must be held.
-func (ts *timeshare) forget(now time.Duration, entry float64) {
+// forget drops the idle groups without debt. mu must be held.
+func (ts *timeshare) forget(now time.Duration) {
 	for name, g := range ts.groups {
-		if !ts.active(g, now) && g.charge <= entry {
+		if !ts.active(g, now) && g.charge <= ts.floor {
 			delete(ts.groups, name)
 		}
 	}

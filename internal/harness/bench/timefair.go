@@ -45,9 +45,9 @@ type TimeFairOptions struct {
 	SlowLatency time.Duration
 	// Warmup and Measure are the two parts of the run beside the slow
 	// flows: deliveries are counted over Measure, after Warmup (every slow
-	// group enters once, at the smallest active charge, SPEC §11).
-	// Default 10s and 30s. The other runs (the fast flows alone, the
-	// weights) warm up for 2s and measure Measure/3.
+	// group enters once at the floor, SPEC §11). Default 10s and 30s. The
+	// other runs (the fast flows alone, the weights) warm up for 2s and
+	// measure Measure/3.
 	Warmup, Measure time.Duration
 	// WeightLatency is the latency of the weighted run's groups (weights
 	// 1, 2 and 5). Defaults to 50ms.
