@@ -32,8 +32,10 @@ type HandlerOptions struct {
 	// to DefaultMaxConcurrent. The server's read timeout is what cuts a
 	// client that trickles its body (fairrelay receive --read-timeout).
 	MaxConcurrent int
-	// Logger receives one debug line per delivery and errors. Defaults to
-	// discarding.
+	// Logger receives one debug line per delivery and errors (at error
+	// level: the text that a 500's message, "the receiver's log has the
+	// error", sends the operator to). Defaults to slog.Default(), so that
+	// no error is lost; give slog.New(slog.DiscardHandler) to drop them.
 	Logger *slog.Logger
 }
 
@@ -69,7 +71,7 @@ func (in *Inbox) Handler(opts HandlerOptions) http.Handler {
 	}
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = DefaultMaxConcurrent

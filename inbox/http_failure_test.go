@@ -74,3 +74,32 @@ func TestFailureAnswersKeepTheErrorInTheLog(t *testing.T) {
 		})
 	}
 }
+
+// Without HandlerOptions.Logger the error goes to slog.Default(): a 500
+// says "the receiver's log has the error", and with a handler that
+// discarded by default a receiver built from receiver.md's example had no
+// such log (a fresh user's report: the Apply's database error was lost).
+// Not parallel: it replaces the process's default logger.
+func TestFailureWithoutALoggerGoesToTheDefaultLogger(t *testing.T) {
+	const secret = "effects table missing in warehouse-db.internal"
+	var logs syncbuf.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{
+		Apply: func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
+			return "", errors.New(secret)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	srv := httptest.NewServer(in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(testKey).Verify}))
+	defer srv.Close()
+	if code, m := post(t, srv.URL+"/", http.MethodPost, "A1", "A", 1, `{"x":1}`, "good"); code != http.StatusInternalServerError {
+		t.Fatalf("answer %d %v, want 500", code, m)
+	}
+	if !strings.Contains(logs.String(), secret) || !strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("the default logger got %q: want the error at error level", logs.String())
+	}
+}
