@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/inbox"
 )
 
 // A field of the wrong type or an unknown field is a field of the input:
@@ -134,4 +135,34 @@ func runnerWithA1(t *testing.T, at int64) (*fairrelay.Queue, *Runner) {
 		t.Fatalf("enqueue at %d: %v", at, r)
 	}
 	return q, rn
+}
+
+// receive refuses a generation that is missing or negative, naming it, and
+// records no receipt: the inbox took them and applied the effect (a
+// breaker's report), though settle refuses the same values. 0 is taken
+// (a vector receives an event never claimed at generation 0).
+func TestScriptReceiveRefusesABadGeneration(t *testing.T) {
+	ctx := context.Background()
+	_, rn := runnerWithA1(t, 0)
+	in, err := inbox.Open(ctx, filepath.Join(t.TempDir(), "i.db"), inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	rn.Inbox = in
+	for _, line := range []string{
+		`{"op":"receive","id":"A1"}`,
+		`{"op":"receive","id":"A1","generation":-1}`,
+		`{"op":"receive","id":"A1","generation":-9223372036854775808}`,
+	} {
+		if r := rn.Do(ctx, []byte(line)); fmt.Sprint(r["error"]) != string(fairrelay.CodeInvalidInput) || r["field"] != "generation" {
+			t.Errorf("%s: %v, want invalid_input naming generation", line, r)
+		}
+	}
+	if rs, err := in.Receipts(ctx, "", 0, 10); err != nil || len(rs) != 0 {
+		t.Fatalf("receipts after the refused receives: %v, %v; want none", rs, err)
+	}
+	if r := rn.Do(ctx, []byte(`{"op":"receive","id":"A1","generation":0}`)); r["status"] != "accepted" {
+		t.Errorf("receive at generation 0: %v, want accepted", r)
+	}
 }

@@ -372,6 +372,18 @@ func (rn *Runner) do(ctx context.Context, o op) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The inbox does not read the generation (SPEC §3 dedupes by id and
+		// checks the seq), but it is one of the op's fields (SPEC §6):
+		// missing or negative, it is refused as settle refuses it, before
+		// anything is written (it was taken, and the effect applied: a
+		// breaker's report).
+		gen, err := need("generation", o.Generation)
+		if err != nil {
+			return nil, err
+		}
+		if gen < 0 {
+			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "generation", Message: fmt.Sprintf("must not be negative, got %d", gen)}
+		}
 		ev, err := rn.Queue.Event(ctx, id)
 		if err != nil {
 			return nil, err
