@@ -39,6 +39,36 @@ type WaiveParams struct {
 	Operator string
 }
 
+// Check returns the error Waive gives p before it reads anything: an
+// ErrInvalidInput naming id or flow (fairrelay.CheckID's rule), seq (below
+// 1), reason (empty after trimming, or breaking fairrelay.CheckReason's
+// rule) or operator (CheckID's rule, when given); nil when p is well formed
+// (whether its seq is the one the flow waits for, Waive decides). For a
+// caller that reads the inbox before it waives (fairrelay waive checks what
+// is held at the seq): bad input is named first, not answered by that read.
+func (p WaiveParams) Check() error {
+	d := Delivery{EventID: p.EventID, Flow: p.Flow, Seq: p.Seq}
+	if err := d.check(); err != nil {
+		return err
+	}
+	if strings.TrimSpace(p.Reason) == "" {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason", Message: "is empty: a waiver records why the event may go without its effect"}
+	}
+	// The rules of every other audited action's text (a breaker's
+	// report: a newline, escape sequences, invalid UTF-8 and 100 KB were
+	// stored, and PostgreSQL answered invalid UTF-8 with a database
+	// error).
+	if err := fairrelay.CheckReason("reason", p.Reason); err != nil {
+		return err
+	}
+	if p.Operator != "" {
+		if err := fairrelay.CheckID("operator", p.Operator); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Waiver is one recorded waiver.
 type Waiver struct {
 	Flow     string `json:"flow"`
@@ -78,25 +108,10 @@ type Waiver struct {
 // MaxReasonBytes of printable UTF-8) or operator (CheckID's rule);
 // database errors and ErrBusy.
 func (in *Inbox) Waive(ctx context.Context, p WaiveParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
 	d := Delivery{EventID: p.EventID, Flow: p.Flow, Seq: p.Seq}
-	if err := d.check(); err != nil {
-		return err
-	}
-	if strings.TrimSpace(p.Reason) == "" {
-		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "reason", Message: "is empty: a waiver records why the event may go without its effect"}
-	}
-	// The rules of every other audited action's text (a breaker's
-	// report: a newline, escape sequences, invalid UTF-8 and 100 KB were
-	// stored, and PostgreSQL answered invalid UTF-8 with a database
-	// error).
-	if err := fairrelay.CheckReason("reason", p.Reason); err != nil {
-		return err
-	}
-	if p.Operator != "" {
-		if err := fairrelay.CheckID("operator", p.Operator); err != nil {
-			return err
-		}
-	}
 	tx, err := in.begin(ctx)
 	if err != nil {
 		return dbError("waive: begin transaction", in.translate(err))

@@ -74,6 +74,14 @@ otherwise, nothing written).`,
 					return err
 				}
 			}
+			// The input is named before any read answers for it: vouched's
+			// read of what is held at seq-1 answered --seq 0 with
+			// "after_seq: must not be negative, got -1" and the lowest
+			// int64 with nothing held there (a breaker's report).
+			p := inbox.WaiveParams{EventID: id, Flow: flow, Seq: seq, Reason: reason, Operator: operator}
+			if err := p.Check(); err != nil {
+				return err
+			}
 			in, err := openInbox(cmd.Context(), inboxDSN, inbox.Options{MustExist: true})
 			if err != nil {
 				return err
@@ -84,7 +92,7 @@ otherwise, nothing written).`,
 					return err
 				}
 			}
-			if err := in.Waive(cmd.Context(), inbox.WaiveParams{EventID: id, Flow: flow, Seq: seq, Reason: reason, Operator: operator}); err != nil {
+			if err := in.Waive(cmd.Context(), p); err != nil {
 				return err
 			}
 			// The same waiver again is already so, and keeps the first

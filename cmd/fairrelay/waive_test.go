@@ -174,6 +174,14 @@ func TestWaiveWithoutTheQueueNeedsTheInboxToVouch(t *testing.T) {
 		{[]string{"--flow", "A", "--seq", "1", "--id", "A1-typo"}, `invalid_input: queue: missing: the inbox holds no delivery at seq 1 of flow "A", so nothing checks that "A1-typo" is the event there`},
 		{[]string{"--flow", "B", "--seq", "1", "--id", "B1-typo"}, `invalid_input: id:`}, // the held B1 contradicts it
 		{[]string{"--queue", q, "--id", "A1", "--unchecked"}, "invalid_input: unchecked: with --queue the event is checked there"},
+		// Bad input is named before the inbox is read for a vouch (which
+		// answered --seq 0 naming after_seq, -1, and the lowest int64 with
+		// nothing held there: a breaker's report).
+		{[]string{"--flow", "A", "--seq", "0", "--id", "A1"}, "invalid_input: seq: must be at least 1, got 0"},
+		{[]string{"--flow", "A", "--seq", "-1", "--id", "A1"}, "invalid_input: seq: must be at least 1, got -1"},
+		{[]string{"--flow", "A", "--seq", "-9223372036854775808", "--id", "A1"}, "invalid_input: seq: must be at least 1, got -9223372036854775808"},
+		{[]string{"--flow", "A\t", "--seq", "1", "--id", "A1"}, "invalid_input: flow:"},
+		{[]string{"--flow", "A", "--seq", "1", "--id", "A1", "--operator", "a\tb"}, "invalid_input: operator:"},
 	} {
 		_, errOut, code := cli(t, "", append([]string{"waive", "--inbox", dsn, "--reason", "x"}, c.args...)...)
 		if code != exitFailed || !strings.Contains(errOut, c.want) {
