@@ -242,6 +242,9 @@ func TestOpenRefusesAForeignScheme(t *testing.T) {
 		{"postgres:x.db", "postgres: is not a URL: write postgres://"},
 		{"q.db ", "begins or ends with white space"},
 		{" q.db", "begins or ends with white space"},
+		// A breaker: "queue: cannot open", no reason given.
+		{"q\x00.db", "holds a NUL byte at byte 1"},
+		{"postgres://postgres@127.0.0.1:5432/test?schema=a\x00", "holds a NUL byte"},
 	} {
 		q, err := fairrelay.Open(t.Context(), c.dsn, fairrelay.Config{})
 		if q != nil {

@@ -171,6 +171,7 @@ func TestOpenRefusesAForeignScheme(t *testing.T) {
 		{"Postgres://postgres@127.0.0.1:5432/test", "lower case: postgres://"},
 		{"sqlite:hand/x.db", "give the SQLite file's path itself"},
 		{"file:x.db", "give the SQLite file's path itself"},
+		{"i\x00.db", "holds a NUL byte at byte 1"}, // a breaker: no reason given
 	} {
 		in, err := inbox.Open(t.Context(), c.dsn, inbox.Options{})
 		if in != nil {

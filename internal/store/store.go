@@ -191,8 +191,13 @@ var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):(//)?`)
 // or white space at either end. Each was taken for a
 // relative file path ("directory postgress:/… does not exist"; a fresh
 // user's report), or would have made a file of that name. A Windows drive
-// letter (C:\x.db, C:/x.db) is a path.
+// letter (C:\x.db, C:/x.db) is a path. A NUL byte is refused too: no file
+// path or URL holds one (the driver answered "unable to open database
+// file", which named no reason: a breaker's report).
 func ForeignScheme(dsn string) string {
+	if i := strings.IndexByte(dsn, 0); i >= 0 {
+		return fmt.Sprintf("holds a NUL byte at byte %d: no file path or URL does", i)
+	}
 	if strings.TrimSpace(dsn) != dsn {
 		// 'q.db ' made a file whose name ends in a space, and the
 		// messages that named it hid the space (a fresh user's report).
