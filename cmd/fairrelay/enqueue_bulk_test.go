@@ -632,3 +632,17 @@ func startBulk(t *testing.T, q *fairrelay.Queue, at int64) (*io.PipeWriter, *buf
 	}
 	return inW, answers, done
 }
+
+// A byte order mark before the first line (some editors and Windows tools
+// write one) is not part of it: the line is enqueued; one anywhere else is
+// the line's own, refused as JSON. A breaker's report: the first line
+// failed "invalid character 'ï' looking for beginning of value".
+func TestBulkEnqueueSkipsALeadingByteOrderMark(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	file := "\ufeff" + `{"id":"B1","flow":"B","delta":1}` + "\n" + "\ufeff" + `{"id":"B2","flow":"C","delta":1}` + "\n"
+	out, errOut, code := cli(t, file, "enqueue", "--queue", queue)
+	if code != exitNotApplied || !strings.Contains(out, `{"id":"B1","line":1,"seq":1,"status":"created"}`) || !strings.Contains(out, `"line":2`) || strings.Contains(out, `"id":"B2","line":2,"seq"`) {
+		t.Fatalf("exit %d, want %d: B1 created, line 2 refused:\n%s%s", code, exitNotApplied, out, errOut)
+	}
+}

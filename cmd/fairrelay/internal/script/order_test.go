@@ -166,3 +166,19 @@ func TestScriptReceiveRefusesABadGeneration(t *testing.T) {
 		t.Errorf("receive at generation 0: %v, want accepted", r)
 	}
 }
+
+// Run skips a byte order mark at the start of the script, as the bulk
+// enqueue does: the first op runs (it failed invalid_json, "invalid
+// character 'ï'"); a mark before a later line is that line's, refused.
+func TestScriptRunSkipsALeadingByteOrderMark(t *testing.T) {
+	_, rn := runnerWithA1(t, 0)
+	var out strings.Builder
+	in := "\ufeff" + `{"op":"enqueue","id":"A2","flow":"A","delta":1,"at":1}` + "\n\ufeff" + `{"op":"claim","at":2}` + "\n"
+	if err := rn.Run(context.Background(), strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || lines[0] != `{"seq":2,"status":"created"}` || !strings.Contains(lines[1], `"error":"invalid_json"`) {
+		t.Errorf("results %q: want A2 created, then the second line refused as JSON", lines)
+	}
+}

@@ -37,6 +37,7 @@ const MaxLineBytes = 4 << 20
 // cannot be written.
 func (rn *Runner) Run(ctx context.Context, r io.Reader, w io.Writer) error {
 	br := bufio.NewReaderSize(r, 64<<10)
+	SkipByteOrderMark(br)
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
 	for {
@@ -66,6 +67,16 @@ func (rn *Runner) Run(ctx context.Context, r io.Reader, w io.Writer) error {
 		if err == io.EOF {
 			return nil
 		}
+	}
+}
+
+// SkipByteOrderMark drops a UTF-8 byte order mark at the start of br, which
+// some editors and Windows tools begin a file with: it is not part of the
+// first line (which failed "invalid character 'ï' looking for beginning of
+// value": a breaker's report). One anywhere else is the line's own.
+func SkipByteOrderMark(br *bufio.Reader) {
+	if b, err := br.Peek(3); err == nil && bytes.Equal(b, []byte("\xef\xbb\xbf")) {
+		br.Discard(3)
 	}
 }
 
