@@ -7,9 +7,11 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -187,8 +189,17 @@ func durationHint(s string) string {
 			return fmt.Sprintf("%q: durations have no days; give hours: %gd is %gh", s, n, n*24)
 		}
 	}
+	if durationSyntax.MatchString(s) {
+		// Written as a duration, refused for its size: Go's "invalid
+		// duration" for both made it "not a duration" (a breaker's
+		// 9999999h).
+		return fmt.Sprintf("%q is out of range: a duration is at most %s (about 292 years)", s, time.Duration(math.MaxInt64).Truncate(time.Hour))
+	}
 	return ""
 }
+
+// durationSyntax matches what time.ParseDuration reads, whatever its size.
+var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // secretEnv names the environment variable that relay and receive read the
 // webhook secret from when --secret is not given: a command line is visible
