@@ -396,6 +396,43 @@ func newMetricsRegistry() *prometheus.Registry {
 // rather than the 503 that says why (an SRE's drill).
 const readyWithin = 900 * time.Millisecond
 
+// metricsHandler serves reg (promhttp, a failed collection left out) and
+// logs its errors at warn level through log, each scrape's own: every
+// gathering error, but of the errors sending the page only the first and
+// then one line counting the rest. A scraper that gave up (curl -m 2, a
+// Prometheus scrape timeout, while the process was stopped or slow) made
+// every later family fail with the same broken pipe: 46 lines a scrape (a
+// fresh user's report, 414 lines after a 20 s SIGSTOP).
+func metricsHandler(reg *prometheus.Registry, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sl := &scrapeLog{log: log}
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError, ErrorLog: sl}).ServeHTTP(w, r)
+		if sl.sending > 1 {
+			log.Warn("metrics: the rest of the page could not be sent either (the scraper is gone?)", "families", sl.sending-1)
+		}
+	})
+}
+
+// scrapeLog is promhttp's ErrorLog for one scrape (metricsHandler).
+type scrapeLog struct {
+	log     *slog.Logger
+	sending int // errors sending a family
+}
+
+// sendError is how promhttp begins the error of a family it could not
+// encode or write.
+const sendError = "error encoding and sending metric family"
+
+func (s *scrapeLog) Println(v ...any) {
+	msg := strings.TrimSuffix(fmt.Sprintln(v...), "\n")
+	if strings.HasPrefix(msg, sendError) {
+		if s.sending++; s.sending > 1 {
+			return
+		}
+	}
+	s.log.Warn(msg)
+}
+
 // serveMetrics serves, on ln (listenOn's) until stop is called, reg at
 // /metrics (a metric whose collection fails is left out and logged at warn
 // level, the rest served) and two probes: /healthz answers 200 while the process serves
@@ -411,8 +448,7 @@ func serveMetrics(ln net.Listener, reg *prometheus.Registry, ready func(context.
 	// database is slow or gone) is left out and logged: the page keeps the
 	// counters that say what happened meanwhile (a 500 for the whole page
 	// hid them; a fresh user's report).
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	mux.Handle("/metrics", metricsHandler(reg, log))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
