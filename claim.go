@@ -29,8 +29,7 @@ type Claim struct {
 	Seq   int64
 	Body  []byte
 	// LeaseUntil is the tick at which the lease runs out: a settle at or
-	// after it answers expired. The claim's tick plus Policy.Lease, at most
-	// MaxTick.
+	// after it answers expired.
 	LeaseUntil int64
 	// Ticket is the global ticket this claim took; it is the flow's new
 	// served value.
@@ -651,11 +650,7 @@ func (t *txn) claimOne(f *store.FlowRow) (*Claim, error) {
 	// flow's turn whatever happens next (SPEC §2).
 	t.clock.Ticket++
 	f.Served = t.clock.Ticket
-	// At most MaxTick: no operation's tick goes past it, so a lease ending
-	// later could never run out, and its flow would stay blocked for good
-	// unless the worker settled (a breaker's report: a claim at MaxTick-3
-	// under a 5-tick lease). The same bound as SettleParams.NotBefore's.
-	lease := min(at+t.q.policy.Lease, MaxTick)
+	lease := at + t.q.policy.Lease
 	t.setRunnable(f, false)
 	f.WaitUntil = &lease
 	head.State = store.StateInflight

@@ -23,9 +23,7 @@ const MaxIDBytes = 200
 // MaxTick is the largest tick any operation accepts, and the largest lease
 // or backoff a policy may set: 2^60 ticks (about 36 million years at the
 // daemon's 1 tick = 1 ms). Bounding both keeps at+lease and at+backoff far
-// from int64 overflow, which would otherwise hand out a second lease. A
-// lease and a backoff end at MaxTick at the latest (at+lease and
-// at+backoff are cut there), so that one taken near it can still run out.
+// from int64 overflow, which would otherwise hand out a second lease.
 const MaxTick = store.MaxTick
 
 // AtStored, given as the tick of a write, runs it at the store's current

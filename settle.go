@@ -336,9 +336,7 @@ func (t *txn) settle(p Settlement, relay string) (SettleResult, error) {
 	default:
 		if e.Attempts < t.q.policy.Budget {
 			e.State = store.StateReady
-			// At most MaxTick, as a lease (claim): a head due later could
-			// never be claimed.
-			e.NextAt = min(at+t.q.policy.Backoff(e.ID, e.Generation, e.Attempts), MaxTick)
+			e.NextAt = at + t.q.policy.Backoff(e.ID, e.Generation, e.Attempts)
 			if p.NotBefore > e.NextAt {
 				e.NextAt = p.NotBefore
 			}

@@ -501,7 +501,7 @@ func (m *Model) claimOne(at int64) *fairrelay.Claim {
 	h.generation++
 	h.attempts++
 	h.lifetimeAttempts++
-	h.leaseUntil = min(at+m.policy.Lease, fairrelay.MaxTick) // a lease must be able to run out
+	h.leaseUntil = at + m.policy.Lease
 	return &fairrelay.Claim{
 		Token: fairrelay.Token{EventID: h.id, Generation: h.generation},
 		Flow:  h.flow, Group: bestFlow.groupName(), Seq: h.seq, Body: bytes.Clone(h.body),
@@ -598,7 +598,7 @@ func (m *Model) settle(p fairrelay.Settlement, at int64) fairrelay.SettleResult 
 	}
 	if e.attempts < m.policy.Budget {
 		e.state = fairrelay.StateReady
-		e.nextAt = max(min(at+m.backoff(e), fairrelay.MaxTick), p.NotBefore)
+		e.nextAt = max(at+m.backoff(e), p.NotBefore)
 		return fairrelay.SettleResult{Status: fairrelay.SettleReady, NextAt: e.nextAt}
 	}
 	e.state, e.reason = fairrelay.StateQuarantined, fairrelay.ReasonBudgetExhausted
