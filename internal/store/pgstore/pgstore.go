@@ -272,7 +272,8 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 // enqueues onto its flows, for as long as it stayed stopped: its leases
 // could not run out where nobody could claim (a fresh user's report). Its
 // transaction rolls back, and the process, when it resumes, finds its
-// connection closed and goes on (a store error the relay rides out).
+// connection closed and goes on (a store error the relay rides out). It is
+// set by a SET on each new connection, not as a startup parameter.
 const IdleInTransactionTimeout = 10 * time.Second
 
 // urlSets reports whether a URL's runtime parameters set name: as a
@@ -432,7 +433,14 @@ func open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if !urlSets(cfg.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout") {
-		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTransactionTimeout.Milliseconds(), 10)
+		// A SET on each new connection, not a startup parameter: PgBouncer
+		// refuses a startup parameter it is not told to ignore, and
+		// ignoring it would drop the timeout without a word (helper-171).
+		set := fmt.Sprintf("SET idle_in_transaction_session_timeout = %d", IdleInTransactionTimeout.Milliseconds())
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, set)
+			return err
+		}
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
