@@ -55,7 +55,14 @@ func LoadTokens(path string) (*Tokens, error) {
 	names := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
+		line := sc.Text()
+		if n == 1 {
+			// A UTF-8 byte order mark (Notepad's) is not part of the
+			// first name (a breaker's report: "name: format character
+			// U+FEFF at byte 0", and token add refused the file too).
+			line = strings.TrimPrefix(line, "\ufeff")
+		}
+		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -137,7 +144,7 @@ func AddToken(path, name string, readOnly bool) (string, error) {
 			// no load takes (a breaker's report).
 			sep = "\n"
 		}
-		for _, line := range strings.Split(string(b), "\n") {
+		for _, line := range strings.Split(strings.TrimPrefix(string(b), "\ufeff"), "\n") {
 			if fs := strings.Fields(line); len(fs) > 0 && fs[0] == name {
 				return "", fairrelay.InvalidInput("name", "%q is in %s already", name, path)
 			}

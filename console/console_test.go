@@ -680,3 +680,30 @@ func TestAddTokenAfterALastLineWithoutNewline(t *testing.T) {
 		}
 	}
 }
+
+// A token file saved with a UTF-8 byte order mark (Notepad) loads, and a
+// token can be added to it: the mark is not part of the first name (a
+// breaker's report: "name: format character U+FEFF at byte 0").
+func TestTokenFileWithAByteOrderMark(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens")
+	if _, err := console.AddToken(path, "alice", false); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append([]byte("\ufeff"), b...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := console.AddToken(path, "bob", false); err != nil {
+		t.Fatalf("add to a file with a byte order mark: %v", err)
+	}
+	if _, err := console.AddToken(path, "alice", false); err == nil {
+		t.Error("alice, the first name after the mark, added twice")
+	}
+	if ts, err := console.LoadTokens(path); err != nil || ts.Len() != 2 {
+		t.Fatalf("load: %v, want alice and bob", err)
+	}
+}
