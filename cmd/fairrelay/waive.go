@@ -70,6 +70,13 @@ otherwise, nothing written).`,
 				operator = osUser()
 			}
 			if queue != "" {
+				// --id, --reason and --operator before the queue is read
+				// (its flow and seq come from there; 1 stands in for the
+				// seq meanwhile): a blank reason was answered by the
+				// queue's read of the event (helper-171).
+				if err := (inbox.WaiveParams{EventID: id, Flow: id, Seq: 1, Reason: reason, Operator: operator}).Check(); err != nil {
+					return err
+				}
 				if err := waivedEvent(cmd, queue, id, &flow, &seq); err != nil {
 					return err
 				}

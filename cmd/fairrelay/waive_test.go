@@ -188,6 +188,21 @@ func TestWaiveWithoutTheQueueNeedsTheInboxToVouch(t *testing.T) {
 			t.Errorf("waive %v: exit %d, %q; want exit %d and %q", c.args, code, errOut, exitFailed, c.want)
 		}
 	}
+	// With --queue too, --reason and --operator are named before the queue
+	// is read (a blank reason was answered by the read of the event:
+	// helper-171).
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--queue", q, "--id", "ZZ", "--reason", "   "}, "invalid_input: reason: is empty"},
+		{[]string{"--queue", q, "--id", "ZZ", "--reason", "x", "--operator", "a\tb"}, "invalid_input: operator:"},
+	} {
+		_, errOut, code := cli(t, "", append([]string{"waive", "--inbox", dsn}, c.args...)...)
+		if code != exitFailed || !strings.Contains(errOut, c.want) {
+			t.Errorf("waive %v: exit %d, %q; want exit %d and %q", c.args, code, errOut, exitFailed, c.want)
+		}
+	}
 	if ws, err := in.Waivers(t.Context(), "", 0, 10); err != nil || len(ws) != 0 {
 		t.Fatalf("waivers after the refusals: %+v %v, want none", ws, err)
 	}
