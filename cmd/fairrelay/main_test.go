@@ -393,7 +393,10 @@ func TestFlagParseErrorsNameTheFlag(t *testing.T) {
 		{[]string{"relay", "--queue", q, "--retain-acked", "7d"}, `retain-acked: "7d": durations have no days; give hours: 7d is 168h`},
 		{[]string{"relay", "--queue", q, "--lease", "1.5d"}, `lease: "1.5d": durations have no days; give hours: 1.5d is 36h`},
 		// Written as a duration, too large: not "not a duration" (a breaker).
-		{[]string{"prune", "--inbox", q, "--receipts-older-than", "9999999h"}, `receipts-older-than: "9999999h" is out of range: a duration is at most 2562047h0m0s`},
+		{[]string{"prune", "--inbox", q, "--receipts-older-than", "9999999h"}, `receipts-older-than: "9999999h" is out of range: a duration is at most 2562047h47m16s`},
+		{[]string{"prune", "--inbox", q, "--receipts-older-than", "1hh"}, `receipts-older-than: "1hh" is not a duration such as 30s`},
+		{[]string{"relay", "--queue", q, "--lease", "s"}, `lease: "s" is not a duration such as 30s`},
+		{[]string{"relay", "--queue", q, "--lease", ".s"}, `lease: ".s" is not a duration such as 30s`},
 		{[]string{"inspect", "--queue", q, "--json=maybe"}, `json: "maybe" is not true or false`},
 		{[]string{"enqueue", "--queue", q, "--id"}, "id: needs a value: give --id VALUE"},
 		{[]string{"experiment", "run", "-o"}, "output: needs a value: give --output VALUE"},

@@ -193,13 +193,15 @@ func durationHint(s string) string {
 		// Written as a duration, refused for its size: Go's "invalid
 		// duration" for both made it "not a duration" (a breaker's
 		// 9999999h).
-		return fmt.Sprintf("%q is out of range: a duration is at most %s (about 292 years)", s, time.Duration(math.MaxInt64).Truncate(time.Hour))
+		return fmt.Sprintf("%q is out of range: a duration is at most %s (about 292 years)", s, time.Duration(math.MaxInt64).Truncate(time.Second))
 	}
 	return ""
 }
 
 // durationSyntax matches what time.ParseDuration reads, whatever its size.
-var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+// Each unit needs a number before it ("1hh", "s" and ".s" are not
+// durations: helper-171).
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // secretEnv names the environment variable that relay and receive read the
 // webhook secret from when --secret is not given: a command line is visible
