@@ -52,12 +52,15 @@ import (
 // flows within a group by served (SPEC §2) and still spends the flow's turn
 // at claim time.
 //
-// Idle groups. A group claimed while inactive starts at V: no banked credit
-// (SPEC §11), as a new flow joins at clock.ticket under fair. SPEC §11 says
-// "re-enters at the current smallest charge of the active groups"; V is
-// never below that charge (it never stays below the smallest charge of the
-// active groups), so a group entering at V banks no more than the SPEC
-// allows, and may bank less. The letter was tried (commit abe4746) and
+// Idle groups. A group claimed while inactive starts at V, or at the
+// smallest charge of the active groups when that is higher: no banked
+// credit (SPEC §11), as a new flow joins at clock.ticket under fair. SPEC
+// §11 says "re-enters at the current smallest charge of the active groups";
+// V is raised to that charge whenever a claim is planned, but the charges
+// of deliveries under way grow until the claim returns (by slots × the
+// claim's time / weight: 250 ms in a breaker's case), so the entry takes
+// the larger of the two then. A group entering there banks no more than the
+// SPEC allows, and may bank less. The letter was tried (commit abe4746) and
 // dropped: with charges kept per relay, a relay cannot tell a group idle
 // everywhere from one whose heads other relays hold, so on 4 relays every
 // slow group (2 s deliveries) came back "idle" to each relay and entered at
@@ -424,11 +427,19 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 	// largest overruns (what a group may bank).
 	var activeW int64
 	var ov overruns
+	entry := ts.floor // where an idle group re-enters: V, or the smallest active charge above it
+	least, anyActive := 0.0, false
 	for name, g := range ts.groups {
 		if ts.active(g, now) {
 			activeW += ts.weight(name)
 			ov.raise(name, ts.overrunOf(name, g))
+			if e := ts.effective(name, g, now); !anyActive || e < least {
+				least, anyActive = e, true
+			}
 		}
+	}
+	if anyActive {
+		entry = max(entry, least)
 	}
 	seen := map[string]bool{}
 	for _, c := range cs {
@@ -455,7 +466,7 @@ func (ts *timeshare) claimed(cs []fairrelay.Claim) time.Duration {
 			}
 		} else {
 			// Idle: no banked credit (a debt is kept).
-			g.charge = max(g.charge, ts.floor)
+			g.charge = max(g.charge, entry)
 		}
 		g.held++
 		g.peak = max(g.peak, g.held)

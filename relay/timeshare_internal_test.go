@@ -147,6 +147,28 @@ func TestIdleGroupReentersAtTheFloor(t *testing.T) {
 	}
 }
 
+// The charges of deliveries under way grow between the claim's plan (which
+// raises V to the smallest active charge) and its return: an idle group
+// then enters at the smallest active charge, not below it at V (a
+// breaker's case: 250 ms of credit).
+func TestIdleGroupEntersNoLowerThanTheActiveCharges(t *testing.T) {
+	src := &stepTime{}
+	ts := newTimeshare(src, 8, 10*time.Millisecond, 0, nil)
+	ts.plan(8, relaxNone)
+	a := make([]fairrelay.Claim, 7)
+	for i := range a {
+		a[i].Group = "a"
+	}
+	ts.claimed(a)
+	src.d = 100 * time.Millisecond
+	ts.plan(8, relaxNone) // V: 8 slots for 100 ms over one group, 800 ms; a at 700 ms
+	src.d = 150 * time.Millisecond
+	ts.claimed([]fairrelay.Claim{{Group: "b"}}) // the claim returns: a at 7 × 150 ms
+	if got, want := effectiveOf(ts, "b"), 1050*time.Millisecond; got != want {
+		t.Errorf("b entered at %s, want a's %s (V is 800ms)", got, want)
+	}
+}
+
 // effectiveOf is group g's effective charge now.
 func effectiveOf(ts *timeshare, g string) time.Duration {
 	ts.mu.Lock()
