@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +17,7 @@ func init() { rootCmd.AddCommand(newEnqueueCmd()) }
 func newEnqueueCmd() *cobra.Command {
 	var queue, id, flow, group, body, delta string
 	var at int64
+	var retryFor time.Duration
 	var pf policyFlags
 	cmd := &cobra.Command{
 		Use:   "enqueue --queue Q --id ID --flow FLOW [--group G] (--body JSON | --delta N) [--at TICK]  |  enqueue --queue Q [--at TICK] < events.jsonl",
@@ -36,6 +38,11 @@ answered at once (tail -f events | fairrelay enqueue). Once a line of a flow
 fails, conflicts or is full, that flow's later lines are refused, so a rerun
 of the fixed input keeps each flow's order.
 
+A store that answers busy or fails (a restart, a lost connection, a lock
+held by a stopped process) is tried again for up to --retry-for (default 1m;
+0: stop at once), saying so on stderr; a retried line already stored answers
+existing.
+
 Exit codes: 0 applied (created or existing), 1 nothing applied (conflict,
 full, or a bulk line failed or was refused), 2 an error.`,
 		Args: cobra.NoArgs,
@@ -44,8 +51,12 @@ full, or a bulk line failed or was refused), 2 an error.`,
 			if err != nil {
 				return err
 			}
+			if retryFor < 0 {
+				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "retry-for", Message: fmt.Sprintf("must not be negative (0: stop at the first busy or database error), got %s", retryFor)}
+			}
+			retry := &storeRetry{within: retryFor, out: cmd.ErrOrStderr(), what: "enqueue"}
 			if !cmd.Flags().Changed("id") {
-				return runBulkEnqueue(cmd, queue, pol, &pf, atFlag(cmd, at))
+				return runBulkEnqueue(cmd, queue, pol, &pf, atFlag(cmd, at), retry)
 			}
 			var d, b json.RawMessage
 			if cmd.Flags().Changed("delta") {
@@ -68,8 +79,11 @@ full, or a bulk line failed or was refused), 2 an error.`,
 				return err
 			}
 			defer q.Close()
-			r, err := q.Enqueue(cmd.Context(), ep)
-			if err != nil {
+			var r fairrelay.EnqueueResult
+			if err := retry.do(cmd.Context(), func() (err error) {
+				r, err = q.Enqueue(cmd.Context(), ep)
+				return err
+			}); err != nil {
 				return err
 			}
 			if err := printJSON(cmd.OutOrStdout(), script.EnqueueResult(r)); err != nil {
@@ -92,6 +106,7 @@ full, or a bulk line failed or was refused), 2 an error.`,
 	f.StringVar(&body, "body", "", "event body, JSON")
 	f.StringVar(&delta, "delta", "", `shorthand for --body '{"delta":N}', N a positive integer`)
 	f.Int64Var(&at, "at", 0, atUsage)
+	f.DurationVar(&retryFor, "retry-for", time.Minute, "how long to try again while the store answers busy or fails (a restart, a lost connection, a lock held by a stopped process); 0 stops at the first such error")
 	pf.registerAdmin(cmd)
 	return cmd
 }

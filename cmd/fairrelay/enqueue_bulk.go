@@ -20,7 +20,7 @@ import (
 
 // runBulkEnqueue is enqueue without --id: JSON lines from stdin. at is
 // --at when given, else the stored tick (fairrelay.AtStored).
-func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags, at int64) error {
+func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *policyFlags, at int64, retry *storeRetry) error {
 	// A flag that applies to one event is refused, not ignored: --group
 	// ignored would put every new flow in its own group for good.
 	for _, name := range []string{"flow", "group", "body", "delta"} {
@@ -54,7 +54,7 @@ func runBulkEnqueue(cmd *cobra.Command, queue string, pol fairrelay.Policy, pf *
 			return err
 		}
 	}
-	rep, err := bulkEnqueue(cmd.Context(), q, cmd.InOrStdin(), cmd.OutOrStdout(), at)
+	rep, err := bulkEnqueue(cmd.Context(), q, cmd.InOrStdin(), cmd.OutOrStdout(), at, retry)
 	if err != nil {
 		return stoppedAfter(err, rep)
 	}
@@ -122,10 +122,10 @@ func readLines(r io.Reader) (<-chan inputLine, <-chan error) {
 // bulkBatch); as soon as no further line is waiting, the batch is
 // committed and answered, so `tail -f events | fairrelay enqueue` commits
 // each line within milliseconds while a file streams in large batches.
-func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writer, at int64) (bulkReport, error) {
+func bulkEnqueue(ctx context.Context, q *fairrelay.Queue, r io.Reader, w io.Writer, at int64, retry *storeRetry) (bulkReport, error) {
 	out := bufio.NewWriter(w)
 	defer out.Flush()
-	b := &bulk{ctx: ctx, q: q, at: at, out: out, failedFlows: map[string]int{}, groups: map[string]string{}, maxBody: q.Policy().MaxBodyBytes}
+	b := &bulk{ctx: ctx, q: q, at: at, out: out, failedFlows: map[string]int{}, groups: map[string]string{}, maxBody: q.Policy().MaxBodyBytes, retry: retry}
 	lines, errc := readLines(r)
 	ok := true
 	for ok || len(b.answers) > 0 {
@@ -236,6 +236,9 @@ type bulk struct {
 	// stop, when set, is the database error that stops the run before
 	// the line being added is answered (tickFirst).
 	stop error
+	// retry tries the store's calls again while they fail for a while
+	// (storeRetry).
+	retry *storeRetry
 	bulkReport
 }
 
@@ -402,8 +405,11 @@ func (b *bulk) flush(ctx context.Context) error {
 			items = append(items, *a.item)
 		}
 	}
-	rs, err := enqueueBatch(ctx, b.q, items, b.at)
-	if err != nil {
+	var rs []script.Result
+	if err := b.retry.do(ctx, func() (err error) {
+		rs, err = enqueueBatch(ctx, b.q, items, b.at)
+		return err
+	}); err != nil {
 		return err
 	}
 	if len(items) > 0 {
@@ -473,7 +479,7 @@ func (b *bulk) predictConflicts(ctx context.Context) error {
 			// Stored already with this flow and body: the batch answers
 			// existing and writes nothing, as it does when the failed line
 			// is in the same batch. Else refused.
-			e, err := b.q.Event(ctx, a.item.ID)
+			e, err := b.event(ctx, a.item.ID)
 			switch {
 			case errors.Is(err, fairrelay.ErrNotFound):
 			case err != nil:
@@ -496,7 +502,7 @@ func (b *bulk) predictConflicts(ctx context.Context) error {
 		}
 		conflict := seen && (first.Flow != p.Flow || !bytes.Equal(first.Body, p.Body))
 		if !seen {
-			e, err := b.q.Event(ctx, p.ID)
+			e, err := b.event(ctx, p.ID)
 			switch {
 			case errors.Is(err, fairrelay.ErrNotFound):
 			case err != nil:
@@ -510,6 +516,15 @@ func (b *bulk) predictConflicts(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// event is Queue.Event under b.retry.
+func (b *bulk) event(ctx context.Context, id string) (e *fairrelay.EventRecord, err error) {
+	err = b.retry.do(ctx, func() error {
+		e, err = b.q.Event(ctx, id)
+		return err
+	})
+	return e, err
 }
 
 // lineFlow returns the flow a line names, when it is one JSON object with

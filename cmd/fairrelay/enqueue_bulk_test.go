@@ -203,7 +203,7 @@ func TestBulkEnqueueBatchesAStream(t *testing.T) {
 	for i := range lines {
 		fmt.Fprintf(&in, `{"id":"E%d","flow":"F%d","delta":1}`+"\n", i, i%50)
 	}
-	rep, err := bulkEnqueue(t.Context(), q, strings.NewReader(in.String()), io.Discard, fairrelay.AtStored)
+	rep, err := bulkEnqueue(t.Context(), q, strings.NewReader(in.String()), io.Discard, fairrelay.AtStored, nil)
 	if err != nil || rep.total != lines || rep.failed != 0 {
 		t.Fatalf("%+v %v", rep, err)
 	}
@@ -621,7 +621,7 @@ func startBulk(t *testing.T, q *fairrelay.Queue, at int64) (*io.PipeWriter, *buf
 	outR, outW := io.Pipe()
 	done := make(chan bulkResult, 1)
 	go func() {
-		rep, err := bulkEnqueue(t.Context(), q, inR, outW, at)
+		rep, err := bulkEnqueue(t.Context(), q, inR, outW, at, nil)
 		outW.Close()
 		done <- bulkResult{rep, err}
 	}()
