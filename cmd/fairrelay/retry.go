@@ -16,7 +16,9 @@ import (
 // after 10 s) or a database error (a restart, a connection lost, a disk
 // full), for at most within from the first failure of a streak, pausing
 // 250 ms doubling to 5 s between tries, and says so on out (once when a
-// streak starts, once when it ends). Nothing else is tried again: input the
+// streak starts, once when it ends). Each try can itself wait the busy
+// timeout (5 s) for a lock, so a streak can last that much longer than
+// within. Nothing else is tried again: input the
 // store refuses, a store that is not there. A retried enqueue is safe: an
 // id already stored answers existing (a batch whose commit was cut off
 // answers existing for the lines it stored). within 0 tries once: the
@@ -32,8 +34,13 @@ type storeRetry struct {
 
 // transientStoreError reports whether err is one storeRetry tries again:
 // busy, or a database error but a store file replaced under the process
-// (which no wait cures).
+// (which no wait cures) and a call stopped by its context (a signal: the
+// run is ending, not the store failing; helper-172 saw SIGTERM reported as
+// "the store failed").
 func transientStoreError(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
 	return errors.Is(err, fairrelay.ErrBusy) ||
 		errors.Is(err, fairrelay.ErrDatabase) && !errors.Is(err, fairrelay.ErrFileReplaced)
 }
@@ -45,7 +52,13 @@ func (r *storeRetry) do(ctx context.Context, fn func() error) error {
 	wait := 250 * time.Millisecond
 	for {
 		err := fn()
-		if err == nil && !start.IsZero() {
+		if ctx.Err() != nil {
+			return err
+		}
+		if !start.IsZero() && (err == nil || !transientStoreError(err)) {
+			// Answered, if not with success: a read of an id not stored
+			// answers not_found (helper-172: no such line after a read's
+			// streak ended so).
 			fmt.Fprintf(r.out, "fairrelay: %s: the store answers again, after %s\n", r.what, time.Since(start).Round(time.Millisecond))
 		}
 		if err == nil || r == nil || r.within <= 0 || !transientStoreError(err) {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -90,4 +92,29 @@ func (s *signalling) Write(p []byte) (int, error) {
 		s.once.Do(func() { close(s.said) })
 	}
 	return n, err
+}
+
+// A streak ended by an answer that is not success (a read of an id not
+// stored: not_found) says the store answers again (helper-172: no such
+// line then, so stderr read as if the store still failed); a call stopped
+// by its context (SIGTERM) is not a store failure: no retry, no line.
+func TestStoreRetrySaysWhenTheStoreAnswers(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	r := &storeRetry{within: time.Minute, out: &out, what: "enqueue"}
+	answers := []error{fairrelay.ErrBusy, fairrelay.ErrNotFound}
+	err := r.do(t.Context(), func() error {
+		err := answers[0]
+		answers = answers[1:]
+		return err
+	})
+	if !errors.Is(err, fairrelay.ErrNotFound) || !strings.Contains(out.String(), "trying again") || !strings.Contains(out.String(), "the store answers again") {
+		t.Errorf("busy, then not_found: %v, stderr %q; want not_found and both lines", err, out.String())
+	}
+	out.Reset()
+	calls := 0
+	stopped := fmt.Errorf("%w: begin read transaction: %w", fairrelay.ErrDatabase, context.Canceled)
+	if err := r.do(t.Context(), func() error { calls++; return stopped }); !errors.Is(err, context.Canceled) || calls != 1 || out.Len() != 0 {
+		t.Errorf("a call stopped by its context: %v after %d calls, stderr %q; want it returned at once, nothing said", err, calls, out.String())
+	}
 }
