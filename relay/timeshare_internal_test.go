@@ -155,10 +155,7 @@ func TestIdleGroupEntersNoLowerThanTheActiveCharges(t *testing.T) {
 	src := &stepTime{}
 	ts := newTimeshare(src, 8, 10*time.Millisecond, 0, nil)
 	ts.plan(8, relaxNone)
-	a := make([]fairrelay.Claim, 7)
-	for i := range a {
-		a[i].Group = "a"
-	}
+	a := claimsOf("a", 7)
 	ts.claimed(a)
 	src.d = 100 * time.Millisecond
 	ts.plan(8, relaxNone) // V: 8 slots for 100 ms over one group, 800 ms; a at 700 ms
@@ -167,6 +164,15 @@ func TestIdleGroupEntersNoLowerThanTheActiveCharges(t *testing.T) {
 	if got, want := effectiveOf(ts, "b"), 1050*time.Millisecond; got != want {
 		t.Errorf("b entered at %s, want a's %s (V is 800ms)", got, want)
 	}
+}
+
+// claimsOf is n claims of group g.
+func claimsOf(g string, n int) []fairrelay.Claim {
+	cs := make([]fairrelay.Claim, n)
+	for i := range cs {
+		cs[i].Group = g
+	}
+	return cs
 }
 
 // effectiveOf is group g's effective charge now.
@@ -206,10 +212,7 @@ func TestClaimKeepsTheDebtOfAGroupWithoutASlot(t *testing.T) {
 	src := &stepTime{}
 	ts := newTimeshare(src, 8, 10*time.Millisecond, 0, nil)
 	ts.plan(8, relaxNone)
-	a := make([]fairrelay.Claim, 7)
-	for i := range a {
-		a[i].Group = "a"
-	}
+	a := claimsOf("a", 7)
 	ts.claimed([]fairrelay.Claim{{Group: "b"}})
 	ts.claimed(a) // 7 slots of 8, beyond a's share of two groups, 4
 	src.d = 50 * time.Millisecond
