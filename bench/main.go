@@ -35,6 +35,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -506,7 +507,7 @@ func benchRelay(ctx context.Context, o options, flowOf func(i int) string) (meas
 	done := make(chan struct{})
 	failed := make(chan error, 1)
 	r, err := relay.New(ctx, relay.Config{
-		Queue: q, Workers: o.relayWorkers,
+		Queue: q, Workers: o.relayWorkers, Logger: slog.New(slog.DiscardHandler),
 		Sink: sink.Func(func(context.Context, sink.Delivery) (sink.Result, error) {
 			return sink.Result{Outcome: fairrelay.OutcomeAccepted}, nil
 		}),

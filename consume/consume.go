@@ -192,7 +192,8 @@ type Options struct {
 	RedeliverCap time.Duration
 	// Logger receives a line per permanent answer, error and rejected
 	// message (warn or error level), and per message at debug level.
-	// Defaults to discarding.
+	// Defaults to slog.Default(), so that no refusal goes unseen; give
+	// slog.New(slog.DiscardHandler) to drop them.
 	Logger *slog.Logger
 	// OnApplied, when set, is called after each message was settled with
 	// the broker, from the message's lane. It must not block for long.
@@ -253,7 +254,7 @@ func Run(ctx context.Context, src Source, opts Options) error {
 		opts.RedeliverCap = opts.RedeliverBase
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+		opts.Logger = slog.Default()
 	}
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)

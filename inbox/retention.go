@@ -130,9 +130,10 @@ type RetainParams struct {
 	// (PruneReceiptsParams.Limit); 0 means 500, negative is
 	// ErrInvalidInput naming "batch".
 	Batch int
-	// Logger, when set, gets a line per pass that deleted receipts (info:
-	// "inbox: pruned receipts", receipts=N, before=RFC 3339) and one per
-	// failed pass (warn, err=…).
+	// Logger gets a line per pass that deleted receipts (info: "inbox:
+	// pruned receipts", receipts=N, before=RFC 3339) and one per failed
+	// pass (warn, err=…). Defaults to slog.Default(); give
+	// slog.New(slog.DiscardHandler) to drop them.
 	Logger *slog.Logger
 	// Pruned, when set, is called after each batch that deleted receipts
 	// with how many it deleted (for a metric).
@@ -164,6 +165,9 @@ func (in *Inbox) Retain(ctx context.Context, p RetainParams) error {
 	if p.Batch == 0 {
 		p.Batch = 500
 	}
+	if p.Logger == nil {
+		p.Logger = slog.Default()
+	}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -188,9 +192,7 @@ func (in *Inbox) retainPass(ctx context.Context, p RetainParams) {
 			if ctx.Err() != nil {
 				break
 			}
-			if p.Logger != nil {
-				p.Logger.Warn("inbox: pruning receipts failed; trying again at the next pass", "err", err, "receipts", total)
-			}
+			p.Logger.Warn("inbox: pruning receipts failed; trying again at the next pass", "err", err, "receipts", total)
 			if p.Failed != nil {
 				p.Failed(err)
 			}
@@ -210,7 +212,7 @@ func (in *Inbox) retainPass(ctx context.Context, p RetainParams) {
 		}
 		rest.Stop()
 	}
-	if total > 0 && p.Logger != nil {
+	if total > 0 {
 		p.Logger.Info("inbox: pruned receipts", "receipts", total, "before", before.UTC().Format(time.RFC3339Nano))
 	}
 }

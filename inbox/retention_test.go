@@ -3,6 +3,9 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/syncbuf"
 )
 
 // PruneReceipts deletes the receipts written before its bound, oldest first
@@ -238,4 +242,41 @@ func TestReceiptsWrittenAroundMigration007AreDated(t *testing.T) {
 			t.Fatalf("prune of receipts older than a second: %+v %v; want the new receipt kept", res, err)
 		}
 	})
+}
+
+// Without RetainParams.Logger a failed pass is logged to slog.Default():
+// before, with no Logger given, it was not logged at all, and a receiver's
+// inbox grew without a word (the closing notes' "loggers that discard by
+// default"). Not parallel: it replaces the process's default logger.
+func TestRetainLogsToTheDefaultLoggerWithoutALogger(t *testing.T) {
+	var logs syncbuf.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan error, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- in.Retain(ctx, inbox.RetainParams{Keep: time.Hour, Interval: time.Hour, Failed: func(err error) {
+			select {
+			case failed <- err:
+			default:
+			}
+		}})
+	}()
+	<-failed
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "pruning receipts failed") || !strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("the default logger got %q: want the failed pass at WARN", logs.String())
+	}
 }

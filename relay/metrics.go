@@ -305,7 +305,7 @@ type queueCollector struct {
 	up          *prometheus.Desc
 	age         *prometheus.Desc
 
-	log     *slog.Logger  // nil: the reads' failures are not logged
+	log     *slog.Logger
 	timeout time.Duration // a scrape's read of the store at most
 
 	mu      sync.Mutex
@@ -316,10 +316,11 @@ type queueCollector struct {
 
 // QueueGaugesOptions are RegisterQueueGauges' options.
 type QueueGaugesOptions struct {
-	// Logger, when set, logs a failed read of the store at WARN when the
-	// gauges start failing (with the error: a lock timeout, a refused
-	// connection) and at INFO when a read succeeds again; nothing per
-	// scrape in between.
+	// Logger logs a failed read of the store at WARN when the gauges start
+	// failing (with the error: a lock timeout, a refused connection) and at
+	// INFO when a read succeeds again; nothing per scrape in between.
+	// Defaults to slog.Default(); give slog.New(slog.DiscardHandler) to
+	// drop them.
 	Logger *slog.Logger
 	// ReadTimeout bounds each scrape's read of the store; a read that takes
 	// longer fails (the last values, up 0). Default DefaultQueueGaugesReadTimeout,
@@ -381,7 +382,7 @@ const DefaultQueueGaugesReadTimeout = 3 * time.Second
 // quarantined-head counts read each group's flows through an index)
 // (BENCHMARKS.md, "The queue gauges").
 func RegisterQueueGauges(reg prometheus.Registerer, q *fairrelay.Queue, opts ...QueueGaugesOptions) error {
-	var log *slog.Logger
+	log := slog.Default()
 	timeout := DefaultQueueGaugesReadTimeout
 	for _, o := range opts {
 		if o.Logger != nil {
@@ -433,7 +434,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	switch {
 	case err != nil:
 		up, ms = 0, c.last
-		if !c.failing && c.log != nil {
+		if !c.failing {
 			if c.lastAt.IsZero() {
 				// Nothing read yet: the page has up 0 alone (an SRE's
 				// report: the line promised last values there were none of).
@@ -447,7 +448,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ms = c.last // a read that began later has stored its values
 	default:
 		c.last, c.lastAt = ms, began
-		if c.failing && c.log != nil {
+		if c.failing {
 			c.log.Info("relay: the queue gauges read the store again")
 		}
 		c.failing = false

@@ -154,7 +154,11 @@ type Config struct {
 	// another relay's) names this one. Defaults to HOST:PID, the host name
 	// and the process id.
 	Name string
-	// Logger receives the relay's logs. Defaults to discarding.
+	// Logger receives the relay's logs: its start and stop (info), each
+	// quarantine and exhausted budget (warn), a store that stops answering
+	// and answers again (error, info), retention's passes (info). Defaults
+	// to slog.Default(), so that no failure goes unseen; give
+	// slog.New(slog.DiscardHandler) to drop them.
 	Logger *slog.Logger
 	// Metrics, when set, counts claims, settles and delivery latency (see
 	// NewMetrics).
@@ -264,7 +268,7 @@ func (c Config) withDefaults() Config {
 		c.Name = defaultName()
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	return c
 }

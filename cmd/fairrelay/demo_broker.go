@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -49,7 +50,7 @@ func openDemoBroker(ctx context.Context, which string) (*demoBroker, error) {
 		if err != nil {
 			return nil, underFlag("sink", err)
 		}
-		nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay demo", Credentials: natsCredentials()})
+		nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay demo", Credentials: natsCredentials(), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: err.Error()}
 		}
@@ -105,7 +106,7 @@ func openDemoBroker(ctx context.Context, which string) (*demoBroker, error) {
 			conn.Close()
 			return nil, fmt.Errorf("demo: declare queue %s: %w", queue, err)
 		}
-		s, err := amqp.New(amqp.Options{Dial: dial, Exchange: e.Exchange, RoutingKey: prefix + ".{flow}", Timeout: 5 * time.Second})
+		s, err := amqp.New(amqp.Options{Dial: dial, Exchange: e.Exchange, RoutingKey: prefix + ".{flow}", Timeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			conn.Close()
 			return nil, err
@@ -114,7 +115,7 @@ func openDemoBroker(ctx context.Context, which string) (*demoBroker, error) {
 			describe: fmt.Sprintf("RabbitMQ at %s: exchange %s, routing keys %s.<flow>, queue %s", e.Server, e.Exchange, prefix, queue),
 			sink:     s,
 			consume: func(ctx context.Context, opts consume.Options) error {
-				return amqp.Consume(ctx, amqp.ConsumerOptions{Dial: dial, Queue: queue, Exchange: e.Exchange, BindingKey: key}, opts)
+				return amqp.Consume(ctx, amqp.ConsumerOptions{Dial: dial, Queue: queue, Exchange: e.Exchange, BindingKey: key, Logger: slog.New(slog.DiscardHandler)}, opts)
 			},
 			cleanup: func() {
 				s.Close()
@@ -170,7 +171,7 @@ func runBrokerDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) er
 	consumerCtx, stopConsumer := context.WithCancel(context.WithoutCancel(ctx))
 	consumerDone := make(chan error, 1)
 	go func() {
-		consumerDone <- b.consume(consumerCtx, consume.Options{Inbox: in, RedeliverBase: 200 * time.Millisecond, RedeliverCap: time.Second,
+		consumerDone <- b.consume(consumerCtx, consume.Options{Inbox: in, Logger: slog.New(slog.DiscardHandler), RedeliverBase: 200 * time.Millisecond, RedeliverCap: time.Second,
 			OnApplied: func(a consume.Applied) {
 				if a.Message.Delivery.EventID == "A1" && a.Outcome == fairrelay.OutcomeUnsupportedDelta {
 					heldA1.Store(true)

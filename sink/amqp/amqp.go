@@ -84,7 +84,8 @@ type Options struct {
 	// another publish's). Set it to the relay's workers. Defaults to 64.
 	Channels int
 	// Logger receives a line when a connection is opened or found lost.
-	// Defaults to discarding.
+	// Defaults to slog.Default(); give slog.New(slog.DiscardHandler) to
+	// drop them.
 	Logger *slog.Logger
 }
 
@@ -160,7 +161,7 @@ func New(opts Options) (*Sink, error) {
 		opts.Channels = 64
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+		opts.Logger = slog.Default()
 	}
 	return &Sink{dial: opts.Dial, exchange: exch, key: key, timeout: opts.Timeout,
 		slots: make(chan struct{}, opts.Channels), log: opts.Logger}, nil

@@ -39,7 +39,7 @@ type ConsumerOptions struct {
 	// the default, 256; at most MaxPrefetch.
 	Prefetch int
 	// Logger receives a line when the connection is lost or back. Defaults
-	// to discarding.
+	// to slog.Default(); give slog.New(slog.DiscardHandler) to drop them.
 	Logger *slog.Logger
 	// Ready, when set, is called once the queue is declared and bound and
 	// the consumer registered, before the first message is read.
@@ -80,7 +80,7 @@ func Consume(ctx context.Context, opts ConsumerOptions, apply consume.Options) e
 		opts.Prefetch = 256
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+		opts.Logger = slog.Default()
 	}
 	src := &source{opts: opts, counts: map[string]int{}, timers: map[*time.Timer]struct{}{}, wake: make(chan struct{}, 1)}
 	defer src.close()

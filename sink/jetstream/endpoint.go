@@ -124,7 +124,8 @@ type ConnectOptions struct {
 	// owner closes it, which is logged at debug), comes back (info) or the
 	// server reports an asynchronous error (warn); with
 	// Retry, also when the first connection fails (warn, once) and when it
-	// is made at last (info). Defaults to discarding.
+	// is made at last (info). Defaults to slog.Default(); give
+	// slog.New(slog.DiscardHandler) to drop them.
 	Logger *slog.Logger
 	// Retry makes a server that cannot be reached at first (or refuses the
 	// login) a passing condition, as a connection lost later is: Connect
@@ -146,7 +147,7 @@ type ConnectOptions struct {
 func Connect(e Endpoint, opts ConnectOptions) (*nats.Conn, error) {
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	c := opts.Credentials
 	if c.CredsFile != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -208,7 +209,7 @@ func relayRun(ctx context.Context, opts BrokerOptions, s sink.Sink, n, round int
 	var acked atomic.Int64
 	done := make(chan struct{})
 	failed := make(chan relay.Settled, 1)
-	r, err := relay.New(ctx, relay.Config{Queue: q, Sink: s, Workers: opts.Workers, OnSettle: func(st relay.Settled) {
+	r, err := relay.New(ctx, relay.Config{Queue: q, Sink: s, Workers: opts.Workers, Logger: slog.New(slog.DiscardHandler), OnSettle: func(st relay.Settled) {
 		if st.Result.Status != fairrelay.SettleAcked {
 			select {
 			case failed <- st:
@@ -247,7 +248,7 @@ func natsRig(ctx context.Context, opts BrokerOptions, tag string) (*brokerRig, e
 	if err != nil {
 		return nil, err
 	}
-	nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay bench"})
+	nc, err := jetstream.Connect(e, jetstream.ConnectOptions{Name: "fairrelay bench", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +332,7 @@ func amqpRig(ctx context.Context, opts BrokerOptions, tag string) (*brokerRig, e
 		for range deliveries {
 		}
 	}()
-	s, err := amqp.New(amqp.Options{Dial: dial, Exchange: e.Exchange, RoutingKey: prefix + ".{flow}", Channels: opts.Workers})
+	s, err := amqp.New(amqp.Options{Dial: dial, Exchange: e.Exchange, RoutingKey: prefix + ".{flow}", Channels: opts.Workers, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		conn.Close()
 		return nil, err

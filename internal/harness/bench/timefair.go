@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -270,7 +271,7 @@ func timeFairRun(ctx context.Context, opts TimeFairOptions, rc *latencyReceiver,
 		}
 		defer s.Close()
 		r, err := relay.New(ctx, relay.Config{Queue: q, Sink: s, Workers: opts.Slots / relays, DeliveryTimeout: opts.SlowLatency + 5*time.Second,
-			Quantum: opts.Quantum})
+			Quantum: opts.Quantum, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}

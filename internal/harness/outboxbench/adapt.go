@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,7 +94,7 @@ type RelayOptions struct {
 // called; stop shuts it down gracefully and returns Run's error.
 func (o *Outbox) StartRelay(ctx context.Context, opts RelayOptions) (stop func() error, err error) {
 	r, err := relay.New(ctx, relay.Config{
-		Queue: o.q, Workers: opts.Workers,
+		Queue: o.q, Workers: opts.Workers, Logger: slog.New(slog.DiscardHandler),
 		Sink: sink.Func(func(_ context.Context, d sink.Delivery) (sink.Result, error) {
 			at := time.Now()
 			if opts.Deliver != nil {
