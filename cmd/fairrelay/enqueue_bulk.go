@@ -192,6 +192,16 @@ type bulkReport struct {
 // (ErrCommitUnknown), its lines may be stored: the message says so rather
 // than that they were not (a breaker's report: they were).
 func stoppedAfter(err error, rep bulkReport) error {
+	if errors.Is(err, context.Canceled) && rep.answered == rep.total {
+		// A signal while it waited for input, every line read answered:
+		// the end of a `tail -f | fairrelay enqueue`, where "the lines
+		// after them" and "run the whole input again" sent the operator
+		// looking for lines that were never read.
+		if rep.answered == 0 {
+			return errors.New("enqueue stopped by a signal before it read a line: nothing was enqueued")
+		}
+		return fmt.Errorf("enqueue stopped by a signal after %d lines, each answered above and kept as answered, while it waited for the next line: a line not answered above was not read, and not enqueued (give it again; a line given again answers existing)", rep.answered)
+	}
 	if rep.answered == 0 {
 		return err
 	}

@@ -646,3 +646,30 @@ func TestBulkEnqueueSkipsALeadingByteOrderMark(t *testing.T) {
 		t.Fatalf("exit %d, want %d: B1 created, line 2 refused:\n%s%s", code, exitNotApplied, out, errOut)
 	}
 }
+
+// A streaming bulk enqueue stopped by SIGINT while it waits for the next
+// line, every line read answered, says so: it said "the lines after them
+// were not enqueued: run the whole input again", which sent the operator of
+// a `tail -f | fairrelay enqueue` looking for lines it never read (a fresh
+// user's report). A real child process and a real signal.
+func TestBulkEnqueueStoppedBySignalWhileWaitingSaysEveryLineWasAnswered(t *testing.T) {
+	t.Parallel()
+	cmd, stdin, stdout, stderr := startBulkEnqueue(t, filepath.Join(t.TempDir(), "queue.db"))
+	defer stdin.Close()
+	answers := bufio.NewScanner(stdout)
+	fmt.Fprintln(stdin, `{"id":"E1","flow":"F","delta":1}`)
+	if !answers.Scan() || !strings.Contains(answers.Text(), `"created"`) {
+		t.Fatalf("line 1's answer: %q", answers.Text())
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for answers.Scan() {
+		t.Errorf("an answer after the signal: %s", answers.Text())
+	}
+	err := cmd.Wait()
+	if msg := stderr.String(); !strings.Contains(msg, "enqueue stopped by a signal after 1 lines, each answered above") ||
+		strings.Contains(msg, "run the whole input again") || strings.Contains(msg, "context canceled") {
+		t.Errorf("stderr after a signal with every line answered (%v):\n%s", err, msg)
+	}
+}
