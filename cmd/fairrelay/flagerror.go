@@ -149,17 +149,57 @@ func argsAsInput(c *cobra.Command) {
 				if cmd.HasSubCommands() && len(args) > 0 {
 					return unknownCommand(cmd, args[0]) // console tokn
 				}
-				return fairrelay.InvalidInput("args", "%v (%s --help shows its usage)", err, cmd.CommandPath())
+				// cobra's words quote an argument (unknown command "…"):
+				// a URL's password is hidden there as everywhere else.
+				msg := err.Error()
+				for _, a := range args {
+					msg = strings.ReplaceAll(msg, a, redactDSN(a))
+				}
+				if a, flag := storeArg(cmd, args); a != "" {
+					// A store given as an argument, as sqlite3 and psql take
+					// theirs (a fresh user's `inspect URL heads`).
+					return fairrelay.InvalidInput("args", "%s: %q looks like a store; give it with --%s (%s --help shows its usage)", msg, redactDSN(a), flag, cmd.CommandPath())
+				}
+				return fairrelay.InvalidInput("args", "%s (%s --help shows its usage)", msg, cmd.CommandPath())
 			}
 			return nil
 		}
 	}
 }
 
+// storeArg returns the first of args that looks like a store — a URL
+// (postgres://, postgresql://, file:) or a name ending in .db, .sqlite or
+// .sqlite3 — and the flag of cmd that takes it (queue, else inbox); "" when
+// none does or cmd has neither flag.
+func storeArg(cmd *cobra.Command, args []string) (arg, flag string) {
+	switch {
+	case cmd.Flags().Lookup("queue") != nil:
+		flag = "queue"
+	case cmd.Flags().Lookup("inbox") != nil:
+		flag = "inbox"
+	default:
+		return "", ""
+	}
+	for _, a := range args {
+		l := strings.ToLower(a)
+		for _, p := range []string{"postgres://", "postgresql://", "file:"} {
+			if strings.HasPrefix(l, p) {
+				return a, flag
+			}
+		}
+		for _, x := range []string{".db", ".sqlite", ".sqlite3"} {
+			if strings.HasSuffix(l, x) {
+				return a, flag
+			}
+		}
+	}
+	return "", ""
+}
+
 // unknownCommand is the input error of name given where cmd, a group of
 // commands, expects one of its commands.
 func unknownCommand(cmd *cobra.Command, name string) error {
-	return fairrelay.InvalidInput("command", "unknown command %q for %s (%s --help lists its commands)", name, cmd.CommandPath(), cmd.CommandPath())
+	return fairrelay.InvalidInput("command", "unknown command %q for %s (%s --help lists its commands)", redactDSN(name), cmd.CommandPath(), cmd.CommandPath())
 }
 
 // nonEmptyFlags are the string flags whose empty value would silently mean

@@ -153,7 +153,7 @@ can forge lines or drive the terminal.`,
 				// Open only after the view is known to be valid.
 			case "events", "quarantined", "groups", "settings", "audit", "attempts", "clock":
 			default:
-				msg := fmt.Sprintf("unknown view %q: flows, heads, events, quarantined, groups, settings, audit, attempts or clock", view)
+				msg := fmt.Sprintf("unknown view %q: flows, heads, events, quarantined, groups, settings, audit, attempts or clock", redactDSN(view))
 				switch {
 				case queue == "":
 					// `inspect q.db`: the store taken for a view (a fresh

@@ -1151,3 +1151,31 @@ func TestTwoStoreCommandsCheckPostgresFirst(t *testing.T) {
 		}
 	}
 }
+
+// A store given as an argument, as sqlite3 and psql take theirs, is named
+// in the refusal with the flag that takes it (a fresh user's `inspect URL
+// heads` got "accepts at most 1 arg(s)" alone); and an argument that is a
+// URL with a password is echoed with the password hidden, in cobra's words
+// (unknown command "…") and in the CLI's own (unknown view, unknown
+// command), as every store URL is in the CLI's output and logs.
+func TestArgumentThatIsAStore(t *testing.T) {
+	t.Parallel()
+	const url = "postgres://app:hunter2@127.0.0.1:1/db"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"inspect", url, "heads"}, `"postgres://app:xxxxx@127.0.0.1:1/db" looks like a store; give it with --queue`},
+		{[]string{"inspect", "heads", "queue.db"}, `"queue.db" looks like a store; give it with --queue`},
+		{[]string{"enqueue", url}, `unknown command "postgres://app:xxxxx@127.0.0.1:1/db" for "fairrelay enqueue": "postgres://app:xxxxx@127.0.0.1:1/db" looks like a store; give it with --queue`},
+		{[]string{"receive", "inbox.sqlite"}, `"inbox.sqlite" looks like a store; give it with --inbox`},
+		{[]string{"inspect", url}, `unknown view "postgres://app:xxxxx@127.0.0.1:1/db"`},
+		{[]string{url}, `unknown command "postgres://app:xxxxx@127.0.0.1:1/db" for fairrelay`},
+		{[]string{"console", url}, `unknown command "postgres://app:xxxxx@127.0.0.1:1/db" for fairrelay console`},
+	} {
+		_, errOut, code := cli(t, "", tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "hunter2") {
+			t.Errorf("%q: exit %d, %q; want exit 2 and %s, with no password", tc.args, code, errOut, tc.want)
+		}
+	}
+}
