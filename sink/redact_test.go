@@ -21,6 +21,13 @@ func TestRedactURL(t *testing.T) {
 		{"http://host:8080/", "http://host:8080/"},
 		{"not a url", "not a url"},
 		{"http://u:pw@host /x", "http://u:xxxxx@host /x"}, // one that does not parse
+		// A password holding '/', '?' or '#' not encoded: it ends what
+		// url.Parse takes for the authority, and was shown whole.
+		{"http://u:hunter#2@127.0.0.1:9/", "http://u:xxxxx@127.0.0.1:9/"},
+		{"http://u:a/b@host/x", "http://u:xxxxx@host/x"},
+		{"amqp://u:a?b@host", "amqp://u:xxxxx@host"},
+		{"http://u:123#x@host/", "http://u:xxxxx@host/"},
+		{"http://host:80/a@b", "http://host:xxxxx@b"}, // a path's '@' after a port: too much hidden, nothing shown
 	} {
 		if got := sink.RedactURL(c.raw); got != c.want {
 			t.Errorf("RedactURL(%q) = %q, want %q", c.raw, got, c.want)
@@ -53,6 +60,8 @@ func TestURLErrorsHideThePassword(t *testing.T) {
 			scheme + "://alice:" + secret + "@127.0.0.1:99999/hook", // port out of range
 			scheme + "://alice:" + secret + "@/hook",                // no host
 			scheme + "://alice:" + secret + "@host/ x",              // a space
+			scheme + "://alice:" + secret + "#1@host/",              // a '#' in the password
+			scheme + "://alice:" + secret + "/1@host/",              // a '/' in the password
 			"ftp://alice:" + secret + "@host/",                      // another scheme
 		} {
 			err := parse(raw)

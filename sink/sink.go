@@ -105,7 +105,9 @@ func QuoteExcerpt(s string, max int) string {
 // that quoted the URL whole put a password given in it, or in the
 // environment and joined to it, into the logs. The user name stays; the
 // rest of raw is unchanged, so a message's byte offsets and its quoting
-// still match what the user wrote up to the password.
+// still match what the user wrote up to the password. A password holding
+// '/', '?' or '#' unencoded is hidden too, and with a ':' in the host part
+// and an '@' in the path, the port and the path up to the '@' are.
 func RedactURL(raw string) string {
 	_, rest, ok := strings.Cut(raw, "://")
 	if !ok {
@@ -118,7 +120,19 @@ func RedactURL(raw string) string {
 	}
 	at := strings.LastIndex(authority, "@")
 	if at < 0 {
-		return raw
+		// A password holding '/', '?' or '#' ends the authority early
+		// (http://u:hunter#2@host/ is user "u", "port" hunter, a
+		// fragment), so an '@' after it may still end user information:
+		// with a ':' in what looks like the authority and an '@' later,
+		// everything between the two goes, a port and a path with it when
+		// the '@' was a path's (http://host:80/a@b), which hides too much
+		// rather than a password.
+		colon := strings.Index(authority, ":")
+		last := strings.LastIndex(rest, "@")
+		if colon < 0 || last < len(authority) {
+			return raw
+		}
+		return raw[:start+colon+1] + "xxxxx" + raw[start+last:]
 	}
 	colon := strings.Index(authority[:at], ":")
 	if colon < 0 {

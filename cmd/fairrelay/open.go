@@ -24,6 +24,7 @@ import (
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
+	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
@@ -710,7 +711,9 @@ func redactDSN(dsn string) string {
 	if !strings.Contains(dsn, "://") {
 		return dsn
 	}
-	u, err := url.Parse(dsn)
+	// The password first, as written: one holding '#' or '/' parses as
+	// something else (a port, a fragment) that u.Redacted shows.
+	u, err := url.Parse(sink.RedactURL(dsn))
 	if err != nil {
 		return "(a URL that does not parse)"
 	}

@@ -101,6 +101,10 @@ func TestRedactDSN(t *testing.T) {
 		"postgres://app@db/shop?password=pw&schema=relay":             "postgres://app@db/shop?password=xxxxx&schema=relay",
 		"https://hooks.example/in?token=abc&x=1":                      "https://hooks.example/in?token=xxxxx&x=1",
 		"http://127.0.0.1:8080/":                                      "http://127.0.0.1:8080/",
+		// A password holding '#' or '/' not encoded parses as a port and a
+		// fragment or a path, which u.Redacted showed.
+		"postgres://app:123#pw@db/shop": "postgres://app:xxxxx@db/shop",
+		"postgres://app:12/pw@db/shop":  "postgres://app:xxxxx@db/shop",
 	} {
 		if got := redactDSN(in); got != want {
 			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)

@@ -151,6 +151,9 @@ var _ store.Store = (*Store)(nil)
 // (CreateSchema).
 var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
+// encodeHint is how a URL's user information holds any character.
+const encodeHint = "a user name or password holding one of : / ? # [ ] @ % or a space is written percent-encoded in a URL (%40 for @, %23 for #, %2F for /, %25 for %), or the password goes in PGPASSWORD or ~/.pgpass instead"
+
 // ParseDSN splits a postgres:// or postgresql:// URL into the connection
 // string pgx receives and the schema named by its `schema` query parameter
 // ("" when absent). Errors: a URL that does not parse, a schema that is not
@@ -158,12 +161,25 @@ var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 func ParseDSN(dsn string) (conn string, schema string, err error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
-		// Not the URL itself in the message: it may hold a password.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			return "", "", fmt.Errorf("not a URL: %v", ue.Err)
+		// Neither the URL nor url.Parse's words, which quote a piece of
+		// it: a password holding '#' or '/' failed as `invalid port
+		// ":hunter" after host`, most of the password in the message.
+		what := "it does not parse"
+		switch msg := err.Error(); {
+		case strings.Contains(msg, "invalid URL escape"):
+			what = "a '%' is not followed by two hex digits"
+		case strings.Contains(msg, "invalid port"):
+			what = "what follows a ':' after the host is not a port number"
+		case strings.Contains(msg, "invalid character") || strings.Contains(msg, "control character"):
+			what = "it holds a character a URL cannot"
 		}
-		return "", "", errors.New("not a URL")
+		return "", "", fmt.Errorf("not a URL: %s; %s", what, encodeHint)
+	}
+	if strings.Contains(dsn, "#") {
+		// A fragment means nothing to PostgreSQL: it is a password's '#'
+		// not encoded, which made what came before it a port
+		// (postgres://u:123#x@h/db connected to host u, port 123).
+		return "", "", fmt.Errorf("not a URL: it holds a '#', which a PostgreSQL URL has no use for; %s", encodeHint)
 	}
 	// ParseQuery, not Query: Query drops a pair holding a semicolon without
 	// a word, so "schema=relay;x" opened (or made) a store in public (a

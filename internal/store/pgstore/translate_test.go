@@ -62,7 +62,14 @@ func TestParseDSN(t *testing.T) {
 		{"postgres://h/db?schema=a&schema=b", `parameter "schema" given 2 times`},
 		{"postgres://h/db?sslmode=disable&sslmode=require", `parameter "sslmode" given 2 times`},
 		{"postgres://h/db?schema=relay;x", "semicolon"},
-		{"postgres://u:s3cret@h:54x2/db", "not a URL"},
+		{"postgres://u:s3cret@h:54x2/db", "not a URL: what follows a ':' after the host is not a port number"},
+		// url.Parse's own words quote a piece of the URL: a password
+		// holding '#' or '/' was most of it in the message.
+		{"postgres://u:s3cret#x@h/db", "percent-encoded"},
+		{"postgres://u:s3cret/x@h/db", "percent-encoded"},
+		{"postgres://u:s3cret%zz@h/db", "not a URL: a '%' is not followed by two hex digits"},
+		{"postgres://u:s3cret\x01@h/db", "not a URL"},
+		{"postgres://u:123#s3cret@h/db", "not a URL: it holds a '#'"}, // parsed as host u, port 123
 		{"postgres://h/db?schema=a-b", "letters, digits and underscores"},
 		// PostgreSQL's own schemas: a store in information_schema was made
 		// and left out of pg_dump's backups (a breaker's report).
