@@ -244,3 +244,27 @@ func LockTable(t testing.TB, dsn, table string) (release func()) {
 	}
 	return release
 }
+
+// Settings connects with cfg's connection settings (its AfterConnect
+// included, as the store's pool would) and returns the server's value of
+// each name (pg_settings.setting: lock_timeout in milliseconds), failing
+// the test on error.
+func Settings(t testing.TB, cfg *pgx.ConnConfig, names ...string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	got := map[string]string{}
+	for _, n := range names {
+		var v string
+		if err := conn.QueryRow(ctx, "SELECT setting FROM pg_settings WHERE name = $1", n).Scan(&v); err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		got[n] = v
+	}
+	return got
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairrelay/fairrelay/internal/pgtest"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
@@ -41,11 +42,11 @@ func TestBusyTimeoutsRoundUpToWholeMilliseconds(t *testing.T) {
 				t.Errorf("sqlitestore.%s(%v): pragmas %v, want busy_timeout(%s)", name, tc.d, p, tc.want)
 			}
 		}
-		cfg, _, err := pgstore.PoolConfig("postgres://127.0.0.1/test", tc.d)
+		cfg, _, err := pgstore.PoolConfig(pgtest.URL(t), tc.d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := cfg.ConnConfig.RuntimeParams["lock_timeout"]; got != tc.want {
+		if got := pgtest.Settings(t, cfg.ConnConfig, "lock_timeout")["lock_timeout"]; got != tc.want {
 			t.Errorf("pgstore.PoolConfig(%v): lock_timeout %q, want %s", tc.d, got, tc.want)
 		}
 	}

@@ -261,18 +261,50 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 	if err := refuseOwnSettings(cfg.ConnConfig.RuntimeParams, schema != ""); err != nil {
 		return nil, "", err
 	}
-	if schema != "" {
-		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
-	}
 	if !hasParam(cfg.ConnConfig.RuntimeParams, "application_name") {
 		// Named in pg_stat_activity and the server's logs: the connections
 		// had no name (an operator's report). The URL's own wins.
 		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName
 	}
-	if lockTimeout > 0 {
-		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(store.BusyMillis(lockTimeout), 10)
+	// The schema and the lock timeout by a SET on each new connection, not
+	// as startup parameters: PgBouncer refuses a startup parameter it does
+	// not track ("unsupported startup parameter: lock_timeout"), so no
+	// store could be opened through it, and told to ignore them it drops
+	// them without a word. A SET is a session's own, which PgBouncer's
+	// session pooling keeps with the client (docs/operations.md). On
+	// pgconn's config, so that every connection made from it has them: the
+	// pool's, a relay's listening connection, the inbox's database/sql
+	// ones.
+	var sets []string
+	if schema != "" {
+		// An identifier, not a string: search_path takes a string as one
+		// schema's name, quotes and all.
+		sets = append(sets, "SET search_path = "+pgx.Identifier{schema}.Sanitize())
 	}
+	if lockTimeout > 0 {
+		sets = append(sets, "SET lock_timeout = "+strconv.FormatInt(store.BusyMillis(lockTimeout), 10))
+	}
+	addSessionSets(cfg.ConnConfig, sets...)
 	return cfg, schema, nil
+}
+
+// addSessionSets makes every connection of cfg run sets (SET statements)
+// once it is made, in one round trip, after any AfterConnect cfg had.
+func addSessionSets(cfg *pgx.ConnConfig, sets ...string) {
+	if len(sets) == 0 {
+		return
+	}
+	sql := strings.Join(sets, "; ")
+	prev := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+		if prev != nil {
+			if err := prev(ctx, c); err != nil {
+				return err
+			}
+		}
+		_, err := c.Exec(ctx, sql).ReadAll()
+		return err
+	}
 }
 
 // IdleInTransactionTimeout is idle_in_transaction_session_timeout on the
@@ -452,11 +484,7 @@ func open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		// A SET on each new connection, not a startup parameter: PgBouncer
 		// refuses a startup parameter it is not told to ignore, and
 		// ignoring it would drop the timeout without a word (helper-171).
-		set := fmt.Sprintf("SET idle_in_transaction_session_timeout = %d", IdleInTransactionTimeout.Milliseconds())
-		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-			_, err := c.Exec(ctx, set)
-			return err
-		}
+		addSessionSets(cfg.ConnConfig, fmt.Sprintf("SET idle_in_transaction_session_timeout = %d", IdleInTransactionTimeout.Milliseconds()))
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fairrelay/fairrelay/internal/pgtest"
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 )
@@ -108,8 +109,11 @@ func TestPoolConfigRefusesSettingsTheStoreMakes(t *testing.T) {
 	if _, _, err := pgstore.PoolConfig("postgres://h/db?options=-c%20statement_timeout%3D5s", 5*time.Second); err != nil {
 		t.Errorf("options without the store's settings: %v", err)
 	}
-	cfg, _, err := pgstore.PoolConfig("postgres://h/db?search_path=other", 5*time.Second)
-	if err != nil || cfg.ConnConfig.RuntimeParams["search_path"] != "other" || cfg.ConnConfig.RuntimeParams["lock_timeout"] != "5000" {
-		t.Errorf("search_path without schema=: %v, %v", cfg.ConnConfig.RuntimeParams, err)
+	cfg, _, err := pgstore.PoolConfig(pgtest.URL(t)+"&search_path=other", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Settings(t, cfg.ConnConfig, "search_path", "lock_timeout"); got["search_path"] != "other" || got["lock_timeout"] != "5000" {
+		t.Errorf("search_path without schema=: %v", got)
 	}
 }
