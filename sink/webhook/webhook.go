@@ -15,7 +15,10 @@
 // status agrees with it (an ack with a 2xx, a permanent outcome with a
 // non-transient 4xx, a transient one with any status; inbox.WriteOutcome
 // answers that way); a 2xx naming a permanent outcome says two things and
-// is retried. Otherwise the HTTP status decides: 2xx → accepted; 408, 425, 429
+// is retried. A 2xx whose body starts as a JSON object and does not parse
+// (cut off at Options.MaxResponseBytes, or two values) names a status
+// nobody can read, and is retried. Otherwise the HTTP status decides: 2xx →
+// accepted; 408, 425, 429
 // and 5xx → retry; any other status → retry, unless the operator listed it
 // in Options.Permanent, which makes it rejected (permanent). A Retry-After
 // header sets a floor on the next attempt. An unknown answer is never
@@ -52,7 +55,8 @@ type Options struct {
 	// The relay's own per-delivery deadline applies as well.
 	Timeout time.Duration
 	// MaxResponseBytes is how much of an answer is read, in bytes; the rest
-	// is discarded. Defaults to 64 KiB.
+	// is discarded, and a 2xx JSON answer cut off there is retried (its
+	// status unread). Defaults to 64 KiB.
 	MaxResponseBytes int64
 	// Permanent lists HTTP statuses (300–499, except 408, 425 and 429) the
 	// operator declares permanent: they settle as rejected and quarantine
@@ -220,14 +224,35 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 	if err != nil {
 		return sink.Result{}, fmt.Errorf("webhook: post %s: %w", d.EventID, err)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, s.maxRead))
+	// One byte past the limit tells an answer cut off from one that fits.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, s.maxRead+1))
+	cut := int64(len(body)) > s.maxRead
+	if cut {
+		body = body[:s.maxRead]
+	}
 	// Drain a little more so the connection can be reused, then close.
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
 	if err != nil {
 		return sink.Result{}, fmt.Errorf("webhook: read answer to %s: %w", d.EventID, err)
 	}
-	return s.classify(resp.StatusCode, resp.Header, body, ts), nil
+	res := s.classify(resp.StatusCode, resp.Header, body, ts)
+	if cut {
+		res.Detail += fmt.Sprintf("; the answer was cut off after %d bytes (MaxResponseBytes)", s.maxRead)
+	}
+	return res, nil
+}
+
+// unreadable reports whether body, a 2xx answer's, is meant as a JSON
+// object — its first byte after white space and a UTF-8 byte order mark is
+// '{' — that does not parse: cut off at MaxResponseBytes or by a connection
+// that closed mid-answer, two values, a byte order mark. Its status is
+// unknown, and an unknown answer is transient (SPEC §2): taken as the 2xx
+// alone, {"status":"retry", …} cut off at 64 KiB acked an event the
+// receiver had not applied (a breaker's report).
+func unreadable(body []byte) bool {
+	t := bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("\ufeff")), " \t\r\n")
+	return len(t) > 0 && t[0] == '{' && !json.Valid(t)
 }
 
 // skewWorthNaming is the smallest distance between the receiver's clock
@@ -246,6 +271,10 @@ func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) 
 	// the repeated-key rule below, which compares keys exactly (a breaker's
 	// report). A value that is not a string is no answer.
 	var answer struct{ Status, Cause string }
+	// A UTF-8 byte order mark before the answer is not part of it (RFC
+	// 8259 lets a parser ignore one): {"status":"retry"} after one was
+	// taken as no answer, and its 200 acked the event.
+	body = bytes.TrimPrefix(body, []byte("\ufeff"))
 	isJSON := json.Valid(body)
 	members, objErr := jsontext.Object(body)
 	if isJSON && objErr == nil {
@@ -285,6 +314,9 @@ func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) 
 	}
 	if res.Outcome == "" {
 		switch {
+		case status >= 200 && status <= 299 && unreadable(body):
+			res.Outcome = fairrelay.OutcomeRetry
+			res.Detail += "; the answer starts as a JSON object and does not parse (cut off, or more than one value): its status is unknown, retried"
 		case status >= 200 && status <= 299:
 			res.Outcome = fairrelay.OutcomeAccepted
 		case s.permanent[status]:

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -416,10 +417,10 @@ func TestConnectionReuseAndBoundedRead(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	s := newSink(t, webhook.Options{URL: srv.URL, MaxResponseBytes: 64})
-	// The huge answer is cut at 64 bytes: no longer JSON, so the 200 decides
-	// (accepted, not the duplicate it would have said in full).
+	// The huge answer is cut at 64 bytes: a JSON object whose status
+	// cannot be read, so retried (not the 200's accepted).
 	res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")})
-	if err != nil || res.Outcome != fairrelay.OutcomeAccepted {
+	if err != nil || res.Outcome != fairrelay.OutcomeRetry || !strings.Contains(res.Detail, "cut off after 64 bytes") {
 		t.Fatalf("huge answer: %v %v", res, err)
 	}
 	for range 5 {
@@ -506,5 +507,63 @@ func TestRefusalNamesTheCause(t *testing.T) {
 		if !strings.Contains(res.Detail, tc.want) || strings.Contains(res.Detail, tc.not) {
 			t.Errorf("%s: %q, want it to say %q and not %q", tc.name, res.Detail, tc.want, tc.not)
 		}
+	}
+}
+
+// A 2xx whose answer starts as a JSON object that cannot be read — cut off
+// at MaxResponseBytes, or by a connection closed mid-answer, or two values
+// — names a status nobody knows, and is retried: taken as the 2xx alone,
+// {"status":"retry", …} cut off at 64 KiB acked an event its receiver had
+// not applied (a breaker's report). A byte order mark before an answer is
+// not part of it. A 2xx whose body is not meant as JSON stays accepted.
+func TestAnAnswerThatCannotBeReadIsRetried(t *testing.T) {
+	t.Parallel()
+	pad := strings.Repeat("x", 70<<10)
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		close  bool // the body ends with the connection, cut short
+		want   fairrelay.Outcome
+	}{
+		{"retry, cut off", 200, `{"status":"retry","pad":"` + pad + `"}`, false, fairrelay.OutcomeRetry},
+		{"gap, cut off", 200, `{"status":"gap","pad":"` + pad + `"}`, false, fairrelay.OutcomeRetry},
+		{"id_conflict, cut off", 200, `{"status":"id_conflict","pad":"` + pad + `"}`, false, fairrelay.OutcomeRetry},
+		{"status after the cut", 200, `{"pad":"` + pad + `","status":"retry"}`, false, fairrelay.OutcomeRetry},
+		{"cut by the connection", 200, `{"status":"ret`, true, fairrelay.OutcomeRetry},
+		{"two values", 200, "{\"status\":\"retry\"}\n{}", false, fairrelay.OutcomeRetry},
+		{"byte order mark", 200, "\ufeff{\"status\":\"retry\"}", false, fairrelay.OutcomeRetry},
+		{"byte order mark, accepted", 200, "\ufeff{\"status\":\"accepted\"}", false, fairrelay.OutcomeAccepted},
+		{"plain text", 200, "OK", false, fairrelay.OutcomeAccepted},
+		{"empty", 204, "", false, fairrelay.OutcomeAccepted},
+		{"a long text, cut off", 200, pad, false, fairrelay.OutcomeAccepted},
+		{"a JSON array", 200, `[1,2]`, false, fairrelay.OutcomeAccepted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.close {
+					// Neither a length nor chunks: the body ends where the
+					// connection does, which a client reads as the whole answer.
+					conn, buf, err := w.(http.Hijacker).Hijack()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nConnection: close\r\n\r\n%s", tc.status, http.StatusText(tc.status), tc.body)
+					buf.Flush()
+					conn.Close()
+					return
+				}
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+			}))
+			t.Cleanup(srv.Close)
+			s := newSink(t, webhook.Options{URL: srv.URL})
+			res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte(`{"delta":1}`)})
+			if err != nil || res.Outcome != tc.want {
+				t.Errorf("%d %.40q: %+v %v, want %s", tc.status, tc.body, res, err, tc.want)
+			}
+		})
 	}
 }
