@@ -271,6 +271,11 @@ func openSQLite(ctx context.Context, path string, opts Options, applied *[]int) 
 			return nil, "", nil, openSQLiteError(abs, err)
 		}
 	}
+	if !opts.ReadOnly {
+		if err := sqlitestore.EnsureWAL(ctx, abs, opts.BusyTimeout); err != nil {
+			return nil, "", nil, openSQLiteError(abs, err)
+		}
+	}
 	// Only the file as it is now: a connection the pool opens again later
 	// must not make a new one where the inbox was removed.
 	dsn := sqlitestore.ExistingOnly(sqlitestore.DSN(abs, opts.BusyTimeout, true))

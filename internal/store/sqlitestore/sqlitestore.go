@@ -162,6 +162,48 @@ func CreateFile(path string) error {
 	return f.Close()
 }
 
+// EnsureWAL puts the database at path, which exists, in WAL mode before the
+// store's connections open it: each of those asks for WAL mode as it opens
+// (DSN's journal_mode pragma), and on a new file that switch takes the
+// file's lock in a way SQLite does not wait for — the busy timeout is not
+// consulted — so of several processes opening one new store at once, some
+// failed at once with "database is locked" (a breaker's report: 8 of 40
+// opens of a new inbox by four processes started together). Here the
+// switch is tried again on SQLITE_BUSY, every few milliseconds, for up to
+// busy; then the store's connections find WAL mode set, which takes no such
+// lock. A file that keeps another mode (a file system without shared
+// memory) is left to the connections, as before. Errors: ErrBusy past busy,
+// and the database's own, translated.
+func EnsureWAL(ctx context.Context, path string, busy time.Duration) error {
+	db, err := sql.Open("sqlite", fileURI(path, "_pragma=busy_timeout("+strconv.FormatInt(store.BusyMillis(busy), 10)+")&mode=rw"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	deadline := time.Now().Add(busy)
+	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		var mode string
+		err := db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
+		if err == nil {
+			return nil
+		}
+		err = Translate(fmt.Errorf("set WAL mode: %w", err))
+		if !errors.Is(err, store.ErrBusy) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		// Waiting for another process's lock, as SQLite's busy handler
+		// would have.
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // ExistingOnly is dsn (a file: URI of DSN or writeDSN) opening the file
 // only if it exists, for reading and writing (mode=rw): SQLITE_CANTOPEN
 // when it does not, where the default mode would create it.
@@ -267,6 +309,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if !opts.MustExist {
 		if err := CreateFile(abs); err != nil {
+			return nil, err
+		}
+	}
+	if !opts.ReadOnly {
+		if err := EnsureWAL(ctx, abs, opts.BusyTimeout); err != nil {
 			return nil, err
 		}
 	}
