@@ -718,6 +718,40 @@ func TestRunRedeliversAnApplyError(t *testing.T) {
 	}
 }
 
+// A panic in the receiver's Apply is redelivered as Apply's error: it
+// ended the consumer's process, and the message, unacked, came back and
+// ended the next one, so one poison message stopped every flow (a
+// breaker's report; the HTTP path survived it). Before the fix this test
+// ends the test binary.
+func TestRunRedeliversAPanicInApply(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t, inbox.Options{Apply: func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
+		panic("apply bug on one poison body")
+	}})
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1)}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	var got consume.Applied
+	go func() {
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, RedeliverBase: time.Second, RedeliverCap: time.Second,
+			Logger: slog.New(slog.DiscardHandler),
+			OnApplied: func(a consume.Applied) {
+				got = a
+				cancel()
+			}})
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got.Action != consume.ActionRedeliver || !errors.Is(got.Err, inbox.ErrApply) || !strings.Contains(got.Err.Error(), "apply bug on one poison body") {
+		t.Errorf("a panicking Apply: action %v, err %v; want redeliver with ErrApply naming the panic", got.Action, got.Err)
+	}
+	if a := f.done["A1"]; fmt.Sprint(a) != "[redeliver 1s]" {
+		t.Errorf("A1: %v, want [redeliver 1s]", a)
+	}
+}
+
 // A consumer whose SQLite inbox's file is moved away under it stops with
 // fairrelay.ErrFileReplaced at its next message, which it hands back for
 // redelivery: no redelivery cures it, and a consumer that went on (an SRE's

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -222,4 +224,39 @@ func TestApplysBusyErrorIsBusy(t *testing.T) {
 	if !errors.Is(err, fairrelay.ErrBusy) || !errors.Is(err, inbox.ErrApply) {
 		t.Fatalf("Apply's serialization failure: %v (code %q), want busy and ErrApply", err, fairrelay.CodeOf(err))
 	}
+}
+
+// A panic in Apply is an error of Apply (ErrApply, the panic's value in
+// it): everything rolled back, no receipt, and the next delivery of the
+// event applies it. It reached Receive's caller as a panic, which in a
+// broker consumer ended the process, and the message, unacked, ended the
+// next one (a breaker's report). Both backends.
+func TestAPanicInApplyIsAnError(t *testing.T) {
+	var called sync.Map // event id → called before: each backend's event panics once
+	eachBackend(t, "frinpanic", inbox.Options{Apply: func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS effect (id TEXT PRIMARY KEY)`); err != nil {
+			return "", err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO effect (id) VALUES ($1)`, d.EventID); err != nil {
+			return "", err
+		}
+		if _, again := called.LoadOrStore(d.EventID, true); !again {
+			panic("a bug on the first body")
+		}
+		return fairrelay.OutcomeAccepted, nil
+	}}, func(t *testing.T, in *inbox.Inbox) {
+		id := "A1-" + path.Base(t.Name()) // the backend's own event
+		out, err := in.Receive(t.Context(), deliveryOf(id, "A", 1, 1))
+		if !errors.Is(err, inbox.ErrApply) || !strings.Contains(err.Error(), "panicked on "+id+": a bug on the first body") {
+			t.Fatalf("a panicking Apply: %q %v, want an ErrApply naming the panic", out, err)
+		}
+		if rs, err := in.Receipts(t.Context(), "", 0, 10); err != nil || len(rs) != 0 {
+			t.Fatalf("receipts after the panic: %v %v, want none", rs, err)
+		}
+		receiver(t, in)(deliveryOf(id, "A", 1, 1), fairrelay.OutcomeAccepted)
+		var n int
+		if err := in.DB().QueryRowContext(t.Context(), `SELECT count(*) FROM effect`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("effects: %d %v, want 1 (the panicking call's rolled back)", n, err)
+		}
+	})
 }

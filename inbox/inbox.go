@@ -21,6 +21,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -120,7 +121,9 @@ type Options struct {
 	// consume redelivers, also when it wraps ErrInvalidInput); any other
 	// outcome is such an error, and so is a tx Apply ended itself — but
 	// what Apply committed itself stays committed, without a receipt, and a
-	// redelivery applies it again: Apply must leave tx to Receive.
+	// redelivery applies it again: Apply must leave tx to Receive. A panic
+	// in Apply is such an error too (its value and stack in the message):
+	// rolled back and answered as one, never the caller's panic.
 	// A redelivery of an accepted event answers duplicate without calling
 	// Apply: it runs again for an event only when an earlier call's
 	// transaction did not commit. With Apply set, MaxDelta does not apply
@@ -740,7 +743,7 @@ func (in *Inbox) receive(ctx context.Context, tx *sql.Tx, d Delivery) (fairrelay
 // checks, and on accepted writes its receipt and moves its flow's seq
 // (total, the flow's projected total, unchanged).
 func (in *Inbox) applyOwn(ctx context.Context, tx *sql.Tx, d Delivery, total int64) (fairrelay.Outcome, error) {
-	out, err := in.apply(ctx, tx, d)
+	out, err := in.callApply(ctx, tx, d)
 	switch {
 	case err != nil:
 		return "", &applyError{err}
@@ -763,6 +766,20 @@ func (in *Inbox) applyOwn(ctx context.Context, tx *sql.Tx, d Delivery, total int
 		return "", fmt.Errorf("ProjectionUpsert: %w", err)
 	}
 	return fairrelay.OutcomeAccepted, nil
+}
+
+// callApply calls Options.Apply, turning a panic into its error, with the
+// panic's value and stack: a panic in a broker consumer's lane ended the
+// whole process, and the message, unacked, came back and ended the next
+// one (a breaker's report: one poison message stopped every flow), where
+// the HTTP handler's server merely dropped the connection.
+func (in *Inbox) callApply(ctx context.Context, tx *sql.Tx, d Delivery) (out fairrelay.Outcome, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", fmt.Errorf("panicked on %s: %v\n%s", d.EventID, r, debug.Stack())
+		}
+	}()
+	return in.apply(ctx, tx, d)
 }
 
 // refusedUnlessWaived answers refusal for d, or duplicate when an operator
