@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -87,6 +89,14 @@ func consumeStream(ctx context.Context, opts ConsumerOptions, apply consume.Opti
 	}
 	if err != nil {
 		return fmt.Errorf("jetstream: stream %s: %w", opts.Stream, err)
+	}
+	if lossy := DropsUnread(stream.CachedInfo().Config); lossy != "" {
+		log := apply.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("jetstream: the stream can drop a message before this consumer acks it, and an event the relay settled is then lost: remove those limits (work-queue retention deletes a message once acked)",
+			"stream", opts.Stream, "limits", lossy)
 	}
 	cons, err := stream.CreateOrUpdateConsumer(ctx, js.ConsumerConfig{
 		Durable:       opts.Durable,
@@ -201,3 +211,34 @@ const consumerCheck = 5 * time.Second
 const pullExpiry = 3 * time.Second
 
 func (e envelope) Reject() error { return e.m.Term() }
+
+// DropsUnread names the limits of a stream's configuration under which
+// JetStream deletes a message whether or not a consumer acked it — max_age
+// (always), max_msgs, max_bytes or max_msgs_per_subject with discard old —
+// or "" when it has none. The relay settles an event once the stream has
+// it, so a message dropped unread is an event lost (a breaker's run: a
+// work-queue stream with max_age 2s, the consumer started 3 s later, 0 of
+// 3 acked events applied). Limits with discard new only refuse new
+// messages, which the relay retries.
+func DropsUnread(c js.StreamConfig) string {
+	var l []string
+	if c.MaxAge > 0 {
+		l = append(l, "max_age "+c.MaxAge.String())
+	}
+	if c.Discard == js.DiscardOld {
+		var old []string
+		if c.MaxMsgs > 0 {
+			old = append(old, fmt.Sprintf("max_msgs %d", c.MaxMsgs))
+		}
+		if c.MaxBytes > 0 {
+			old = append(old, fmt.Sprintf("max_bytes %d", c.MaxBytes))
+		}
+		if c.MaxMsgsPerSubject > 0 {
+			old = append(old, fmt.Sprintf("max_msgs_per_subject %d", c.MaxMsgsPerSubject))
+		}
+		if len(old) > 0 {
+			l = append(l, strings.Join(old, ", ")+" with discard old")
+		}
+	}
+	return strings.Join(l, ", ")
+}
