@@ -86,7 +86,10 @@ func readLines(r io.Reader) (<-chan inputLine, <-chan error) {
 	go func() {
 		defer close(lines)
 		br := bufio.NewReaderSize(r, 64<<10)
-		script.SkipByteOrderMark(br)
+		if err := script.SkipByteOrderMark(br); err != nil {
+			errc <- err
+			return
+		}
 		for no := 1; ; no++ {
 			b, tooLong, err := script.ReadLine(br, script.MaxLineBytes)
 			if err != nil && err != io.EOF {

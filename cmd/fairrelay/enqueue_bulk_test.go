@@ -673,3 +673,22 @@ func TestBulkEnqueueStoppedBySignalWhileWaitingSaysEveryLineWasAnswered(t *testi
 		t.Errorf("stderr after a signal with every line answered (%v):\n%s", err, msg)
 	}
 }
+
+// A bulk input in UTF-16 (a Windows editor's "Unicode") is refused whole
+// with exit 2, naming the encoding and how to convert it, and nothing is
+// enqueued: each line was refused invalid_json ("invalid character 'ÿ'"),
+// exit 1, with no word of the cause.
+func TestBulkEnqueueRefusesUTF16(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	var in strings.Builder
+	in.WriteString("\xff\xfe")
+	for _, r := range `{"id":"B1","flow":"B","delta":1}` + "\n" {
+		in.WriteByte(byte(r))
+		in.WriteByte(0)
+	}
+	out, errOut, code := cli(t, in.String(), "enqueue", "--queue", queue)
+	if code != 2 || out != "" || !strings.Contains(errOut, "invalid_input: input: the input is UTF-16") || !strings.Contains(errOut, "iconv") {
+		t.Fatalf("exit %d, want 2 with the encoding named and no answer:\n%s%s", code, out, errOut)
+	}
+}

@@ -2,6 +2,7 @@ package script
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -180,5 +181,34 @@ func TestScriptRunSkipsALeadingByteOrderMark(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 2 || lines[0] != `{"seq":2,"status":"created"}` || !strings.Contains(lines[1], `"error":"invalid_json"`) {
 		t.Errorf("results %q: want A2 created, then the second line refused as JSON", lines)
+	}
+}
+
+// A script in UTF-16 or UTF-32 (a Windows editor's "Unicode") is refused
+// whole, naming the encoding, before any op runs: each line failed
+// invalid_json ("invalid character 'ÿ'") with no word of the cause.
+func TestScriptRunRefusesUTF16(t *testing.T) {
+	utf16 := func(s string, bom string) string {
+		var b strings.Builder
+		b.WriteString(bom)
+		for _, r := range s {
+			b.WriteByte(byte(r))
+			b.WriteByte(0)
+		}
+		return b.String()
+	}
+	op := `{"op":"enqueue","id":"A2","flow":"A","delta":1,"at":1}` + "\n"
+	for name, in := range map[string]string{
+		"UTF-16 LE with a mark": utf16(op, "\xff\xfe"),
+		"UTF-16 without a mark": utf16(op, ""),
+		"UTF-32 LE with a mark": "\xff\xfe\x00\x00{\x00\x00\x00",
+	} {
+		_, rn := runnerWithA1(t, 0)
+		var out strings.Builder
+		err := rn.Run(context.Background(), strings.NewReader(in), &out)
+		var fe *fairrelay.Error
+		if !errors.As(err, &fe) || fe.Code != fairrelay.CodeInvalidInput || fe.Field != "input" || !strings.Contains(fe.Message, "UTF-") || out.Len() != 0 {
+			t.Errorf("%s: %v, output %q; want invalid_input naming input and the encoding, nothing run", name, err, out.String())
+		}
 	}
 }

@@ -37,7 +37,9 @@ const MaxLineBytes = 4 << 20
 // cannot be written.
 func (rn *Runner) Run(ctx context.Context, r io.Reader, w io.Writer) error {
 	br := bufio.NewReaderSize(r, 64<<10)
-	SkipByteOrderMark(br)
+	if err := SkipByteOrderMark(br); err != nil {
+		return err
+	}
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
 	for {
@@ -73,11 +75,31 @@ func (rn *Runner) Run(ctx context.Context, r io.Reader, w io.Writer) error {
 // SkipByteOrderMark drops a UTF-8 byte order mark at the start of br, which
 // some editors and Windows tools begin a file with: it is not part of the
 // first line (which failed "invalid character 'ï' looking for beginning of
-// value": a breaker's report). One anywhere else is the line's own.
-func SkipByteOrderMark(br *bufio.Reader) {
+// value": a breaker's report). One anywhere else is the line's own. Input
+// in UTF-16 or UTF-32 — a byte order mark of either, or a NUL among the
+// first bytes, as a Windows editor's "Unicode" writes it — is refused whole
+// with ErrInvalidInput naming "input", before any line: each line failed
+// "invalid character 'ÿ'" and the error named no cause.
+func SkipByteOrderMark(br *bufio.Reader) error {
 	if b, err := br.Peek(3); err == nil && bytes.Equal(b, []byte("\xef\xbb\xbf")) {
 		br.Discard(3)
+		return nil
 	}
+	head, _ := br.Peek(4)
+	enc := ""
+	switch {
+	case bytes.HasPrefix(head, []byte("\xff\xfe\x00\x00")), bytes.HasPrefix(head, []byte("\x00\x00\xfe\xff")):
+		enc = "UTF-32 (it begins with a UTF-32 byte order mark)"
+	case bytes.HasPrefix(head, []byte("\xff\xfe")), bytes.HasPrefix(head, []byte("\xfe\xff")):
+		enc = "UTF-16 (it begins with a UTF-16 byte order mark)"
+	case bytes.IndexByte(head, 0) >= 0:
+		enc = "UTF-16 or UTF-32 (a NUL byte among its first bytes)"
+	}
+	if enc != "" {
+		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "input", Message: "the input is " + enc +
+			": JSON lines are UTF-8; convert it first (iconv -f UTF-16 -t UTF-8 FILE); nothing was read"}
+	}
+	return nil
 }
 
 // ReadLine reads one line without its newline. A line longer than max is
