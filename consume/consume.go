@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -196,7 +197,9 @@ type Options struct {
 	// slog.New(slog.DiscardHandler) to drop them.
 	Logger *slog.Logger
 	// OnApplied, when set, is called after each message was settled with
-	// the broker, from the message's lane. It must not block for long.
+	// the broker, from the message's lane. It must not block for long. A
+	// panic in it is logged at ERROR with the stack, and the consumer goes
+	// on.
 	OnApplied func(Applied)
 	// Metrics, when set, counts each message settled (see NewMetrics).
 	Metrics *Metrics
@@ -726,6 +729,16 @@ func (r *runner) report(a Applied) {
 	}
 	r.opts.Metrics.observe(a)
 	if r.opts.OnApplied != nil {
-		r.opts.OnApplied(a)
+		// The application's hook, after the message was settled: a panic
+		// in it is logged and the consumer goes on (it ended the
+		// consumer's process, as a panic in Apply did).
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					log.Error("consume: the OnApplied hook panicked; the consumer goes on", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				}
+			}()
+			r.opts.OnApplied(a)
+		}()
 	}
 }

@@ -752,6 +752,33 @@ func TestRunRedeliversAPanicInApply(t *testing.T) {
 	}
 }
 
+// A panic in the OnApplied hook is logged and the consumer goes on to the
+// next message: it ended the consumer's process after the message had
+// been settled (a breaker's report on the relay's hooks, the same kind).
+func TestRunGoesOnAfterAPanicInOnApplied(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t, inbox.Options{})
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1), ledger(f, "A2", "A", 2, 1, 1)}
+	var logs syncbuf.Buffer
+	ctx, cancel := context.WithCancel(t.Context())
+	n := 0
+	err := consume.Run(ctx, f, consume.Options{Inbox: in, Lanes: 1, RedeliverBase: time.Hour, RedeliverCap: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		OnApplied: func(a consume.Applied) {
+			if n++; n == 1 {
+				panic("a bug in the application's hook")
+			}
+			cancel()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(f.done["A1"], f.done["A2"]) != "[ack] [ack]" || !strings.Contains(logs.String(), "consume: the OnApplied hook panicked; the consumer goes on") {
+		t.Errorf("A1 %v, A2 %v; log:\n%s\nwant both acked and the panic logged", f.done["A1"], f.done["A2"], logs.String())
+	}
+}
+
 // A consumer whose SQLite inbox's file is moved away under it stops with
 // fairrelay.ErrFileReplaced at its next message, which it hands back for
 // redelivery: no redelivery cures it, and a consumer that went on (an SRE's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -98,7 +99,7 @@ func (r *Relay) deliver(deliverCtx context.Context, cl *fairrelay.Claim) answer 
 	var err error
 	if timeout > 0 {
 		ctx, cancel := context.WithTimeout(deliverCtx, timeout)
-		res, err = r.cfg.Sink.Deliver(ctx, sink.Delivery{
+		res, err = r.callSink(ctx, sink.Delivery{
 			EventID: cl.Token.EventID, Flow: cl.Flow, Seq: cl.Seq, Generation: cl.Token.Generation,
 			Attempt: cl.Attempts, Body: cl.Body,
 		})
@@ -121,4 +122,21 @@ func (r *Relay) deliver(deliverCtx context.Context, cl *fairrelay.Claim) answer 
 		outcome, detail = fairrelay.OutcomeRetry, fmt.Sprintf("the sink returned the outcome %q, which is not a name (fairrelay.CheckID)", outcome)
 	}
 	return answer{s: Settled{Claim: *cl, Outcome: outcome, Detail: detail, Latency: latency}, retryAfter: res.RetryAfter}
+}
+
+// callSink runs the sink's Deliver for d, turning a panic into an error
+// (the delivery is retried, and its attempt's detail names the panic),
+// logged at ERROR with the stack: a sink.Func that panicked on one event
+// ended the relay with every head it had claimed still leased, and each
+// relay that claimed the event after the lease ended the same way (a
+// breaker's report).
+func (r *Relay) callSink(ctx context.Context, d sink.Delivery) (res sink.Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("relay: the sink panicked; the delivery is retried", "id", d.EventID, "flow", d.Flow, "seq", d.Seq,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			res, err = sink.Result{}, fmt.Errorf("the sink panicked: %v", v)
+		}
+	}()
+	return r.cfg.Sink.Deliver(ctx, d)
 }

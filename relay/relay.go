@@ -107,7 +107,9 @@ type Config struct {
 	// Queue is the queue store to dispatch. Required. Its policy's Lease is
 	// read in ticks = milliseconds.
 	Queue *fairrelay.Queue
-	// Sink delivers events to the receiver. Required.
+	// Sink delivers events to the receiver. Required. A panic in its
+	// Deliver is logged at ERROR with the stack and taken as no answer:
+	// the delivery is retried.
 	Sink sink.Sink
 	// Workers is how many deliveries run at once (each on a distinct flow:
 	// a flow has at most one inflight event), and so the most heads one
@@ -188,7 +190,8 @@ type Config struct {
 	// committed (and for every settle skipped because the lease ran out),
 	// from the goroutine that settled it (the claimer or the settler), one
 	// call at a time per goroutine. It must not block for long: the
-	// dispatch waits for it.
+	// dispatch waits for it. A panic in it is logged at ERROR with the
+	// stack, and the relay goes on.
 	OnSettle func(Settled)
 	// OnQuarantine, when set, is called for every head this relay's writes
 	// quarantined, after the write committed: by a settle (a permanent
@@ -198,7 +201,7 @@ type Config struct {
 	// settle answers it, so OnSettle never sees it). One hook for an
 	// application that pages someone or opens a ticket per quarantine. It
 	// is called from the goroutine that wrote, as OnSettle, and must not
-	// block for long.
+	// block for long; a panic in it is logged, as OnSettle's.
 	OnQuarantine func(Quarantine)
 	// Quantum is how far a group's charge (its slot time over its weight)
 	// may run ahead of the floor (the charge of a fair share) and the group

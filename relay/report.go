@@ -2,7 +2,9 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 
 	"time"
 
@@ -76,13 +78,27 @@ func (r *Relay) report(s Settled) {
 		r.log.Log(context.Background(), level, msg, attrs...)
 	}
 	if r.cfg.OnSettle != nil {
-		r.cfg.OnSettle(s)
+		r.hook("OnSettle", func() { r.cfg.OnSettle(s) })
 	}
 	if r.cfg.OnQuarantine != nil && !s.LeaseLost && s.Result.Status == fairrelay.SettleQuarantined {
 		c := s.Claim
-		r.cfg.OnQuarantine(Quarantine{Head: fairrelay.Quarantined{ID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Generation: c.Token.Generation,
-			Attempts: c.Attempts, Reason: quarantineReason(s.Outcome)}, At: s.At, Outcome: s.Outcome, Detail: s.Detail})
+		q := Quarantine{Head: fairrelay.Quarantined{ID: c.Token.EventID, Flow: c.Flow, Seq: c.Seq, Generation: c.Token.Generation,
+			Attempts: c.Attempts, Reason: quarantineReason(s.Outcome)}, At: s.At, Outcome: s.Outcome, Detail: s.Detail}
+		r.hook("OnQuarantine", func() { r.cfg.OnQuarantine(q) })
 	}
+}
+
+// hook runs call, the application's hook name (Config.OnSettle,
+// OnQuarantine), after what it reports was committed; a panic in it is
+// logged at ERROR with the stack and the relay goes on: it ended the
+// relay, with the heads it had claimed still leased (a breaker's report).
+func (r *Relay) hook(name string, call func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("relay: the "+name+" hook panicked; the relay goes on", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	call()
 }
 
 // reportQuarantined reports the heads a claim of tick ran quarantined
@@ -96,7 +112,7 @@ func (r *Relay) reportQuarantined(qs []fairrelay.Quarantined, ran int64) {
 			"attempt", q.Attempts, "reason", q.Reason, "tick", ran,
 			"detail", "its lease ran out after the round used the whole budget (by the claim; no answer was settled)")
 		if r.cfg.OnQuarantine != nil {
-			r.cfg.OnQuarantine(Quarantine{Head: q, At: ran, ByClaim: true})
+			r.hook("OnQuarantine", func() { r.cfg.OnQuarantine(Quarantine{Head: q, At: ran, ByClaim: true}) })
 		}
 	}
 }
