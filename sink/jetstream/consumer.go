@@ -214,12 +214,14 @@ func (e envelope) Reject() error { return e.m.Term() }
 
 // DropsUnread names the limits of a stream's configuration under which
 // JetStream deletes a message whether or not a consumer acked it — max_age
-// (always), max_msgs, max_bytes or max_msgs_per_subject with discard old —
+// (always), max_msgs, max_bytes or max_msgs_per_subject with discard old,
+// max_msgs_per_subject with discard new but not discard_new_per_subject —
 // or "" when it has none. The relay settles an event once the stream has
 // it, so a message dropped unread is an event lost (a breaker's run: a
 // work-queue stream with max_age 2s, the consumer started 3 s later, 0 of
 // 3 acked events applied). Limits with discard new only refuse new
-// messages, which the relay retries.
+// messages, which the relay retries — a per-subject limit only with
+// discard_new_per_subject as well.
 func DropsUnread(c js.StreamConfig) string {
 	var l []string
 	if c.MaxAge > 0 {
@@ -239,6 +241,12 @@ func DropsUnread(c js.StreamConfig) string {
 		if len(old) > 0 {
 			l = append(l, strings.Join(old, ", ")+" with discard old")
 		}
+	} else if c.MaxMsgsPerSubject > 0 && !c.DiscardNewPerSubject {
+		// Discard new alone still drops a subject's oldest message at its
+		// limit: a per-subject refusal needs discard_new_per_subject too
+		// (a breaker's run: 4 publishes to one subject of a discard-new
+		// stream with max_msgs_per_subject 2 kept the last 2).
+		l = append(l, fmt.Sprintf("max_msgs_per_subject %d without discard_new_per_subject", c.MaxMsgsPerSubject))
 	}
 	return strings.Join(l, ", ")
 }

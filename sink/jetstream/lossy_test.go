@@ -30,6 +30,8 @@ func TestDropsUnread(t *testing.T) {
 		{js.StreamConfig{MaxAge: 7 * 24 * time.Hour}, "max_age 168h0m0s"},
 		{js.StreamConfig{MaxMsgs: 2}, "max_msgs 2 with discard old"},
 		{js.StreamConfig{MaxMsgs: 2, Discard: js.DiscardNew}, ""}, // refuses new ones: the relay retries
+		{js.StreamConfig{MaxMsgsPerSubject: 2, Discard: js.DiscardNew}, "max_msgs_per_subject 2 without discard_new_per_subject"},
+		{js.StreamConfig{MaxMsgsPerSubject: 2, Discard: js.DiscardNew, DiscardNewPerSubject: true}, ""},
 		{js.StreamConfig{MaxBytes: 1 << 20, MaxMsgsPerSubject: 5, MaxAge: time.Hour}, "max_age 1h0m0s, max_bytes 1048576, max_msgs_per_subject 5 with discard old"},
 	} {
 		if got := jetstream.DropsUnread(tc.cfg); got != tc.want {
