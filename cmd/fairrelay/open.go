@@ -717,24 +717,30 @@ func redactDSN(dsn string) string {
 	if err != nil {
 		return "(a URL that does not parse)"
 	}
+	// The query pair by pair as written, not through url.Query, which
+	// drops a pair holding a ';' or a bad escape — and with it the
+	// redaction, so ?password=S3CR;x was shown whole (a breaker's report).
 	if u.RawQuery != "" {
-		q := u.Query()
-		redacted := false
-		for k := range q {
-			lk := strings.ToLower(k)
+		pairs := strings.Split(u.RawQuery, "&")
+		for i, pair := range pairs {
+			key, _, _ := strings.Cut(pair, "=")
+			if k, err := url.QueryUnescape(key); err == nil {
+				key = k
+			}
+			lk := strings.ToLower(key)
 			for _, s := range []string{"pass", "secret", "token", "key", "sig", "auth"} {
 				if strings.Contains(lk, s) {
-					q.Set(k, "xxxxx")
-					redacted = true
+					k, _, _ := strings.Cut(pair, "=")
+					pairs[i] = k + "=xxxxx"
+					break
 				}
 			}
 		}
-		// The query as written unless a value was hidden, and then with a
-		// space as %20: PostgreSQL (libpq, pgx) keeps "+" as a plus, so a
-		// URL printed with options=-c+name%3Dvalue failed when pasted back.
-		if redacted {
-			u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
-		}
+		u.RawQuery = strings.Join(pairs, "&")
+	}
+	if u.Fragment != "" {
+		// A '#' not encoded, in a value: what follows it may be a secret's.
+		u.Fragment, u.RawFragment = "xxxxx", ""
 	}
 	return u.Redacted()
 }

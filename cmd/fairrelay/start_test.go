@@ -105,6 +105,10 @@ func TestRedactDSN(t *testing.T) {
 		// fragment or a path, which u.Redacted showed.
 		"postgres://app:123#pw@db/shop": "postgres://app:xxxxx@db/shop",
 		"postgres://app:12/pw@db/shop":  "postgres://app:xxxxx@db/shop",
+		// A pair url.Query drops (a ';', a bad escape) is redacted as written.
+		"postgres://db/shop?password=S3CR;x&schema=relay": "postgres://db/shop?password=xxxxx&schema=relay",
+		"postgres://db/shop?password=S3CR%zz":             "postgres://db/shop?password=xxxxx",
+		"postgres://db/shop?sslpassword=ab#cd":            "postgres://db/shop?sslpassword=xxxxx#xxxxx",
 	} {
 		if got := redactDSN(in); got != want {
 			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)

@@ -236,7 +236,7 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 	if err != nil {
 		return sink.Result{}, fmt.Errorf("webhook: read answer to %s: %w", d.EventID, err)
 	}
-	res := s.classify(resp.StatusCode, resp.Header, body, ts)
+	res := s.classify(resp.StatusCode, resp.Header, body, cut, ts)
 	if cut {
 		res.Detail += fmt.Sprintf("; the answer was cut off after %d bytes (MaxResponseBytes)", s.maxRead)
 	}
@@ -250,9 +250,15 @@ func (s *Sink) Deliver(ctx context.Context, d sink.Delivery) (sink.Result, error
 // unknown, and an unknown answer is transient (SPEC §2): taken as the 2xx
 // alone, {"status":"retry", …} cut off at 64 KiB acked an event the
 // receiver had not applied (a breaker's report).
-func unreadable(body []byte) bool {
+//
+// An answer cut off after nothing but white space is unreadable too: what
+// followed it is unknown (64 KiB of spaces, then {"status":"retry"}).
+func unreadable(body []byte, cut bool) bool {
 	t := bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("\ufeff")), " \t\r\n")
-	return len(t) > 0 && t[0] == '{' && !json.Valid(t)
+	if len(t) == 0 {
+		return cut
+	}
+	return t[0] == '{' && !json.Valid(t)
 }
 
 // skewWorthNaming is the smallest distance between the receiver's clock
@@ -263,7 +269,7 @@ const skewWorthNaming = time.Minute
 
 // classify maps one HTTP answer to a result (package doc). sent is the
 // request's webhook-timestamp.
-func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) sink.Result {
+func (s *Sink) classify(status int, h http.Header, body []byte, cut bool, sent time.Time) sink.Result {
 	res := sink.Result{Detail: strconv.Itoa(status) + " " + http.StatusText(status)}
 	// The answer's keys are matched exactly: encoding/json matches a
 	// struct's keys without regard to case (and folds ſ to s), so
@@ -314,7 +320,7 @@ func (s *Sink) classify(status int, h http.Header, body []byte, sent time.Time) 
 	}
 	if res.Outcome == "" {
 		switch {
-		case status >= 200 && status <= 299 && unreadable(body):
+		case status >= 200 && status <= 299 && unreadable(body, cut):
 			res.Outcome = fairrelay.OutcomeRetry
 			res.Detail += "; the answer starts as a JSON object and does not parse (cut off, or more than one value): its status is unknown, retried"
 		case status >= 200 && status <= 299:

@@ -537,6 +537,8 @@ func TestAnAnswerThatCannotBeReadIsRetried(t *testing.T) {
 		{"plain text", 200, "OK", false, fairrelay.OutcomeAccepted},
 		{"empty", 204, "", false, fairrelay.OutcomeAccepted},
 		{"a long text, cut off", 200, pad, false, fairrelay.OutcomeAccepted},
+		{"white space, cut off, then an answer", 200, strings.Repeat(" ", 70<<10) + `{"status":"retry"}`, false, fairrelay.OutcomeRetry},
+		{"white space alone", 200, "  \n", false, fairrelay.OutcomeAccepted},
 		{"a JSON array", 200, `[1,2]`, false, fairrelay.OutcomeAccepted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

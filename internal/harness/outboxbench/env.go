@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairrelay/fairrelay/internal/store/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", the library's own
@@ -71,7 +72,13 @@ func RandomName(prefix string) string {
 func WithParams(u string, kv ...string) (string, error) {
 	p, err := url.Parse(u)
 	if err != nil {
-		return "", fmt.Errorf("PostgreSQL URL: %w", err)
+		// Not url.Parse's words: they quote the URL, password and all
+		// (bench timefair --pg printed one; a breaker's report).
+		// pgstore.ParseDSN says what is wrong without quoting it.
+		if _, _, perr := pgstore.ParseDSN(u); perr != nil {
+			return "", fmt.Errorf("PostgreSQL URL: %w", perr)
+		}
+		return "", errors.New("PostgreSQL URL: not a URL")
 	}
 	q := p.Query()
 	for i := 0; i+1 < len(kv); i += 2 {

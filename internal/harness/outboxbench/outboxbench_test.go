@@ -127,3 +127,15 @@ func TestWithParamsKeepsSpacesForPostgres(t *testing.T) {
 		t.Errorf("WithParams = %q, want %q", got, want)
 	}
 }
+
+// A URL WithParams cannot parse is refused without quoting it: url.Parse's
+// words quote a piece of the URL, and a password holding '#', '/' or '?'
+// was shown by bench timefair --pg (a breaker's report).
+func TestWithParamsHidesThePassword(t *testing.T) {
+	for _, pw := range []string{"S3CR#b", "S3CR/c", "S3CR?d", "S3CR%zz"} {
+		_, err := WithParams("postgres://postgres:"+pw+"@127.0.0.1:1/test", "schema", "s1")
+		if err == nil || strings.Contains(err.Error(), "S3CR") {
+			t.Errorf("WithParams with the password %q: %v, want an error without it", pw, err)
+		}
+	}
+}
