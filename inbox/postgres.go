@@ -60,7 +60,15 @@ func openPostgres(ctx context.Context, dsn string, opts Options, applied *[]int)
 		if errors.Is(err, store.ErrMissing) || errors.Is(err, store.ErrRefusedSettings) {
 			return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "inbox", Err: err}
 		}
-		return nil, err
+		if errors.Is(err, store.ErrNotDatabase) || errors.Is(err, store.ErrBusy) {
+			return nil, err
+		}
+		// The server (or a pooler in front of it) did not take the
+		// connection — as the queue store's open says it (pgstore.Open):
+		// a daemon waits for it. PgBouncer's "query_wait_timeout" with
+		// its pool full ended receive at start, where relay waited (a
+		// fresh user's report).
+		return nil, fmt.Errorf("%w: %w", store.ErrServer, err)
 	}
 	where := "schema " + schema
 	if schema == "" {

@@ -20,9 +20,11 @@ import (
 // server, on a free loopback port, with trust authentication for URL(t)'s
 // user, and returns dsn (a URL of URL(t)'s server, schema=NAME and all)
 // pointing at it instead. It stops when the test ends. Without the
-// program it fails the test under CI=true and skips it elsewhere. Run as
+// program it fails the test under CI=true and skips it elsewhere.
+// settings are more lines of its [pgbouncer] section ("default_pool_size =
+// 1"). Run as
 // root, it runs as nobody: PgBouncer refuses to run as root.
-func PgBouncer(t testing.TB, dsn, poolMode string) string {
+func PgBouncer(t testing.TB, dsn, poolMode string, settings ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -52,7 +54,8 @@ auth_type = trust
 auth_file = %s
 pool_mode = %s
 unix_socket_dir =
-`, server.Hostname(), server.Port(), port, filepath.Join(dir, "users.txt"), poolMode)
+%s
+`, server.Hostname(), server.Port(), port, filepath.Join(dir, "users.txt"), poolMode, strings.Join(settings, "\n"))
 	if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(ini), 0o600); err != nil {
 		t.Fatal(err)
 	}
