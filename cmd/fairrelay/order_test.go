@@ -134,7 +134,7 @@ func TestRedriveNotQuarantinedNamesTheState(t *testing.T) {
 	}
 	out, errOut, code := cli(t, "", "redrive", "--queue", queue, "--id", "A1", "--expected-generation", "0", "--reason", "x")
 	if code != exitNotApplied || !strings.Contains(out, "not_quarantined") ||
-		!strings.Contains(errOut, "the event is ready (seq 1 of flow \"A\", generation 0)") || !strings.Contains(errOut, "inspect events --flow A") {
+		!strings.Contains(errOut, "the event is ready (seq 1 of flow \"A\", generation 0)") || !strings.Contains(errOut, "inspect events --queue "+shellQuote(queue)+" --flow A") {
 		t.Errorf("redrive of a ready event: exit %d, %q, stderr %q: want not_quarantined naming its state and where to look", code, out, errOut)
 	}
 }

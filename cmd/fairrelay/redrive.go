@@ -85,7 +85,7 @@ alone.`,
 				return err
 			}
 			if r.Status == fairrelay.RedriveRejected {
-				return notApplied("redrive %s: rejected (%s); nothing changed%s", id, r.RejectReason, generationHint(cmd.Context(), q, id, r.RejectReason))
+				return notApplied("redrive %s: rejected (%s); nothing changed%s", id, r.RejectReason, generationHint(cmd.Context(), q, queue, id, r.RejectReason))
 			}
 			return nil
 		},
@@ -225,7 +225,7 @@ func osUser() string {
 // not_quarantined its state) now, read after the answer (it may have moved
 // again since), and where to look further. Empty for other rejections, or
 // when the read fails (the rejection itself stands).
-func generationHint(ctx context.Context, q *fairrelay.Queue, id, reason string) string {
+func generationHint(ctx context.Context, q *fairrelay.Queue, queue, id, reason string) string {
 	if reason != fairrelay.RejectGenerationMismatch && reason != fairrelay.RejectNotQuarantined {
 		return ""
 	}
@@ -236,8 +236,10 @@ func generationHint(ctx context.Context, q *fairrelay.Queue, id, reason string) 
 	if reason == fairrelay.RejectNotQuarantined {
 		// A fresh user's report: the answer did not say what the event
 		// is, so whether it had been redriven already, or never failed.
-		return fmt.Sprintf(": the event is %s (seq %d of flow %q, generation %d); only a quarantined head can be redriven (fairrelay inspect events --flow %s)",
-			e.State, e.Seq, e.Flow, e.Generation, shellQuote(e.Flow))
+		// With --queue, so that the command runs as printed (a fresh
+		// user's report); a URL's password hidden.
+		return fmt.Sprintf(": the event is %s (seq %d of flow %q, generation %d); only a quarantined head can be redriven (fairrelay inspect events --queue %s --flow %s)",
+			e.State, e.Seq, e.Flow, e.Generation, shellQuote(redactDSN(queue)), shellQuote(e.Flow))
 	}
 	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect quarantined lists each head with the generation a redrive needs)", e.Generation)
 }
