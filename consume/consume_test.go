@@ -692,30 +692,37 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 // dropped by the broker (a breaker's report).
 func TestRunRedeliversAnApplyError(t *testing.T) {
 	t.Parallel()
-	in := newInbox(t, inbox.Options{Apply: func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
+	got, f := applyA1Once(t, func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
 		return "", fairrelay.InvalidInput("customer", "unknown customer in %s", d.EventID)
-	}})
-	f := &fake{done: map[string][]string{}}
-	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1)}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	var got consume.Applied
-	go func() {
-		done <- consume.Run(ctx, f, consume.Options{Inbox: in, RedeliverBase: time.Second, RedeliverCap: time.Second,
-			OnApplied: func(a consume.Applied) {
-				got = a
-				cancel()
-			}})
-	}()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	}, nil)
 	if got.Action != consume.ActionRedeliver || !errors.Is(got.Err, inbox.ErrApply) {
 		t.Errorf("an Apply error: action %v, err %v; want redeliver with ErrApply", got.Action, got.Err)
 	}
 	if a := f.done["A1"]; fmt.Sprint(a) != "[redeliver 1s]" {
 		t.Errorf("A1: %v, want [redeliver 1s]", a)
 	}
+}
+
+// applyA1Once runs the consumer over one message, A1, into an inbox that
+// applies with apply, until its first action, and returns that action and
+// the broker; redeliveries wait a second. log is the consumer's Logger (nil:
+// the default).
+func applyA1Once(t *testing.T, apply func(context.Context, *sql.Tx, inbox.Delivery) (fairrelay.Outcome, error), log *slog.Logger) (consume.Applied, *fake) {
+	t.Helper()
+	in := newInbox(t, inbox.Options{Apply: apply})
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1)}
+	ctx, cancel := context.WithCancel(t.Context())
+	var got consume.Applied
+	err := consume.Run(ctx, f, consume.Options{Inbox: in, RedeliverBase: time.Second, RedeliverCap: time.Second, Logger: log,
+		OnApplied: func(a consume.Applied) {
+			got = a
+			cancel()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, f
 }
 
 // A panic in the receiver's Apply is redelivered as Apply's error: it
@@ -725,25 +732,9 @@ func TestRunRedeliversAnApplyError(t *testing.T) {
 // ends the test binary.
 func TestRunRedeliversAPanicInApply(t *testing.T) {
 	t.Parallel()
-	in := newInbox(t, inbox.Options{Apply: func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
+	got, f := applyA1Once(t, func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
 		panic("apply bug on one poison body")
-	}})
-	f := &fake{done: map[string][]string{}}
-	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1)}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	var got consume.Applied
-	go func() {
-		done <- consume.Run(ctx, f, consume.Options{Inbox: in, RedeliverBase: time.Second, RedeliverCap: time.Second,
-			Logger: slog.New(slog.DiscardHandler),
-			OnApplied: func(a consume.Applied) {
-				got = a
-				cancel()
-			}})
-	}()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	}, slog.New(slog.DiscardHandler))
 	if got.Action != consume.ActionRedeliver || !errors.Is(got.Err, inbox.ErrApply) || !strings.Contains(got.Err.Error(), "apply bug on one poison body") {
 		t.Errorf("a panicking Apply: action %v, err %v; want redeliver with ErrApply naming the panic", got.Action, got.Err)
 	}

@@ -2,7 +2,6 @@ package consume_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +18,7 @@ import (
 // that discard by default"). Not parallel: it replaces the process's
 // default logger.
 func TestRunLogsToTheDefaultLoggerWithoutALogger(t *testing.T) {
-	var logs syncbuf.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := syncbuf.DefaultLog(t)
 	in := newInbox(t, inbox.Options{})
 	if _, err := in.Hold(t.Context(), inbox.Delivery{EventID: "A1", Flow: "A", Seq: 1, Body: []byte(`{"delta":9}`)}, fairrelay.OutcomeUnsupportedDelta); err != nil {
 		t.Fatal(err)

@@ -82,10 +82,7 @@ func TestFailureAnswersKeepTheErrorInTheLog(t *testing.T) {
 // Not parallel: it replaces the process's default logger.
 func TestFailureWithoutALoggerGoesToTheDefaultLogger(t *testing.T) {
 	const secret = "effects table missing in warehouse-db.internal"
-	var logs syncbuf.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := syncbuf.DefaultLog(t)
 	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{
 		Apply: func(ctx context.Context, tx *sql.Tx, d inbox.Delivery) (fairrelay.Outcome, error) {
 			return "", errors.New(secret)

@@ -3,7 +3,6 @@ package inbox_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -249,10 +248,7 @@ func TestReceiptsWrittenAroundMigration007AreDated(t *testing.T) {
 // inbox grew without a word (the closing notes' "loggers that discard by
 // default"). Not parallel: it replaces the process's default logger.
 func TestRetainLogsToTheDefaultLoggerWithoutALogger(t *testing.T) {
-	var logs syncbuf.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := syncbuf.DefaultLog(t)
 	in, err := inbox.Open(t.Context(), filepath.Join(t.TempDir(), "inbox.db"), inbox.Options{})
 	if err != nil {
 		t.Fatal(err)

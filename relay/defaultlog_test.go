@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,22 +13,13 @@ import (
 	"github.com/fairrelay/fairrelay/relay"
 )
 
-// useDefaultLogger makes h the process's default logger for the test.
-// Tests that call it are not parallel: the default logger is the process's.
-func useDefaultLogger(t *testing.T, h slog.Handler) {
-	t.Helper()
-	old := slog.Default()
-	slog.SetDefault(slog.New(h))
-	t.Cleanup(func() { slog.SetDefault(old) })
-}
-
 // Without Config.Logger a quarantine is logged to slog.Default(): with a
 // relay that discarded its logs by default, a Go program built from the
 // README's snippet said nothing when a head was quarantined (the closing
 // notes' "loggers that discard by default").
 func TestRelayLogsToTheDefaultLoggerWithoutALogger(t *testing.T) {
 	quarantined := make(chan struct{})
-	useDefaultLogger(t, &onMessage{prefix: "relay: quarantined", do: func() { close(quarantined) }})
+	syncbuf.DefaultLogger(t, &onMessage{prefix: "relay: quarantined", do: func() { close(quarantined) }})
 	pol := testPolicy()
 	pol.Budget = 1
 	h := newHarness(t, pol)
@@ -52,8 +42,7 @@ func TestRelayLogsToTheDefaultLoggerWithoutALogger(t *testing.T) {
 // Without QueueGaugesOptions a failed read of the store is logged to
 // slog.Default(); before, with no Logger given, it was not logged at all.
 func TestQueueGaugesLogToTheDefaultLoggerWithoutALogger(t *testing.T) {
-	var logs syncbuf.Buffer
-	useDefaultLogger(t, slog.NewTextHandler(&logs, nil))
+	logs := syncbuf.DefaultLog(t)
 	q, err := fairrelay.Open(t.Context(), filepath.Join(t.TempDir(), "q.db"), fairrelay.Config{Policy: fairrelay.ReferencePolicy()})
 	if err != nil {
 		t.Fatal(err)

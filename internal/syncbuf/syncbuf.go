@@ -5,7 +5,9 @@ package syncbuf
 
 import (
 	"bytes"
+	"log/slog"
 	"sync"
+	"testing"
 )
 
 // Buffer is a bytes.Buffer safe for concurrent Write and String. The zero
@@ -27,4 +29,23 @@ func (l *Buffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// DefaultLogger makes h the process's default logger (slog.SetDefault)
+// until t ends, when the one before comes back. A test that calls it is
+// not parallel: the default logger is the process's.
+func DefaultLogger(t testing.TB, h slog.Handler) {
+	t.Helper()
+	old := slog.Default()
+	slog.SetDefault(slog.New(h))
+	t.Cleanup(func() { slog.SetDefault(old) })
+}
+
+// DefaultLog is DefaultLogger with a text handler (slog's defaults: info
+// and above) writing to the Buffer it returns.
+func DefaultLog(t testing.TB) *Buffer {
+	t.Helper()
+	var b Buffer
+	DefaultLogger(t, slog.NewTextHandler(&b, nil))
+	return &b
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fairrelay/fairrelay/consume"
 	"github.com/fairrelay/fairrelay/inbox"
 	"github.com/fairrelay/fairrelay/internal/harness/brokertest"
+	"github.com/fairrelay/fairrelay/internal/syncbuf"
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/amqp"
 )
@@ -41,9 +42,7 @@ func (h *onLine) WithGroup(string) slog.Handler      { return h }
 // it are not parallel: the default logger is the process's.
 func useDefaultLogger(t *testing.T, prefix string) <-chan struct{} {
 	h := &onLine{prefix: prefix, seen: make(chan struct{})}
-	old := slog.Default()
-	slog.SetDefault(slog.New(h))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	syncbuf.DefaultLogger(t, h)
 	return h.seen
 }
 

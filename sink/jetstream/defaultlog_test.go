@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairrelay/fairrelay/internal/harness/brokertest"
+	"github.com/fairrelay/fairrelay/internal/syncbuf"
 	"github.com/fairrelay/fairrelay/sink/jetstream"
 )
 
@@ -20,16 +21,14 @@ func TestConnectLogsToTheDefaultLoggerWithoutALogger(t *testing.T) {
 	var mu sync.Mutex
 	var logged bytes.Buffer
 	connected := make(chan struct{})
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+	syncbuf.DefaultLogger(t, slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if strings.Contains(string(p), "nats: connected") && !strings.Contains(logged.String(), "nats: connected") {
 			close(connected)
 		}
 		return logged.Write(p)
-	}), nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	}), nil))
 	nc, err := jetstream.Connect(jetstream.Endpoint{Server: brokertest.NATS(t)}, jetstream.ConnectOptions{Name: "fairrelay-test", Retry: true})
 	if err != nil {
 		t.Fatal(err)

@@ -244,6 +244,13 @@ func hasParam(params map[string]string, name string) bool {
 // names none). Errors: ParseDSN's and pgx's, and a URL that sets
 // lock_timeout, or search_path beside schema=, which the store sets.
 func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string, error) {
+	return poolConfig(dsn, lockTimeout, false)
+}
+
+// poolConfig is PoolConfig; with idleTimeout (the queue store's) its SET
+// also sets idle_in_transaction_session_timeout to IdleInTransactionTimeout
+// unless the URL sets it: one round trip on connect for all three.
+func poolConfig(dsn string, lockTimeout time.Duration, idleTimeout bool) (*pgxpool.Config, string, error) {
 	conn, schema, err := ParseDSN(dsn)
 	if err != nil {
 		return nil, "", err
@@ -284,27 +291,20 @@ func PoolConfig(dsn string, lockTimeout time.Duration) (*pgxpool.Config, string,
 	if lockTimeout > 0 {
 		sets = append(sets, "SET lock_timeout = "+strconv.FormatInt(store.BusyMillis(lockTimeout), 10))
 	}
-	addSessionSets(cfg.ConnConfig, sets...)
-	return cfg, schema, nil
-}
-
-// addSessionSets makes every connection of cfg run sets (SET statements)
-// once it is made, in one round trip, after any AfterConnect cfg had.
-func addSessionSets(cfg *pgx.ConnConfig, sets ...string) {
-	if len(sets) == 0 {
-		return
+	if idleTimeout && !urlSets(cfg.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout") {
+		// PgBouncer refuses a startup parameter it is not told to ignore,
+		// and ignoring it would drop the timeout without a word
+		// (helper-171).
+		sets = append(sets, fmt.Sprintf("SET idle_in_transaction_session_timeout = %d", IdleInTransactionTimeout.Milliseconds()))
 	}
-	sql := strings.Join(sets, "; ")
-	prev := cfg.AfterConnect
-	cfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
-		if prev != nil {
-			if err := prev(ctx, c); err != nil {
-				return err
-			}
+	if len(sets) > 0 {
+		sql := strings.Join(sets, "; ")
+		cfg.ConnConfig.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+			_, err := c.Exec(ctx, sql).ReadAll()
+			return err
 		}
-		_, err := c.Exec(ctx, sql).ReadAll()
-		return err
 	}
+	return cfg, schema, nil
 }
 
 // IdleInTransactionTimeout is idle_in_transaction_session_timeout on the
@@ -476,15 +476,9 @@ func open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = store.DefaultBusyTimeout
 	}
-	cfg, schema, err := PoolConfig(dsn, opts.LockTimeout)
+	cfg, schema, err := poolConfig(dsn, opts.LockTimeout, true)
 	if err != nil {
 		return nil, err
-	}
-	if !urlSets(cfg.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout") {
-		// A SET on each new connection, not a startup parameter: PgBouncer
-		// refuses a startup parameter it is not told to ignore, and
-		// ignoring it would drop the timeout without a word (helper-171).
-		addSessionSets(cfg.ConnConfig, fmt.Sprintf("SET idle_in_transaction_session_timeout = %d", IdleInTransactionTimeout.Milliseconds()))
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns

@@ -119,7 +119,7 @@ var _ store.Store = (*Store)(nil)
 // EnqueueTx inside your transaction.
 func DSN(path string, busy time.Duration, immediate bool) string {
 	v := url.Values{}
-	v.Add("_pragma", "busy_timeout("+strconv.FormatInt(store.BusyMillis(busy), 10)+")")
+	v.Add("_pragma", busyPragma(busy))
 	v.Add("_pragma", "journal_mode(WAL)")
 	v.Add("_pragma", "synchronous(FULL)")
 	v.Add("_pragma", "foreign_keys(ON)")
@@ -127,6 +127,12 @@ func DSN(path string, busy time.Duration, immediate bool) string {
 		v.Add("_txlock", "immediate")
 	}
 	return fileURI(path, v.Encode())
+}
+
+// busyPragma is the busy_timeout pragma of a DSN for busy, in whole
+// milliseconds rounded up (store.BusyMillis).
+func busyPragma(busy time.Duration) string {
+	return "busy_timeout(" + strconv.FormatInt(store.BusyMillis(busy), 10) + ")"
 }
 
 // fileURI is the file: URI of path with query. A path that begins with two
@@ -175,7 +181,7 @@ func CreateFile(path string) error {
 // memory) is left to the connections, as before. Errors: ErrBusy past busy,
 // and the database's own, translated.
 func EnsureWAL(ctx context.Context, path string, busy time.Duration) error {
-	db, err := sql.Open("sqlite", fileURI(path, "_pragma=busy_timeout("+strconv.FormatInt(store.BusyMillis(busy), 10)+")&mode=rw"))
+	db, err := sql.Open("sqlite", ExistingOnly(fileURI(path, url.Values{"_pragma": {busyPragma(busy)}}.Encode())))
 	if err != nil {
 		return err
 	}
@@ -216,7 +222,7 @@ func ExistingOnly(dsn string) string { return dsn + "&mode=rw" }
 func ReadOnlyDSN(path string, busy time.Duration) string {
 	v := url.Values{}
 	v.Add("mode", "ro")
-	v.Add("_pragma", "busy_timeout("+strconv.FormatInt(store.BusyMillis(busy), 10)+")")
+	v.Add("_pragma", busyPragma(busy))
 	return fileURI(path, v.Encode())
 }
 
