@@ -3,6 +3,7 @@ package fairrelay
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fairrelay/fairrelay/internal/store"
 	"github.com/fairrelay/fairrelay/internal/store/sqlitestore"
@@ -107,6 +108,13 @@ var ErrCommitUnknown = store.ErrCommitUnknown
 // (relay.Run returns it).
 var ErrFileReplaced = sqlitestore.ErrFileReplaced
 
+// ErrClosed is in the chain of an ErrDatabase error (errors.Is) from a call
+// on a Queue (or an inbox) after its Close: nothing was done, and waiting
+// does not cure it. A relay stops on it (relay.Run returns it), as does a
+// broker consumer (consume.Run) whose inbox was closed: close the Queue
+// after the relay's Run has returned, not before.
+var ErrClosed = store.ErrClosed
+
 // Sentinels for errors.Is.
 var (
 	ErrClockRegressed = &Error{Code: CodeClockRegressed}
@@ -162,6 +170,9 @@ func dbError(op string, err error) error {
 		code = CodeBusy
 	case errors.Is(err, store.ErrNotDatabase):
 		code = CodeNotDatabase
+	}
+	if strings.HasPrefix(err.Error(), op+": ") {
+		op = "" // the cause names the operation already: no "enqueue: enqueue:"
 	}
 	return &Error{Code: code, Message: op, Err: err}
 }

@@ -59,6 +59,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
 
@@ -226,7 +227,8 @@ const receiveTimeout = 30 * time.Second
 // fairrelay.ErrFileReplaced in its chain once a receive finds the inbox's
 // SQLite file removed or replaced since it was opened, or an
 // ErrNotDatabase error once it finds the inbox's tables gone (a PostgreSQL
-// schema dropped): the message is handed back for redelivery, and Run
+// schema dropped), or an ErrDatabase error with fairrelay.ErrClosed in its
+// chain once it finds opts.Inbox closed: the message is handed back for redelivery, and Run
 // stops as for ctx — no redelivery cures that, and a consumer that went on
 // nacked every message for ever; restart the process (after fairrelay
 // migrate --inbox, for tables gone); src's error otherwise.
@@ -294,7 +296,7 @@ func Run(ctx context.Context, src Source, opts Options) error {
 		}
 		m, err := env.Message()
 		if err != nil {
-			r.report(Applied{Message: m, Action: ActionReject, Err: errors.Join(err, env.Reject())})
+			r.report(Applied{Message: m, Action: ActionReject, Err: errs.Join(err, env.Reject())})
 			continue
 		}
 		select {
@@ -624,7 +626,7 @@ func (r *runner) apply(env Envelope, m Message) {
 		case herr != nil:
 			r.stopOn(herr)
 			a.Action, a.Delay = ActionRedeliver, r.backoff(m.Delivered)
-			a.Err = errors.Join(herr, env.Redeliver(a.Delay))
+			a.Err = errs.Join(herr, env.Redeliver(a.Delay))
 		case !held:
 			// Applied meanwhile (another consumer): done with.
 			a.Action = ActionAck
@@ -657,11 +659,11 @@ func (r *runner) apply(env Envelope, m Message) {
 		// in the broker's window of unacked messages for good, and
 		// enough of them stopped every other flow (a breaker's report).
 		a.Action = ActionReject
-		a.Err = errors.Join(err, env.Reject())
+		a.Err = errs.Join(err, env.Reject())
 	default:
 		r.stopOn(err)
 		a.Action, a.Delay = ActionRedeliver, r.backoff(m.Delivered)
-		a.Err = errors.Join(err, env.Redeliver(a.Delay))
+		a.Err = errs.Join(err, env.Redeliver(a.Delay))
 	}
 	r.report(a)
 }
@@ -671,8 +673,9 @@ func (r *runner) apply(env Envelope, m Message) {
 // SQLite file was removed or replaced (fairrelay.ErrFileReplaced; a
 // restart opens the new file), or its tables are gone — a PostgreSQL
 // schema dropped, a SQLite inbox's tables removed (fairrelay.ErrNotDatabase;
-// a restart refuses it until fairrelay migrate --inbox makes it again), as
-// the relay stops on it. Redelivered for ever instead, each message was
+// a restart refuses it until fairrelay migrate --inbox makes it again), or
+// the Inbox was closed under Run (fairrelay.ErrClosed: closed by a deferred
+// Close before Run returned), as the relay stops on each. Redelivered for ever instead, each message was
 // logged "not applied", and nothing exited for a supervisor to see.
 func (r *runner) stopOn(err error) {
 	if gone(err) {
@@ -683,7 +686,8 @@ func (r *runner) stopOn(err error) {
 // gone reports whether err says the inbox is no longer there to write
 // (stopOn).
 func gone(err error) bool {
-	return errors.Is(err, fairrelay.ErrFileReplaced) || errors.Is(err, fairrelay.ErrNotDatabase)
+	return errors.Is(err, fairrelay.ErrFileReplaced) || errors.Is(err, fairrelay.ErrNotDatabase) ||
+		errors.Is(err, fairrelay.ErrClosed)
 }
 
 // backoff is min(base·2^(n-1), cap) for the n-th delivery.

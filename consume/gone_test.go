@@ -31,58 +31,91 @@ func TestRunStopsWhenItsInboxTablesAreDropped(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			dsn := filepath.Join(t.TempDir(), "inbox.db")
-			drop := func() { sqlitetest.Exec(t, dsn, `DROP TABLE receipt; DROP TABLE projection`) }
+			drop := func(*inbox.Inbox) { sqlitetest.Exec(t, dsn, `DROP TABLE receipt; DROP TABLE projection`) }
 			if backend == "postgres" {
 				dsn = pgtest.Schema(t, "frcongone")
-				drop = func() {
+				drop = func(*inbox.Inbox) {
 					schema := dsn[strings.LastIndex(dsn, "schema=")+len("schema="):]
 					pgtest.Exec(t, pgtest.URL(t), fmt.Sprintf(`DROP SCHEMA %q CASCADE`, schema))
 				}
 			}
-			in, err := inbox.Open(t.Context(), dsn, inbox.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer in.Close()
-			f := &fake{done: map[string][]string{}}
-			f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1)}
-			dropped := make(chan struct{})
-			done := make(chan error, 1)
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			go func() {
-				// A long cap: the listing of held messages runs at the
-				// start only, and A2's receive meets the drop.
-				done <- consume.Run(ctx, f, consume.Options{Inbox: in, RedeliverBase: time.Millisecond, RedeliverCap: time.Hour,
-					OnApplied: func(a consume.Applied) {
-						if a.Message.Delivery.EventID == "A1" && a.Action == consume.ActionAck {
-							drop()
-							close(dropped)
-						}
-					}})
-			}()
-			<-dropped
-			f.mu.Lock()
-			f.queue = append(f.queue, ledger(f, "A2", "A", 2, 1, 1))
-			f.mu.Unlock()
-			select {
-			case err := <-done:
-				if !errors.Is(err, fairrelay.ErrNotDatabase) {
-					t.Errorf("Run after its inbox's tables were dropped: %v, want ErrNotDatabase", err)
-				}
-			case <-time.After(time.Minute):
-				cancel()
-				t.Fatalf("the consumer still ran a minute after its inbox's tables were dropped (Run after cancel: %v)", <-done)
-			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			// A2 is handed back once, or never taken when Run met the
-			// drop first elsewhere (its listing of held messages at the
-			// start can run after the drop: CI saw it); never acked.
-			if a2 := f.done["A2"]; fmt.Sprint(f.done["A1"]) != "[ack]" || len(a2) > 1 || (len(a2) == 1 && !strings.HasPrefix(a2[0], "redeliver")) {
-				t.Errorf("actions %v, want A1 acked and A2 handed back once or not taken", f.done)
-			}
+			stopsAfterA1(t, dsn, drop, fairrelay.ErrNotDatabase, "its inbox's tables were dropped")
 		})
+	}
+}
+
+// A consumer whose Inbox is closed under it (a deferred in.Close that ran
+// before Run returned) stops with fairrelay.ErrClosed at its next message,
+// which it hands back for redelivery: a closed Inbox never opens again, and
+// a consumer that took "sql: database is closed" for an outage redelivered
+// every message for ever (the relay's report of a closed Queue, its whole
+// kind).
+func TestRunStopsWhenItsInboxIsClosed(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			dsn := filepath.Join(t.TempDir(), "inbox.db")
+			if backend == "postgres" {
+				dsn = pgtest.Schema(t, "frconclosed")
+			}
+			closeInbox := func(in *inbox.Inbox) {
+				if err := in.Close(); err != nil {
+					t.Error(err)
+				}
+			}
+			stopsAfterA1(t, dsn, closeInbox, fairrelay.ErrClosed, "its inbox was closed")
+		})
+	}
+}
+
+// stopsAfterA1 runs a consumer on an inbox at dsn, does what to the inbox
+// once A1 is acked, gives it A2, and checks that Run stops with want in its
+// chain, A1 acked and A2 handed back once or never taken.
+func stopsAfterA1(t *testing.T, dsn string, what func(*inbox.Inbox), want error, after string) {
+	t.Helper()
+	in, err := inbox.Open(t.Context(), dsn, inbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	f := &fake{done: map[string][]string{}}
+	f.queue = []*msg{ledger(f, "A1", "A", 1, 1, 1)}
+	happened := make(chan struct{})
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		// A long cap: the listing of held messages runs at the
+		// start only, and A2's receive meets what was done.
+		done <- consume.Run(ctx, f, consume.Options{Inbox: in, RedeliverBase: time.Millisecond, RedeliverCap: time.Hour,
+			OnApplied: func(a consume.Applied) {
+				if a.Message.Delivery.EventID == "A1" && a.Action == consume.ActionAck {
+					what(in)
+					close(happened)
+				}
+			}})
+	}()
+	<-happened
+	f.mu.Lock()
+	f.queue = append(f.queue, ledger(f, "A2", "A", 2, 1, 1))
+	f.mu.Unlock()
+	select {
+	case err := <-done:
+		if !errors.Is(err, want) {
+			t.Errorf("Run after %s: %v, want %v in its chain", after, err, want)
+		}
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatalf("the consumer still ran a minute after %s (Run after cancel: %v)", after, <-done)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// A2 is handed back once, or never taken when Run met what was done
+	// first elsewhere (its listing of held messages at the start can run
+	// after it: CI saw it); never acked.
+	if a2 := f.done["A2"]; fmt.Sprint(f.done["A1"]) != "[ack]" || len(a2) > 1 || (len(a2) == 1 && !strings.HasPrefix(a2[0], "redeliver")) {
+		t.Errorf("actions %v, want A1 acked and A2 handed back once or not taken", f.done)
 	}
 }
 

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -144,4 +145,33 @@ func (l *recordLog) has(msg string) bool {
 		}
 	}
 	return false
+}
+
+// A receive whose caller leaves while it waits for one of the inbox's
+// connections (all in use: a slow Apply beside others) answers one line:
+// it answered "begin transaction: context canceled\ncontext canceled"
+// (errors.Join of the caller's error and BEGIN's own, the cancel of its
+// context; a library user's report), a line break in a log line.
+func TestAReceiveWhoseCallerLeftWhileItWaitedForAConnectionSaysSoOnOneLine(t *testing.T) {
+	t.Parallel()
+	in, err := Open(t.Context(), pgtest.Schema(t, "frinwait"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	in.db.SetMaxOpenConns(1)
+	held, err := in.db.Conn(t.Context()) // the one connection, in use
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond) // the caller gives up
+	defer cancel()
+	_, err = in.Receive(ctx, commitDelivery)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive whose caller left while it waited for a connection: %v, want context.DeadlineExceeded in its chain", err)
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("Receive's error %q holds a line break", err)
+	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/internal/faultpoint"
 	"github.com/fairrelay/fairrelay/internal/fsfault"
 	"github.com/fairrelay/fairrelay/internal/jsontext"
@@ -365,7 +366,13 @@ func (in *Inbox) begin(ctx context.Context) (*sqlitestore.WriteTx, error) {
 			if err == nil {
 				tx.Rollback()
 			}
-			return nil, errors.Join(ctx.Err(), err)
+			// BEGIN's own error is then most often the cancel of its
+			// ctx, which says nothing more than ctx's: one line, not
+			// "context canceled; context canceled".
+			if err == nil || errors.Is(err, context.Canceled) {
+				return nil, ctx.Err()
+			}
+			return nil, errs.Join(ctx.Err(), err)
 		}
 		if err != nil {
 			return nil, err

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -193,7 +192,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			if len(ans) > 0 {
 				r.log.Warn("relay: answers not settled; their events wait out their leases", "count", len(ans))
 			}
-			return fmt.Errorf("claim: %w", err)
+			return opError("claim", err)
 		}
 		fails = 0
 		if len(kinds) > 0 {

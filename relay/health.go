@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,10 +190,13 @@ const (
 // so no supervisor restarted it: an SRE's drill), and ErrNotDatabase (the
 // store is no longer there to write: a PostgreSQL store's schema or tables
 // dropped under the relay, which retried once a minute for ever; a fresh
-// user's report. A restarted relay refuses the schema at start, naming it).
+// user's report. A restarted relay refuses the schema at start, naming it),
+// and ErrClosed (the Queue closed under the relay, by a deferred Close
+// that ran before the relay stopped: retried for ever, Run never returned;
+// a library user's report).
 func retryable(err error) bool {
 	return !errors.Is(err, fairrelay.ErrInvalidInput) && !errors.Is(err, fairrelay.ErrFileReplaced) &&
-		!errors.Is(err, fairrelay.ErrNotDatabase)
+		!errors.Is(err, fairrelay.ErrNotDatabase) && !errors.Is(err, fairrelay.ErrClosed)
 }
 
 // retryWait returns the pause before the next try after n failed round
@@ -217,4 +221,15 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// opError returns err, the error of the relay's op ("claim", "settle"),
+// prefixed with op unless its message already starts with it (the Queue's
+// errors name their operation: "claim: claim: begin transaction" was a
+// library user's report).
+func opError(op string, err error) error {
+	if strings.HasPrefix(err.Error(), op+": ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }

@@ -72,8 +72,8 @@
 // then a reminder once a minute while it lasts, and the write that ends it
 // (a read does not: a full disk still serves reads); Relay.Health and
 // Relay.Ready report
-// it (the CLI serves Ready at /readyz). Run returns early only for
-// ErrInvalidInput from the store, which waiting does not cure.
+// it (the CLI serves Ready at /readyz). Run returns early only for the
+// store errors waiting does not cure (Run lists them).
 //
 // Shutdown (Run's ctx done) stops claiming at once, lets in-flight
 // deliveries finish up to Config.ShutdownTimeout, settles them while their
@@ -537,10 +537,15 @@ const clockRetries = 10
 // unreachable, restarting, busy or out of space): each failed round trip is
 // tried again after a pause (Config.RetryWait), and the relay resumes by
 // itself once the store answers (Health, Ready). It returns early, after
-// the same graceful shutdown, only for ErrInvalidInput from the store,
-// which waiting does not cure (a configuration the store refuses, or a
-// stored tick beyond the range of ticks). Store errors are never taken
-// for idle or for an outcome. Run may be called once.
+// the same graceful shutdown, only for the store errors waiting does not
+// cure, with the error: fairrelay.ErrInvalidInput (a configuration the
+// store refuses, or a stored tick beyond the range of ticks),
+// fairrelay.ErrFileReplaced (a SQLite store's file removed or replaced
+// under the relay), fairrelay.ErrNotDatabase (the store's tables or
+// schema gone), and fairrelay.ErrClosed (Config.Queue closed before Run
+// returned: close the Queue after Run). A supervisor restarts the process
+// on any of them. Store errors are never taken for idle or for an
+// outcome. Run may be called once.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("relay: Run called twice")

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/fairrelay/fairrelay"
@@ -224,7 +223,7 @@ func (r *Relay) settle(ctx context.Context, as []answer) (again []answer, wrote 
 		return res.Tick, nil
 	})
 	if err != nil {
-		return as, false, fmt.Errorf("settle: %w", err)
+		return as, false, opError("settle", err)
 	}
 	again, _ = r.reportSettles(as, settled, ran)
 	return again, wrote, nil

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+
+	"github.com/fairrelay/fairrelay/internal/errs"
 )
 
 // serverError is the error a daemon exits with when one of its HTTP
@@ -39,5 +41,5 @@ func serverFailed(ctx context.Context, err error) error {
 	case err == nil || errors.Is(err, context.Canceled):
 		return se
 	}
-	return errors.Join(se, err)
+	return errs.Join(se, err)
 }

@@ -24,6 +24,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -37,6 +39,33 @@ import (
 // locked and the transaction could not start or commit. The caller may retry;
 // nothing was changed (SPEC §7, last paragraph).
 var ErrBusy = errors.New("database busy")
+
+// ErrClosed is returned (wrapped) by a backend for a call made after its
+// Close: database/sql's "sql: database is closed", pgxpool's "closed pool".
+// Nothing was changed, and waiting does not cure it: unlike ErrBusy or a
+// server that does not answer, a closed store never opens again.
+var ErrClosed = errors.New("the store was closed (Close was called on it): nothing was done; open it again")
+
+// IsClosedDB reports whether err is database/sql's error for a call on a
+// closed *sql.DB ("sql: database is closed"), which database/sql does not
+// export: known by identity, taken once from a DB closed at start, not by
+// its words. The backends' Translate wrap it in ErrClosed.
+func IsClosedDB(err error) bool { return errors.Is(err, errDBClosed) }
+
+var errDBClosed = func() error {
+	db := sql.OpenDB(noConnector{})
+	db.Close()
+	return db.Ping()
+}()
+
+// noConnector is a driver.Connector that is never asked for a connection:
+// errDBClosed's DB is closed before its first use.
+type noConnector struct{}
+
+func (noConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("store: noConnector connects nothing")
+}
+func (noConnector) Driver() driver.Driver { return nil }
 
 // ErrNotDatabase is returned (wrapped) by a backend when the file or server it
 // was pointed at does not hold a usable database.

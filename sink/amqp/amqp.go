@@ -42,6 +42,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/consume"
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/topic"
 )
@@ -502,7 +503,7 @@ func (s *Sink) channel() (*channel, error) {
 		if err == nil {
 			ch.Close()
 		}
-		err = fmt.Errorf("no answer within %s; the connection was closed: %w", openingTimeouts*s.timeout, errors.Join(err, amqp091.ErrClosed))
+		err = fmt.Errorf("no answer within %s; the connection was closed: %w", openingTimeouts*s.timeout, errs.Join(err, amqp091.ErrClosed))
 		s.conn = nil // the next delivery dials anew, not on the closing one
 		s.live.Store(nil)
 	}

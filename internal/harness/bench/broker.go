@@ -19,6 +19,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/consume"
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/relay"
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/amqp"
@@ -363,7 +364,7 @@ func amqpRig(ctx context.Context, opts BrokerOptions, tag string) (*brokerRig, e
 				return err
 			}
 			if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-				return errors.Join(err, errors.New("nack"))
+				return errs.Join(err, errors.New("nack"))
 			}
 			chans <- pc
 			return nil

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/internal/harness/outboxbench"
 	"github.com/fairrelay/fairrelay/relay"
 	"github.com/fairrelay/fairrelay/sink/webhook"
@@ -263,7 +263,7 @@ func timeFairRun(ctx context.Context, opts TimeFairOptions, rc *latencyReceiver,
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var rs []*relay.Relay
-	errs := make(chan error, relays)
+	runErrs := make(chan error, relays)
 	for _, q := range qs {
 		s, err := webhook.New(webhook.Options{URL: rc.url, MaxConnsPerHost: 2 * opts.Slots})
 		if err != nil {
@@ -276,7 +276,7 @@ func timeFairRun(ctx context.Context, opts TimeFairOptions, rc *latencyReceiver,
 			return nil, err
 		}
 		rs = append(rs, r)
-		go func() { errs <- r.Run(runCtx) }()
+		go func() { runErrs <- r.Run(runCtx) }()
 	}
 	if err := pauseFor(ctx, warmup); err != nil {
 		return nil, err
@@ -289,7 +289,7 @@ func timeFairRun(ctx context.Context, opts TimeFairOptions, rc *latencyReceiver,
 	stop()
 	var runErr error
 	for range rs {
-		runErr = errors.Join(runErr, <-errs)
+		runErr = errs.Join(runErr, <-runErrs)
 	}
 	if runErr != nil {
 		return nil, runErr

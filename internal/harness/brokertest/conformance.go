@@ -10,6 +10,7 @@ import (
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/consume"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/sinktest"
 )
@@ -135,7 +136,7 @@ func (w *waiters) roundTrip(ctx context.Context, rig Rig, d sink.Delivery) (sink
 	select {
 	case a := <-ch:
 		if a.Outcome == "" {
-			return sink.Result{}, errors.Join(errors.New("the consumer did not apply it"), a.Err)
+			return sink.Result{}, errs.Join(errors.New("the consumer did not apply it"), a.Err)
 		}
 		return sink.Result{Outcome: a.Outcome, Detail: "inbox: " + string(a.Outcome) + "; broker: " + res.Detail}, nil
 	case <-ctx.Done():

@@ -5,11 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os/exec"
 	"slices"
+
+	"github.com/fairrelay/fairrelay/internal/errs"
 )
 
 // raceProcesses is how many OS processes claim at once (SPEC §5 item 7).
@@ -92,7 +93,7 @@ func eightProcessClaimRace(ctx context.Context, s *session) (any, error) {
 		line, readErr := r.stdout.ReadBytes('\n')
 		waitErr := r.cmd.Wait()
 		if readErr != nil || waitErr != nil {
-			return nil, fmt.Errorf("worker %d: %v: %s", i, errors.Join(readErr, waitErr), r.stderr.String())
+			return nil, fmt.Errorf("worker %d: %v: %s", i, errs.Join(readErr, waitErr), r.stderr.String())
 		}
 		var rec claimRecord
 		if err := json.Unmarshal(line, &rec); err != nil {

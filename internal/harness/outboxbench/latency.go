@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fairrelay/fairrelay/internal/errs"
 )
 
 // LatencyOptions configure RunLatency.
@@ -406,7 +408,7 @@ func runProducer(ctx context.Context, opts LatencyOptions, p ProducerOptions) (r
 		if werr := release(); werr != nil {
 			return rep, nil, werr
 		}
-		return rep, nil, fmt.Errorf("producer process: its report %q: %w", line, errors.Join(err, readErr))
+		return rep, nil, fmt.Errorf("producer process: its report %q: %w", line, errs.Join(err, readErr))
 	}
 	return rep, release, nil
 }

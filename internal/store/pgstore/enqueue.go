@@ -120,7 +120,7 @@ const uncarried = "\x01"
 func (s *Store) enqueueOwn(ctx context.Context, args []any, scan func(scanner) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return Translate(fmt.Errorf("enqueue: %w", err))
+		return Translate(fmt.Errorf("acquire a connection: %w", err))
 	}
 	defer conn.Release()
 	pc := &pgxConn{tx: conn.Conn()}

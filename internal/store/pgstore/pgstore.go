@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/fairrelay/fairrelay/internal/sqlfile"
 	"github.com/fairrelay/fairrelay/internal/store"
@@ -830,6 +831,9 @@ var notDatabaseCodes = map[string]bool{
 func Translate(err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, puddle.ErrClosedPool) || store.IsClosedDB(err) {
+		return fmt.Errorf("%w: %w", store.ErrClosed, err)
 	}
 	var pe *pgconn.PgError
 	var ce *pgconn.ConnectError

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/internal/store"
 )
 
@@ -270,7 +271,7 @@ scan:
 		err = fmt.Errorf("the prune's deletions committed (%d events, %d tombstones); the incremental vacuum after them failed: %w", res.Events, res.Tombstones, err)
 	}
 	if serr := s.syncLog(); serr != nil {
-		return res, errors.Join(err, serr)
+		return res, errs.Join(err, serr)
 	}
 	return res, err
 }

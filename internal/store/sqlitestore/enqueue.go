@@ -13,6 +13,7 @@ import (
 
 	"modernc.org/sqlite"
 
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/internal/store"
 )
 
@@ -143,10 +144,10 @@ func (s *Store) Enqueue(ctx context.Context, caller any, p store.EnqueueParams) 
 					// SQLite roll back the whole transaction, the
 					// savepoint with it.
 					if open, perr := inTransaction(end, tx); perr == nil && !open {
-						err = errors.Join(err, errors.New("SQLite rolled back the whole transaction (an interrupted or failed statement does): roll back and run it again"))
+						err = errs.Join(err, errors.New("SQLite rolled back the whole transaction (an interrupted or failed statement does): roll back and run it again"))
 						return
 					}
-					err = errors.Join(err, Translate(fmt.Errorf("rollback to savepoint: %w", rerr)))
+					err = errs.Join(err, Translate(fmt.Errorf("rollback to savepoint: %w", rerr)))
 					return
 				}
 			}

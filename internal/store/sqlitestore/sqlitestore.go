@@ -28,6 +28,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/internal/sqlfile"
 	"github.com/fairrelay/fairrelay/internal/store"
 )
@@ -584,11 +585,11 @@ func (s *Store) Close() error {
 		s.stopCheckpoints()
 	}
 	s.watches.Close()
-	var errs []error
+	var closeErrs []error
 	for _, st := range s.stmts {
-		errs = append(errs, st.Close())
+		closeErrs = append(closeErrs, st.Close())
 	}
-	return errors.Join(append(errs, s.write.Close(), s.read.Close())...)
+	return errs.Join(append(closeErrs, s.write.Close(), s.read.Close())...)
 }
 
 // Migrated returns the versions of the migrations Open applied, in order
@@ -643,6 +644,9 @@ func RequireTable(ctx context.Context, db *sql.DB, table, why string) error {
 func Translate(err error) error {
 	if err == nil {
 		return nil
+	}
+	if store.IsClosedDB(err) {
+		return fmt.Errorf("%w: %w", store.ErrClosed, err)
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {

@@ -12,6 +12,7 @@ import (
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/internal/store"
 )
 
@@ -185,7 +186,7 @@ func restoreBusy(c *sql.Conn, restore string, err error) error {
 	if _, rerr := c.ExecContext(context.Background(), restore); rerr != nil {
 		// driver.ErrBadConn makes database/sql close the connection.
 		c.Raw(func(any) error { return driver.ErrBadConn })
-		return errors.Join(err, fmt.Errorf("set the busy timeout back: %w", rerr))
+		return errs.Join(err, fmt.Errorf("set the busy timeout back: %w", rerr))
 	}
 	return err
 }
