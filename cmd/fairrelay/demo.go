@@ -132,6 +132,20 @@ type demoEvent struct {
 
 // demoWorkload is the article's sample, then events round-robin over flows
 // F01…, deltas 1 to 5.
+// demoSpread says how demoWorkload spreads events over flows: over
+// min(flows, events) of them, the only ones it makes ("5 events over 10
+// flows" made 5; a fresh user's report).
+func demoSpread(events, flows int) string {
+	used := min(flows, events)
+	if used == 0 {
+		return "no events beside them"
+	}
+	if used == 1 {
+		return fmt.Sprintf("%d event%s over 1 flow", events, map[bool]string{true: "s"}[events != 1])
+	}
+	return fmt.Sprintf("%d events over %d flows", events, used)
+}
+
 func demoWorkload(flows, events int) []demoEvent {
 	ws := []demoEvent{{"A1", "A", 10}, {"A2", "A", 1}, {"B1", "B", 1}, {"B2", "B", 2}, {"B3", "B", 3},
 		{"C1", "C", 1}, {"C2", "C", 2}, {"C3", "C", 3}}
@@ -226,7 +240,7 @@ func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) (err 
 	fmt.Fprintf(out, "fairrelay demo: a receiver on http://%s (signed webhooks) and a relay with %d workers; %s\n\n",
 		ln.Addr(), o.workers, demoWhere(o))
 	fmt.Fprintf(out, "Enqueueing the article's sample (A1 delta 10 against a receiver that supports 5, A2, B1-B3, C1-C3)\n")
-	fmt.Fprintf(out, "and %d events over %d flows, while the relay runs.", o.events, o.flows)
+	fmt.Fprintf(out, "and %s, while the relay runs.", demoSpread(o.events, o.flows))
 	if o.flakyPer > 0 {
 		fmt.Fprintf(out, " The receiver answers 503 to the first attempt of every event whose seq in its flow is a multiple of %d.", o.flakyPer)
 	}

@@ -191,7 +191,7 @@ func runBrokerDemo(ctx context.Context, out, errOut io.Writer, o demoOptions) er
 	fmt.Fprintf(out, "fairrelay demo over %s.\nA relay with %d workers publishes; a consumer applies each message through the inbox and acks it after the inbox committed; %s\n\n",
 		b.describe, o.workers, demoWhere(o))
 	fmt.Fprintf(out, "Enqueueing the article's sample (A1 delta 10 against a receiver that supports 5, A2, B1-B3, C1-C3)\n")
-	fmt.Fprintf(out, "and %d events over %d flows, while the relay runs.", o.events, o.flows)
+	fmt.Fprintf(out, "and %s, while the relay runs.", demoSpread(o.events, o.flows))
 	if o.flakyPer > 0 {
 		fmt.Fprintf(out, " The broker gives no answer to the first attempt of every event whose seq in its flow is a multiple of %d.", o.flakyPer)
 	}

@@ -103,10 +103,12 @@ func TestCommandFieldErrorsComeAfterTheClock(t *testing.T) {
 
 // A redrive rejected for generation_mismatch says the event's generation
 // now and where the quarantined heads are listed with theirs (a fresh
-// user's report: the answer named neither).
+// user's report: the answer named neither), with --queue, so that the
+// command runs as printed (it said "fairrelay inspect quarantined", which
+// answers "queue: missing"; a fresh user's report).
 func TestRedriveMismatchNamesTheGeneration(t *testing.T) {
 	t.Parallel()
-	queue := filepath.Join(t.TempDir(), "q.db")
+	queue := filepath.Join(t.TempDir(), "q w.db")
 	for _, args := range [][]string{
 		{"enqueue", "--id", "A1", "--flow", "A", "--delta", "1"},
 		{"claim"},
@@ -117,9 +119,13 @@ func TestRedriveMismatchNamesTheGeneration(t *testing.T) {
 		}
 	}
 	out, errOut, code := cli(t, "", "redrive", "--queue", queue, "--id", "A1", "--expected-generation", "5", "--reason", "x")
+	printed := "fairrelay inspect --queue " + shellQuote(queue) + " quarantined"
 	if code != exitNotApplied || !strings.Contains(out, "generation_mismatch") ||
-		!strings.Contains(errOut, "the event is at generation 1") || !strings.Contains(errOut, "inspect quarantined") {
-		t.Errorf("redrive at a stale generation: exit %d, %q, stderr %q: want generation_mismatch naming generation 1 and inspect quarantined", code, out, errOut)
+		!strings.Contains(errOut, "the event is at generation 1 ("+printed+" lists") {
+		t.Fatalf("redrive at a stale generation: exit %d, %q, stderr %q: want generation_mismatch naming generation 1 and %q", code, out, errOut, printed)
+	}
+	if out, errOut, code := cli(t, "", "inspect", "--queue", queue, "quarantined"); code != 0 || !strings.Contains(out, "A1") {
+		t.Errorf("the hint's command: exit %d, %q %s; want A1 listed", code, out, errOut)
 	}
 }
 
@@ -138,6 +144,7 @@ func TestRedriveNotQuarantinedNamesTheState(t *testing.T) {
 		t.Errorf("redrive of a ready event: exit %d, %q, stderr %q: want not_quarantined naming its state and where to look", code, out, errOut)
 	}
 }
+
 
 // A negative --at is below every stored tick, and SPEC §2 answers a write's
 // tick below the stored one clock_regressed before it reads any field: every

@@ -241,7 +241,8 @@ func generationHint(ctx context.Context, q *fairrelay.Queue, queue, id, reason s
 		return fmt.Sprintf(": the event is %s (seq %d of flow %q, generation %d); only a quarantined head can be redriven (fairrelay inspect events --queue %s --flow %s)",
 			e.State, e.Seq, e.Flow, e.Generation, shellQuote(redactDSN(queue)), shellQuote(e.Flow))
 	}
-	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect quarantined lists each head with the generation a redrive needs)", e.Generation)
+	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect --queue %s quarantined lists each head with the generation a redrive needs)",
+		e.Generation, shellQuote(redactDSN(queue)))
 }
 
 // knownGroup refuses a --group (given unless "") that is no valid group

@@ -195,8 +195,8 @@ func waivedEvent(cmd *cobra.Command, dsn, id string, flow *string, seq *int64) e
 		// delivers it; waived, its effect was lost for good (a fresh
 		// user's report).
 		return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "id", Message: fmt.Sprintf(
-			"event %q is quarantined in the queue for budget_exhausted, not refused by the receiver: it may never have reached it, and a redrive delivers it again once the cause is fixed ('fairrelay inspect --queue Q attempts --id %s' shows its answers); if the receiver can never take it, waive it with --flow %s --seq %d --unchecked instead of --queue",
-			id, id, shellQuote(e.Flow), e.Seq)}
+			"event %q is quarantined in the queue for budget_exhausted, not refused by the receiver: it may never have reached it, and a redrive delivers it again once the cause is fixed ('fairrelay inspect --queue %s attempts --id %s' shows its answers); if the receiver can never take it, waive it with --flow %s --seq %d --unchecked instead of --queue",
+			id, shellQuote(redactDSN(dsn)), shellQuote(id), shellQuote(e.Flow), e.Seq)}
 	}
 	*flow, *seq = e.Flow, e.Seq
 	return nil

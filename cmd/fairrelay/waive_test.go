@@ -279,6 +279,11 @@ func TestWaiveRefusesAnEventQuarantinedForItsRetries(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "invalid_input: id:") || !strings.Contains(errOut, "budget_exhausted") || !strings.Contains(errOut, "--flow D --seq 1 --unchecked") {
 		t.Errorf("waive --queue of a head quarantined for budget_exhausted: exit %d, %s", code, errOut)
 	}
+	// The attempts command it names runs as printed: with the queue, not
+	// "--queue Q" (a fresh user's report of another hint).
+	if printed := "'fairrelay inspect --queue " + shellQuote(q) + " attempts --id D1'"; !strings.Contains(errOut, printed) {
+		t.Errorf("the refusal %q does not name %s", errOut, printed)
+	}
 	if out, _, _ := cli(t, "", "inspect", "--inbox", inboxDSN, "waivers", "--json"); strings.TrimSpace(out) != "" {
 		t.Errorf("the refused waive wrote %s", out)
 	}
