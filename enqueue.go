@@ -32,7 +32,9 @@ type EnqueueParams struct {
 	// At is the tick of the write (SPEC §2: at >= the stored tick). The event
 	// is eligible from this tick on. Beside a running relay, whose clock
 	// moves every millisecond, pass AtStored (the store's tick, read in the
-	// same transaction) or the relay's own tick (relay.Relay.Do).
+	// same transaction) or the relay's own tick (relay.Relay.Do). The zero
+	// value is tick 0, not the store's tick: once the store's tick has
+	// moved past 0 it answers ErrClockRegressed (naming AtStored).
 	At int64
 	// Floor runs the write at the stored tick when At lies below it, instead
 	// of failing with ErrClockRegressed (as ClaimParams.Floor);

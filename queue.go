@@ -39,7 +39,11 @@ const MaxReasonBytes = 4096
 // Config configures a Queue.
 type Config struct {
 	// Policy holds the protocol numbers. Zero fields take their defaults
-	// (see Policy); use ReferencePolicy() for the article's policy.
+	// (see Policy), the reference policy's numbers made for scripts (a
+	// lease of 5 ticks, 3 claims a round, backoff 2 to 8 ticks): a Queue a
+	// relay.Relay dispatches, where a tick is 1 ms, takes DaemonPolicy() (a
+	// lease of 30 s, retries for about an hour) and changes fields of it;
+	// ReferencePolicy() is the article's policy.
 	Policy Policy
 	// Logger receives the queue's debug logs. Defaults to a logger that
 	// discards everything.

@@ -43,6 +43,7 @@ import (
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/loopback"
 )
 
 //go:embed templates/*.html static/*
@@ -195,17 +196,7 @@ func CheckAuthHeader(name string) error {
 // LoopbackHost reports whether host (a request's Host, or a listen
 // address's host, with or without a port) names this machine only:
 // localhost or a loopback address, with or without a port.
-func LoopbackHost(host string) bool {
-	h, _, err := net.SplitHostPort(host)
-	if err != nil {
-		h = strings.Trim(host, "[]")
-	}
-	if strings.EqualFold(h, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
+func LoopbackHost(host string) bool { return loopback.Host(host) }
 
 // ErrCertificate is in the chain of Serve's error when it could not load
 // its certFile and keyFile (unreadable, not PEM, not a matching pair):

@@ -9,19 +9,25 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/loopback"
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/webhook"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // HandlerOptions configure Handler.
 type HandlerOptions struct {
 	// Verify checks a request's headers and body before anything is
 	// written, typically (*webhook.Verifier).Verify. A non-nil error answers
-	// 401 and writes nothing. Nil accepts unsigned requests.
+	// 401 and writes nothing. Nil accepts unsigned requests, from anyone
+	// who reaches the handler: wrap it in LoopbackOnly when it listens on
+	// this machine only (fairrelay receive without --secret does).
 	Verify func(h http.Header, body []byte) error
 	// MaxBodyBytes is the largest request body read, in bytes; a larger one
 	// answers 413. Defaults to 1 MiB (the queue's default body limit).
@@ -272,4 +278,58 @@ func clientLeft(r *http.Request, err error) bool {
 	// connect, pgstore.PoolConfig) reaches database/sql as a bad
 	// connection, not as ctx's error (CI's race run, 1 in 5).
 	return ctxErr != nil && (errors.Is(err, ctxErr) || errors.Is(err, driver.ErrBadConn))
+}
+
+// LoopbackOnly serves h only to requests addressed to this machine by
+// name (a Host of localhost, 127.0.0.1 or [::1], with or without a port),
+// and not cross-origin (an Origin header whose host is not the request's).
+// Others are answered 421 (cause "host") or 403 (cause "origin") with a
+// JSON body, and h never sees them. An unsigned receiver (Verify nil)
+// trusts whoever reaches it, and a web page that points its own host name
+// at 127.0.0.1 (DNS rebinding) reaches a receiver listening there, its
+// requests same-origin to the browser but with the page's host name in
+// Host (a breaker's report: such a request wrote to the inbox). The relay
+// sends no Origin. fairrelay receive without --secret serves its handler
+// through it.
+func LoopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopback.Host(r.Host) {
+			http.Error(w, `{"status":"refused","cause":"host","error":"this receiver has no secret and answers only to a loopback host name (localhost, 127.0.0.1, [::1])"}`, http.StatusMisdirectedRequest)
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" {
+			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+				http.Error(w, `{"status":"refused","cause":"origin","error":"cross-origin request refused"}`, http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Instrument registers on reg the receiver's request metrics and
+// wraps h to count them: fairrelay_receive_requests_total{code} (requests
+// answered, by HTTP status: 200 accepted or duplicate, 401 refused
+// signature, 409 gap, 422 permanent, 503 retry or busy; 400 a request
+// that is not a delivery, 500 the inbox's database failed) and
+// fairrelay_receive_request_seconds{code} (from the request's headers to
+// its answer, the inbox transaction included). The series of those codes
+// start at zero, so that an alert's increase() sees the first 500 or 422.
+// h is typically Handler's (fairrelay receive --metrics-addr serves these).
+// Errors: reg's, when the metrics are registered on it already.
+func Instrument(reg prometheus.Registerer, h http.Handler) (http.Handler, error) {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairrelay_receive_requests_total",
+		Help: "Requests the receiver answered, by HTTP status (200 accepted or duplicate, 400 not a delivery, 401 bad signature, 409 gap, 422 permanent, 500 the inbox's database failed, 503 retry or busy)."}, []string{"code"})
+	seconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fairrelay_receive_request_seconds",
+		Help: "Time from a request's headers to its answer, the inbox transaction included, by HTTP status.", Buckets: prometheus.DefBuckets}, []string{"code"})
+	for _, code := range []string{"200", "400", "401", "409", "422", "500", "503"} {
+		requests.WithLabelValues(code)
+		seconds.WithLabelValues(code)
+	}
+	for _, c := range []prometheus.Collector{requests, seconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return promhttp.InstrumentHandlerCounter(requests, promhttp.InstrumentHandlerDuration(seconds, h)), nil
 }

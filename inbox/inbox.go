@@ -79,6 +79,14 @@ func (d Delivery) check() error {
 }
 
 // Options configure an Inbox.
+//
+// Connections: a receive holds one of the inbox's connections for its
+// transaction, Options.Apply included. A PostgreSQL inbox keeps at most
+// pool_max_conns of them open (a URL parameter; pgx's default is 4, or the
+// number of CPUs when more), a SQLite inbox one; a receive that finds them
+// all in use waits for one until its ctx ends (Handler: until the client
+// gives up, answered 499). Raise pool_max_conns for an Apply that waits on
+// other services.
 type Options struct {
 	// MaxDelta is the largest ledger delta the receiver supports; a larger
 	// one answers unsupported_delta. Defaults (when 0) to NoDeltaLimit.

@@ -27,13 +27,17 @@ func Example() {
 	srv := httptest.NewServer(in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(key).Verify}))
 	defer srv.Close()
 
-	// The sender's side: lease 30 s (ticks are ms in the daemon).
-	q, _ := fairrelay.Open(ctx, filepath.Join(dir, "queue.db"), fairrelay.Config{Policy: fairrelay.Policy{Lease: 30_000}})
+	// The sender's side, with the daemon's policy (ticks are ms: a lease of
+	// 30 s, a failing head retried for about an hour). A Policy's zero
+	// fields are the reference policy's, made for scripts (SPEC §5).
+	q, _ := fairrelay.Open(ctx, filepath.Join(dir, "queue.db"), fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
 	defer q.Close()
 	for _, e := range []struct{ id, flow, body string }{
 		{"A1", "A", `{"delta":10}`}, {"A2", "A", `{"delta":1}`}, {"B1", "B", `{"delta":1}`}, {"B2", "B", `{"delta":2}`},
 	} {
-		q.Enqueue(ctx, fairrelay.EnqueueParams{ID: e.id, Flow: e.flow, Body: []byte(e.body)})
+		// At the store's tick: At's zero value is tick 0, which a store
+		// whose relay has run is past (clock_regressed).
+		q.Enqueue(ctx, fairrelay.EnqueueParams{ID: e.id, Flow: e.flow, Body: []byte(e.body), At: fairrelay.AtStored})
 	}
 	s, _ := webhook.New(webhook.Options{URL: srv.URL, Key: key})
 	defer s.Close()

@@ -125,6 +125,10 @@ type Config struct {
 	LeaseMargin time.Duration
 	// ShutdownTimeout is how long Run waits for in-flight deliveries after
 	// its ctx is done before cutting them off. Defaults to DeliveryTimeout.
+	// A delivery cut off is settled retry while its lease holds (it spends
+	// one claim of its head's budget, and is logged at WARN as a failed
+	// delivery with "context canceled"), and delivered again after the
+	// restart.
 	ShutdownTimeout time.Duration
 	// PollInterval is the idle claimer's first wait before claiming again; the
 	// wait doubles up to MaxPollInterval while the queue stays idle, and a
@@ -468,7 +472,37 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if r.serial {
 		r.mode = withClaims{}
 	}
+	if span := retrySpan(cfg.Queue.Policy()); span < minRetrySpan {
+		// A library user's report: a Queue opened with Policy{Lease:
+		// 30_000}, its other fields the reference policy's (budget 3,
+		// backoff 2 to 8 ticks), quarantined a head after 3 failures in
+		// 10 ms: a receiver restarting for a second quarantined every head
+		// it was sent.
+		r.log.Warn("relay: the queue's policy gives a failing head all its retries within a second, so a receiver down for a moment gets its heads quarantined (budget_exhausted); fairrelay.DaemonPolicy() retries for about an hour",
+			"retries_within", time.Duration(span)*time.Millisecond, "budget", cfg.Queue.Policy().Budget,
+			"backoff_base_ticks", cfg.Queue.Policy().BackoffBase, "backoff_cap_ticks", cfg.Queue.Policy().BackoffCap)
+	}
 	return r, nil
+}
+
+// minRetrySpan is the shortest span of retries, in ticks (ms), that New
+// takes without a warning: 1 s.
+const minRetrySpan = 1_000
+
+// retrySpan returns the ticks a head that keeps failing transiently waits
+// in backoff before its round's budget quarantines it (SPEC §2: attempt n
+// waits min(BackoffBase·2^(n-1), BackoffCap), before jitter), over the
+// Budget-1 waits between its Budget claims.
+func retrySpan(p fairrelay.Policy) int64 {
+	var span int64
+	d := p.BackoffBase
+	for n := int64(1); n < p.Budget && span < minRetrySpan; n++ {
+		span += min(d, p.BackoffCap)
+		if d < p.BackoffCap {
+			d *= 2
+		}
+	}
+	return span
 }
 
 // Now returns the daemon clock's current tick.

@@ -55,36 +55,6 @@ func TestMetricsPageSurvivesAFailingCollector(t *testing.T) {
 	}
 }
 
-// The receiver's request series of the codes it answers start at zero,
-// before its first request, so that an alert's increase() sees the first
-// 500 (the inbox's database failed) or 422 (a permanent answer).
-func TestReceiverMetricsStartAtZero(t *testing.T) {
-	t.Parallel()
-	reg := prometheus.NewRegistry()
-	if _, err := instrumentReceiver(reg, http.NotFoundHandler()); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, mf := range mfs {
-		for _, mt := range mf.GetMetric() {
-			for _, l := range mt.GetLabel() {
-				got[mf.GetName()+"{"+l.GetValue()+"}"] = mt.GetCounter().GetValue() == 0 && mt.GetHistogram().GetSampleCount() == 0
-			}
-		}
-	}
-	for _, code := range []string{"200", "400", "401", "409", "422", "500", "503"} {
-		for _, name := range []string{"fairrelay_receive_requests_total", "fairrelay_receive_request_seconds"} {
-			if !got[name+"{"+code+"}"] {
-				t.Errorf("no series %s{code=%q} at zero before the first request", name, code)
-			}
-		}
-	}
-}
-
 // /readyz gives its check a deadline within Kubernetes' default probe
 // timeout (1 s), and a check that runs out answers 503 with why: with 5 s,
 // a relay whose PostgreSQL store was locked answered after 5 s (an SRE's

@@ -7,17 +7,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
 	"github.com/fairrelay/fairrelay/console"
 	"github.com/fairrelay/fairrelay/consume"
 	"github.com/fairrelay/fairrelay/inbox"
+	"github.com/fairrelay/fairrelay/internal/errs"
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/webhook"
 )
@@ -183,10 +181,10 @@ Broker ` + brokerEnvHelp + `.`,
 			defer in.Close()
 			h := in.Handler(opts)
 			if opts.Verify == nil {
-				h = loopbackOnly(h)
+				h = inbox.LoopbackOnly(h)
 			}
 			if reg != nil {
-				if h, err = instrumentReceiver(reg, h); err != nil {
+				if h, err = inbox.Instrument(reg, h); err != nil {
 					return err
 				}
 				ready.set(inboxReady(in))
@@ -297,7 +295,7 @@ func receiveFromBroker(ctx context.Context, fail func(what string, err error), c
 		printErr = printJSON(cmd.OutOrStdout(), map[string]string{"status": "consuming", "from": shown})
 		log.Info("receive: consuming", "from", shown, "inbox", redactDSN(inboxDSN), "max_delta", deltaLimit(maxDelta), "retain_receipts", retainShown(retain))
 	})
-	if err = errors.Join(err, printErr); err != nil {
+	if err = errs.Join(err, printErr); err != nil {
 		return err
 	}
 	if err := inboxReplaced(ctx); err != nil {
@@ -371,29 +369,6 @@ func inboxReplaced(ctx context.Context) error {
 	return nil
 }
 
-// loopbackOnly serves h only to requests addressed to this machine by
-// name: an unsigned receiver trusts whoever reaches it, and a web page that
-// points its own host name at 127.0.0.1 (DNS rebinding) reaches it, its
-// requests same-origin to the browser, with the page's host name in Host
-// (a breaker's report: such a request wrote to the inbox). The console
-// without sign-in refuses them the same way; a cross-origin request (an
-// Origin of another host) is refused too. The relay sends no Origin.
-func loopbackOnly(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !console.LoopbackHost(r.Host) {
-			http.Error(w, `{"status":"refused","cause":"host","error":"this receiver has no --secret and answers only to a loopback host name (localhost, 127.0.0.1, [::1])"}`, http.StatusMisdirectedRequest)
-			return
-		}
-		if o := r.Header.Get("Origin"); o != "" {
-			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
-				http.Error(w, `{"status":"refused","cause":"origin","error":"cross-origin request refused"}`, http.StatusForbidden)
-				return
-			}
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
 // serveUntilDone serves h on ln until ctx is done, then lets in-flight
 // requests finish (up to l.grace, then cuts them off) and returns nil. The limits bound how long a
 // client may take to send a request (headers within the read timeout too),
@@ -425,31 +400,6 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, l serv
 	}
 	log.Info("receive: stopped")
 	return nil
-}
-
-// instrumentReceiver registers on reg the receiver's request metrics and
-// wraps h to count them: fairrelay_receive_requests_total{code} (requests
-// answered, by HTTP status: 200 accepted or duplicate, 401 refused
-// signature, 409 gap, 422 permanent, 503 retry or busy; 400 a request
-// that is not a delivery, 500 the inbox's database failed) and
-// fairrelay_receive_request_seconds{code} (from the request's headers to
-// its answer, the inbox transaction included). The series of those codes
-// start at zero, so that an alert's increase() sees the first 500 or 422.
-func instrumentReceiver(reg *prometheus.Registry, h http.Handler) (http.Handler, error) {
-	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairrelay_receive_requests_total",
-		Help: "Requests the receiver answered, by HTTP status (200 accepted or duplicate, 400 not a delivery, 401 bad signature, 409 gap, 422 permanent, 500 the inbox's database failed, 503 retry or busy)."}, []string{"code"})
-	seconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fairrelay_receive_request_seconds",
-		Help: "Time from a request's headers to its answer, the inbox transaction included, by HTTP status.", Buckets: prometheus.DefBuckets}, []string{"code"})
-	for _, code := range []string{"200", "400", "401", "409", "422", "500", "503"} {
-		requests.WithLabelValues(code)
-		seconds.WithLabelValues(code)
-	}
-	for _, c := range []prometheus.Collector{requests, seconds} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return promhttp.InstrumentHandlerCounter(requests, promhttp.InstrumentHandlerDuration(seconds, h)), nil
 }
 
 // inboxReady is /readyz of receive: a read of the inbox's receipts answers
