@@ -390,7 +390,11 @@ that changed meanwhile is rejected and left alone (exit 1 when any was).`,
 			if err != nil {
 				return err
 			}
-			return printAction(cmd, "expedite "+id, r)
+			hint := ""
+			if r.Status == fairrelay.ActionRejected {
+				hint = expediteHint(cmd.Context(), q, queue, id, r.RejectReason)
+			}
+			return printAction(cmd, "expedite "+id, r, hint)
 		},
 	}
 	f := cmd.Flags()
@@ -535,7 +539,7 @@ not_paused; exit 1).`
 			if err != nil {
 				return err
 			}
-			return printAction(cmd, action+" "+flow, r)
+			return printAction(cmd, action+" "+flow, r, "")
 		},
 	}
 	f := cmd.Flags()
@@ -548,13 +552,14 @@ not_paused; exit 1).`
 	return cmd
 }
 
-// printAction prints an operator action's answer; a rejection exits 1.
-func printAction(cmd *cobra.Command, what string, r fairrelay.ActionResult) error {
+// printAction prints an operator action's answer; a rejection exits 1, its
+// message followed by hint.
+func printAction(cmd *cobra.Command, what string, r fairrelay.ActionResult, hint string) error {
 	if err := printJSON(cmd.OutOrStdout(), script.ActionResult(r)); err != nil {
 		return err
 	}
 	if r.Status == fairrelay.ActionRejected {
-		return notApplied("%s: rejected (%s); nothing changed", what, r.RejectReason)
+		return notApplied("%s: rejected (%s); nothing changed%s", what, r.RejectReason, hint)
 	}
 	return nil
 }

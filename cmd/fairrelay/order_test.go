@@ -145,7 +145,6 @@ func TestRedriveNotQuarantinedNamesTheState(t *testing.T) {
 	}
 }
 
-
 // A negative --at is below every stored tick, and SPEC §2 answers a write's
 // tick below the stored one clock_regressed before it reads any field: every
 // command with --at answers so, in the words of the library and of script
@@ -210,5 +209,46 @@ func TestNegativeAtIsClockRegressed(t *testing.T) {
 	_, errOut, code = cli(t, "", "prune", "--queue", queue, "--acked-before", "1", "--ids-before", "-7", "--at", "6")
 	if code != exitFailed || !strings.Contains(errOut, "invalid_input: ids-before: must be a tick in") {
 		t.Errorf("prune --ids-before -7 at a good tick: exit %d, %q; want invalid_input naming ids-before", code, errOut)
+	}
+}
+
+// An expedite rejected for generation_mismatch says the event's generation
+// and where generations are listed, and one rejected for not_backing_off
+// (or not_ready) says the event's state, each with a command that runs as
+// printed: it said only "rejected (generation_mismatch); nothing changed",
+// where redrive said both (a fresh user's report).
+func TestExpediteRejectionNamesTheGenerationAndState(t *testing.T) {
+	t.Parallel()
+	queue := filepath.Join(t.TempDir(), "q w.db")
+	for _, args := range [][]string{
+		{"enqueue", "--id", "A1", "--flow", "A", "--delta", "1", "--at", "0"},
+		{"enqueue", "--id", "B1", "--flow", "B", "--delta", "1", "--at", "0"},
+		{"claim", "--at", "0"},
+		{"claim", "--at", "0"},
+		{"settle", "--id", "A1", "--generation", "1", "--outcome", "retry", "--at", "0"},
+	} {
+		if out, errOut, code := cli(t, "", append(args, "--queue", queue)...); code != exitApplied {
+			t.Fatalf("%v: exit %d, %s %s", args, code, out, errOut)
+		}
+	}
+	q := shellQuote(queue)
+	for _, c := range []struct {
+		id, gen, reason, hint string
+		then                  []string
+		lists                 string
+	}{
+		{"A1", "5", "generation_mismatch", "the event is at generation 1 (fairrelay inspect --queue " + q + " heads lists",
+			[]string{"inspect", "--queue", queue, "heads"}, "A1"},
+		{"B1", "1", "not_ready", `the event is inflight (seq 1 of flow "B", generation 1); only a head backing off`,
+			[]string{"inspect", "events", "--queue", queue, "--flow", "B"}, "B1"},
+	} {
+		out, errOut, code := cli(t, "", "expedite", "--queue", queue, "--id", c.id, "--expected-generation", c.gen, "--reason", "x", "--at", "1")
+		if code != exitNotApplied || !strings.Contains(out, c.reason) || !strings.Contains(errOut, c.hint) {
+			t.Errorf("expedite %s: exit %d, %q, stderr %q; want %s and %q", c.id, code, out, errOut, c.reason, c.hint)
+			continue
+		}
+		if out, errOut, code := cli(t, "", c.then...); code != 0 || !strings.Contains(out, c.lists) {
+			t.Errorf("the hint's command %v: exit %d, %q %s; want %s listed", c.then, code, out, errOut, c.lists)
+		}
 	}
 }

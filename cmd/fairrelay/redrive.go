@@ -221,28 +221,47 @@ func osUser() string {
 }
 
 // generationHint is what a redrive rejected for generation_mismatch or
-// not_quarantined adds to its stderr line: the event's generation (and for
-// not_quarantined its state) now, read after the answer (it may have moved
-// again since), and where to look further. Empty for other rejections, or
-// when the read fails (the rejection itself stands).
+// not_quarantined adds to its message; expediteHint the same for an
+// expedite (rejectionHint).
 func generationHint(ctx context.Context, q *fairrelay.Queue, queue, id, reason string) string {
-	if reason != fairrelay.RejectGenerationMismatch && reason != fairrelay.RejectNotQuarantined {
+	return rejectionHint(ctx, q, queue, id, reason, "quarantined", map[string]bool{fairrelay.RejectNotQuarantined: true},
+		"only a quarantined head can be redriven")
+}
+
+// expediteHint is what an expedite rejected for generation_mismatch,
+// not_ready or not_backing_off adds to its message (a fresh user's report:
+// it said only "rejected (generation_mismatch)", where redrive said the
+// generation and where to read it).
+func expediteHint(ctx context.Context, q *fairrelay.Queue, queue, id, reason string) string {
+	return rejectionHint(ctx, q, queue, id, reason, "heads", map[string]bool{fairrelay.RejectNotReady: true, fairrelay.RejectNotBackingOff: true},
+		"only a head backing off (ready, its next attempt not yet due) can be expedited")
+}
+
+// rejectionHint says the event's generation (generation_mismatch) or its
+// state (a reason of stateReasons) now, read after the answer (it may have
+// moved again since), and where to look further: the view of inspect that
+// lists the generations, or the flow's events. Each command is given with
+// --queue, so that it runs as printed (a fresh user's report), a URL's
+// password hidden. Empty for other rejections, or when the read fails (the
+// rejection itself stands).
+func rejectionHint(ctx context.Context, q *fairrelay.Queue, queue, id, reason, view string, stateReasons map[string]bool, only string) string {
+	if reason != fairrelay.RejectGenerationMismatch && !stateReasons[reason] {
 		return ""
 	}
 	e, err := q.Event(ctx, id)
 	if err != nil {
 		return ""
 	}
-	if reason == fairrelay.RejectNotQuarantined {
+	if stateReasons[reason] {
 		// A fresh user's report: the answer did not say what the event
 		// is, so whether it had been redriven already, or never failed.
-		// With --queue, so that the command runs as printed (a fresh
-		// user's report); a URL's password hidden.
-		return fmt.Sprintf(": the event is %s (seq %d of flow %q, generation %d); only a quarantined head can be redriven (fairrelay inspect events --queue %s --flow %s)",
-			e.State, e.Seq, e.Flow, e.Generation, shellQuote(redactDSN(queue)), shellQuote(e.Flow))
+		return fmt.Sprintf(": the event is %s (seq %d of flow %q, generation %d); %s (fairrelay inspect events --queue %s --flow %s)",
+			e.State, e.Seq, e.Flow, e.Generation, only, shellQuote(redactDSN(queue)), shellQuote(e.Flow))
 	}
-	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect --queue %s quarantined lists each head with the generation a redrive needs)",
-		e.Generation, shellQuote(redactDSN(queue)))
+	what := map[string]string{"quarantined": "lists each quarantined head with the generation a redrive needs",
+		"heads": "lists each flow's head with its generation, GEN"}[view]
+	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect --queue %s %s %s)",
+		e.Generation, shellQuote(redactDSN(queue)), view, what)
 }
 
 // knownGroup refuses a --group (given unless "") that is no valid group
