@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -88,12 +92,88 @@ func (c *consoleFlags) config(field, addr string, q *fairrelay.Queue, in *inbox.
 // created or migrated (a breaker's report: relay --console-addr
 // 127.0.0.1:99999 created the queue store first). Errors: ErrInvalidInput
 // naming field.
-func listenConsole(field, addr string) (net.Listener, error) {
+//
+// Until start serves on it, the listener answers every connection itself
+// (startingListener): a console waiting for its store (a PostgreSQL server
+// down at start) took connections into the listener's backlog and never
+// answered them, so a probe hung (an SRE's drill: two curls, ten minutes).
+func listenConsole(field, addr string, tlsConsole bool) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: field, Message: err.Error()}
 	}
-	return ln, nil
+	return newStartingListener(ln.(*net.TCPListener), tlsConsole), nil
+}
+
+// startingListener is a console's listener before the console serves on it:
+// a goroutine answers each connection — a plain console's with 503
+// {"status":"starting",…} and Retry-After: 1, a TLS console's by closing it
+// (its certificate is loaded when it begins to serve) — until ready (or
+// Close) stops it.
+type startingListener struct {
+	*net.TCPListener
+	once sync.Once
+	stop func()
+	done chan struct{}
+}
+
+// startingAnswer is what a console that waits for its store answers.
+const startingAnswer = `{"status":"starting","error":"the console is waiting for its store; try again"}`
+
+func newStartingListener(ln *net.TCPListener, tlsConsole bool) *startingListener {
+	l := &startingListener{TCPListener: ln, done: make(chan struct{})}
+	stopping := make(chan struct{})
+	go func() {
+		defer close(l.done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				select {
+				case <-stopping:
+					return
+				default:
+				}
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					continue
+				}
+				return // closed
+			}
+			go answerStarting(conn, tlsConsole)
+		}
+	}()
+	l.stop = func() {
+		close(stopping)
+		ln.SetDeadline(time.Now()) // ends the Accept under way
+		<-l.done
+		ln.SetDeadline(time.Time{})
+	}
+	return l
+}
+
+// answerStarting answers one connection of a console that is not serving
+// yet, and closes it.
+func answerStarting(conn net.Conn, tlsConsole bool) {
+	defer conn.Close()
+	if tlsConsole {
+		return
+	}
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	req, err := http.ReadRequest(bufio.NewReader(conn))
+	if err != nil {
+		return
+	}
+	req.Body.Close()
+	fmt.Fprintf(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(startingAnswer), startingAnswer)
+}
+
+// ready stops answering: the console serves on the listener from now on.
+func (l *startingListener) ready() { l.once.Do(l.stop) }
+
+// Close stops answering and closes the listener.
+func (l *startingListener) Close() error {
+	l.ready()
+	return l.TCPListener.Close()
 }
 
 // start serves the console on ln until ctx is done (closing ln on an
@@ -103,6 +183,9 @@ func listenConsole(field, addr string) (net.Listener, error) {
 // certificate and key it could not load when it began to serve, changed
 // since config checked them), so that the daemon stops with it (serving).
 func (c *consoleFlags) start(ctx context.Context, ln net.Listener, cfg console.Config, fail func(what string, err error)) (url string, wait func(), err error) {
+	if sl, ok := ln.(*startingListener); ok {
+		sl.ready()
+	}
 	srv, err := console.New(cfg)
 	if err != nil {
 		ln.Close()
@@ -155,7 +238,7 @@ the header H, set by an authenticating proxy, to name the user.`,
 			if _, err := cf.config("addr", addr, nil, nil, log); err != nil {
 				return err
 			}
-			ln, err := listenConsole("addr", addr)
+			ln, err := listenConsole("addr", addr, cf.certFile != "")
 			if err != nil {
 				return err
 			}

@@ -185,7 +185,7 @@ func runDemo(parent context.Context, out, errOut io.Writer, o demoOptions) (err 
 		cctx, stop := context.WithCancel(parent)
 		defer stop()
 		var cf consoleFlags
-		ln, err := listenConsole("console", o.console)
+		ln, err := listenConsole("console", o.console, false)
 		if err != nil {
 			return err
 		}

@@ -230,7 +230,7 @@ charged least; --max-group-slots caps any group's slots (configure
 			// before the store is opened (or created, or migrated).
 			var consoleLn net.Listener
 			if consoleAddr != "" {
-				if consoleLn, err = listenConsole("console-addr", consoleAddr); err != nil {
+				if consoleLn, err = listenConsole("console-addr", consoleAddr, cf.certFile != ""); err != nil {
 					return err
 				}
 				defer consoleLn.Close() // for a return before it serves

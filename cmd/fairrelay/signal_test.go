@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -181,22 +182,8 @@ func TestDaemonsStoppedWhileStartingExitZero(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			accepted := make(chan net.Conn, 4)
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					accepted <- c // held open, never answered
-				}
-			}()
-			dsn := "postgres://postgres@" + ln.Addr().String() + "/test?sslmode=disable&connect_timeout=60"
+			storeAddr, accepted := silentServer(t)
+			dsn := "postgres://postgres@" + storeAddr + "/test?sslmode=disable&connect_timeout=60"
 			cmd, stderr, exited := startDaemon(t, tc.args(dsn)...)
 			select {
 			case c := <-accepted:
@@ -217,4 +204,84 @@ func TestDaemonsStoppedWhileStartingExitZero(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A console waiting for its store answers on its address — 503 "starting"
+// — rather than taking connections it never answers: a probe hung for ten
+// minutes against a console whose PostgreSQL server was down (an SRE's
+// drill). The relay's --console-addr the same.
+func TestAConsoleWaitingForItsStoreAnswersStarting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args func(dsn, addr string) []string
+	}{
+		{"console", func(dsn, addr string) []string { return []string{"console", "--queue", dsn, "--addr", addr} }},
+		{"relay", func(dsn, addr string) []string {
+			return []string{"relay", "--queue", dsn, "--sink", "http://127.0.0.1:1/", "--console-addr", addr}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			storeAddr, accepted := silentServer(t)
+			free, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := free.Addr().String()
+			free.Close()
+			dsn := "postgres://postgres@" + storeAddr + "/test?sslmode=disable&connect_timeout=60"
+			cmd, stderr, exited := startDaemon(t, tc.args(dsn, addr)...)
+			select {
+			case c := <-accepted: // the store's open waits now
+				defer c.Close()
+			case <-time.After(15 * time.Second):
+				t.Fatalf("%s never connected to its store's server:\n%s", tc.name, stderr.String())
+			}
+			client := &http.Client{Timeout: 10 * time.Second}
+			resp, err := client.Get("http://" + addr + "/")
+			if err != nil {
+				t.Fatalf("GET of a console waiting for its store: %v (stderr:\n%s)", err, stderr.String())
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"status":"starting"`) || resp.Header.Get("Retry-After") == "" {
+				t.Errorf("GET of a console waiting for its store: %d %q (Retry-After %q), want 503 starting", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case code := <-exited:
+				if code != 0 {
+					t.Errorf("%s stopped while starting: exit %d; stderr:\n%s", tc.name, code, stderr.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatalf("%s did not stop within 15s of SIGTERM:\n%s", tc.name, stderr.String())
+			}
+		})
+	}
+}
+
+// silentServer listens on a loopback port whose connections are accepted,
+// sent on accepted and held open, never answered, until the test ends: a
+// store's server that keeps its client waiting.
+func silentServer(t *testing.T) (addr string, accepted <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	conns := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+		}
+	}()
+	return ln.Addr().String(), conns
 }
