@@ -239,6 +239,10 @@ func TestExpediteRejectionNamesTheGenerationAndState(t *testing.T) {
 	}{
 		{"A1", "5", "generation_mismatch", "the event is at generation 1 (fairrelay inspect --queue " + q + " heads lists",
 			[]string{"inspect", "--queue", queue, "heads"}, "A1"},
+		// The way that does not need the generation, for a head whose
+		// retries move it on before the operator's next command.
+		{"A1", "5", "generation_mismatch", "; or fairrelay expedite --all --queue " + q + " --flow A --reason R, which",
+			[]string{"expedite", "--all", "--queue", queue, "--flow", "A", "--reason", "R"}, `"status":"ready"`},
 		{"B1", "1", "not_ready", `the event is inflight (seq 1 of flow "B", generation 1); only a head backing off`,
 			[]string{"inspect", "events", "--queue", queue, "--flow", "B"}, "B1"},
 	} {

@@ -260,8 +260,16 @@ func rejectionHint(ctx context.Context, q *fairrelay.Queue, queue, id, reason, v
 	}
 	what := map[string]string{"quarantined": "lists each quarantined head with the generation a redrive needs",
 		"heads": "lists each flow's head with its generation, GEN"}[view]
-	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect --queue %s %s %s)",
-		e.Generation, shellQuote(redactDSN(queue)), view, what)
+	more := ""
+	if view == "heads" {
+		// A head that keeps retrying moves on to a new generation at each
+		// claim, often before the operator's next command (a fresh user's
+		// report): --all takes each head's generation as it finds it.
+		more = fmt.Sprintf("; or fairrelay expedite --all --queue %s --flow %s --reason R, which takes the head's generation as it finds it",
+			shellQuote(redactDSN(queue)), shellQuote(e.Flow))
+	}
+	return fmt.Sprintf(": the event is at generation %d (fairrelay inspect --queue %s %s %s%s)",
+		e.Generation, shellQuote(redactDSN(queue)), view, what, more)
 }
 
 // knownGroup refuses a --group (given unless "") that is no valid group
