@@ -2,7 +2,6 @@ package fairrelay_test
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 
 	"github.com/fairrelay/fairrelay"
@@ -16,30 +15,23 @@ import (
 // does not. database/sql's "sql: database is closed" and pgxpool's "closed
 // pool" were plain database errors.
 func TestACallOnAClosedQueueAnswersErrClosed(t *testing.T) {
-	for _, backend := range []string{"sqlite", "postgres"} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			dsn := filepath.Join(t.TempDir(), "queue.db")
-			if backend == "postgres" {
-				dsn = pgtest.Schema(t, "frclosed")
+	pgtest.EachBackend(t, "queue.db", "frclosed", func(t *testing.T, dsn string) {
+		q, err := fairrelay.Open(t.Context(), dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, enqErr := q.Enqueue(t.Context(), fairrelay.EnqueueParams{ID: "E1", Flow: "F", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
+		_, claimErr := q.Claim(t.Context(), fairrelay.ClaimParams{At: fairrelay.AtStored, Limit: 1})
+		_, readErr := q.Snapshot(t.Context())
+		for name, err := range map[string]error{"Enqueue": enqErr, "Claim": claimErr, "Snapshot": readErr} {
+			if !errors.Is(err, fairrelay.ErrClosed) || !errors.Is(err, fairrelay.ErrDatabase) {
+				t.Errorf("%s on a closed Queue: %v, want an ErrDatabase error with ErrClosed in its chain", name, err)
+			} else if m := errs.Stutter(err.Error()); m != "" {
+				t.Errorf("%s on a closed Queue: %q names its operation twice (%q)", name, err, m)
 			}
-			q, err := fairrelay.Open(t.Context(), dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := q.Close(); err != nil {
-				t.Fatal(err)
-			}
-			_, enqErr := q.Enqueue(t.Context(), fairrelay.EnqueueParams{ID: "E1", Flow: "F", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored})
-			_, claimErr := q.Claim(t.Context(), fairrelay.ClaimParams{At: fairrelay.AtStored, Limit: 1})
-			_, readErr := q.Snapshot(t.Context())
-			for name, err := range map[string]error{"Enqueue": enqErr, "Claim": claimErr, "Snapshot": readErr} {
-				if !errors.Is(err, fairrelay.ErrClosed) || !errors.Is(err, fairrelay.ErrDatabase) {
-					t.Errorf("%s on a closed Queue: %v, want an ErrDatabase error with ErrClosed in its chain", name, err)
-				} else if m := errs.Stutter(err.Error()); m != "" {
-					t.Errorf("%s on a closed Queue: %q names its operation twice (%q)", name, err, m)
-				}
-			}
-		})
-	}
+		}
+	})
 }

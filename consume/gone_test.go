@@ -52,21 +52,14 @@ func TestRunStopsWhenItsInboxTablesAreDropped(t *testing.T) {
 // kind).
 func TestRunStopsWhenItsInboxIsClosed(t *testing.T) {
 	t.Parallel()
-	for _, backend := range []string{"sqlite", "postgres"} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			dsn := filepath.Join(t.TempDir(), "inbox.db")
-			if backend == "postgres" {
-				dsn = pgtest.Schema(t, "frconclosed")
+	pgtest.EachBackend(t, "inbox.db", "frconclosed", func(t *testing.T, dsn string) {
+		closeInbox := func(in *inbox.Inbox) {
+			if err := in.Close(); err != nil {
+				t.Error(err)
 			}
-			closeInbox := func(in *inbox.Inbox) {
-				if err := in.Close(); err != nil {
-					t.Error(err)
-				}
-			}
-			stopsAfterA1(t, dsn, closeInbox, fairrelay.ErrClosed, "its inbox was closed")
-		})
-	}
+		}
+		stopsAfterA1(t, dsn, closeInbox, fairrelay.ErrClosed, "its inbox was closed")
+	})
 }
 
 // stopsAfterA1 runs a consumer on an inbox at dsn, does what to the inbox

@@ -3,7 +3,6 @@ package inbox_test
 import (
 	"crypto/sha256"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -31,16 +30,7 @@ func eachBackend(t *testing.T, prefix string, opts inbox.Options, test func(t *t
 // parallel: a SQLite file's path, a PostgreSQL schema named from prefix.
 func eachDSN(t *testing.T, prefix string, test func(t *testing.T, dsn string)) {
 	t.Parallel()
-	for _, backend := range []string{"sqlite", "postgres"} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			dsn := filepath.Join(t.TempDir(), "inbox.db")
-			if backend == "postgres" {
-				dsn = pgtest.Schema(t, prefix)
-			}
-			test(t, dsn)
-		})
-	}
+	pgtest.EachBackend(t, "inbox.db", prefix, test)
 }
 
 // Hold keeps what the inbox cannot apply yet (a gap, a permanent answer)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,54 +20,44 @@ import (
 // "closed pool" (PostgreSQL) for a store outage retried it for ever, Run
 // never returning (a library user's report).
 func TestRelayStopsWhenItsQueueIsClosed(t *testing.T) {
-	for _, b := range []struct{ name, dsn string }{
-		{"sqlite", ""},
-		{"postgres", "pg"},
-	} {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			dsn := filepath.Join(t.TempDir(), "queue.db")
-			if b.dsn == "pg" {
-				dsn = pgtest.Schema(t, "relay_closed_")
-			}
-			q, err := fairrelay.Open(t.Context(), dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			delivered := make(chan struct{}, 1)
-			r, err := relay.New(t.Context(), relay.Config{Queue: q, Logger: slog.New(slog.DiscardHandler),
-				Sink: sink.Func(func(context.Context, sink.Delivery) (sink.Result, error) {
-					select {
-					case delivered <- struct{}{}:
-					default:
-					}
-					return sink.Result{Outcome: fairrelay.OutcomeAccepted}, nil
-				})})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := q.Enqueue(t.Context(), fairrelay.EnqueueParams{ID: "E1", Flow: "F", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- r.Run(ctx) }()
-			<-delivered // the relay is running and has used the store
-			if err := q.Close(); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-done:
-				if !errors.Is(err, fairrelay.ErrClosed) {
-					t.Errorf("Run after its Queue was closed: %v, want ErrClosed", err)
-				} else if m := errs.Stutter(err.Error()); m != "" {
-					t.Errorf("Run after its Queue was closed: %q names its operation twice (%q)", err, m)
+	pgtest.EachBackend(t, "queue.db", "relay_closed_", func(t *testing.T, dsn string) {
+		q, err := fairrelay.Open(t.Context(), dsn, fairrelay.Config{Policy: fairrelay.DaemonPolicy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delivered := make(chan struct{}, 1)
+		r, err := relay.New(t.Context(), relay.Config{Queue: q, Logger: slog.New(slog.DiscardHandler),
+			Sink: sink.Func(func(context.Context, sink.Delivery) (sink.Result, error) {
+				select {
+				case delivered <- struct{}{}:
+				default:
 				}
-			case <-time.After(time.Minute):
-				cancel()
-				t.Fatalf("the relay still ran a minute after its Queue was closed (Run after cancel: %v)", <-done)
+				return sink.Result{Outcome: fairrelay.OutcomeAccepted}, nil
+			})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Enqueue(t.Context(), fairrelay.EnqueueParams{ID: "E1", Flow: "F", Body: []byte(`{"delta":1}`), At: fairrelay.AtStored}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		<-delivered // the relay is running and has used the store
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, fairrelay.ErrClosed) {
+				t.Errorf("Run after its Queue was closed: %v, want ErrClosed", err)
+			} else if m := errs.Stutter(err.Error()); m != "" {
+				t.Errorf("Run after its Queue was closed: %q names its operation twice (%q)", err, m)
 			}
-		})
-	}
+		case <-time.After(time.Minute):
+			cancel()
+			t.Fatalf("the relay still ran a minute after its Queue was closed (Run after cancel: %v)", <-done)
+		}
+	})
 }

@@ -19,14 +19,7 @@ import (
 
 // backends runs fn on a fresh SQLite file and on a fresh PostgreSQL schema.
 func backends(t *testing.T, fn func(t *testing.T, dsn string)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		fn(t, filepath.Join(t.TempDir(), "queue.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		fn(t, pgtest.Schema(t, "relay_pipe_"))
-	})
+	pgtest.EachBackend(t, "queue.db", "relay_pipe_", fn)
 }
 
 // newTestRelay opens a queue on dsn with one event on each of n flows and a

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,24 @@ func Schema(t testing.TB, prefix string) string {
 		sep = "&"
 	}
 	return base + sep + "schema=" + name
+}
+
+// EachBackend runs fn in two parallel subtests, "sqlite" and "postgres",
+// with the DSN of a fresh store of each: the path of file in a temporary
+// directory (nothing created there), and Schema(t, prefix). The one loop of
+// the packages' tests that run on both backends.
+func EachBackend(t *testing.T, file, prefix string, fn func(t *testing.T, dsn string)) {
+	t.Helper()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			dsn := filepath.Join(t.TempDir(), file)
+			if backend == "postgres" {
+				dsn = Schema(t, prefix)
+			}
+			fn(t, dsn)
+		})
+	}
 }
 
 // Database creates a fresh, random database on URL(t)'s server (prefix,
