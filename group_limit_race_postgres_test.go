@@ -261,9 +261,11 @@ func TestPostgresFirstGroupLimitCountsABatchOntoAFlowMadeWhileItWaited(t *testin
 // waited for another flow of g; its second event's read then found the
 // new flow, took it for locked, read no limit and inserted its event, and
 // the configure counted the group without it (a hunter's reproduction,
-// step for step; the counter ended one below the backlog, 3 and 4). Now
-// enqueue_events locks such a flow, waiting for the configure, and reads
-// it again (migration 032).
+// step for step; the counter ended one below the backlog, 3 and 4). Then
+// enqueue_events locked such a flow, waiting for the configure, and read
+// it again (migration 032); now the batch takes F1's name too before it
+// reads the tick (migration 039), and locks F1, committed by then, with its
+// flows, waiting for the configure.
 func TestPostgresFirstGroupLimitCountsAGroupedBatchOntoAFlowMadeWhileItWaited(t *testing.T) {
 	t.Parallel()
 	r := newLimitRace(t, "frlimgrouped")
@@ -272,8 +274,11 @@ func TestPostgresFirstGroupLimitCountsAGroupedBatchOntoAFlowMadeWhileItWaited(t 
 	e := r.open("e2", "F1", "g") // a new flow of g, not committed: the batch's lock misses it
 	eh := r.open("y1", "Y", "h") // a new group h: holds its name
 	batch := r.enqueueMany(fairrelay.NewEvent{ID: "a1", Flow: "A", Group: "h", Body: r.body}, fairrelay.NewEvent{ID: "e3", Flow: "F1", Group: "g", Body: r.body})
-	r.waitUntil("the batch's first event waits for the name of h", func() bool { return waitsFor(t, r.pool, eh) > 0 }, batch)
+	// Migration 039: the batch takes every name before it reads the tick,
+	// in name order (f:A, f:F1, g:h): F1's first, held by e.
+	r.waitUntil("the batch waits for the name of F1", func() bool { return waitsFor(t, r.pool, e) > 0 }, batch)
 	r.commit(e)
+	r.waitUntil("the batch waits for the name of h", func() bool { return waitsFor(t, r.pool, eh) > 0 }, batch)
 	configured := r.configure("g", 100)
 	// It locks F1 (committed, held by no one), then waits for F9.
 	r.waitUntil("the configure waits for F9", func() bool { return waitsFor(t, r.pool, h) > 0 }, batch, configured)
