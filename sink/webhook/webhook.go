@@ -49,8 +49,18 @@ import (
 type Options struct {
 	// URL is the receiver's endpoint, http:// or https://. Required.
 	URL string
-	// Key is the HMAC key from ParseSecret. Nil sends unsigned requests.
+	// Key is the HMAC key from ParseSecret: every request is signed with it
+	// (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature).
+	// Required unless Unsigned is set.
 	Key []byte
+	// Unsigned sends requests without a signature, for a receiver that
+	// checks none (a test server, a receiver reached only through a
+	// trusted network). It must be asked for: a forgotten Key would
+	// otherwise send deliveries a receiver cannot tell from forged ones,
+	// and a receiver that checks signatures refuses with 401, which is
+	// retried until the head's budget is spent. Set with a Key it is an
+	// error.
+	Unsigned bool
 	// Timeout bounds one request, connection included. Defaults to 10s.
 	// The relay's own per-delivery deadline applies as well.
 	Timeout time.Duration
@@ -121,8 +131,8 @@ func parseURL(raw string) (*url.URL, error) {
 // New checks opts and returns a Sink with its own connection pool. Zero
 // values take the defaults Options gives. Errors: ErrInvalidInput naming
 // field "sink" (bad URL), "timeout", "max_response_bytes",
-// "max_retry_after" or "max_conns_per_host" (negative), or
-// "permanent_status".
+// "max_retry_after" or "max_conns_per_host" (negative),
+// "permanent_status", or "key" (no Key and Unsigned not set, or both set).
 func New(opts Options) (*Sink, error) {
 	u, err := parseURL(opts.URL)
 	if err != nil {
@@ -161,6 +171,12 @@ func New(opts Options) (*Sink, error) {
 			return nil, invalid("permanent_status", "%d cannot be permanent: only 300–499 except 408, 425, 429", code)
 		}
 		s.permanent[code] = true
+	}
+	switch {
+	case len(opts.Key) == 0 && !opts.Unsigned:
+		return nil, invalid("key", "no signing key: set Options.Key (from ParseSecret, the receiver's whsec_… secret), or Unsigned to send unsigned requests")
+	case len(opts.Key) > 0 && opts.Unsigned:
+		return nil, invalid("key", "a Key and Unsigned both set: leave Unsigned false to sign with the Key")
 	}
 	conns := opts.MaxConnsPerHost
 	if conns <= 0 {

@@ -286,7 +286,7 @@ func TestClassify(t *testing.T) {
 				io.WriteString(w, tc.a.body)
 			}))
 			t.Cleanup(srv.Close)
-			s := newSink(t, webhook.Options{URL: srv.URL, Permanent: tc.permanent, Now: func() time.Time { return now }})
+			s := newSink(t, webhook.Options{URL: srv.URL, Unsigned: true, Permanent: tc.permanent, Now: func() time.Time { return now }})
 			res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")})
 			if err != nil {
 				t.Fatal(err)
@@ -304,26 +304,30 @@ func TestBadOptions(t *testing.T) {
 		opts  webhook.Options
 		field string
 	}{
-		{webhook.Options{URL: "ftp://127.0.0.1/"}, "sink"},
-		{webhook.Options{URL: ""}, "sink"},
+		{webhook.Options{URL: "ftp://127.0.0.1/", Unsigned: true}, "sink"},
+		{webhook.Options{URL: "", Unsigned: true}, "sink"},
 		// A port no connection reaches: every delivery would be retried
 		// until its budget ran out (a fresh user's typo).
-		{webhook.Options{URL: "http://127.0.0.1:80800/"}, "sink"},
-		{webhook.Options{URL: "https://127.0.0.1:0/"}, "sink"},
+		{webhook.Options{URL: "http://127.0.0.1:80800/", Unsigned: true}, "sink"},
+		{webhook.Options{URL: "https://127.0.0.1:0/", Unsigned: true}, "sink"},
 		// A raw space (a shell quoting slip) was sent as %20: another path.
-		{webhook.Options{URL: "http://127.0.0.1:8080/hook "}, "sink"},
-		{webhook.Options{URL: "http://127.0.0.1:8080/a b"}, "sink"},
-		{webhook.Options{URL: "http://127.0.0.1:8080/hook\u00a0"}, "sink"},
-		{webhook.Options{URL: "http://127.0.0.1:8080/hook\u3000"}, "sink"},
-		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{503}}, "permanent_status"},
-		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{429}}, "permanent_status"},
-		{webhook.Options{URL: "http://127.0.0.1/", Permanent: []int{200}}, "permanent_status"},
-		{webhook.Options{URL: "http://127.0.0.1/", Timeout: -time.Second}, "timeout"},
+		{webhook.Options{URL: "http://127.0.0.1:8080/hook ", Unsigned: true}, "sink"},
+		{webhook.Options{URL: "http://127.0.0.1:8080/a b", Unsigned: true}, "sink"},
+		{webhook.Options{URL: "http://127.0.0.1:8080/hook\u00a0", Unsigned: true}, "sink"},
+		{webhook.Options{URL: "http://127.0.0.1:8080/hook\u3000", Unsigned: true}, "sink"},
+		{webhook.Options{URL: "http://127.0.0.1/", Unsigned: true, Permanent: []int{503}}, "permanent_status"},
+		{webhook.Options{URL: "http://127.0.0.1/", Unsigned: true, Permanent: []int{429}}, "permanent_status"},
+		{webhook.Options{URL: "http://127.0.0.1/", Unsigned: true, Permanent: []int{200}}, "permanent_status"},
+		{webhook.Options{URL: "http://127.0.0.1/", Unsigned: true, Timeout: -time.Second}, "timeout"},
 		// Negative was taken as the default in silence (a library user's
 		// report).
-		{webhook.Options{URL: "http://127.0.0.1/", MaxResponseBytes: -1}, "max_response_bytes"},
-		{webhook.Options{URL: "http://127.0.0.1/", MaxRetryAfter: -time.Second}, "max_retry_after"},
-		{webhook.Options{URL: "http://127.0.0.1/", MaxConnsPerHost: -5}, "max_conns_per_host"},
+		{webhook.Options{URL: "http://127.0.0.1/", Unsigned: true, MaxResponseBytes: -1}, "max_response_bytes"},
+		{webhook.Options{URL: "http://127.0.0.1/", Unsigned: true, MaxRetryAfter: -time.Second}, "max_retry_after"},
+		{webhook.Options{URL: "http://127.0.0.1/", Unsigned: true, MaxConnsPerHost: -5}, "max_conns_per_host"},
+		// No key and no Unsigned: a forgotten Key sent every delivery
+		// unsigned, in silence (a library user's report).
+		{webhook.Options{URL: "http://127.0.0.1/"}, "key"},
+		{webhook.Options{URL: "http://127.0.0.1/", Key: []byte("k"), Unsigned: true}, "key"},
 	} {
 		_, err := webhook.New(tc.opts)
 		var fe *fairrelay.Error
@@ -347,7 +351,7 @@ func TestHeaders(t *testing.T) {
 		bodies <- string(b)
 	}))
 	t.Cleanup(srv.Close)
-	s := newSink(t, webhook.Options{URL: srv.URL})
+	s := newSink(t, webhook.Options{URL: srv.URL, Unsigned: true})
 	if _, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e-9", Flow: "flow/é", Seq: 12, Generation: 3, Attempt: 2, Body: []byte("{ \"delta\" : 1 }")}); err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +384,7 @@ func TestNoAnswer(t *testing.T) {
 		}
 	}))
 	t.Cleanup(func() { close(release); srv.Close() })
-	s := newSink(t, webhook.Options{URL: srv.URL, Timeout: 50 * time.Millisecond})
+	s := newSink(t, webhook.Options{URL: srv.URL, Unsigned: true, Timeout: 50 * time.Millisecond})
 	if _, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("slow receiver: %v, want a deadline error", err)
 	}
@@ -390,7 +394,7 @@ func TestNoAnswer(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s = newSink(t, webhook.Options{URL: "http://" + addr + "/"})
+	s = newSink(t, webhook.Options{URL: "http://" + addr + "/", Unsigned: true})
 	if _, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")}); err == nil {
 		t.Error("closed port: no error")
 	}
@@ -416,7 +420,7 @@ func TestConnectionReuseAndBoundedRead(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	s := newSink(t, webhook.Options{URL: srv.URL, MaxResponseBytes: 64})
+	s := newSink(t, webhook.Options{URL: srv.URL, Unsigned: true, MaxResponseBytes: 64})
 	// The huge answer is cut at 64 bytes: a JSON object whose status
 	// cannot be read, so retried (not the 200's accepted).
 	res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte("x")})
@@ -561,7 +565,7 @@ func TestAnAnswerThatCannotBeReadIsRetried(t *testing.T) {
 				io.WriteString(w, tc.body)
 			}))
 			t.Cleanup(srv.Close)
-			s := newSink(t, webhook.Options{URL: srv.URL})
+			s := newSink(t, webhook.Options{URL: srv.URL, Unsigned: true})
 			res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "e", Flow: "A", Seq: 1, Body: []byte(`{"delta":1}`)})
 			if err != nil || res.Outcome != tc.want {
 				t.Errorf("%d %.40q: %+v %v, want %s", tc.status, tc.body, res, err, tc.want)
