@@ -43,6 +43,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		var ans []answer
 		if p.combine {
 			ans = p.takeAnswers()
+			p.combining = len(ans)
 		}
 		p.mu.Unlock()
 		if k == 0 && len(ans) == 0 {
@@ -182,6 +183,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 			if len(ans) > 0 {
 				p.mu.Lock()
 				p.answers = append(ans, p.answers...)
+				p.combining = 0
 				p.mu.Unlock()
 			}
 			fails++
@@ -204,6 +206,7 @@ func (r *Relay) claimLoop(claimCtx, deliverCtx, settleCtx context.Context, p *pi
 		var heldAns []answer
 		heldAns, settled = r.reportSettles(ans, settled, ran)
 		p.mu.Lock()
+		p.combining = 0
 		p.recycle(ans)
 		p.answers = append(p.answers, heldAns...)
 		if p.combine = r.mode.next(p.combine, settled, kk, cs, len(p.answers)+p.settling); !p.combine {

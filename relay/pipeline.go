@@ -36,6 +36,7 @@ type pipeline struct {
 	answers    []answer // answered, waiting for a settle
 	spare      []answer // an emptied answers slice, for the next batch
 	settling   int      // answers in the settler's transaction under way
+	combining  int      // answers in the claimer's transaction under way
 	combine    bool     // the claimer settles the answers with its claims
 	claimDone  bool     // the claimer has stopped: the settler settles the rest
 	claimKick  chan struct{}

@@ -436,9 +436,10 @@ type Relay struct {
 	wake      chan struct{} // a token that ends the claimer's idle wait
 	changed   chan struct{} // the same, from the queue's change signal
 	running   atomic.Bool
-	phase     atomic.Int32 // phaseNew … phaseStopped, for Ready
-	health    *health      // the store round trips: error streaks, readiness
-	ts        *timeshare   // fair by worker time (SPEC §11)
+	pipe      atomic.Pointer[pipeline] // Run's, while it runs: Leased
+	phase     atomic.Int32             // phaseNew … phaseStopped, for Ready
+	health    *health                  // the store round trips: error streaks, readiness
+	ts        *timeshare               // fair by worker time (SPEC §11)
 	// pruneWallKept: the last prune kept back by the wall clock what its
 	// ticks made due (warned once per streak; pruneLoop's goroutine only).
 	pruneWallKept bool
@@ -608,6 +609,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		})
 	}
 	p := &pipeline{combine: r.mode.start(), inDelivery: map[string]chan struct{}{}, claimKick: make(chan struct{}, 1), settleKick: make(chan struct{}, 1)}
+	r.pipe.Store(p)
+	defer r.pipe.Store(nil)
 	r.log.Info("relay: started", "name", r.cfg.Name, "workers", r.cfg.Workers, "tick", r.clock.Now(),
 		"lease_ms", r.q.Policy().Lease, "timeout", r.cfg.DeliveryTimeout, "policy", r.q.Policy().Entry,
 		"budget", r.q.Policy().Budget, "backoff_base_ms", r.q.Policy().BackoffBase, "backoff_cap_ms", r.q.Policy().BackoffCap,
@@ -695,6 +698,23 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.log.Info("relay: stopped", "clock_tick", r.clock.Now())
 	return nil
+}
+
+// Leased returns how many heads this relay holds under its leases while
+// Run runs: claimed and not yet settled (deliveries under way, answers
+// waiting for their settle or in its transaction); 0 before Run and after
+// it returns. A process that ends now (a second signal, a supervisor's
+// kill) leaves them leased: each is delivered again, by any relay, once its
+// lease runs out (SPEC §2), up to Policy.Lease milliseconds later. Safe for
+// concurrent use.
+func (r *Relay) Leased() int {
+	p := r.pipe.Load()
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.delivering + len(p.answers) + p.settling + p.combining
 }
 
 // logLeasedAtStart says, when heads are leased as the relay starts, how

@@ -217,6 +217,17 @@ func errorLine(err error) string {
 	return string(escapeUnsafe([]byte(strings.Join(words, " "))))
 }
 
+// leasedReport is what a relay leaves leased if the process ends now:
+// Relay.Leased, and the lease in milliseconds.
+type leasedReport struct {
+	leased  func() int
+	leaseMS int64
+}
+
+// leasedAtExit is the running relay's leasedReport, which a second signal
+// reports before the process exits; nil when no relay runs.
+var leasedAtExit atomic.Pointer[leasedReport]
+
 // exitOnSecondSignal waits for a first signal, says that a second one
 // stops at once, then cancels the command's context (stop), so that the
 // notice comes before the daemon's own stopping lines (it came after
@@ -243,6 +254,19 @@ func exitOnSecondSignal(sigs <-chan os.Signal, stop context.CancelFunc) {
 	stop()
 	second := <-sigs
 	sayEvent(fmt.Sprintf("fairrelay: %s again: stopping at once", second), slog.LevelWarn, "stopping at once", "signal", second.String())
+	if rep := leasedAtExit.Load(); rep != nil {
+		// What the stop leaves behind (an operator's report: a forced stop
+		// said nothing of the heads it left leased, whose flows then
+		// waited a lease with no word of why).
+		if n := rep.leased(); n > 0 {
+			what := fmt.Sprintf("%d heads this relay claimed are", n)
+			if n == 1 {
+				what = "1 head this relay claimed is"
+			}
+			sayEvent(fmt.Sprintf("fairrelay: %s left leased: each is delivered again once its lease runs out (up to %s)", what, time.Duration(rep.leaseMS)*time.Millisecond),
+				slog.LevelWarn, "heads left leased: each is delivered again once its lease runs out", "leased", n, "lease_ms", rep.leaseMS)
+		}
+	}
 	code := exitFailed
 	if n, ok := second.(syscall.Signal); ok {
 		code = 128 + int(n)

@@ -192,7 +192,7 @@ charged least; --max-group-slots caps any group's slots (configure
 				if inURL {
 					log.Warn("relay: the sink's URL carries credentials, which show in ps: give them in $" + sinkUserEnv + " and $" + sinkPasswordEnv + " instead")
 				}
-				opts := webhook.Options{URL: target, Timeout: timeout, Permanent: codes, MaxConnsPerHost: workers}
+				opts := webhook.Options{URL: target, Timeout: timeout, Permanent: codes, MaxConnsPerHost: workers, Unsigned: secret == ""}
 				if secret != "" {
 					if opts.Key, err = webhookKey(log, "relay", secret); err != nil {
 						return err
@@ -274,6 +274,8 @@ charged least; --max-group-slots caps any group's slots (configure
 				return err // a signal: stoppedBeforeStart
 			}
 			ready.set(r.Ready)
+			leasedAtExit.Store(&leasedReport{leased: r.Leased, leaseMS: q.Policy().Lease})
+			defer leasedAtExit.Store(nil)
 			if consoleAddr != "" {
 				// The console's failed requests are capped as receive's
 				// (capRepeats); the relay's own lines have their caps.

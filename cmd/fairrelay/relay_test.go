@@ -586,7 +586,8 @@ func TestBulkEnqueueAnswersEachLine(t *testing.T) {
 
 // A relay stopping on a first SIGINT waits for its in-flight delivery (up
 // to --shutdown-timeout, an hour here); a second SIGINT stops it at once,
-// with exit code 130 (128 + SIGINT). Meanwhile /healthz answers 200 and
+// with exit code 130 (128 + SIGINT), saying how many heads it leaves
+// leased (the one in flight) and for how long. Meanwhile /healthz answers 200 and
 // /readyz 200 while it dispatches, 503 once it is stopping. The start line
 // names the queue and the sink, the sink's password hidden.
 func TestRelaySecondInterruptStopsAtOnce(t *testing.T) {
@@ -648,6 +649,10 @@ func TestRelaySecondInterruptStopsAtOnce(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("still running 10 s after a second SIGINT; stderr:\n%s", rel.stderr())
+	}
+	// What the stop left behind: the one delivery in flight, leased.
+	if got := rel.line("left leased"); !strings.Contains(got, "leased=1 ") || !strings.Contains(got, "lease_ms=60000") {
+		t.Errorf("after the second SIGINT: %q, want the one head left leased and the lease", got)
 	}
 	start := rel.line("relay: starting")
 	if !strings.Contains(start, "queue="+queue) || !strings.Contains(start, "hook:xxxxx@127.0.0.1") || strings.Contains(start, "hunter2") {
