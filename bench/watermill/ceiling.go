@@ -41,6 +41,7 @@ func ceilingWorkloads(ctx context.Context, o options) []workload {
 		{"bare-publish", "fairrelay's bare enqueue statement alone (no function, no relay)", func() (measure, error) { return benchFairrelayPublish(ctx, o, true) }, true},
 		{"lock-insert-publish", "a per-flow advisory lock and an insert at the next seq (another data model's least, no consumer)", func() (measure, error) { return benchLockInsertPublish(ctx, o) }, true},
 		{"plain-publish", "a plain outbox row alone (no consumer)", func() (measure, error) { return benchPlainPublish(ctx, o) }, true},
+		{"lease-floor", "a per-flow advisory lock and an insert at the next seq, and a consumer that claims each flow's head under a lease and a generation and settles it (a probe: the least under SPEC §2, floor.go)", func() (measure, error) { return benchLeaseFloor(ctx, o) }, false},
 	}
 }
 

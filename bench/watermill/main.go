@@ -71,7 +71,7 @@ func main() {
 	flag.IntVar(&o.relayWorkers, "relay-workers", 100, "fairrelay: the relay's deliveries at once")
 	flag.DurationVar(&o.poll, "poll", 10*time.Millisecond, "Watermill: the subscriber's PollInterval (its wait after finding nothing; its default is 1s)")
 	flag.IntVar(&o.batch, "batch", 0, "Watermill: SubscribeBatchSize (0: its default, 100)")
-	flag.StringVar(&o.only, "only", "", "run only these workloads, comma-separated: watermill, fairrelay (the default: both), and the ceilings with no consumer (ceiling.go): watermill-publish, fairrelay-publish, bare-publish, lock-insert-publish, plain-publish")
+	flag.StringVar(&o.only, "only", "", "run only these workloads, comma-separated: watermill, fairrelay (the default: both), and the ceilings with no consumer (ceiling.go): watermill-publish, fairrelay-publish, bare-publish, lock-insert-publish, plain-publish; and the probe lease-floor (floor.go)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a workload whose events have not all arrived by then")
 	flag.Parse()
 	if !strings.HasPrefix(o.url, "postgres://") && !strings.HasPrefix(o.url, "postgresql://") {
