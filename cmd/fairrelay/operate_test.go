@@ -351,6 +351,35 @@ func TestBulkActionsNameAnUnknownFlow(t *testing.T) {
 	}
 }
 
+// Unsigned webhook deliveries leave this machine only when asked for: a
+// relay with no --secret (a forgotten $FAIRRELAY_SECRET) and a receiver
+// elsewhere is refused naming secret, before it creates its store (a fresh
+// user's report: it ran, with one WARN line, and signing was off). A
+// loopback receiver still gets them unsigned with the warning (the other
+// tests' relays); --unsigned with --secret, or with a broker, is refused.
+func TestRelayRefusesUnsignedDeliveriesOffThisMachine(t *testing.T) {
+	t.Parallel()
+	q := filepath.Join(t.TempDir(), "q.db")
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"--sink", "http://10.1.2.3:9/hook"}, "secret"},
+		{[]string{"--sink", "https://hooks.example.com/in"}, "secret"},
+		{[]string{"--sink", "http://10.1.2.3:9/hook", "--unsigned", "--secret", "whsec_c2VjcmV0"}, "unsigned"},
+		{[]string{"--sink", "nats://127.0.0.1:1", "--unsigned"}, "unsigned"},
+	} {
+		args := append([]string{"relay", "--queue", q}, tc.args...)
+		out, errOut, code := cli(t, "", args...)
+		if code != exitFailed || out != "" || !strings.HasPrefix(errOut, "fairrelay: invalid_input: "+tc.field+": ") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q: want invalid_input naming %s", tc.args, code, out, errOut, tc.field)
+		}
+		if _, err := os.Stat(q); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%v: refused, yet %s exists (%v)", tc.args, q, err)
+		}
+	}
+}
+
 // A relay refused for its settings says why and nothing else: the
 // unsigned-deliveries warning came before the refusal (a fresh user's
 // report), as if the run had started.

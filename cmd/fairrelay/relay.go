@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairrelay/fairrelay"
+	"github.com/fairrelay/fairrelay/internal/loopback"
 	"github.com/fairrelay/fairrelay/relay"
 	"github.com/fairrelay/fairrelay/sink"
 	"github.com/fairrelay/fairrelay/sink/webhook"
@@ -28,6 +30,7 @@ func init() { rootCmd.AddCommand(newRelayCmd()) }
 func newRelayCmd() *cobra.Command {
 	var (
 		queue, sinkURL, secret, metricsAddr, permanent, name string
+		unsignedOK                                           bool
 		logs                                                 logFlags
 		consoleAddr                                          string
 		cf                                                   consoleFlags
@@ -159,7 +162,7 @@ charged least; --max-group-slots caps any group's slots (configure
 				return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "sink", Message: bad}
 			}
 			if isBroker(sinkURL) {
-				for _, name := range []string{"secret", "permanent-status"} {
+				for _, name := range []string{"secret", "unsigned", "permanent-status"} {
 					if cmd.Flags().Changed(name) {
 						return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: name, Message: "is for the webhook sink (http:// or https://), not a broker"}
 					}
@@ -188,6 +191,19 @@ charged least; --max-group-slots caps any group's slots (configure
 				target, inURL, err := webhookURL(sinkURL, os.Getenv)
 				if err != nil {
 					return err
+				}
+				if secret != "" && unsignedOK {
+					return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "unsigned", Message: "given with --secret (or $" + secretEnv + "): leave it out to sign with the secret"}
+				}
+				if secret == "" && !unsignedOK {
+					// Unsigned deliveries leave this machine only when asked
+					// for, as receive accepts unsigned requests only on a
+					// loopback address: a forgotten $FAIRRELAY_SECRET turned
+					// signing off with one WARN line (a fresh user's report).
+					if u, err := url.Parse(sinkURL); err == nil && !loopback.Host(u.Hostname()) {
+						return &fairrelay.Error{Code: fairrelay.CodeInvalidInput, Field: "secret",
+							Message: fmt.Sprintf("required for a receiver not on this machine (%s): without it deliveries are unsigned, and a receiver cannot tell them from forged ones (give --secret or $%s; --unsigned sends them unsigned)", u.Hostname(), secretEnv)}
+					}
 				}
 				if inURL {
 					log.Warn("relay: the sink's URL carries credentials, which show in ps: give them in $" + sinkUserEnv + " and $" + sinkPasswordEnv + " instead")
@@ -316,6 +332,7 @@ charged least; --max-group-slots caps any group's slots (configure
 	f := cmd.Flags()
 	f.StringVar(&queue, "queue", "", "queue store: a SQLite file path or a postgres:// URL")
 	f.StringVar(&sinkURL, "sink", "", "where deliveries go: an http(s):// receiver, a nats:// JetStream server or an amqp:// RabbitMQ (see above)")
+	f.BoolVar(&unsignedOK, "unsigned", false, "send webhook deliveries unsigned to a receiver not on this machine (without --secret, a loopback receiver gets them unsigned with a warning, any other is refused)")
 	f.StringVar(&secret, "secret", "", "shared secret for Standard Webhooks signatures: whsec_<base64> or any string (default: $"+secretEnv+", which keeps it out of ps; set but empty, it is refused)")
 	f.IntVar(&workers, "workers", 4, "concurrent deliveries")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-delivery timeout")
