@@ -2,8 +2,6 @@ package fairrelay_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -28,7 +26,6 @@ import (
 // event-by-event path (a flow made meanwhile, an id stored meanwhile).
 func TestPostgresEnqueueNeverBehindATickCommittedMeanwhile(t *testing.T) {
 	t.Parallel()
-	body := []byte(`{"delta":1}`)
 	const later = 1000
 	cases := []struct {
 		name string
@@ -64,126 +61,21 @@ func TestPostgresEnqueueNeverBehindATickCommittedMeanwhile(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// The gate: on a connection that set fr_test.block_read, that
-			// read of the store's tick waits for the advisory lock key,
-			// which the holder has taken.
-			key := rand.Int64()
-			s := pgx.Identifier{schema}.Sanitize()
-			var view string
-			if err := pool.QueryRow(ctx, "SELECT pg_get_viewdef($1::regclass)", schema+".stored_clock").Scan(&view); err != nil {
-				t.Fatal(err)
-			}
-			gate := fmt.Sprintf(`CREATE FUNCTION %[1]s.fr_test_gate() RETURNS int LANGUAGE plpgsql VOLATILE AS $g$
-DECLARE at int := nullif(current_setting('fr_test.block_read', true), '')::int; n int;
-BEGIN
-    IF at IS NULL THEN RETURN 0; END IF;
-    n := coalesce(nullif(current_setting('fr_test.reads', true), ''), '0')::int + 1;
-    PERFORM set_config('fr_test.reads', n::text, false);
-    IF n = at THEN
-        PERFORM pg_advisory_lock_shared(%[2]d);
-        PERFORM pg_advisory_unlock_shared(%[2]d);
-    END IF;
-    RETURN n;
-END $g$;
-CREATE OR REPLACE VIEW %[1]s.stored_clock AS SELECT o.tick, o.ticket FROM (%[3]s) o, LATERAL (SELECT %[1]s.fr_test_gate()) g`,
-				s, key, trimSemicolon(view))
-			if _, err := pool.Exec(ctx, gate); err != nil {
-				t.Fatal(err)
-			}
-			holder, err := pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer holder.Rollback(ctx)
-			if _, err := holder.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
-				t.Fatal(err)
-			}
-			conn, err := pgx.Connect(ctx, pool.Config().ConnConfig.ConnString())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			var pid int32
-			if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := conn.Exec(ctx, fmt.Sprintf("SET fr_test.block_read = '%d'", tc.read)); err != nil {
-				t.Fatal(err)
-			}
-			type answer struct {
-				status []string
-				tick   []int64
-				err    error
-			}
-			done := make(chan answer, 1)
-			bodies := make([][]byte, len(tc.ids))
-			for i := range bodies {
-				bodies[i] = body
-			}
-			go func() {
-				var a answer
-				a.err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-					rows, err := tx.Query(ctx, "SELECT status, tick FROM "+s+".enqueue_many($1, $2, $3, NULL, false, 3600000, 1048576, $4)",
-						tc.ids, tc.flows, bodies, tc.groups)
-					if err != nil {
-						return err
-					}
-					for rows.Next() {
-						var st string
-						var tick int64
-						if err := rows.Scan(&st, &tick); err != nil {
-							return err
-						}
-						a.status = append(a.status, st)
-						a.tick = append(a.tick, tick)
-					}
-					return rows.Err()
-				})
-				done <- a
-			}()
-			waitBlockedOn(t, pool, backendPID(t, holder), done, pid)
-			// The other transaction commits meanwhile, or waits for the
-			// call (which holds what it needs: the names of the flows it
-			// makes, migration 039) and commits after it.
 			m := tc.meanwhile
-			other := make(chan error, 1)
-			go func() {
+			a := runGated(t, pool, schema, tc.read, tc.ids, tc.flows, tc.groups, func() error {
 				_, err := q.Enqueue(ctx, fairrelay.EnqueueParams{ID: m.ID, Flow: m.Flow, Body: m.Body, At: later})
-				other <- err
-			}()
-			committedFirst := false
-			for waiting := false; !committedFirst && !waiting; {
-				select {
-				case err := <-other:
-					if err != nil {
-						t.Fatalf("the other transaction: %v", err)
-					}
-					committedFirst = true
-				default:
-					if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`, pid).Scan(&waiting); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			if err := holder.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			a := <-done
+				return err
+			})
 			if a.err != nil {
 				t.Fatalf("the call: %v", a.err)
 			}
-			if !committedFirst {
-				if err := <-other; err != nil {
-					t.Fatalf("the other transaction, after the call: %v", err)
-				}
-			}
 			for i, tick := range a.tick {
-				if committedFirst && tick < later {
+				if a.committedFirst && tick < later {
 					t.Errorf("event %s answered %s at tick %d, before the other transaction's write at %d that it met", tc.ids[i], a.status[i], tick, later)
 				}
 			}
 			// Every flow's events in tick order.
-			rows, err := pool.Query(ctx, "SELECT event_id, flow_id, seq, enqueued_at FROM "+s+".event ORDER BY flow_id, seq")
+			rows, err := pool.Query(ctx, "SELECT event_id, flow_id, seq, enqueued_at FROM "+pgx.Identifier{schema}.Sanitize()+".event ORDER BY flow_id, seq")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -206,14 +98,6 @@ CREATE OR REPLACE VIEW %[1]s.stored_clock AS SELECT o.tick, o.ticket FROM (%[3]s
 			}
 		})
 	}
-}
-
-// trimSemicolon drops the semicolon pg_get_viewdef ends a definition with.
-func trimSemicolon(s string) string {
-	for len(s) > 0 && (s[len(s)-1] == ';' || s[len(s)-1] == ' ' || s[len(s)-1] == '\n') {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 // The same for an id whose event another transaction has inserted but not
