@@ -144,15 +144,20 @@ func benchLockInsertPublish(ctx context.Context, o options) (measure, error) {
 		return measure{}, err
 	}
 	start := time.Now()
-	err = publishAll(ctx, o, pool, func(ctx context.Context, tx pgx.Tx, flow string, version int64, body []byte) error {
-		// One round trip: the lock, then the insert, whose statement
-		// starts after the lock is held and so sees the flow's last
-		// committed seq (READ COMMITTED).
-		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, flow)
-		b.Queue(`INSERT INTO events SELECT $1, $2, coalesce(max(seq), 0) + 1, $3 FROM events WHERE flow_id = $2`, fmt.Sprintf("%s-%d", flow, version), flow, body)
-		return tx.SendBatch(ctx, b).Close()
-	})
+	err = publishAll(ctx, o, pool, lockInsert)
 	d := time.Since(start)
 	return measure{elapsed: d, publish: d}, err
+}
+
+// lockInsert is lock-insert-publish's publish (and lease-floor's): the
+// flow's transaction-scoped advisory lock, then the insert into events at
+// the flow's largest seq + 1, in one round trip; the insert's statement
+// starts after the lock is held and so sees the flow's last committed seq
+// (READ COMMITTED).
+func lockInsert(ctx context.Context, tx pgx.Tx, flow string, version int64, body []byte) error {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, flow)
+	b.Queue(`INSERT INTO events (event_id, flow_id, seq, body) SELECT $1, $2, coalesce(max(seq), 0) + 1, $3 FROM events WHERE flow_id = $2`,
+		fmt.Sprintf("%s-%d", flow, version), flow, body)
+	return tx.SendBatch(ctx, b).Close()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,13 +59,7 @@ CREATE INDEX events_waiting ON events (flow_id, seq) WHERE NOT acked`); err != n
 		<-consumed
 	}()
 	start := time.Now()
-	published := publishing(ctx, o, pool, start, failed, func(ctx context.Context, tx pgx.Tx, flow string, version int64, body []byte) error {
-		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, flow)
-		b.Queue(`INSERT INTO events (event_id, flow_id, seq, body) SELECT $1, $2, coalesce(max(seq), 0) + 1, $3 FROM events WHERE flow_id = $2`,
-			fmt.Sprintf("%s-%d", flow, version), flow, body)
-		return tx.SendBatch(ctx, b).Close()
-	})
+	published := publishing(ctx, o, pool, start, failed, lockInsert)
 	last, err := check.wait(ctx, o.timeout, failed)
 	if err != nil {
 		return measure{}, err

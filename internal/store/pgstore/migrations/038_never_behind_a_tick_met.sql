@@ -27,22 +27,23 @@
 
 DO $mig$
 DECLARE
-    def TEXT;
-    p   RECORD;
+    def    TEXT;
+    target TEXT;
+    p      RECORD;
 BEGIN
-    SELECT pg_get_functiondef(f.oid) INTO def FROM pg_proc f WHERE f.oid = 'enqueue_many(text[], text[], bytea[], bigint, boolean, bigint, integer, text[])'::regprocedure;
-    IF position('Migration 038:' IN def) > 0 THEN
-        RETURN;
-    END IF;
-    FOR p IN SELECT v.anchor, v.patch FROM (VALUES
-    ($a$                WHERE f.flow_id = p_flows[1] AND f.group_id IS NULL
+    FOR target IN VALUES ('enqueue_many(text[], text[], bytea[], bigint, boolean, bigint, integer, text[])'),
+                         ('enqueue_events(text[], text[], bytea[], text[], bigint, bigint, bigint, bigint)') LOOP
+        SELECT pg_get_functiondef(target::regprocedure) INTO def;
+        CONTINUE WHEN position('Migration 038:' IN def) > 0;
+        FOR p IN SELECT v.anchor, v.patch FROM (VALUES
+    ('enqueue_many(text[], text[], bytea[], bigint, boolean, bigint, integer, text[])', $a$                WHERE f.flow_id = p_flows[1] AND f.group_id IS NULL
                   AND NOT EXISTS (SELECT 1 FROM event e WHERE e.event_id = p_ids[1])
 $a$,
      $a$                WHERE f.flow_id = p_flows[1] AND f.group_id IS NULL
                   /* Migration 038: not advanced past the tick read. */ AND f.tick <= v_at
                   AND NOT EXISTS (SELECT 1 FROM event e WHERE e.event_id = p_ids[1])
 $a$),
-    ($a$                RAISE EXCEPTION USING ERRCODE = 'FR003';
+    ('enqueue_many(text[], text[], bytea[], bigint, boolean, bigint, integer, text[])', $a$                RAISE EXCEPTION USING ERRCODE = 'FR003';
             END IF;
             EXIT;
 $a$,
@@ -54,35 +55,15 @@ $a$,
                 RAISE EXCEPTION USING ERRCODE = 'FR003';
             END IF;
             EXIT;
-$a$)
-    ) AS v (anchor, patch) LOOP
-        IF (length(def) - length(replace(def, p.anchor, ''))) / length(p.anchor) <> 1 THEN
-            RAISE EXCEPTION 'migration 038: the definition does not hold its anchor exactly once: %', p.anchor;
-        END IF;
-        def := replace(def, p.anchor, p.patch);
-    END LOOP;
-    EXECUTE def;
-END
-$mig$;
-
-DO $mig$
-DECLARE
-    def TEXT;
-    p   RECORD;
-BEGIN
-    SELECT pg_get_functiondef(f.oid) INTO def FROM pg_proc f WHERE f.oid = 'enqueue_events(text[], text[], bytea[], text[], bigint, bigint, bigint, bigint)'::regprocedure;
-    IF position('Migration 038:' IN def) > 0 THEN
-        RETURN;
-    END IF;
-    FOR p IN SELECT v.anchor, v.patch FROM (VALUES
-    ($a$        SELECT f.flow_id IS NOT NULL AS has_flow, f.seq AS f_seq, f.head_seq AS f_head, f.group_id AS f_group,
+$a$),
+    ('enqueue_events(text[], text[], bytea[], text[], bigint, bigint, bigint, bigint)', $a$        SELECT f.flow_id IS NOT NULL AS has_flow, f.seq AS f_seq, f.head_seq AS f_head, f.group_id AS f_group,
                e.event_id IS NOT NULL AS known, e.flow_id AS e_flow, e.seq AS e_seq, e.body = p_bodies[i] AS e_same_body,
 $a$,
      $a$        SELECT f.flow_id IS NOT NULL AS has_flow, f.seq AS f_seq, f.head_seq AS f_head, f.group_id AS f_group,
                f.tick AS f_tick, e.enqueued_at AS e_tick, /* Migration 038 */
                e.event_id IS NOT NULL AS known, e.flow_id AS e_flow, e.seq AS e_seq, e.body = p_bodies[i] AS e_same_body,
 $a$),
-    ($a$                    MESSAGE = format('enqueue at tick %s: the store is at tick %s', v_at, v_now);
+    ('enqueue_events(text[], text[], bytea[], text[], bigint, bigint, bigint, bigint)', $a$                    MESSAGE = format('enqueue at tick %s: the store is at tick %s', v_at, v_now);
             END IF;
         END IF;
         -- The group first (SPEC §8: before existing, conflict and every
@@ -102,7 +83,7 @@ $a$,
         END IF;
         -- The group first (SPEC §8: before existing, conflict and every
 $a$),
-    ($a$                        SELECT o.ord, o.served INTO fr
+    ('enqueue_events(text[], text[], bytea[], text[], bigint, bigint, bigint, bigint)', $a$                        SELECT o.ord, o.served INTO fr
                         FROM flow o WHERE o.flow_id = v_group AND o.group_id IS NULL FOR NO KEY UPDATE;
                         IF FOUND THEN
 $a$,
@@ -116,7 +97,7 @@ $a$,
                                     MESSAGE = format('enqueue at tick %s: the store is at tick %s', v_at, fr.tick);
                             END IF;
 $a$),
-    ($a$        SELECT e.flow_id AS e_flow, e.seq AS e_seq, e.body = p_bodies[i] AS e_same_body INTO fr FROM event e WHERE e.event_id = p_ids[i];
+    ('enqueue_events(text[], text[], bytea[], text[], bigint, bigint, bigint, bigint)', $a$        SELECT e.flow_id AS e_flow, e.seq AS e_seq, e.body = p_bodies[i] AS e_same_body INTO fr FROM event e WHERE e.event_id = p_ids[i];
         IF v_undone THEN
 $a$,
      $a$        SELECT e.flow_id AS e_flow, e.seq AS e_seq, e.body = p_bodies[i] AS e_same_body, e.enqueued_at AS e_tick INTO fr FROM event e WHERE e.event_id = p_ids[i];
@@ -127,12 +108,13 @@ $a$,
         END IF;
         IF v_undone THEN
 $a$)
-    ) AS v (anchor, patch) LOOP
-        IF (length(def) - length(replace(def, p.anchor, ''))) / length(p.anchor) <> 1 THEN
-            RAISE EXCEPTION 'migration 038: the definition does not hold its anchor exactly once: %', p.anchor;
-        END IF;
-        def := replace(def, p.anchor, p.patch);
+        ) AS v (fn, anchor, patch) WHERE v.fn = target LOOP
+            IF (length(def) - length(replace(def, p.anchor, ''))) / length(p.anchor) <> 1 THEN
+                RAISE EXCEPTION 'migration 038: % does not hold its anchor exactly once: %', target, p.anchor;
+            END IF;
+            def := replace(def, p.anchor, p.patch);
+        END LOOP;
+        EXECUTE def;
     END LOOP;
-    EXECUTE def;
 END
 $mig$;

@@ -28,15 +28,16 @@
 
 DO $mig$
 DECLARE
-    def TEXT;
-    p   RECORD;
+    def    TEXT;
+    target TEXT;
+    p      RECORD;
 BEGIN
-    SELECT pg_get_functiondef(f.oid) INTO def FROM pg_proc f WHERE f.oid = 'enqueue_many(text[], text[], bytea[], bigint, boolean, bigint, integer, text[])'::regprocedure;
-    IF position('Migration 039:' IN def) > 0 THEN
-        RETURN;
-    END IF;
-    FOR p IN SELECT v.anchor, v.patch FROM (VALUES
-    ($a$           OR (f.flow_id = ANY (coalesce(p_groups, '{}')) AND f.group_id IS NULL)
+    FOR target IN VALUES ('enqueue_many(text[], text[], bytea[], bigint, boolean, bigint, integer, text[])'),
+                         ('enqueue_events(text[], text[], bytea[], text[], bigint, bigint, bigint, bigint)') LOOP
+        SELECT pg_get_functiondef(target::regprocedure) INTO def;
+        CONTINUE WHEN position('Migration 039:' IN def) > 0;
+        FOR p IN SELECT v.anchor, v.patch FROM (VALUES
+    ('enqueue_many(text[], text[], bytea[], bigint, boolean, bigint, integer, text[])', $a$           OR (f.flow_id = ANY (coalesce(p_groups, '{}')) AND f.group_id IS NULL)
         ORDER BY f.flow_id FOR NO KEY UPDATE;
         -- Migration 019: the stored tick, read again now that the
         -- call holds its rows (it may have waited for them).
@@ -60,31 +61,11 @@ $a$,
         -- Migration 019: the stored tick, read again now that the
         -- call holds its rows (it may have waited for them).
 $a$),
-    ($a$                MESSAGE = 'enqueue: the stores tick moved past the calls ten times while it waited for flows or groups other transactions were making; nothing was changed, try again';
+    ('enqueue_many(text[], text[], bytea[], bigint, boolean, bigint, integer, text[])', $a$                MESSAGE = 'enqueue: the stores tick moved past the calls ten times while it waited for flows or groups other transactions were making; nothing was changed, try again';
 $a$,
      $a$                MESSAGE = 'enqueue: ten times in a row the call met a flow or an id that another transaction wrote at a tick past the call''s while it ran (migrations 038, 039); nothing was changed, try again';
-$a$)
-    ) AS v (anchor, patch) LOOP
-        IF (length(def) - length(replace(def, p.anchor, ''))) / length(p.anchor) <> 1 THEN
-            RAISE EXCEPTION 'migration 039: the definition does not hold its anchor exactly once: %', p.anchor;
-        END IF;
-        def := replace(def, p.anchor, p.patch);
-    END LOOP;
-    EXECUTE def;
-END
-$mig$;
-
-DO $mig$
-DECLARE
-    def TEXT;
-    p   RECORD;
-BEGIN
-    SELECT pg_get_functiondef(f.oid) INTO def FROM pg_proc f WHERE f.oid = 'enqueue_events(text[], text[], bytea[], text[], bigint, bigint, bigint, bigint)'::regprocedure;
-    IF position('Migration 039:' IN def) > 0 THEN
-        RETURN;
-    END IF;
-    FOR p IN SELECT v.anchor, v.patch FROM (VALUES
-    ($a$        -- Migration 021: a flow's name taken (another transaction making
+$a$),
+    ('enqueue_events(text[], text[], bytea[], text[], bigint, bigint, bigint, bigint)', $a$        -- Migration 021: a flow's name taken (another transaction making
         -- the flow may have been waited for, and its tick committed): the
         -- stored tick, read again. Past v_at, the caller starts over or
         -- answers clock_regressed (enqueue_many's FR001 handler).
@@ -99,12 +80,13 @@ $a$,
      $a$        -- Migration 039: not read again after a name; enqueue_many took
         -- every name before it read the tick.
 $a$)
-    ) AS v (anchor, patch) LOOP
-        IF (length(def) - length(replace(def, p.anchor, ''))) / length(p.anchor) <> 1 THEN
-            RAISE EXCEPTION 'migration 039: the definition does not hold its anchor exactly once: %', p.anchor;
-        END IF;
-        def := replace(def, p.anchor, p.patch);
+        ) AS v (fn, anchor, patch) WHERE v.fn = target LOOP
+            IF (length(def) - length(replace(def, p.anchor, ''))) / length(p.anchor) <> 1 THEN
+                RAISE EXCEPTION 'migration 039: % does not hold its anchor exactly once: %', target, p.anchor;
+            END IF;
+            def := replace(def, p.anchor, p.patch);
+        END LOOP;
+        EXECUTE def;
     END LOOP;
-    EXECUTE def;
 END
 $mig$;
