@@ -312,7 +312,7 @@ func (s *Sink) classify(status int, h http.Header, body []byte, cut bool, sent t
 	if status == http.StatusUnauthorized || status == http.StatusForbidden {
 		// Say what to fix: otherwise every head ends in budget_exhausted
 		// while the operator looks at the wrong thing.
-		res.Detail += ": the receiver refused the request: " + refusal(answer.Cause, h.Get("Date"), sent)
+		res.Detail += ": the receiver refused the request: " + refusal(len(s.key) == 0, answer.Cause, h.Get("Date"), sent)
 	}
 	var dup *jsontext.DuplicateKeyError
 	if isJSON && errors.As(objErr, &dup) {
@@ -371,10 +371,16 @@ func bodyStart(body []byte) string {
 	return strings.TrimSpace(sink.Excerpt(string(body[:min(len(body), DetailBodyBytes+utf8.UTFMax)]), DetailBodyBytes))
 }
 
-// refusal explains a 401 or 403: by the cause a fairrelay receiver names
-// (inbox.Handler), else by the receiver's Date header when its clock is far
-// from ours, else as the usual suspect, the secret.
-func refusal(cause, date string, sent time.Time) string {
+// refusal explains a 401 or 403: to a sink that sends unsigned requests,
+// by that; else by the cause a fairrelay receiver names (inbox.Handler),
+// else by the receiver's Date header when its clock is far from ours, else
+// as the usual suspect, the secret.
+func refusal(unsigned bool, cause, date string, sent time.Time) string {
+	if unsigned {
+		// A relay with no key was told to check that its key matches (a
+		// fresh user's report).
+		return "this relay sends unsigned requests (no --secret; in Go, Options.Unsigned) and the receiver wants them signed: give the relay the receiver's secret (--secret or $FAIRRELAY_SECRET; in Go, Options.Key from ParseSecret)"
+	}
 	skew := time.Duration(0)
 	if t, err := http.ParseTime(date); err == nil {
 		skew = t.Sub(sent.Truncate(time.Second))

@@ -500,9 +500,12 @@ func TestRefusalNamesTheCause(t *testing.T) {
 		{"plain receiver 10 minutes ahead", plain(time.Now().Add(10 * time.Minute)), k, "ahead of the relay's", "--secret"},
 		{"plain receiver 10 minutes behind", plain(time.Now().Add(-10 * time.Minute)), k, "behind the relay's", "--secret"},
 		{"plain receiver on time", plain(time.Now()), k, "--secret", "clock skew"},
+		// A relay without a key was told to check that its key matches.
+		{"unsigned relay, fairrelay receiver", in.Handler(inbox.HandlerOptions{Verify: webhook.NewVerifier(k).Verify}), nil, "sends unsigned requests", "matches the receiver's"},
+		{"unsigned relay, plain receiver", plain(time.Now()), nil, "sends unsigned requests", "matches the receiver's"},
 	} {
 		srv := httptest.NewServer(tc.h)
-		s := newSink(t, webhook.Options{URL: srv.URL, Key: tc.key})
+		s := newSink(t, webhook.Options{URL: srv.URL, Key: tc.key, Unsigned: tc.key == nil})
 		res, err := s.Deliver(t.Context(), sink.Delivery{EventID: "E1", Flow: "A", Seq: 1, Generation: 1, Attempt: 1, Body: []byte(`{"delta":1}`)})
 		srv.Close()
 		if err != nil || res.Outcome != fairrelay.OutcomeRetry {
