@@ -34,7 +34,14 @@ after a plain VACUUM. SQLite: the file plus its WAL; a new store frees
 pages to the file system by incremental vacuum at each prune. PostgreSQL:
 the tables of a fresh schema of --pg with their indexes, dropped at the
 end. --tombstones makes every pruned event leave a tombstone (ids kept
-longer than bodies, as --retain-ids > --retain-acked does).`,
+longer than bodies, as --retain-ids > --retain-acked does).
+
+On Linux a second table gives the same figures over the prune calls and
+dispatch steps during which the machine's steal counter (/proc/stat: time
+its hypervisor ran something else on its CPUs, in ticks of 10 ms) did not
+move, and the share of the CPUs stolen while the prune ran: on a virtual
+machine those stops, not the prune, make the longest of both
+(BENCHMARKS.md, "Retention").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Backends = strings.Split(backends, ",")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -98,6 +99,22 @@ type PruneReport struct {
 	SizeVacuumed int64 `json:"size_vacuumed,omitempty"`
 	// SizeRefilled is the size after Refill (0 without it).
 	SizeRefilled int64 `json:"size_refilled,omitempty"`
+	// StealPct is the share of the machine's CPU time its hypervisor took
+	// (Linux's steal) while the prune ran, its pauses included, in
+	// percent; -1 where the steal counter cannot be read (steal.go).
+	StealPct float64 `json:"steal_pct"`
+	// The figures again over the prune calls and dispatch steps during
+	// which the steal counter (/proc/stat, ticks of 10 ms over every CPU)
+	// did not move: what the prune and dispatch took while no CPU of the
+	// machine was stopped by its hypervisor for as long as a tick, the
+	// stops that end the longest of both (steal.go). A stop shorter than
+	// a tick can still be in them. CallsNoSteal counts those prune calls.
+	// Zero where the counter cannot be read.
+	CallsNoSteal          int     `json:"prune_calls_no_steal,omitempty"`
+	LongestHeldNoStealMs  float64 `json:"longest_prune_write_no_steal_ms,omitempty"`
+	P99HeldNoStealMs      float64 `json:"p99_prune_write_no_steal_ms,omitempty"`
+	DispatchDuringNoSteal Latency `json:"dispatch_during_no_steal,omitzero"`
+	DispatchPausedNoSteal Latency `json:"dispatch_paused_no_steal,omitzero"`
 }
 
 // Latency summarises step durations in milliseconds.
@@ -229,24 +246,43 @@ func runPrune(ctx context.Context, backend string, o PruneOptions) (PruneReport,
 	progress("dispatch alone", 0, 0)
 	stop := make(chan struct{})
 	time.AfterFunc(o.Baseline, func() { close(stop) })
-	if rep.DispatchAlone, _, err = dispatchLoop(ctx, q, stop, nil); err != nil {
+	alone, err := dispatchLoop(ctx, q, stop, nil, nil)
+	if err != nil {
 		return rep, err
 	}
+	rep.DispatchAlone = alone.during
 	// The prune, beside the dispatch loop. phase counts the prune's starts
 	// and stops: odd while it runs (see PruneOptions.Pause).
 	var phase atomic.Int64
 	phase.Add(1)
+	// The machine's steal counter (steal.go): dw watches the dispatch
+	// steps, pw the prune calls, total the whole prune.
+	dw, closeDW := newStealWatch()
+	defer closeDW()
+	pw, closePW := newStealWatch()
+	defer closePW()
+	total, closeTotal := newStealWatch()
+	defer closeTotal()
+	var stealAt0 int64
+	if total != nil {
+		if stealAt0, err = total.read(); err != nil {
+			return rep, fmt.Errorf("steal counter: %w", err)
+		}
+	}
+	began := time.Now()
 	stop = make(chan struct{})
 	var wg sync.WaitGroup
 	var derr error
-	wg.Go(func() { rep.DispatchDuring, rep.DispatchPaused, derr = dispatchLoop(ctx, q, stop, &phase) })
+	var dispatched dispatchResult
+	wg.Go(func() { dispatched, derr = dispatchLoop(ctx, q, stop, &phase, dw) })
 	ids := int64(pruneBefore)
 	if o.Tombstones {
 		ids = 0
 	}
-	var txns, held []time.Duration
+	var txns, held, heldNoSteal []time.Duration
 	var pruning time.Duration // of the prune's calls, its pauses left out
 	window := time.Now()
+	pw.mark()
 	for {
 		if o.Pause > 0 && time.Since(window) >= o.Pause {
 			phase.Add(1)
@@ -256,6 +292,7 @@ func runPrune(ctx context.Context, backend string, o PruneOptions) (PruneReport,
 			}
 			phase.Add(1)
 			window = time.Now()
+			pw.mark()
 		}
 		t0 := time.Now()
 		res, err := q.Prune(ctx, fairrelay.PruneParams{At: liveTick, Floor: true, AckedBefore: pruneBefore, IDsBefore: ids, Limit: o.Batch})
@@ -266,6 +303,9 @@ func runPrune(ctx context.Context, backend string, o PruneOptions) (PruneReport,
 		}
 		txns = append(txns, time.Since(t0))
 		held = append(held, res.Held)
+		if pw != nil && !pw.stolen() {
+			heldNoSteal = append(heldNoSteal, res.Held)
+		}
 		pruning += time.Since(t0)
 		rep.Pruned += res.Events
 		rep.Tombstones += res.Tombstones
@@ -275,10 +315,34 @@ func runPrune(ctx context.Context, backend string, o PruneOptions) (PruneReport,
 		}
 	}
 	rep.Seconds = pruning.Seconds()
+	rep.StealPct = -1
+	if total != nil {
+		elapsed := time.Since(began)
+		stealAt1, err := total.read()
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			return rep, fmt.Errorf("steal counter: %w", err)
+		}
+		// Ticks of 10 ms (Linux's USER_HZ, 100) summed over the CPUs.
+		rep.StealPct = 100 * float64(stealAt1-stealAt0) * 0.01 / (elapsed.Seconds() * float64(runtime.NumCPU()))
+	}
 	close(stop)
 	wg.Wait()
 	if derr != nil {
 		return rep, derr
+	}
+	for _, w := range []*stealWatch{pw, dw} {
+		if w != nil && w.err != nil {
+			return rep, fmt.Errorf("steal counter: %w", w.err)
+		}
+	}
+	rep.DispatchDuring, rep.DispatchPaused = dispatched.during, dispatched.paused
+	if pw != nil {
+		rep.CallsNoSteal = len(heldNoSteal)
+		lat := summarise(heldNoSteal)
+		rep.LongestHeldNoStealMs, rep.P99HeldNoStealMs = lat.Max, lat.P99
+		rep.DispatchDuringNoSteal, rep.DispatchPausedNoSteal = dispatched.duringNoSteal, dispatched.pausedNoSteal
 	}
 	rep.Transactions = len(txns)
 	lat := summarise(txns)
@@ -357,9 +421,10 @@ func fillAcked(ctx context.Context, q *fairrelay.Queue, o PruneOptions, progress
 // one more, on ten live flows refilled 1 000 events at a time. With phase
 // nil every step counts in the first summary; otherwise a step that began
 // and ended in one even phase (the prune paused) counts in the second, and
-// every other in the first.
-func dispatchLoop(ctx context.Context, q *fairrelay.Queue, stop <-chan struct{}, phase *atomic.Int64) (Latency, Latency, error) {
-	var steps, paused []time.Duration
+// every other in the first. With w, the steps during which the machine's
+// steal counter did not move are summarised apart as well (steal.go).
+func dispatchLoop(ctx context.Context, q *fairrelay.Queue, stop <-chan struct{}, phase *atomic.Int64, w *stealWatch) (dispatchResult, error) {
+	var steps, paused, stepsNoSteal, pausedNoSteal []time.Duration
 	var held []fairrelay.Settlement
 	next := 0
 	refill := func() error {
@@ -371,15 +436,16 @@ func dispatchLoop(ctx context.Context, q *fairrelay.Queue, stop <-chan struct{},
 		_, err := q.EnqueueMany(ctx, fairrelay.EnqueueManyParams{At: liveTick, Floor: true, Events: ps})
 		return err
 	}
+	w.mark()
 	for {
 		select {
 		case <-stop:
 			if len(held) > 0 {
 				if _, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: liveTick, Floor: true, Settles: held}); err != nil {
-					return Latency{}, Latency{}, err
+					return dispatchResult{}, err
 				}
 			}
-			return summarise(steps), summarise(paused), nil
+			return dispatchResult{summarise(steps), summarise(paused), summarise(stepsNoSteal), summarise(pausedNoSteal)}, nil
 		default:
 		}
 		var p0 int64
@@ -389,12 +455,20 @@ func dispatchLoop(ctx context.Context, q *fairrelay.Queue, stop <-chan struct{},
 		t0 := time.Now()
 		res, err := q.SettleMany(ctx, fairrelay.SettleManyParams{At: liveTick, Floor: true, Settles: held, ClaimLimit: 1})
 		if err != nil {
-			return Latency{}, Latency{}, fmt.Errorf("dispatch: %w", err)
+			return dispatchResult{}, fmt.Errorf("dispatch: %w", err)
 		}
-		if d := time.Since(t0); phase != nil && p0%2 == 0 && phase.Load() == p0 {
+		d := time.Since(t0)
+		noSteal := w != nil && !w.stolen()
+		if phase != nil && p0%2 == 0 && phase.Load() == p0 {
 			paused = append(paused, d)
+			if noSteal {
+				pausedNoSteal = append(pausedNoSteal, d)
+			}
 		} else {
 			steps = append(steps, d)
+			if noSteal {
+				stepsNoSteal = append(stepsNoSteal, d)
+			}
 		}
 		held = held[:0]
 		for _, c := range res.Claims {
@@ -402,10 +476,19 @@ func dispatchLoop(ctx context.Context, q *fairrelay.Queue, stop <-chan struct{},
 		}
 		if len(res.Claims) == 0 {
 			if err := refill(); err != nil {
-				return Latency{}, Latency{}, fmt.Errorf("dispatch: refill: %w", err)
+				return dispatchResult{}, fmt.Errorf("dispatch: refill: %w", err)
 			}
+			w.mark() // the next step's interval starts after the refill
 		}
 	}
+}
+
+// dispatchResult is what dispatchLoop measured: the steps beside the
+// prune (or all of them without phase) and in its pauses, and the same
+// without the steps the hypervisor's steal met (empty without a
+// stealWatch).
+type dispatchResult struct {
+	during, paused, duringNoSteal, pausedNoSteal Latency
 }
 
 // summarise returns the p50, p99 and maximum of ds in milliseconds.
@@ -510,6 +593,26 @@ func WritePruneTable(w io.Writer, reps []PruneReport) error {
 			r.Backend, r.Pruned, r.Tombstones, r.Transactions, r.Seconds, r.LongestMs, r.P99Ms, r.LongestHeldMs, r.P99HeldMs,
 			lat(r.DispatchAlone), lat(r.DispatchPaused), lat(r.DispatchDuring),
 			mb(r.SizeBefore), mb(r.SizeAfter), mb(r.SizeVacuumed), mb(r.SizeRefilled))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var measured []PruneReport
+	for _, r := range reps {
+		if r.StealPct >= 0 && r.CallsNoSteal > 0 {
+			measured = append(measured, r)
+		}
+	}
+	if len(measured) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nWithout the hypervisor's steal: the prune calls and dispatch steps during which the machine's steal counter did not move (ticks of 10 ms):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "| backend\t| steal % of the CPUs\t| prune calls\t| longest write ms\t| p99 write ms\t| in the prune's pauses p50/p99/p99.9/max ms\t| during the prune\t|")
+	fmt.Fprintln(tw, "|---\t|---:\t|---:\t|---:\t|---:\t|---\t|---\t|")
+	for _, r := range measured {
+		fmt.Fprintf(tw, "| %s\t| %.1f\t| %d of %d\t| %.1f\t| %.1f\t| %s\t| %s\t|\n", r.Backend, r.StealPct, r.CallsNoSteal, r.Transactions,
+			r.LongestHeldNoStealMs, r.P99HeldNoStealMs, lat(r.DispatchPausedNoSteal), lat(r.DispatchDuringNoSteal))
 	}
 	return tw.Flush()
 }
