@@ -116,7 +116,8 @@ func (s *Store) Configure(ctx context.Context, p store.ConfigureParams) (int64, 
 // the deletions were committed, and comes with the result that says what
 // they deleted (a prune run again deletes what is left).
 func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResult, error) {
-	if err := s.checkpointBeside(ctx); err != nil {
+	checkpointed, err := s.checkpointBeside(ctx)
+	if err != nil {
 		return store.PruneResult{}, err
 	}
 	w, err := s.lazyWrite(ctx)
@@ -249,7 +250,7 @@ scan:
 	if err := tx.Commit(); err != nil {
 		return store.PruneResult{}, Translate(fmt.Errorf("commit: %w", err))
 	}
-	res.Held = time.Since(began)
+	res.Held = max(time.Since(began), checkpointed)
 	w.release()      // the writer is free for dispatch again
 	s.commits.Add(1) // this store's own commit (changes.go, checkpointer.go)
 	if s.afterPruneCommit != nil {
@@ -398,22 +399,30 @@ func (w *lazy) release() {
 // removed or emptied it synced the database file first). Errors: the
 // file system's.
 func (s *Store) syncLog() error {
-	path, err := s.logPath()
-	if err != nil {
+	if err := s.syncFile("-wal"); err != nil {
 		return fmt.Errorf("sync the log after a prune: %w", err)
 	}
-	f, err := os.Open(path)
+	return nil
+}
+
+// syncFile flushes (fsync) the store's file with suffix ("": the database
+// file, "-wal": its log), found beside the file a symbolic link names
+// (logPath); a file that does not exist has nothing to flush. Errors: the
+// file system's.
+func (s *Store) syncFile(suffix string) error {
+	path, err := filepath.EvalSymlinks(s.path)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(path + suffix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("sync the log after a prune: %w", err)
+		return err
 	}
 	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync the log after a prune: %w", err)
-	}
-	return nil
+	return f.Sync()
 }
 
 // logPath is the path of the store's log (WAL) file. SQLite keeps it
@@ -435,32 +444,68 @@ const (
 	vacuumStep  = 64
 )
 
-// checkpointBeside runs, before a prune transaction, PASSIVE checkpoints
-// on a read connection until the log is wholly copied into the database
-// file, when it holds more than s.pruneLogFrames frames (at most
-// pruneCheckpointTries of them; then the prune goes on). A prune writes the
-// log fast, and the checkpointer's checkpoints beside continuous writes
-// never copy all of it, so before this the log grew to checkpointSafety
-// frames and the write connection's own checkpoint ran inside a prune's
-// commit: an fsync of every page copied since the last complete checkpoint
-// (40-90 ms on the 2-core machine of BENCHMARKS.md) with the write lock
-// held, which the next dispatch step waited out. Here the prune, which can
-// wait, waits; the checkpoint that completes (and its fsync) runs beside
-// the writers, which go on; and the next write starts the log over. The
-// worst dispatch step beside a prune of 200 000 events went from 36-76 ms
-// to 15-21 ms (BENCHMARKS.md, "Retention"). Errors: the checkpoint's,
-// translated.
-func (s *Store) checkpointBeside(ctx context.Context) error {
+// checkpointBeside makes the log start over before a prune transaction
+// when it holds more than s.pruneLogFrames frames, so that no commit of a
+// prune grows it to checkpointSafety frames: there the write connection's
+// own checkpoint runs inside the commit (SQLite's wal_autocheckpoint hook)
+// and ends with an fsync of every page copied since the last complete
+// checkpoint, with the writer held — 40-90 ms on the 2-core machine of
+// BENCHMARKS.md, and still 6-15 ms inside the longest prune writes of a
+// runtime/trace in "Retention", which the next dispatch step waited out.
+// SQLite starts the log over at a write that finds it wholly copied with
+// no commit since, and beside continuous writers a checkpoint on another
+// connection never leaves it so: a commit lands while it runs, or before
+// the next write. So, in three steps, the prune (which can wait) waiting
+// and dispatch going on through the first two:
+//
+//  1. PASSIVE checkpoints on a read connection until one copies all the log
+//     it saw (at most pruneCheckpointTries), beside the writers;
+//  2. an fsync of the database file, holding nothing: the pages those
+//     checkpoints copied are written out now, not inside step 3;
+//  3. one PASSIVE checkpoint on the write connection, which no commit of
+//     this process can land beside: it copies the frames appended since
+//     step 1 and syncs only those pages, and the next write starts the
+//     log over.
+//
+// It returns how long step 3 held the write connection (what a dispatch
+// step can wait behind; Prune counts it in PruneResult.Held). Errors: the
+// checkpoints', translated; the fsync's; CheckFile's.
+func (s *Store) checkpointBeside(ctx context.Context) (time.Duration, error) {
+	var busy, log, copied int64
 	for range pruneCheckpointTries {
-		var busy, log, copied int64
 		if err := s.read.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &copied); err != nil {
-			return Translate(fmt.Errorf("checkpoint before a prune: %w", err))
+			return 0, Translate(fmt.Errorf("checkpoint before a prune: %w", err))
 		}
-		if log <= s.pruneLogFrames || copied >= log {
-			return nil
+		if log <= s.pruneLogFrames {
+			return 0, nil
+		}
+		if copied >= log {
+			break
 		}
 	}
-	return nil
+	if s.afterCheckpointBeside != nil {
+		s.afterCheckpointBeside()
+	}
+	if err := s.syncFile(""); err != nil {
+		return 0, fmt.Errorf("checkpoint before a prune: %w", err)
+	}
+	if err := CheckFile(s.path, s.file); err != nil {
+		return 0, err
+	}
+	c, err := s.write.Conn(ctx)
+	if err != nil {
+		return 0, Translate(fmt.Errorf("checkpoint before a prune: write connection: %w", err))
+	}
+	defer c.Close()
+	// Not beside the checkpointer's own checkpoint, which would make this
+	// one answer busy without copying.
+	s.apart.Lock()
+	defer s.apart.Unlock()
+	began := time.Now()
+	if err := c.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &copied); err != nil {
+		return 0, Translate(fmt.Errorf("checkpoint before a prune: %w", err))
+	}
+	return time.Since(began), nil
 }
 
 // pruneLogFrames is Store.pruneLogFrames's default: 4096 frames, 16 MiB of

@@ -141,25 +141,33 @@ func walIndex(t *testing.T, path string) (frames, copied uint32) {
 	return binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint32(b[96:])
 }
 
+// longLogStore opens a store at a new path with pruneLogFrames lowered to
+// 64 and a log of about 270 frames that the checkpointer leaves alone
+// (these commits are not the store's: it counts its own), closed with the
+// test.
+func longLogStore(t *testing.T) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "p.db")
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.pruneLogFrames = 64
+	if _, err := s.write.Exec(`CREATE TABLE junk (x BLOB);
+		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) INSERT INTO junk SELECT randomblob(8000) FROM n`); err != nil {
+		t.Fatal(err)
+	}
+	return s, path
+}
+
 // A prune transaction begins only once a log longer than pruneLogFrames is
 // wholly copied into the database file by a checkpoint beside the writers
 // (so that its write starts the log over): the prune no longer grows the log to the
 // write connection's own checkpoint (checkpointSafety frames), whose fsync
 // ran inside a prune's commit with the write lock held (issue 16).
 func TestPruneStartsAfterTheLogIsCopied(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "p.db")
-	s, err := Open(context.Background(), path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	s.pruneLogFrames = 64
-	// A long log the checkpointer leaves alone (these commits are not the
-	// store's: it counts its own).
-	if _, err := s.write.Exec(`CREATE TABLE junk (x BLOB);
-		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) INSERT INTO junk SELECT randomblob(8000) FROM n`); err != nil {
-		t.Fatal(err)
-	}
+	s, path := longLogStore(t)
 	frames, copied := walIndex(t, path)
 	if frames <= 64 || copied >= frames {
 		t.Fatalf("before the prune: %d frames, %d copied; want a long log not yet copied", frames, copied)
@@ -171,6 +179,63 @@ func TestPruneStartsAfterTheLogIsCopied(t *testing.T) {
 	// the log over; this one had nothing to delete and wrote nothing).
 	if after, copiedAfter := walIndex(t, path); copiedAfter < after || after < frames {
 		t.Errorf("after the prune: %d frames, %d copied (before: %d, %d); want the long log wholly copied", after, copiedAfter, frames, copied)
+	}
+}
+
+// A transaction that began before the checkpoints beside the writers and
+// commits after them (a dispatch step) does not keep the log from
+// starting over: SQLite starts it over at a transaction that begins with
+// the log wholly copied, and that commit left it not so. The prune
+// finishes the copy on the write connection, where no commit can land, so
+// its own write starts the log over instead of growing it towards the
+// write connection's own checkpoint, whose fsync ran inside a prune's
+// commit (issue 16: a runtime/trace of the longest prune writes on the
+// disk).
+func TestPruneStartsTheLogOverThoughACommitLandedAfterTheCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	s, path := longLogStore(t)
+	// Another writer's transaction, begun before the prune's checkpoints
+	// (its snapshot is the long log) and committed after them.
+	other, err := sql.Open("sqlite", DSN(path, time.Second, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO junk VALUES (randomblob(100))`); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := walIndex(t, path)
+	if before <= 64 {
+		t.Fatalf("before the prune: %d frames; want a long log", before)
+	}
+	landed := false
+	s.afterCheckpointBeside = func() {
+		if err := tx.Commit(); err != nil {
+			t.Error(err)
+		}
+		landed = true
+	}
+	res, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !landed {
+		t.Fatal("the other transaction did not commit between the checkpoints and the prune")
+	}
+	if res.Held <= 0 {
+		t.Errorf("Held %v: want the checkpoint on the write connection counted", res.Held)
+	}
+	// The next write (a dispatch step's, or the prune's own when it
+	// deletes) starts the log over.
+	if _, err := s.write.Exec(`INSERT INTO junk VALUES (randomblob(100))`); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := walIndex(t, path); after >= before {
+		t.Errorf("after the next write: %d frames (before the prune %d); want the log started over", after, before)
 	}
 }
 

@@ -76,6 +76,9 @@ type Store struct {
 	// pruneLogFrames is how long the log may be when a prune transaction
 	// begins (checkpointBeside); pruneLogFrames unless a test lowers it.
 	pruneLogFrames int64
+	// afterCheckpointBeside, when set (tests), runs in checkpointBeside
+	// between the checkpoints on a read connection and the flush.
+	afterCheckpointBeside func()
 	// pruneHold bounds a batched prune transaction's deletes (Prune);
 	// pruneHold unless a test changes it.
 	pruneHold time.Duration
