@@ -452,11 +452,11 @@ const (
 // checkpoint, with the writer held — 40-90 ms on the 2-core machine of
 // BENCHMARKS.md, and still 6-15 ms inside the longest prune writes of a
 // runtime/trace in "Retention", which the next dispatch step waited out.
-// SQLite starts the log over at a write that finds it wholly copied with
-// no commit since, and beside continuous writers a checkpoint on another
-// connection never leaves it so: a commit lands while it runs, or before
-// the next write. So, in three steps, the prune (which can wait) waiting
-// and dispatch going on through the first two:
+// SQLite starts the log over only at a write transaction that began with
+// the log wholly copied, and beside continuous writers a checkpoint on
+// another connection seldom leaves it so: a transaction begun before the
+// checkpoint ended commits after it. So, in three steps, the prune (which
+// can wait) waiting and dispatch going on through the first two:
 //
 //  1. PASSIVE checkpoints on a read connection until one copies all the log
 //     it saw (at most pruneCheckpointTries), beside the writers;
@@ -466,6 +466,10 @@ const (
 //     this process can land beside: it copies the frames appended since
 //     step 1 and syncs only those pages, and the next write starts the
 //     log over.
+//
+// When no checkpoint of step 1 copied all it saw (a reader of another
+// process holds an old snapshot), step 3 could not either: the prune goes
+// on without steps 2 and 3.
 //
 // It returns how long step 3 held the write connection (what a dispatch
 // step can wait behind; Prune counts it in PruneResult.Held). Errors: the
@@ -482,6 +486,9 @@ func (s *Store) checkpointBeside(ctx context.Context) (time.Duration, error) {
 		if copied >= log {
 			break
 		}
+	}
+	if copied < log {
+		return 0, nil
 	}
 	if s.afterCheckpointBeside != nil {
 		s.afterCheckpointBeside()

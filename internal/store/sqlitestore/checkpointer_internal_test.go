@@ -239,6 +239,48 @@ func TestPruneStartsTheLogOverThoughACommitLandedAfterTheCheckpoint(t *testing.T
 	}
 }
 
+// When a reader of another process holds a snapshot older than the log's
+// end, no checkpoint can copy the whole log: the prune does not flush the
+// database file nor take the write connection for a checkpoint that could
+// not finish either, at every call while the reader stays.
+func TestPruneSkipsTheLogsFinishWhileAReaderHoldsIt(t *testing.T) {
+	ctx := context.Background()
+	s, path := longLogStore(t)
+	reader, err := sql.Open("sqlite", DSN(path, time.Second, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	rtx, err := reader.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rtx.Rollback()
+	var n int
+	if err := rtx.QueryRow(`SELECT count(*) FROM junk`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	// Frames past the reader's snapshot.
+	if _, err := s.write.Exec(`INSERT INTO junk SELECT randomblob(8000) FROM junk LIMIT 20`); err != nil {
+		t.Fatal(err)
+	}
+	finished := false
+	s.afterCheckpointBeside = func() { finished = true }
+	if _, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if finished {
+		t.Error("the prune went on to finish the log's copy though a reader held it")
+	}
+	rtx.Rollback()
+	if _, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if !finished {
+		t.Error("the reader gone, the prune did not finish the log's copy")
+	}
+}
+
 // A prune's writes commit under synchronous=NORMAL (no fsync with the
 // writer held: lazyWrite), and the write connection is back to FULL for
 // every other write once the prune's write ends: after a commit, after a
