@@ -23,9 +23,14 @@ func newBenchPruneCmd() *cobra.Command {
 flows (bodies of --body-bytes bytes), measures one worker's claim+settle step
 alone for --baseline, then prunes every acked event in transactions of
 --batch events (as the relay's retention does, SPEC §8) while the same
-worker keeps dispatching other flows. It prints the prune's transactions
-(longest, p99), the dispatch step's p50/p99/p99.9/max alone and during the
-prune (with --pause D, the prune stops for D after every D of pruning and
+worker keeps dispatching other flows. It prints what the prune deleted
+(events pruned; tombstones: the tombstones it deleted, none with
+--tombstones, whose ids it keeps), its calls (longest, p99: each
+Queue.Prune, with, on SQLite, its wait before its transaction for the
+log's checkpoint, which holds nothing), its writes (longest, p99: how long
+a call held the store's writer in one write, what a dispatch step can wait
+behind; PruneResult.Held), the dispatch step's p50/p99/p99.9/max alone and
+during the prune (with --pause D, the prune stops for D after every D of pruning and
 the steps inside those pauses are reported apart: dispatch without the
 prune in the same run, under the same load and about as long, so that
 the tails compare),
@@ -36,12 +41,13 @@ the tables of a fresh schema of --pg with their indexes, dropped at the
 end. --tombstones makes every pruned event leave a tombstone (ids kept
 longer than bodies, as --retain-ids > --retain-acked does).
 
-On Linux a second table gives the same figures over the prune calls and
-dispatch steps during which the machine's steal counter (/proc/stat: time
-its hypervisor ran something else on its CPUs, in ticks of 10 ms) did not
-move, and the share of the CPUs stolen while the prune ran: on a virtual
-machine those stops, not the prune, make the longest of both
-(BENCHMARKS.md, "Retention").`,
+On Linux a second table gives the prune's writes and the dispatch steps
+beside it and in its pauses again, over the prune calls and steps during
+which the machine's steal counter (/proc/stat: time its hypervisor ran
+something else on its CPUs, in ticks of 10 ms) did not move, and the
+share of the CPUs stolen while the prune ran: on a virtual machine those
+stops, not the prune, can make the longest of both (BENCHMARKS.md,
+"Prune (SPEC §8 retention)").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Backends = strings.Split(backends, ",")

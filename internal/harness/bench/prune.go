@@ -574,7 +574,7 @@ func pgVacuum(ctx context.Context, url, schema string) error {
 // WritePruneTable prints reports as a Markdown table.
 func WritePruneTable(w io.Writer, reps []PruneReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "| backend\t| events pruned\t| tombstones\t| txns\t| s\t| longest call ms\t| p99 call ms\t| longest write ms\t| p99 write ms\t| dispatch alone p50/p99/p99.9/max ms\t| in the prune's pauses\t| during the prune\t| size before\t| after\t| after VACUUM\t| after refill\t|")
+	fmt.Fprintln(tw, "| backend\t| events pruned\t| tombstones deleted\t| txns\t| s\t| longest call ms\t| p99 call ms\t| longest write ms\t| p99 write ms\t| dispatch alone p50/p99/p99.9/max ms\t| in the prune's pauses\t| during the prune\t| size before\t| after\t| after VACUUM\t| after refill\t|")
 	fmt.Fprintln(tw, "|---\t|---:\t|---:\t|---:\t|---:\t|---:\t|---:\t|---:\t|---:\t|---\t|---\t|---\t|---:\t|---:\t|---:\t|---:\t|")
 	mb := func(n int64) string {
 		if n == 0 {
