@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -352,17 +353,23 @@ type lazy struct {
 // when released; if that fails it leaves the pool (closed), so no other
 // write runs under NORMAL. From before its BEGIN until it is released it
 // holds s.apart, so no checkpoint of this process runs beside it
-// (startCheckpointer); it waits for one that is running. Errors: the database's, translated, and
+// (startCheckpointer); it waits for one that is running before it takes
+// the write connection. Errors: the database's, translated, and
 // CheckFile's.
 func (s *Store) lazyWrite(ctx context.Context) (*lazy, error) {
 	if err := CheckFile(s.path, s.file); err != nil {
 		return nil, err
 	}
+	// apart before the write connection: waiting for a checkpoint of the
+	// checkpointer (its fsync of the database file) with the write
+	// connection held made dispatch wait as long, and Held counted none
+	// of it (a breaker: a dispatch write waited 300 ms, Held 0.4 ms).
+	s.lockApart()
 	c, err := s.write.Conn(ctx)
 	if err != nil {
+		s.apart.Unlock()
 		return nil, Translate(fmt.Errorf("write connection: %w", err))
 	}
-	s.apart.Lock()
 	w := &lazy{conn: c, apart: &s.apart}
 	if _, err := c.ExecContext(ctx, "PRAGMA synchronous = NORMAL"); err != nil {
 		w.release()
@@ -392,6 +399,15 @@ func (w *lazy) release() {
 	w.apart.Unlock()
 }
 
+// lockApart takes s.apart, the prune's and the checkpointer's turn
+// (startCheckpointer), calling s.beforeApart first when set (tests).
+func (s *Store) lockApart() {
+	if s.beforeApart != nil {
+		s.beforeApart()
+	}
+	s.apart.Lock()
+}
+
 // syncLog flushes the store's log file to the disk (fsync), which makes
 // every commit appended to it so far durable: Prune's, committed under
 // synchronous=NORMAL (lazyWrite). It holds no lock; writers go on beside
@@ -412,7 +428,10 @@ func (s *Store) syncLog() error {
 func (s *Store) syncFile(suffix string) error {
 	path, err := filepath.EvalSymlinks(s.path)
 	if err != nil {
-		return err
+		// The file (or the link to it) is gone: the store's own error
+		// for it, which stops a relay (a breaker's report: a bare lstat
+		// error left the relay's prune retrying).
+		return cmp.Or(CheckFile(s.path, s.file), err)
 	}
 	f, err := os.Open(path + suffix)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -493,21 +512,22 @@ func (s *Store) checkpointBeside(ctx context.Context) (time.Duration, error) {
 	if s.afterCheckpointBeside != nil {
 		s.afterCheckpointBeside()
 	}
-	if err := s.syncFile(""); err != nil {
-		return 0, fmt.Errorf("checkpoint before a prune: %w", err)
-	}
 	if err := CheckFile(s.path, s.file); err != nil {
 		return 0, err
 	}
+	if err := s.syncFile(""); err != nil {
+		return 0, fmt.Errorf("checkpoint before a prune: %w", err)
+	}
+	// Not beside the checkpointer's own checkpoint, which would make this
+	// one answer busy without copying; waited for before the write
+	// connection is taken, as in lazyWrite.
+	s.lockApart()
+	defer s.apart.Unlock()
 	c, err := s.write.Conn(ctx)
 	if err != nil {
 		return 0, Translate(fmt.Errorf("checkpoint before a prune: write connection: %w", err))
 	}
 	defer c.Close()
-	// Not beside the checkpointer's own checkpoint, which would make this
-	// one answer busy without copying.
-	s.apart.Lock()
-	defer s.apart.Unlock()
 	began := time.Now()
 	if err := c.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &copied); err != nil {
 		return 0, Translate(fmt.Errorf("checkpoint before a prune: %w", err))

@@ -79,6 +79,8 @@ type Store struct {
 	// afterCheckpointBeside, when set (tests), runs in checkpointBeside
 	// between the checkpoints on a read connection and the flush.
 	afterCheckpointBeside func()
+	// beforeApart, when set (tests), runs before a prune takes apart.
+	beforeApart func()
 	// pruneHold bounds a batched prune transaction's deletes (Prune);
 	// pruneHold unless a test changes it.
 	pruneHold time.Duration
