@@ -152,12 +152,14 @@ type PruneParams struct {
 // Held is the longest this call held the store's writer in one write, in
 // wall-clock time: on SQLite (one writer for the whole file, which
 // dispatch waits for meanwhile) its transaction from BEGIN IMMEDIATE to the
-// end of its commit, or one step of the incremental vacuum that follows
-// (these commits do not wait for the disk's flush: the prune flushes the
-// log once, after its writes and before it answers, with the writer free);
+// end of its commit, one step of the incremental vacuum that follows, or
+// the checkpoint it may run on the write connection before its transaction
+// so that the log starts over (these commits do not wait for the disk's
+// flush: the prune flushes the log once, after its writes and before it
+// answers, with the writer free);
 // on PostgreSQL its transaction, which locks only the rows it deletes. What
-// the call spent before that without holding anything (SQLite's wait for a
-// checkpoint beside the writers) is not in it, so Held, not the call's
+// the call spent before that without holding anything (SQLite's wait for
+// checkpoints beside the writers and their flush) is not in it, so Held, not the call's
 // time, is what a dispatch step can wait behind a prune. The relay
 // observes it in fairrelay_prune_write_seconds.
 type PruneResult struct {

@@ -664,10 +664,12 @@ func (p PruneParams) Walls() (acked, ids, now int64) {
 // tells that Limit stopped it before everything due was deleted. Held is
 // the longest the prune held the store's writer in one write (SQLite: its
 // transaction from begin to the end of its commit, which does not wait for
-// the disk's flush (sqlitestore's lazyWrite), or one step of the
-// incremental vacuum after it; PostgreSQL: its transaction, which locks
-// only the rows it deletes); a wait before it that holds no lock (SQLite's
-// checkpoint beside the writers) is not counted.
+// the disk's flush (sqlitestore's lazyWrite), one step of the incremental
+// vacuum after it, or the checkpoint on the write connection before it
+// (sqlitestore's checkpointBeside); PostgreSQL: its transaction, which
+// locks only the rows it deletes); a wait before it that holds no lock
+// (SQLite's checkpoints beside the writers and their flush) is not
+// counted.
 type PruneResult struct {
 	Events     int64
 	Tombstones int64
