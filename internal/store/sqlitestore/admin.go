@@ -423,17 +423,17 @@ func (s *Store) syncLog() error {
 
 // syncFile flushes (fsync) the store's file with suffix ("": the database
 // file, "-wal": its log), found beside the file a symbolic link names
-// (logPath); a file that does not exist has nothing to flush. Errors: the
+// (filePath); a file that does not exist has nothing to flush. Errors: the
 // file system's.
 func (s *Store) syncFile(suffix string) error {
-	path, err := filepath.EvalSymlinks(s.path)
+	path, err := s.filePath(suffix)
 	if err != nil {
 		// The file (or the link to it) is gone: the store's own error
 		// for it, which stops a relay (a breaker's report: a bare lstat
 		// error left the relay's prune retrying).
 		return cmp.Or(CheckFile(s.path, s.file), err)
 	}
-	f, err := os.Open(path + suffix)
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -444,15 +444,16 @@ func (s *Store) syncFile(suffix string) error {
 	return f.Sync()
 }
 
-// logPath is the path of the store's log (WAL) file. SQLite keeps it
-// beside the file a symbolic link names, not beside the link (a breaker:
-// through a link syncLog flushed nothing).
-func (s *Store) logPath() (string, error) {
+// filePath is the path of the store's file with suffix ("-wal": its log).
+// SQLite keeps the log beside the file a symbolic link names, not beside
+// the link (a breaker: through a link syncLog flushed nothing). Errors:
+// the file system's.
+func (s *Store) filePath(suffix string) (string, error) {
 	path, err := filepath.EvalSymlinks(s.path)
 	if err != nil {
 		return "", err
 	}
-	return path + "-wal", nil
+	return path + suffix, nil
 }
 
 // vacuumPages is how many free pages (of 4 KiB) a prune leaves before it

@@ -141,6 +141,28 @@ func walIndex(t *testing.T, path string) (frames, copied uint32) {
 	return binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint32(b[96:])
 }
 
+// batchedPrune is a prune at the stored tick in batches of 20, as the
+// relay's, of nothing due (ticks 0).
+var batchedPrune = store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20}
+
+// otherTx begins a transaction on a connection of its own to the file at
+// path, as another process would (immediate: BEGIN IMMEDIATE); it is
+// rolled back unless ended and its connection closed with the test.
+func otherTx(t *testing.T, path string, immediate bool) *sql.Tx {
+	t.Helper()
+	db, err := sql.Open("sqlite", DSN(path, time.Second, immediate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	return tx
+}
+
 // longLogStore opens a store at a new path with pruneLogFrames lowered to
 // 64 and a log of about 270 frames that the checkpointer leaves alone
 // (these commits are not the store's: it counts its own), closed with the
@@ -178,7 +200,7 @@ func TestPruneStartsAfterTheLogIsCopied(t *testing.T) {
 	if frames <= 64 || copied >= frames {
 		t.Fatalf("before the prune: %d frames, %d copied; want a long log not yet copied", frames, copied)
 	}
-	if _, err := s.Prune(context.Background(), store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20}); err != nil {
+	if _, err := s.Prune(context.Background(), batchedPrune); err != nil {
 		t.Fatal(err)
 	}
 	// Copied whole before the prune's transaction (which, writing, starts
@@ -202,15 +224,7 @@ func TestPruneStartsTheLogOverThoughACommitLandedAfterTheCheckpoint(t *testing.T
 	s, path := longLogStore(t)
 	// Another writer's transaction, begun before the prune's checkpoints
 	// (its snapshot is the long log) and committed after them.
-	other, err := sql.Open("sqlite", DSN(path, time.Second, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	tx, err := other.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := otherTx(t, path, true)
 	if _, err := tx.Exec(`INSERT INTO junk VALUES (randomblob(100))`); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +239,7 @@ func TestPruneStartsTheLogOverThoughACommitLandedAfterTheCheckpoint(t *testing.T
 		}
 		landed = true
 	}
-	res, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20})
+	res, err := s.Prune(ctx, batchedPrune)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,16 +266,7 @@ func TestPruneStartsTheLogOverThoughACommitLandedAfterTheCheckpoint(t *testing.T
 func TestPruneSkipsTheLogsFinishWhileAReaderHoldsIt(t *testing.T) {
 	ctx := context.Background()
 	s, path := longLogStore(t)
-	reader, err := sql.Open("sqlite", DSN(path, time.Second, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Close()
-	rtx, err := reader.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rtx.Rollback()
+	rtx := otherTx(t, path, false)
 	var n int
 	if err := rtx.QueryRow(`SELECT count(*) FROM junk`).Scan(&n); err != nil {
 		t.Fatal(err)
@@ -272,14 +277,14 @@ func TestPruneSkipsTheLogsFinishWhileAReaderHoldsIt(t *testing.T) {
 	}
 	finished := false
 	s.afterCheckpointBeside = func() { finished = true }
-	if _, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20}); err != nil {
+	if _, err := s.Prune(ctx, batchedPrune); err != nil {
 		t.Fatal(err)
 	}
 	if finished {
 		t.Error("the prune went on to finish the log's copy though a reader held it")
 	}
 	rtx.Rollback()
-	if _, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20}); err != nil {
+	if _, err := s.Prune(ctx, batchedPrune); err != nil {
 		t.Fatal(err)
 	}
 	if !finished {
@@ -294,13 +299,12 @@ func TestPruneSkipsTheLogsFinishWhileAReaderHoldsIt(t *testing.T) {
 // lstat error left the relay's prune retrying (a breaker's report).
 func TestPruneOfARemovedStoreAnswersErrFileReplaced(t *testing.T) {
 	ctx := context.Background()
-	prune := store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20}
 	t.Run("long log", func(t *testing.T) {
 		s, path := longLogStore(t)
 		if err := os.Remove(path); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Prune(ctx, prune); !errors.Is(err, ErrFileReplaced) {
+		if _, err := s.Prune(ctx, batchedPrune); !errors.Is(err, ErrFileReplaced) {
 			t.Errorf("prune: %v; want ErrFileReplaced", err)
 		}
 	})
@@ -314,7 +318,7 @@ func TestPruneOfARemovedStoreAnswersErrFileReplaced(t *testing.T) {
 		if err := os.Remove(link); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Prune(ctx, prune); !errors.Is(err, ErrFileReplaced) {
+		if _, err := s.Prune(ctx, batchedPrune); !errors.Is(err, ErrFileReplaced) {
 			t.Errorf("prune: %v; want ErrFileReplaced", err)
 		}
 	})
@@ -330,7 +334,7 @@ func TestPruneOfARemovedStoreAnswersErrFileReplaced(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		if _, err := s.Prune(ctx, prune); !errors.Is(err, ErrFileReplaced) {
+		if _, err := s.Prune(ctx, batchedPrune); !errors.Is(err, ErrFileReplaced) {
 			t.Errorf("prune: %v; want ErrFileReplaced", err)
 		}
 	})
@@ -362,7 +366,7 @@ func TestPruneWaitsForTheCheckpointerWithoutTheWriteConnection(t *testing.T) {
 		s.beforeApart = func() { once.Do(func() { close(waiting) }) }
 		done := make(chan error, 1)
 		go func() {
-			_, err := s.Prune(ctx, store.PruneParams{At: store.AtStored, AckedBefore: 0, IDsBefore: 0, Limit: 20})
+			_, err := s.Prune(ctx, batchedPrune)
 			done <- err
 		}()
 		<-waiting
@@ -547,7 +551,7 @@ func TestPruneFlushesTheLogOfALinkedStore(t *testing.T) {
 	if _, err := s.Enqueue(ctx, nil, store.EnqueueParams{At: 1, MaxBodyBytes: 1 << 20, Events: []store.NewEvent{{ID: "e", Flow: "f", Body: []byte(`{"delta":1}`)}}}); err != nil {
 		t.Fatal(err)
 	}
-	path, err := s.logPath()
+	path, err := s.filePath("-wal")
 	if err != nil {
 		t.Fatal(err)
 	}
