@@ -17,7 +17,7 @@ func newBenchPruneCmd() *cobra.Command {
 	var backends, pg, dir string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "prune [--events 1000000] [--batch 1000] [--backends sqlite,postgres] [--json]",
+		Use:   "prune [--events 1000000] [--batch 20] [--pause 2s] [--backends sqlite,postgres] [--json]",
 		Short: "Retention on a large store: the longest prune transaction, dispatch beside it, the size before and after (BENCHMARKS.md)",
 		Long: `Fills a fresh store per backend with --events acked events over --flows
 flows (bodies of --body-bytes bytes), measures one worker's claim+settle step
@@ -25,7 +25,9 @@ alone for --baseline, then prunes every acked event in transactions of
 --batch events (as the relay's retention does, SPEC §8) while the same
 worker keeps dispatching other flows. It prints what the prune deleted
 (events pruned; tombstones: the tombstones it deleted, none with
---tombstones, whose ids it keeps), its calls (longest, p99: each
+--tombstones, whose ids it keeps), its calls (txns: how many; on SQLite
+more than events/--batch, as a transaction also ends after 2 ms of
+deletes; s: their seconds, the pauses left out; longest, p99: each
 Queue.Prune, with, on SQLite, its wait before its transaction for the
 log's checkpoint, which holds nothing), its writes (longest, p99: how long
 a call held the store's writer in one write, what a dispatch step can wait
@@ -84,7 +86,7 @@ stops, not the prune, can make the longest of both (BENCHMARKS.md,
 	f.DurationVar(&opts.Pause, "pause", 0, "stop the prune for this long after every as long of pruning, and report the dispatch steps inside the pauses apart (0: back to back)")
 	f.StringVar(&backends, "backends", "sqlite,postgres", "backends to measure, comma-separated")
 	f.StringVar(&pg, "pg", outboxbench.DefaultPG(), "PostgreSQL server on this machine (default: $"+outboxbench.PGEnvVar+", else the tests' server)")
-	f.StringVar(&dir, "dir", "", "directory for the SQLite file (default: a temporary one, removed)")
+	f.StringVar(&dir, "dir", "", "directory for the SQLite file, which is removed at the end (default: a temporary directory, removed too)")
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	return cmd
 }
